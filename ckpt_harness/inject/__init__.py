@@ -1,0 +1,1 @@
+"""Probes and the trace they record; later, fault kinds and the durability model."""

@@ -1,0 +1,145 @@
+"""Probes: wrap what a save is made of and record it as trace events.
+
+Installed in a rank before the job runs. Every collective of
+`torch.distributed` is recorded on entry and on exit, with its sequence
+number and the innermost caller outside torch and the harness, so that a hung
+rank can be described as "waiting in barrier #7 called from save()".
+
+Events go straight to the rank's trace file with one `os.write` each, on an
+O_APPEND descriptor: they survive a SIGKILL of the rank a microsecond later,
+which is exactly when they matter.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import threading
+from typing import Any, Callable, Optional
+
+#: Python-level collectives of torch.distributed. Nested calls (all_gather_object
+#: calls all_gather) are recorded once, as the outermost.
+COLLECTIVES = (
+    "barrier",
+    "monitored_barrier",
+    "all_reduce",
+    "all_reduce_coalesced",
+    "reduce",
+    "broadcast",
+    "broadcast_object_list",
+    "all_gather",
+    "all_gather_object",
+    "all_gather_into_tensor",
+    "all_gather_coalesced",
+    "gather",
+    "gather_object",
+    "scatter",
+    "scatter_object_list",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "all_to_all",
+    "all_to_all_single",
+    "send",
+    "recv",
+    "send_object_list",
+    "recv_object_list",
+)
+
+_HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Tracer:
+    """Appends events to one rank's trace file; one per rank process."""
+
+    def __init__(self, path: str, rank: int):
+        self.rank = rank
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        self.seq = 0
+        self.collectives = 0
+        self.phase = "start"
+        self.local = threading.local()
+        self.lock = threading.Lock()
+
+    def emit(self, kind: str, **fields: Any) -> int:
+        with self.lock:
+            self.seq += 1
+            event = {"seq": self.seq, "rank": self.rank, "kind": kind, "phase": self.phase, **fields}
+            os.write(self.fd, (json.dumps(event, default=str) + "\n").encode())
+            return self.seq
+
+    def set_phase(self, phase: str) -> None:
+        self.phase = phase
+        self.emit("phase")
+
+
+_tracer: Optional[Tracer] = None
+
+
+def install(trace_path: str, rank: int) -> Tracer:
+    """Install every probe in this process; idempotent per process."""
+    global _tracer
+    if _tracer is None:
+        _tracer = Tracer(trace_path, rank)
+        _wrap_collectives(_tracer)
+    return _tracer
+
+
+def set_phase(phase: str) -> None:
+    if _tracer is not None:
+        _tracer.set_phase(phase)
+
+
+def current_phase() -> str:
+    return _tracer.phase if _tracer is not None else "start"
+
+
+def caller() -> str:
+    """The innermost frame outside torch and the harness: the job's own code."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (
+            filename.startswith(_HARNESS_DIR)
+            or f"{os.sep}torch{os.sep}" in filename
+            or filename.startswith("<")
+        ):
+            return f"{os.path.basename(filename)}:{frame.f_lineno} in {frame.f_code.co_name}()"
+        frame = frame.f_back
+    return "?"
+
+
+def _wrap_collectives(tracer: Tracer) -> None:
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    for name in COLLECTIVES:
+        original = getattr(c10d, name, None)
+        if original is None:
+            continue
+        wrapped = _collective_probe(tracer, name, original)
+        setattr(c10d, name, wrapped)
+        if getattr(dist, name, None) is original:
+            setattr(dist, name, wrapped)
+
+
+def _collective_probe(tracer: Tracer, name: str, original: Callable) -> Callable:
+    @functools.wraps(original)
+    def probe(*args: Any, **kwargs: Any) -> Any:
+        local = tracer.local
+        if getattr(local, "depth", 0):
+            return original(*args, **kwargs)
+        with tracer.lock:
+            tracer.collectives += 1
+            number = tracer.collectives
+        tracer.emit("collective", op=name, n=number, at="enter", caller=caller())
+        local.depth = 1
+        try:
+            result = original(*args, **kwargs)
+        finally:
+            local.depth = 0
+        tracer.emit("collective", op=name, n=number, at="exit")
+        return result
+
+    return probe

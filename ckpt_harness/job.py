@@ -1,0 +1,143 @@
+"""The contract a training job implements so the harness can break and judge it.
+
+A `Job` runs inside every rank. The harness either drives the loop itself
+(`setup` → `load` → `train_step`/`save` ...) so it knows to the instruction
+when each save returned, or, for frameworks that own their loop (HF Trainer,
+Lightning), calls `run(ctx)` and learns about loads and saves through the
+`ctx.loaded()` / `ctx.saved()` callbacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Mapping, Optional
+
+
+@dataclasses.dataclass
+class RankContext:
+    """What one rank knows about the run it is part of.
+
+    `seed` is the same on every rank; derive per-rank streams (data order,
+    dropout) from `seed` and `rank` yourself. Before `setup` the harness seeds
+    python's `random`, numpy and torch with `seed + rank`, so a job that forgets
+    to seed is still deterministic and only its resume can make it diverge.
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    node: int
+    seed: int
+    ckpt_dir: Path
+    total_steps: int
+    save_every: int
+    keep_last: Optional[int] = None
+    overwrite: bool = False
+    backend: str = "gloo"
+    #: Harness hooks, set by the rank runner. Jobs call `loaded`/`saved`.
+    _on_loaded: Optional[Callable[[Optional[int]], None]] = dataclasses.field(
+        default=None, repr=False
+    )
+    _on_saved: Optional[Callable[[int], None]] = dataclasses.field(default=None, repr=False)
+
+    def should_save(self, step: int) -> bool:
+        """True when `step` is a save step (every `save_every` steps)."""
+        return self.save_every > 0 and step % self.save_every == 0
+
+    def loaded(self, step: Optional[int]) -> None:
+        """Report that the job resumed from `step` (None: fresh start).
+
+        Only jobs that implement `run(ctx)` call this; in the driven form the
+        harness calls it with whatever `load` returned.
+        """
+        if self._on_loaded is not None:
+            self._on_loaded(step)
+
+    def saved(self, step: int) -> None:
+        """Report that the save of `step` has returned on this rank.
+
+        The harness records `state(ctx)` here, and a preemption case may end
+        the run inside this call, exactly as a scheduler would.
+        """
+        if self._on_saved is not None:
+            self._on_saved(step)
+
+
+class Job:
+    """Subclass this to put a training job under test.
+
+    Implement either the driven form (`setup`, `train_step`, `save`, `load`)
+    or the owned-loop form (`run`), and always `state`. Every method runs in
+    every rank of a real process group that the harness has initialised.
+
+    Class attributes let the warm launcher prepare for the job once instead of
+    once per rank: `preload` lists modules to import before ranks are forked
+    (a framework whose import takes seconds), `env` the environment variables
+    those imports need.
+    """
+
+    #: Short name shown in reports; defaults to the class name.
+    name: ClassVar[Optional[str]] = None
+    #: Modules the warm parent imports before forking ranks.
+    preload: ClassVar[tuple[str, ...]] = ()
+    #: Environment set in the warm parent before `preload` and in every rank.
+    env: ClassVar[Mapping[str, str]] = {}
+
+    # -- driven form -------------------------------------------------------
+    def setup(self, ctx: RankContext) -> None:
+        """Build model, optimizer, scheduler and data from `ctx.seed`."""
+
+    def train_step(self, ctx: RankContext, step: int) -> float:
+        """Run optimizer step `step` (1-based) and return the loss."""
+        raise NotImplementedError
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        """Write the checkpoint of `step` under `ctx.ckpt_dir`, the framework's way."""
+        raise NotImplementedError
+
+    def load(self, ctx: RankContext) -> Optional[int]:
+        """Resume by the framework's own discovery logic; return the step or None."""
+        raise NotImplementedError
+
+    # -- owned-loop form ---------------------------------------------------
+    def run(self, ctx: RankContext) -> None:
+        """Train to `ctx.total_steps`, calling `ctx.loaded` and `ctx.saved`."""
+        raise NotImplementedError
+
+    # -- observation -------------------------------------------------------
+    def state(self, ctx: RankContext) -> Mapping[str, Any]:
+        """This rank's state to compare bitwise: model and optimizer tensors
+        (local shards are fine), scheduler, step, RNG states, data position."""
+        raise NotImplementedError
+
+    def teardown(self, ctx: RankContext) -> None:
+        """Release what `setup` acquired; called once per rank at the end."""
+
+    # -- introspection used by the harness --------------------------------
+    @classmethod
+    def owns_loop(cls) -> bool:
+        return _overrides(cls, "run")
+
+    @classmethod
+    def display_name(cls) -> str:
+        return cls.name or cls.__name__
+
+    @classmethod
+    def contract_errors(cls) -> list[str]:
+        """What this class is missing to be runnable, as messages to the user."""
+        errors = []
+        if not _overrides(cls, "state"):
+            errors.append("implement state(ctx) returning the tensors and values to compare")
+        if not cls.owns_loop():
+            missing = [m for m in ("train_step", "save", "load") if not _overrides(cls, m)]
+            if missing:
+                errors.append(
+                    "implement " + ", ".join(f"{m}()" for m in missing)
+                    + " (or run(ctx) for a framework that owns its training loop)"
+                )
+        return errors
+
+
+def _overrides(cls: type, method: str) -> bool:
+    return getattr(cls, method) is not getattr(Job, method)

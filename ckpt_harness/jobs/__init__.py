@@ -1,0 +1,21 @@
+"""Built-in jobs: reference trainers the harness can break without user code.
+
+They double as positive controls (a correct checkpointing scheme must pass
+the whole catalogue) and as the harness's own regression targets. The
+registry holds "module:Class" strings, not classes, so listing jobs (CLI
+`list`, plugin option parsing) never pays for importing torch.
+"""
+
+from __future__ import annotations
+
+BUILTIN_JOBS: dict[str, str] = {
+    "torch_save": "ckpt_harness.jobs.torch_save:TorchSaveJob",
+    "dcp": "ckpt_harness.jobs.dcp:DcpJob",
+}
+
+DESCRIPTIONS: dict[str, str] = {
+    "torch_save": "DDP MLP; rank 0 torch.save()s model/optimizer/scheduler, every rank its RNG and data position; `latest` pointer",
+    "dcp": "FSDP2 fully_shard MLP on a CPU mesh; torch.distributed.checkpoint save/load of sharded state plus per-rank extras; `latest` pointer",
+}
+
+__all__ = ["BUILTIN_JOBS", "DESCRIPTIONS"]

@@ -1,0 +1,325 @@
+"""Pieces both built-in jobs share, so they differ only in how they save.
+
+The model, data and training step are identical in both jobs on purpose: a
+divergence the harness finds in one job but not the other then points at that
+job's checkpointing, not at its training.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import random
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from ckpt_harness.job import Job, RankContext
+
+IN_DIM, HIDDEN, OUT_DIM = 8, 32, 4
+BATCH_SIZE = 8
+N_SAMPLES = 64
+LATEST = "latest"
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+
+
+# -- model, optimizer, data -----------------------------------------------------
+def build_mlp(seed: int) -> nn.Sequential:
+    """Weights come from `seed` alone, inside a forked RNG, so every rank
+    builds the same replica without disturbing the per-rank global stream the
+    harness seeded (dropout must keep drawing from that one)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return nn.Sequential(
+            nn.Linear(IN_DIM, HIDDEN),
+            nn.GELU(),
+            nn.Dropout(p=0.1),
+            nn.Linear(HIDDEN, HIDDEN),
+            nn.ReLU(),
+            nn.Linear(HIDDEN, OUT_DIM),
+        )
+
+
+def build_optimizer(params: Iterable[torch.nn.Parameter]):
+    """AdamW plus warmup/decay, so that a resume which forgets the optimizer
+    moments, the step count or the schedule position changes the numbers."""
+    optimizer = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.01)
+
+    def warmup_then_decay(epoch: int) -> float:
+        return min(1.0, (epoch + 1) / 3) * 0.9 ** max(0, epoch - 3)
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_then_decay)
+    return optimizer, scheduler
+
+
+class SyntheticStream:
+    """A sharded, reshuffled-per-epoch stream whose only state is `position`.
+
+    The order is a pure function of (seed, epoch), so restoring `position`
+    is both necessary and sufficient to resume the data exactly; the input
+    noise draws from numpy's global RNG so that losing the numpy state on
+    resume changes the training too.
+    """
+
+    def __init__(self, seed: int, rank: int, world_size: int) -> None:
+        self.seed, self.rank, self.world_size = seed, rank, world_size
+        g = torch.Generator().manual_seed(seed)
+        self.x = torch.randn(N_SAMPLES, IN_DIM, generator=g)
+        self.y = torch.tanh(self.x @ torch.randn(IN_DIM, OUT_DIM, generator=g))
+        self.batches_per_epoch = max(1, N_SAMPLES // (BATCH_SIZE * world_size))
+        self.position = 0
+
+    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        epoch, i = divmod(self.position, self.batches_per_epoch)
+        order = torch.randperm(
+            N_SAMPLES, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        )
+        start = ((i * self.world_size + self.rank) * BATCH_SIZE) % N_SAMPLES
+        idx = order[start : start + BATCH_SIZE]
+        noise = torch.from_numpy(np.random.standard_normal((len(idx), IN_DIM)).astype(np.float32))
+        self.position += 1
+        return self.x[idx] + 0.01 * noise, self.y[idx]
+
+    def state_dict(self) -> dict[str, int]:
+        return {"position": self.position}
+
+    def load_state_dict(self, state: Mapping[str, int]) -> None:
+        self.position = int(state["position"])
+
+
+# -- RNG ------------------------------------------------------------------------
+def capture_rng() -> dict[str, Any]:
+    return {
+        "python": random.getstate(),
+        "numpy": np.random.get_state(),
+        "torch": torch.get_rng_state(),
+    }
+
+
+def restore_rng(state: Mapping[str, Any]) -> None:
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(state["torch"])
+
+
+# -- small durable files --------------------------------------------------------
+def fsync_dir(path: Path) -> None:
+    """A rename or a new file is only durable once its directory is fsynced."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Readers see the old content or the new, never a torn pointer."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def torch_save_durable(obj: Any, path: Path) -> None:
+    """Through a Python file object (so the harness's write probes see every
+    byte) and fsynced, because the `latest` pointer will vouch for it."""
+    with open(path, "wb") as f:
+        torch.save(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+
+# -- step directories and the `latest` pointer ----------------------------------
+def step_dir(ckpt_dir: Path, step: int) -> Path:
+    return Path(ckpt_dir) / f"step_{step:06d}"
+
+
+def prepare_step_dir(ctx: RankContext, path: Path) -> None:
+    """Every rank decides on the same view of the directory (checked before
+    the first barrier, created after it), so an overwrite refusal is raised
+    on all ranks alike instead of leaving some of them waiting in a
+    collective."""
+    if path.exists() and not ctx.overwrite:
+        raise FileExistsError(
+            errno.EEXIST, "checkpoint directory already exists and overwrite=False", str(path)
+        )
+    dist.barrier()
+    if ctx.rank == 0:
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+        fsync_dir(path.parent)
+    dist.barrier()
+
+
+def commit(ctx: RankContext, path: Path, step: int) -> None:
+    """Publish `path` once every rank's files are in it, then rotate.
+
+    The trailing barrier makes a returned save mean a committed one on every
+    rank, which is the promise the oracle's S_k relies on.
+    """
+    dist.barrier()
+    if ctx.rank == 0:
+        fsync_dir(path)
+        atomic_write_text(Path(ctx.ckpt_dir) / LATEST, path.name + "\n")
+        if ctx.keep_last is not None:
+            _rotate(Path(ctx.ckpt_dir), step, ctx.keep_last)
+    dist.barrier()
+
+
+def _rotate(ckpt_dir: Path, current: int, keep_last: int) -> None:
+    """Only steps at or below the one just published count, so a stale dir
+    left by a failed later save can never push the live checkpoint out."""
+    steps = sorted(
+        int(m.group(1))
+        for p in ckpt_dir.iterdir()
+        if p.is_dir() and (m := _STEP_DIR.match(p.name)) and int(m.group(1)) <= current
+    )
+    keep = set(steps[-max(1, keep_last):]) | {current}
+    for s in steps:
+        if s not in keep:
+            shutil.rmtree(step_dir(ckpt_dir, s))
+
+
+def read_latest(ckpt_dir: Path) -> Optional[tuple[int, Path]]:
+    """No pointer means a fresh start; a pointer to nothing is an error, so
+    that a lost checkpoint is refused rather than silently retrained."""
+    pointer = Path(ckpt_dir) / LATEST
+    if not pointer.exists():
+        return None
+    name = pointer.read_text().strip()
+    m = _STEP_DIR.match(name)
+    if m is None:
+        raise ValueError(f"{pointer}: not a checkpoint name: {name!r}")
+    path = Path(ckpt_dir) / name
+    if not path.is_dir():
+        raise FileNotFoundError(errno.ENOENT, "`latest` points to a missing checkpoint", str(path))
+    return int(m.group(1)), path
+
+
+def check_extra(extra: Mapping[str, Any], ctx: RankContext, step: int, where: Path) -> None:
+    """Catch per-rank files from another save or another world size, which
+    would otherwise resume a mixed state without complaint."""
+    got = (extra.get("step"), extra.get("rank"), extra.get("world_size"))
+    if got != (step, ctx.rank, ctx.world_size):
+        raise RuntimeError(
+            f"{where}: per-rank state is for (step, rank, world_size)={got}, "
+            f"expected {(step, ctx.rank, ctx.world_size)}"
+        )
+
+
+def unanimous(ctx: RankContext, fn: Callable[[], Any]) -> Any:
+    """Run this rank's (collective-free) part of a resume, then make the
+    outcome the same everywhere.
+
+    A rank that cannot read its files would otherwise leave its peers to fail
+    later with an unrelated collective error, or to train on; here every rank
+    raises, and the message names the rank and the file. Ranks that each
+    succeeded but got different answers (e.g. found different checkpoints)
+    are refused as well.
+    """
+    try:
+        result, error = fn(), None
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as e:  # DCP's CheckpointException is a BaseException
+        result, error = None, e
+    outcomes: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(
+        outcomes, (result, None if error is None else f"{type(error).__name__}: {error}")
+    )
+    if error is not None:
+        raise error
+    failed = [f"rank {r}: {m}" for r, (_, m) in enumerate(outcomes) if m is not None]
+    if failed:
+        raise RuntimeError("checkpoint load failed on other ranks; " + "; ".join(failed))
+    results = [r for r, _ in outcomes]
+    if any(r != result for r in results):
+        raise RuntimeError(f"ranks disagree while loading the checkpoint: {results}")
+    return result
+
+
+# -- the shared training loop and observation -----------------------------------
+def _local(t: torch.Tensor) -> torch.Tensor:
+    if hasattr(t, "to_local"):
+        t = t.to_local()
+    return t.detach().cpu().clone()
+
+
+class TinyJob(Job):
+    """Training and `state` shared by the built-in jobs; subclasses provide
+    `setup` (wrapping), `save` and `load`, and name their parameters."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    stream: SyntheticStream
+    step: int = 0
+
+    def _named_params(self) -> Iterable[tuple[str, torch.nn.Parameter]]:
+        raise NotImplementedError
+
+    def _build_common(self, ctx: RankContext, model: nn.Module, params) -> None:
+        self.model = model
+        self.optimizer, self.scheduler = build_optimizer(params)
+        self.stream = SyntheticStream(ctx.seed, ctx.rank, ctx.world_size)
+        self.step = 0
+
+    def _extra(self, ctx: RankContext, step: int) -> dict[str, Any]:
+        return {
+            "step": step,
+            "rank": ctx.rank,
+            "world_size": ctx.world_size,
+            "rng": capture_rng(),
+            "data": self.stream.state_dict(),
+        }
+
+    def _restore_extra(self, extra: Mapping[str, Any], step: int) -> None:
+        self.stream.load_state_dict(extra["data"])
+        self.step = step
+        restore_rng(extra["rng"])
+
+    def train_step(self, ctx: RankContext, step: int) -> float:
+        x, y = self.stream.next_batch()
+        loss = nn.functional.mse_loss(self.model(x), y)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step = step
+        return loss.item()
+
+    def state(self, ctx: RankContext) -> Mapping[str, Any]:
+        out: dict[str, Any] = {}
+        named = list(self._named_params())
+        for name, p in named:
+            out[f"model/{name}"] = _local(p)
+        for name, p in named:
+            for key, value in sorted(self.optimizer.state.get(p, {}).items()):
+                out[f"optim/{name}/{key}"] = _local(value) if torch.is_tensor(value) else value
+        for i, group in enumerate(self.optimizer.param_groups):
+            for key, value in group.items():
+                if key != "params":
+                    out[f"optim/param_groups/{i}/{key}"] = value
+        for key, value in self.scheduler.state_dict().items():
+            out[f"scheduler/{key}"] = list(value) if isinstance(value, list) else value
+        out["step"] = self.step
+        rng = capture_rng()
+        out["rng/python"] = rng["python"]
+        out["rng/numpy"] = rng["numpy"]
+        out["rng/torch"] = rng["torch"].clone()
+        out["data/position"] = self.stream.position
+        return out
+
+    def teardown(self, ctx: RankContext) -> None:
+        for attr in ("model", "optimizer", "scheduler", "stream"):
+            self.__dict__.pop(attr, None)

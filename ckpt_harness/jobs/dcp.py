@@ -1,0 +1,114 @@
+"""The sharded style: FSDP2 `fully_shard` on a CPU mesh, saved and loaded with
+`torch.distributed.checkpoint` (DCP), every rank writing its own shards.
+
+What only one rank knows (its RNG states and data position) travels inside
+the same DCP save as a per-rank key, so DCP's `.metadata` commit covers it and
+a resume cannot pair shards from one save with extras from another. The
+scheduler and step ride along in that entry; they are equal on every rank.
+
+Layout under `ctx.ckpt_dir`:
+
+    step_000004/.metadata        DCP global metadata (coordinator, written last)
+    step_000004/__{r}_0.distcp   rank r's shards of model and optimizer, and
+                                 its `extra.rank{r}` entry (step, rank, world
+                                 size, RNG states, data position, scheduler)
+    latest                       rank 0, after a barrier: "step_000004"
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any, Iterable, Optional
+
+import torch
+import torch.distributed.checkpoint as dcp
+from torch import nn
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import fully_shard
+
+from ckpt_harness.job import RankContext
+from ckpt_harness.jobs._common import (
+    TinyJob,
+    build_mlp,
+    check_extra,
+    commit,
+    prepare_step_dir,
+    read_latest,
+    step_dir,
+    unanimous,
+)
+
+
+class DcpJob(TinyJob):
+    """FSDP2 over gloo with DCP checkpoints and a `latest` pointer."""
+
+    name = "dcp"
+    preload = (
+        "numpy",
+        "torch",
+        "torch.distributed",
+        "torch.distributed.checkpoint",
+        "torch.distributed.checkpoint.state_dict",
+        "torch.distributed.fsdp",
+        "torch._dynamo",
+    )
+
+    def setup(self, ctx: RankContext) -> None:
+        model = build_mlp(ctx.seed)
+        mesh = init_device_mesh("cpu", (ctx.world_size,))
+        # One FSDP unit per Linear, as real models shard per block; the root
+        # call then owns whatever is left (nothing, here).
+        for layer in model:
+            if isinstance(layer, nn.Linear):
+                fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        self._build_common(ctx, model, model.parameters())
+
+    def _named_params(self) -> Iterable[tuple[str, torch.nn.Parameter]]:
+        return self.model.named_parameters()
+
+    def _extra_key(self, ctx: RankContext) -> str:
+        return f"rank{ctx.rank}"
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        path = step_dir(ctx.ckpt_dir, step)
+        prepare_step_dir(ctx, path)
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        extra = self._extra(ctx, step)
+        extra["scheduler"] = self.scheduler.state_dict()
+        # Pre-serialised to bytes so DCP stores it as one opaque per-rank blob
+        # instead of flattening the RNG tuples into keys of its own.
+        blob = io.BytesIO()
+        torch.save(extra, blob)
+        dcp.save(
+            {"model": model_sd, "optim": optim_sd, "extra": {self._extra_key(ctx): blob.getvalue()}},
+            checkpoint_id=path,
+        )
+        commit(ctx, path, step)
+
+    def load(self, ctx: RankContext) -> Optional[int]:
+        # Split around dcp.load: it is a collective that already raises on
+        # every rank, so only the local steps either side need agreeing on.
+        found = unanimous(ctx, lambda: read_latest(ctx.ckpt_dir))
+        if found is None:
+            return None
+        step, path = found
+        model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
+        key = self._extra_key(ctx)
+        target: dict[str, Any] = {"model": model_sd, "optim": optim_sd, "extra": {key: b""}}
+        dcp.load(target, checkpoint_id=path)
+        set_state_dict(
+            self.model,
+            self.optimizer,
+            model_state_dict=target["model"],
+            optim_state_dict=target["optim"],
+        )
+        unanimous(ctx, lambda: self._restore_blob(ctx, step, path, target["extra"][key]))
+        return step
+
+    def _restore_blob(self, ctx: RankContext, step: int, path, blob: bytes) -> None:
+        extra = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
+        check_extra(extra, ctx, step, path)
+        self.scheduler.load_state_dict(extra["scheduler"])
+        self._restore_extra(extra, step)

@@ -1,0 +1,77 @@
+"""The unsharded style most training scripts start with: DDP replicas, rank 0
+`torch.save`s the replicated state, every rank saves what only it knows.
+
+Layout under `ctx.ckpt_dir`:
+
+    step_000004/model.pt        rank 0: model.module.state_dict()
+    step_000004/optimizer.pt    rank 0: optimizer.state_dict()
+    step_000004/scheduler.pt    rank 0: scheduler.state_dict()
+    step_000004/rng_rank{r}.pt  rank r: step, rank, world size, RNG states, data position
+    latest                      rank 0, after a barrier: "step_000004"
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Optional
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from ckpt_harness.job import RankContext
+from ckpt_harness.jobs._common import (
+    TinyJob,
+    build_mlp,
+    check_extra,
+    commit,
+    prepare_step_dir,
+    read_latest,
+    step_dir,
+    torch_save_durable,
+    unanimous,
+)
+
+
+class TorchSaveJob(TinyJob):
+    """DDP over gloo with rank-0 `torch.save` checkpoints and a `latest` pointer."""
+
+    name = "torch_save"
+    preload = ("numpy", "torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo")
+
+    def setup(self, ctx: RankContext) -> None:
+        model = DistributedDataParallel(build_mlp(ctx.seed), find_unused_parameters=True)
+        self._build_common(ctx, model, model.parameters())
+
+    def _named_params(self) -> Iterable[tuple[str, torch.nn.Parameter]]:
+        return self.model.module.named_parameters()
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        path = step_dir(ctx.ckpt_dir, step)
+        prepare_step_dir(ctx, path)
+        if ctx.rank == 0:
+            torch_save_durable(self.model.module.state_dict(), path / "model.pt")
+            torch_save_durable(self.optimizer.state_dict(), path / "optimizer.pt")
+            torch_save_durable(self.scheduler.state_dict(), path / "scheduler.pt")
+        torch_save_durable(self._extra(ctx, step), path / f"rng_rank{ctx.rank}.pt")
+        commit(ctx, path, step)
+
+    def load(self, ctx: RankContext) -> Optional[int]:
+        return unanimous(ctx, lambda: self._load(ctx))
+
+    def _load(self, ctx: RankContext) -> Optional[int]:
+        found = read_latest(ctx.ckpt_dir)
+        if found is None:
+            return None
+        step, path = found
+        self.model.module.load_state_dict(_load_weights(path / "model.pt"))
+        self.optimizer.load_state_dict(_load_weights(path / "optimizer.pt"))
+        self.scheduler.load_state_dict(_load_weights(path / "scheduler.pt"))
+        # The RNG file holds numpy's state (an ndarray), which weights_only refuses.
+        extra_path = path / f"rng_rank{ctx.rank}.pt"
+        extra = torch.load(extra_path, map_location="cpu", weights_only=False)
+        check_extra(extra, ctx, step, extra_path)
+        self._restore_extra(extra, step)
+        return step
+
+
+def _load_weights(path):
+    return torch.load(path, map_location="cpu", weights_only=True)

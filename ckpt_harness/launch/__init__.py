@@ -1,0 +1,21 @@
+"""Process groups: warm forking, deadlines, stacks on hang, teardown."""
+
+from ckpt_harness.launch.group import (
+    MAX_WORLD_SIZE,
+    GroupOutcome,
+    GroupSpec,
+    LaunchError,
+    RankOutcome,
+    run_group,
+)
+from ckpt_harness.launch.rank import RankInfo
+
+__all__ = [
+    "MAX_WORLD_SIZE",
+    "GroupOutcome",
+    "GroupSpec",
+    "LaunchError",
+    "RankInfo",
+    "RankOutcome",
+    "run_group",
+]

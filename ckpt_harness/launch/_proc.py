@@ -1,0 +1,42 @@
+"""Process hygiene: children that die with their parent, groups that die together."""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+import signal
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(expected_parent: int) -> None:
+    """Ask the kernel to SIGKILL us when our parent exits.
+
+    This is what keeps ranks from outliving a harness that was itself
+    SIGKILLed (no atexit, no finally runs then). The check after the prctl
+    closes the race where the parent died before we asked.
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: fall back to the parent's cleanup
+        pass
+    if os.getppid() != expected_parent:
+        os._exit(70)
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    """Signal a whole process group; a group that is already gone is fine."""
+    try:
+        os.killpg(pgid, sig)
+    except OSError as exc:
+        if exc.errno not in (errno.ESRCH, errno.EPERM):
+            raise
+
+
+def describe_status(status: int) -> tuple[int | None, int | None]:
+    """Split a waitpid status into (exit code, signal number)."""
+    if os.WIFSIGNALED(status):
+        return None, os.WTERMSIG(status)
+    return os.waitstatus_to_exitcode(status), None

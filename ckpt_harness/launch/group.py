@@ -1,0 +1,341 @@
+"""Run one process group to completion, to a failure, or to its deadline.
+
+The harness side of the launcher. It asks the warm fork server for N ranks,
+watches them, and makes sure that whatever happens the call returns by the
+deadline (plus a few seconds to collect stacks) with no rank left alive.
+"""
+
+from __future__ import annotations
+
+import atexit
+import dataclasses
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from ckpt_harness.launch import _proc, _wire
+from ckpt_harness.launch.rank import STACK_SIGNAL
+
+MAX_WORLD_SIZE = 8
+#: How long the warm parent may take to import torch and a job's preloads.
+STARTUP_TIMEOUT = 180.0
+#: After a deadline: how long ranks get to print their stacks.
+STACK_GRACE = 2.0
+
+
+class LaunchError(RuntimeError):
+    """The group could not be started (bad preload, dead fork server)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupSpec:
+    world_size: int
+    #: "module:function" called in every rank as ``fn(RankInfo, payload)``.
+    entry: str
+    payload: Any
+    run_dir: Path
+    deadline: float
+    backend: str = "gloo"
+    nodes: int = 1
+    preload: Sequence[str] = ()
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.world_size <= MAX_WORLD_SIZE:
+            raise ValueError(
+                f"world size must be between 1 and {MAX_WORLD_SIZE}, got {self.world_size}"
+            )
+        if self.nodes < 1 or self.world_size % self.nodes:
+            raise ValueError(
+                f"{self.nodes} nodes cannot share {self.world_size} ranks evenly; "
+                "pick a node count that divides the world size"
+            )
+        if self.deadline <= 0:
+            raise ValueError(f"deadline must be positive, got {self.deadline}")
+
+
+@dataclasses.dataclass
+class RankOutcome:
+    rank: int
+    pid: int
+    log: Path
+    #: "ok": entry returned; "failed": entry raised; "crashed": the process
+    #: ended on its own (signal, exit); "hung": still running at the deadline.
+    status: str = "running"
+    exit_code: Optional[int] = None
+    signal: Optional[int] = None
+    #: Seconds from launch until the entry returned or raised.
+    finished_at: Optional[float] = None
+    #: All-threads Python stack taken at the deadline (every rank still alive).
+    stack: Optional[str] = None
+
+    def log_text(self) -> str:
+        try:
+            return self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 40) -> str:
+        return "\n".join(self.log_text().splitlines()[-lines:])
+
+    def describe(self) -> str:
+        if self.status == "crashed":
+            how = f"signal {signal.Signals(self.signal).name}" if self.signal else f"exit code {self.exit_code}"
+            return f"died ({how})"
+        return {"ok": "finished", "failed": "raised", "hung": "hung"}.get(self.status, self.status)
+
+
+@dataclasses.dataclass
+class GroupOutcome:
+    ranks: list[RankOutcome]
+    timed_out: bool
+    elapsed: float
+
+    @property
+    def ok(self) -> bool:
+        return all(r.status == "ok" for r in self.ranks)
+
+
+def run_group(spec: GroupSpec) -> GroupOutcome:
+    """Launch `spec`, wait for every rank to finish or the deadline, tear down."""
+    return _zygote().run(spec)
+
+
+class _ZygoteClient:
+    """One warm fork server per harness process (and per pytest-xdist worker)."""
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        self.lock = threading.Lock()
+        ours, theirs = socket.socketpair()
+        fd, self.log_path = tempfile.mkstemp(prefix="ckpt-harness-zygote-", suffix=".log")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ckpt_harness.launch.zygote", str(theirs.fileno()), str(os.getpid())],
+            pass_fds=[theirs.fileno()],
+            stdin=subprocess.DEVNULL,
+            stdout=fd,
+            stderr=fd,
+            start_new_session=True,  # terminal Ctrl-C reaches the harness only
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+        )
+        os.close(fd)
+        theirs.close()
+        self.sock = ours
+        ready = self._recv(time.monotonic() + STARTUP_TIMEOUT)
+        if ready is None or ready.get("op") != "ready":
+            self.close()
+            raise LaunchError(f"the warm fork server did not start:\n{self._log()}")
+
+    def run(self, spec: GroupSpec) -> GroupOutcome:
+        with self.lock:
+            return _GroupRun(self, spec).run()
+
+    def send(self, message: dict) -> None:
+        try:
+            _wire.send(self.sock, message)
+        except OSError as exc:
+            raise LaunchError(f"the warm fork server is gone ({exc}):\n{self._log()}") from None
+
+    def _recv(self, until: float) -> Optional[dict]:
+        """Next message, or None when `until` (monotonic) passes first."""
+        remaining = until - time.monotonic()
+        if remaining > 0 and select.select([self.sock], [], [], remaining)[0]:
+            try:
+                return _wire.recv(self.sock)
+            except EOFError:
+                raise LaunchError(f"the warm fork server died:\n{self._log()}") from None
+        return None
+
+    def _log(self) -> str:
+        try:
+            return Path(self.log_path).read_text(errors="replace")[-4000:]
+        except OSError:
+            return "(no log)"
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                _wire.send(self.sock, {"op": "shutdown"})
+                self.proc.wait(timeout=5)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.sock.close()
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+
+
+class _GroupRun:
+    def __init__(self, zygote: _ZygoteClient, spec: GroupSpec):
+        self.zygote = zygote
+        self.spec = spec
+        self.group = uuid.uuid4().hex
+        self.ranks: list[RankOutcome] = []
+        self.exited: set[int] = set()
+
+    def run(self) -> GroupOutcome:
+        spec = self.spec
+        run_dir = Path(spec.run_dir)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        store = run_dir / "store"
+        store.unlink(missing_ok=True)
+        self.zygote.send(self._spawn_request(run_dir, store))
+        spawned = self._next(time.monotonic() + STARTUP_TIMEOUT)
+        if spawned is None or spawned["op"] == "error":
+            detail = spawned["message"] if spawned else "no answer from the warm fork server"
+            raise LaunchError(f"could not start ranks: {detail}")
+        self.ranks = [
+            RankOutcome(rank=r, pid=pid, log=run_dir / f"rank{r}.log")
+            for r, pid in enumerate(spawned["pids"])
+        ]
+        start = time.monotonic()
+        timed_out = False
+        try:
+            timed_out = not self._watch(start, start + spec.deadline)
+            if timed_out:
+                self._collect_stacks()
+        finally:
+            self._teardown()
+        return GroupOutcome(self.ranks, timed_out, time.monotonic() - start)
+
+    def _spawn_request(self, run_dir: Path, store: Path) -> dict:
+        spec = self.spec
+        per_node = spec.world_size // spec.nodes
+        base_env = {**os.environ, **spec.env}
+        ranks = []
+        for r in range(spec.world_size):
+            env = {
+                **base_env,
+                "RANK": str(r),
+                "WORLD_SIZE": str(spec.world_size),
+                "LOCAL_RANK": str(r % per_node),
+                "LOCAL_WORLD_SIZE": str(per_node),
+                "GROUP_RANK": str(r // per_node),
+                "NODE_RANK": str(r // per_node),
+                "MASTER_ADDR": "127.0.0.1",
+            }
+            ranks.append(
+                {"rank": r, "local_rank": r % per_node, "node": r // per_node,
+                 "log": str(run_dir / f"rank{r}.log"), "env": env}
+            )
+        return {
+            "op": "spawn",
+            "group": self.group,
+            "ranks": ranks,
+            "world_size": spec.world_size,
+            "backend": spec.backend,
+            "store": str(store),
+            # A backstop only: the deadline fires first and takes the stacks.
+            "pg_timeout": spec.deadline + 30,
+            "entry": spec.entry,
+            "payload": spec.payload,
+            "run_dir": str(run_dir),
+            "sys_path": [p for p in sys.path if p],
+            "env": dict(spec.env),
+            "preload": [spec.entry.partition(":")[0], *spec.preload],
+        }
+
+    def _next(self, until: float) -> Optional[dict]:
+        """Next message of this group; stale ones from an interrupted group are dropped."""
+        while True:
+            message = self.zygote._recv(until)
+            if message is None or message.get("group") == self.group:
+                return message
+
+    def _watch(self, start: float, until: float) -> bool:
+        """Follow the ranks until each finished or died; False at the deadline."""
+        while any(r.status == "running" for r in self.ranks):
+            message = self._next(until)
+            if message is None:
+                return False
+            rank = self.ranks[message["rank"]]
+            if message["op"] == "done":
+                rank.status = "failed" if message["failed"] else "ok"
+                rank.finished_at = time.monotonic() - start
+            elif message["op"] == "exit":
+                self.exited.add(rank.rank)
+                rank.exit_code, rank.signal = message["code"], message["signal"]
+                if rank.status == "running":
+                    rank.status = "crashed"
+                    rank.finished_at = time.monotonic() - start
+        return True
+
+    def _collect_stacks(self) -> None:
+        """Every live rank's stack, the finished ones too: "rank 1 is parked
+        after the run" is half of the explanation of a hang.
+
+        faulthandler dumps every thread even while a rank sits in native code.
+        """
+        alive = [r for r in self.ranks if r.rank not in self.exited]
+        offsets = {}
+        for r in alive:
+            if r.status == "running":
+                r.status = "hung"
+            offsets[r.rank] = _size(r.log)
+            try:
+                os.kill(r.pid, STACK_SIGNAL)
+            except ProcessLookupError:
+                pass
+        until = time.monotonic() + STACK_GRACE
+        sizes = {r.rank: -1 for r in alive}
+        while time.monotonic() < until:
+            time.sleep(0.05)
+            now = {r.rank: _size(r.log) for r in alive}
+            if all(now[k] > offsets[k] and now[k] == sizes[k] for k in now):
+                break  # every stack written, none still growing
+            sizes = now
+        for r in alive:
+            with open(r.log, "rb") as f:
+                f.seek(offsets[r.rank])
+                r.stack = f.read().decode(errors="replace").strip() or "(no stack: the rank did not answer)"
+
+    def _teardown(self) -> None:
+        for r in self.ranks:
+            if r.rank not in self.exited:
+                _proc.kill_group(r.pid)
+        until = time.monotonic() + 10
+        while len(self.exited) < len(self.ranks):
+            message = self._next(until)
+            if message is None:
+                break
+            if message["op"] == "exit":
+                self.exited.add(message["rank"])
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+_client: Optional[_ZygoteClient] = None
+_client_lock = threading.Lock()
+
+
+def _zygote() -> _ZygoteClient:
+    global _client
+    with _client_lock:
+        if _client is None or _client.owner != os.getpid() or _client.proc.poll() is not None:
+            _client = _ZygoteClient()
+        return _client
+
+
+@atexit.register
+def shutdown() -> None:
+    """Stop the warm fork server; ranks die with it."""
+    global _client
+    if _client is not None and _client.owner == os.getpid():
+        _client.close()
+        _client = None

@@ -1,0 +1,132 @@
+"""The first moments of a rank: hygiene, logs, stacks on demand, the process group.
+
+Everything here runs in the forked child before the entry point (the job
+runner) gets control, and again after it returns: a rank reports "done" on
+its status pipe and then parks until the harness tears the group down. A
+rank that finished, or failed, keeps its sockets open the way a real
+process would while its peers still work, so a peer blocked in a collective
+stays blocked (as it would on NCCL) instead of being rescued by gloo's
+"connection reset".
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import importlib
+import os
+import signal
+import sys
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from ckpt_harness.launch import _proc
+
+#: The signal the harness sends for an all-threads stack dump.
+STACK_SIGNAL = signal.SIGUSR1
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    """What the launcher tells an entry point about its rank."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    node: int
+    backend: str
+    run_dir: str
+
+
+def become_rank(spec: dict, request: dict, status_fd: int, zygote_pid: int) -> None:
+    """Turn a freshly forked zygote child into rank `spec["rank"]`. Never returns."""
+    code = 0
+    try:
+        os.setpgid(0, 0)
+        _proc.die_with_parent(zygote_pid)
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+            signal.signal(sig, signal.SIG_DFL)
+        _redirect_output(spec["log"])
+        faulthandler.enable(file=sys.stderr, all_threads=True)
+        faulthandler.register(STACK_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+        os.environ.update(spec["env"])
+        global _status_fd
+        _status_fd = status_fd
+        park(failed=not _run(spec, request))
+    except BaseException:  # the launcher itself broke: say so in the log
+        traceback.print_exc()
+        code = 71
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
+_status_fd: int | None = None
+
+
+def park(failed: bool = False) -> None:
+    """Tell the harness this rank is finished, then wait to be torn down.
+
+    An entry point may call it mid-run to stop exactly there, as a
+    preemption would: the process stays put (sockets open, threads running)
+    until the harness kills the group. Never returns.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if _status_fd is None:
+        raise RuntimeError("park() is only meaningful inside a rank started by ckpt_harness.launch")
+    os.write(_status_fd, b"E" if failed else b"D")
+    while True:
+        signal.pause()
+
+
+def _run(spec: dict, request: dict) -> bool:
+    """Join the process group and call the entry point; False if it raised."""
+    import torch.distributed as dist
+
+    info = RankInfo(
+        rank=spec["rank"],
+        world_size=request["world_size"],
+        local_rank=spec["local_rank"],
+        node=spec["node"],
+        backend=request["backend"],
+        run_dir=request["run_dir"],
+    )
+    try:
+        entry = _resolve(request["entry"])
+        if info.backend == "nccl":
+            import torch
+
+            torch.cuda.set_device(info.local_rank)
+        dist.init_process_group(
+            backend=info.backend,
+            store=dist.FileStore(request["store"], info.world_size),
+            rank=info.rank,
+            world_size=info.world_size,
+            timeout=timedelta(seconds=request["pg_timeout"]),
+        )
+        entry(info, request["payload"])
+        return True
+    except BaseException:  # CheckpointException derives from BaseException
+        print(f"[ckpt_harness] rank {info.rank} failed:", file=sys.stderr)
+        traceback.print_exc()
+        return False
+    finally:
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+
+def _redirect_output(path: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+
+
+def _resolve(ref: str) -> Any:
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)

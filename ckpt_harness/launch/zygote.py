@@ -1,0 +1,169 @@
+"""The warm fork server ("zygote") that ranks are forked from.
+
+Importing torch costs 1-2 s per process; forking a process that already did
+costs tens of milliseconds. So one long-lived process per harness imports
+torch, torch.distributed.checkpoint and whatever a job asks to preload, and
+forks ranks on request. It never runs a tensor op itself: a parent whose
+OpenMP pool has started deadlocks every forked child in libgomp.
+
+It runs as ``python -m ckpt_harness.launch.zygote FD PARENT_PID`` and talks
+over the socket FD with `_wire` frames:
+
+- harness → zygote: ``{"op": "spawn", "group": id, "ranks": [...], ...}``,
+  ``{"op": "shutdown"}``;
+- zygote → harness: ``{"op": "spawned", "group", "pids"}``,
+  ``{"op": "error", "group", "message"}``, ``{"op": "done", "group", "rank",
+  "failed"}`` when a rank finished its entry and parked, ``{"op": "exit",
+  "group", "rank", "code", "signal"}`` when a rank process ended.
+
+Ranks are put in their own process group (so a kill reaches whatever they
+spawned) and die with the zygote, which dies with the harness.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import select
+import signal
+import socket
+import sys
+import traceback
+
+from ckpt_harness.launch import _proc, _wire
+
+#: Imported once here so no rank pays for them. torch._dynamo is pulled in by
+#: the first optimizer step of a fresh process (~0.7 s) otherwise.
+WARM_MODULES = (
+    "numpy",
+    "torch",
+    "torch.distributed",
+    "torch.distributed.checkpoint",
+    "torch.distributed.checkpoint.state_dict",
+    "torch.distributed.fsdp",
+    "torch.nn.parallel",
+    "torch.optim",
+    "torch._dynamo",
+    "ckpt_harness.launch.rank",
+)
+
+
+class Zygote:
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        # pidfd -> (group, rank, pid); status pipe fd -> (group, rank)
+        self.pidfds: dict[int, tuple[str, int, int]] = {}
+        self.status_fds: dict[int, tuple[str, int]] = {}
+
+    def serve(self) -> None:
+        while True:
+            readable, _, _ = select.select([self.sock, *self.pidfds, *self.status_fds], [], [])
+            for fd in readable:
+                if fd is self.sock:
+                    if not self._handle_request():
+                        return
+                elif fd in self.status_fds:
+                    self._handle_status(fd)
+                elif fd in self.pidfds:
+                    self._reap(fd)
+
+    def _handle_request(self) -> bool:
+        try:
+            message = _wire.recv(self.sock)
+        except EOFError:  # the harness is gone: take every rank with us
+            self._kill_all()
+            return False
+        if message["op"] == "shutdown":
+            self._kill_all()
+            return False
+        if message["op"] == "spawn":
+            self._spawn(message)
+        return True
+
+    def _spawn(self, request: dict) -> None:
+        group = request["group"]
+        try:
+            _prepare(request)
+        except BaseException:
+            _wire.send(self.sock, {"op": "error", "group": group, "message": traceback.format_exc()})
+            return
+        pids = []
+        sys.stdout.flush()
+        sys.stderr.flush()
+        for spec in request["ranks"]:
+            read_fd, write_fd = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # the rank; never returns
+                os.close(read_fd)
+                self._close_inherited()
+                from ckpt_harness.launch import rank
+
+                rank.become_rank(spec, request, write_fd, zygote_pid=os.getppid())
+            os.close(write_fd)
+            try:
+                os.setpgid(pid, pid)  # also done in the child; whoever runs first wins
+            except OSError:
+                pass
+            pidfd = os.pidfd_open(pid)
+            self.pidfds[pidfd] = (group, spec["rank"], pid)
+            self.status_fds[read_fd] = (group, spec["rank"])
+            pids.append(pid)
+        _wire.send(self.sock, {"op": "spawned", "group": group, "pids": pids})
+
+    def _handle_status(self, fd: int) -> None:
+        group, rank = self.status_fds[fd]
+        data = os.read(fd, 16)
+        if data:
+            failed = data.startswith(b"E")
+            _wire.send(self.sock, {"op": "done", "group": group, "rank": rank, "failed": failed})
+        else:
+            os.close(fd)
+            del self.status_fds[fd]
+
+    def _reap(self, pidfd: int) -> None:
+        group, rank, pid = self.pidfds.pop(pidfd)
+        os.close(pidfd)
+        _, status = os.waitpid(pid, 0)
+        code, sig = _proc.describe_status(status)
+        _wire.send(self.sock, {"op": "exit", "group": group, "rank": rank, "code": code, "signal": sig})
+
+    def _close_inherited(self) -> None:
+        """In a fresh rank: drop the zygote's descriptors so EOFs stay honest."""
+        self.sock.close()
+        for fd in [*self.pidfds, *self.status_fds]:
+            os.close(fd)
+
+    def _kill_all(self) -> None:
+        for _, _, pid in self.pidfds.values():
+            _proc.kill_group(pid)
+
+
+def _prepare(request: dict) -> None:
+    """Make the zygote ready for a group: its sys.path, env and preloads."""
+    for entry in reversed(request.get("sys_path", [])):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    os.environ.update(request.get("env", {}))
+    for module in request.get("preload", ()):
+        importlib.import_module(module)
+
+
+def main(argv: list[str]) -> None:
+    fd, parent = int(argv[0]), int(argv[1])
+    _proc.die_with_parent(parent)
+    # Ctrl-C is the harness's to handle; it tears the ranks down in order.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    sock = socket.socket(fileno=fd)
+    for module in WARM_MODULES:
+        importlib.import_module(module)
+    import torch
+
+    # Before any op could start OpenMP: forked ranks inherit one thread each,
+    # which is also what N ranks sharing two cores want.
+    torch.set_num_threads(1)
+    _wire.send(sock, {"op": "ready", "pid": os.getpid(), "torch": torch.__version__})
+    Zygote(sock).serve()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

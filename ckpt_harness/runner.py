@@ -1,0 +1,157 @@
+"""The rank side of a run: drive a Job and record what the oracle will judge.
+
+This is the launcher's entry point for job runs. It seeds the RNGs, drives
+`setup` → `load` → (`train_step`, `save`)* (or hands the loop to `run`),
+captures `state` right after `load` and after every save returns, and
+writes records to the rank's record file as it goes: a rank killed at any
+moment leaves every record up to that moment.
+
+A run may be told to stop right after save k returned on this rank: the
+rank then parks where it is and the harness tears the group down once every
+rank got there, the way a preemption ends a job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+import random
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Optional
+
+from ckpt_harness import state as state_mod
+from ckpt_harness.inject import probes
+from ckpt_harness.job import Job, RankContext
+from ckpt_harness.jobref import JobRef, load
+from ckpt_harness.launch import rank as launch_rank
+from ckpt_harness.launch.rank import RankInfo
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPlan:
+    """What one group run does; the payload the launcher hands each rank."""
+
+    job: JobRef
+    ckpt_dir: str
+    seed: int
+    total_steps: int
+    save_every: int
+    keep_last: Optional[int] = None
+    overwrite: bool = False
+    #: Park right after save k returned (a preemption); None runs to the end.
+    stop_after_save: Optional[int] = None
+
+
+def records_path(run_dir: Path | str, rank: int) -> Path:
+    return Path(run_dir) / f"rank{rank}.records"
+
+
+def trace_path(run_dir: Path | str, rank: int) -> Path:
+    return Path(run_dir) / f"rank{rank}.trace"
+
+
+def read_records(run_dir: Path | str, rank: int) -> list[dict]:
+    """Every complete record a rank wrote, in order."""
+    out = []
+    try:
+        with open(records_path(run_dir, rank), "rb") as f:
+            while True:
+                try:
+                    out.append(pickle.load(f))
+                except (EOFError, pickle.UnpicklingError):
+                    return out
+    except OSError:
+        return out
+
+
+class _Recorder:
+    def __init__(self, path: Path):
+        self.file = open(path, "ab", buffering=0)
+        self.start = time.monotonic()
+
+    def write(self, event: str, **fields: Any) -> None:
+        record = {"event": event, "t": time.monotonic() - self.start, **fields}
+        self.file.write(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def run_rank(info: RankInfo, plan: RunPlan) -> None:
+    """Launcher entry point: run `plan` as rank `info.rank`."""
+    probes.install(str(trace_path(info.run_dir, info.rank)), info.rank)
+    recorder = _Recorder(records_path(info.run_dir, info.rank))
+    try:
+        _drive(info, plan, recorder)
+    except BaseException as exc:
+        recorder.write(
+            "error",
+            phase=probes.current_phase(),
+            type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+            message=str(exc),
+            traceback=traceback.format_exc(),
+        )
+        raise
+
+
+def _drive(info: RankInfo, plan: RunPlan, recorder: _Recorder) -> None:
+    _seed_everything(plan.seed + info.rank)
+    ckpt_dir = Path(plan.ckpt_dir)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    job: Job = load(plan.job)()
+
+    def on_loaded(step: Optional[int]) -> None:
+        probes.set_phase("state after load")
+        recorder.write("loaded", step=step, state=state_mod.capture(job.state(ctx)))
+
+    def on_saved(step: int) -> None:
+        probes.set_phase(f"state after save {step}")
+        recorder.write("saved", step=step, state=state_mod.capture(job.state(ctx)))
+        if plan.stop_after_save == step:
+            recorder.write("stopped", step=step)
+            launch_rank.park()
+
+    ctx = RankContext(
+        rank=info.rank,
+        world_size=info.world_size,
+        local_rank=info.local_rank,
+        node=info.node,
+        seed=plan.seed,
+        ckpt_dir=ckpt_dir,
+        total_steps=plan.total_steps,
+        save_every=plan.save_every,
+        keep_last=plan.keep_last,
+        overwrite=plan.overwrite,
+        backend=info.backend,
+        _on_loaded=on_loaded,
+        _on_saved=on_saved,
+    )
+    if job.owns_loop():
+        probes.set_phase("run")
+        job.run(ctx)
+    else:
+        probes.set_phase("setup")
+        job.setup(ctx)
+        probes.set_phase("load")
+        start = job.load(ctx)
+        ctx.loaded(start)
+        for step in range((start or 0) + 1, plan.total_steps + 1):
+            probes.set_phase(f"train_step {step}")
+            job.train_step(ctx, step)
+            if ctx.should_save(step):
+                probes.set_phase(f"save {step}")
+                job.save(ctx, step)
+                ctx.saved(step)
+    probes.set_phase("final state")
+    recorder.write("final", state=state_mod.capture(job.state(ctx)))
+    probes.set_phase("teardown")
+    job.teardown(ctx)
+    recorder.write("finished")
+
+
+def _seed_everything(seed: int) -> None:
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
