@@ -8,6 +8,7 @@ such (UNKNOWN) instead of being blamed on the checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 from typing import Optional
@@ -25,14 +26,16 @@ def health(run: Run) -> Optional[tuple[str, str]]:
     ranks = run.ranks
     if all(r.outcome.status == "ok" for r in ranks):
         return None
-    hung = run.outcome.timed_out
-    head = "hang" if hung else "failure"
+    if run.outcome.stuck_after_failure:
+        head = "failure, and peers stuck after it"
+    else:
+        head = "hang" if run.outcome.timed_out else "failure"
     summary = f"{head}: " + "; ".join(f"rank {r.rank} {_rank_state(r)}" for r in ranks)
     details = []
     for r in ranks:
         o = r.outcome
         if o.stack is not None:
-            details.append(f"rank {r.rank} stack at the deadline ({_rank_state(r)}):\n{_job_frames(o.stack)}")
+            details.append(f"rank {r.rank} stack when the run was stopped ({_rank_state(r)}):\n{_job_frames(o.stack)}")
         if o.status in ("failed", "crashed"):
             error = r.error
             tb = error["traceback"] if error else ""
@@ -101,6 +104,16 @@ def judge_deterministic(case: str, golden: Run, stopped: Run, step: int) -> Opti
         case, "deterministic", Verdict.UNKNOWN,
         f"two identical runs differ at save {step}: {_first(problems)}; seed every source of randomness from ctx.seed",
         _list(problems),
+    )
+
+
+def undecided_if(nondeterminism: Optional[CaseResult], result: CaseResult) -> CaseResult:
+    """A comparison with an uninterrupted run means nothing if two
+    uninterrupted runs already differ: downgrade its failure to UNKNOWN."""
+    if nondeterminism is None or result.verdict is not Verdict.FAIL:
+        return result
+    return dataclasses.replace(
+        result, verdict=Verdict.UNKNOWN, summary=f"(job not deterministic) {result.summary}"
     )
 
 

@@ -20,7 +20,7 @@ from ckpt_harness import oracle
 from ckpt_harness.jobref import JobRef, load, resolve
 from ckpt_harness.launch import MAX_WORLD_SIZE, GroupSpec, run_group
 from ckpt_harness.records import Run
-from ckpt_harness.report import CaseResult, Report
+from ckpt_harness.report import CaseResult, Report, Verdict
 from ckpt_harness.runner import RunPlan
 
 #: Seconds one group run may take before it is declared hung.
@@ -137,7 +137,7 @@ class Verification:
         results = [
             oracle.judge_live("golden", golden, s.repro("golden")),
         ]
-        if results[0].verdict.value != "pass":
+        if results[0].verdict is not Verdict.PASS:
             return results  # nothing to compare against
         results.append(oracle.judge_fresh_start("golden", golden, s.repro("golden")))
         for case in cases:
@@ -151,28 +151,28 @@ class Verification:
         ckpt = self.root / case / "ckpt"
         stopped = self._launch("stopped run", ckpt, self.root / case / "stop", stop_after_save=step)
         live = oracle.judge_live(case, stopped, repro)
-        if live.verdict.value != "pass":
+        if live.verdict is not Verdict.PASS:
             return [live]
-        results = []
         unknown = oracle.judge_deterministic(case, golden, stopped, step)
-        if unknown is not None:
-            results.append(unknown)
+        results = [unknown] if unknown else []
         resumed = self._launch("resumed run", ckpt, self.root / case / "resume")
         live = oracle.judge_live(case, resumed, repro)
         results.append(live)
-        if live.verdict.value != "pass":
-            return results
-        results += [
-            oracle.judge_load_step(case, resumed, step, repro),
-            oracle.judge_same_state(
-                case, "state after load", stopped.states("saved", step), resumed.states("loaded"),
-                f"state after load vs. state saved at step {step}", repro,
-            ),
-            oracle.judge_same_state(
+        # A resume that loaded and then failed still tells what it loaded.
+        if resumed.states("loaded") is not None:
+            results += [
+                oracle.judge_load_step(case, resumed, step, repro),
+                oracle.judge_same_state(
+                    case, "state after load", stopped.states("saved", step), resumed.states("loaded"),
+                    f"state after load vs. state saved at step {step}", repro,
+                ),
+            ]
+        if live.verdict is Verdict.PASS:
+            final = oracle.judge_same_state(
                 case, "final state", golden.states("final"), resumed.states("final"),
                 "final state vs. uninterrupted run", repro,
-            ),
-        ]
+            )
+            results.append(oracle.undecided_if(unknown, final))
         return results
 
     def _launch(self, name: str, ckpt: Path, run_dir: Path, stop_after_save: Optional[int] = None) -> Run:

@@ -14,8 +14,14 @@ BUILTIN_JOBS: dict[str, str] = {
 }
 
 DESCRIPTIONS: dict[str, str] = {
-    "torch_save": "DDP MLP; rank 0 torch.save()s model/optimizer/scheduler, every rank its RNG and data position; `latest` pointer",
-    "dcp": "FSDP2 fully_shard MLP on a CPU mesh; torch.distributed.checkpoint save/load of sharded state plus per-rank extras; `latest` pointer",
+    "torch_save": (
+        "DDP MLP; rank 0 torch.save()s model/optimizer/scheduler, "
+        "every rank its RNG and data position; `latest` pointer"
+    ),
+    "dcp": (
+        "FSDP2 fully_shard MLP on a CPU mesh; torch.distributed.checkpoint "
+        "of sharded state plus per-rank extras; `latest` pointer"
+    ),
 }
 
 __all__ = ["BUILTIN_JOBS", "DESCRIPTIONS"]

@@ -49,7 +49,7 @@ def build_mlp(seed: int) -> nn.Sequential:
 def build_optimizer(params: Iterable[torch.nn.Parameter]):
     """AdamW plus warmup/decay, so that a resume which forgets the optimizer
     moments, the step count or the schedule position changes the numbers."""
-    optimizer = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.01)
+    optimizer = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.01, foreach=True)
 
     def warmup_then_decay(epoch: int) -> float:
         return min(1.0, (epoch + 1) / 3) * 0.9 ** max(0, epoch - 3)

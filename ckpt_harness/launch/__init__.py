@@ -6,6 +6,7 @@ from ckpt_harness.launch.group import (
     GroupSpec,
     LaunchError,
     RankOutcome,
+    prestart,
     run_group,
 )
 from ckpt_harness.launch.rank import RankInfo
@@ -17,5 +18,6 @@ __all__ = [
     "LaunchError",
     "RankInfo",
     "RankOutcome",
+    "prestart",
     "run_group",
 ]

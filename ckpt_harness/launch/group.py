@@ -48,6 +48,10 @@ class GroupSpec:
     nodes: int = 1
     preload: Sequence[str] = ()
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: Once a rank failed or died, how long its peers get to end too before
+    #: they are taken for stuck. A real job would hang until its collective
+    #: timeout; waiting out the whole deadline here teaches nothing more.
+    failure_grace: float = 5.0
 
     def __post_init__(self) -> None:
         if not 1 <= self.world_size <= MAX_WORLD_SIZE:
@@ -97,8 +101,11 @@ class RankOutcome:
 @dataclasses.dataclass
 class GroupOutcome:
     ranks: list[RankOutcome]
+    #: Ranks were still running when the watch ended: at the deadline, or
+    #: `failure_grace` after a peer failed (`stuck_after_failure`).
     timed_out: bool
     elapsed: float
+    stuck_after_failure: bool = False
 
     @property
     def ok(self) -> bool:
@@ -108,6 +115,11 @@ class GroupOutcome:
 def run_group(spec: GroupSpec) -> GroupOutcome:
     """Launch `spec`, wait for every rank to finish or the deadline, tear down."""
     return _zygote().run(spec)
+
+
+def prestart() -> None:
+    """Start the warm fork server now, so its torch import overlaps the caller's."""
+    _zygote()
 
 
 class _ZygoteClient:
@@ -130,14 +142,22 @@ class _ZygoteClient:
         os.close(fd)
         theirs.close()
         self.sock = ours
-        ready = self._recv(time.monotonic() + STARTUP_TIMEOUT)
-        if ready is None or ready.get("op") != "ready":
-            self.close()
-            raise LaunchError(f"the warm fork server did not start:\n{self._log()}")
+        self.ready = False
 
     def run(self, spec: GroupSpec) -> GroupOutcome:
         with self.lock:
+            self._await_ready()
             return _GroupRun(self, spec).run()
+
+    def _await_ready(self) -> None:
+        """The server imports torch while the caller does its own start-up."""
+        if self.ready:
+            return
+        message = self._recv(time.monotonic() + STARTUP_TIMEOUT)
+        if message is None or message.get("op") != "ready":
+            self.close()
+            raise LaunchError(f"the warm fork server did not start:\n{self._log()}")
+        self.ready = True
 
     def send(self, message: dict) -> None:
         try:
@@ -207,7 +227,8 @@ class _GroupRun:
                 self._collect_stacks()
         finally:
             self._teardown()
-        return GroupOutcome(self.ranks, timed_out, time.monotonic() - start)
+        stuck = timed_out and time.monotonic() - start < spec.deadline
+        return GroupOutcome(self.ranks, timed_out, time.monotonic() - start, stuck)
 
     def _spawn_request(self, run_dir: Path, store: Path) -> dict:
         spec = self.spec
@@ -254,11 +275,13 @@ class _GroupRun:
                 return message
 
     def _watch(self, start: float, until: float) -> bool:
-        """Follow the ranks until each finished or died; False at the deadline."""
+        """Follow the ranks until each finished or died; False at the deadline
+        or when peers of a failed rank outstay the failure grace."""
         while any(r.status == "running" for r in self.ranks):
             message = self._next(until)
             if message is None:
                 return False
+            failed_before = any(r.status in ("failed", "crashed") for r in self.ranks)
             rank = self.ranks[message["rank"]]
             if message["op"] == "done":
                 rank.status = "failed" if message["failed"] else "ok"
@@ -269,6 +292,8 @@ class _GroupRun:
                 if rank.status == "running":
                     rank.status = "crashed"
                     rank.finished_at = time.monotonic() - start
+            if not failed_before and rank.status in ("failed", "crashed"):
+                until = min(until, time.monotonic() + self.spec.failure_grace)
         return True
 
     def _collect_stacks(self) -> None:

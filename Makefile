@@ -1,0 +1,24 @@
+# Two entry points for a fresh machine: `make demo` and `make test`.
+# Each creates .venv with the CPU build of torch and the package installed.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test bench clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/ckpt-harness run --job dcp --world-size 2
+	$(VENV)/bin/ckpt-harness run --job torch_save --world-size 4
+
+test: $(STAMP)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -n 2 -p no:cacheprovider $(PYTEST_ARGS)
+	@$(PY) ci/no_orphans.py
+
+clean:
+	rm -rf $(VENV) *.egg-info

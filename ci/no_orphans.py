@@ -1,0 +1,34 @@
+"""Fail if any process of the harness outlived the test run.
+
+Ranks are forked from the warm fork server and keep its command line, so one
+pattern finds the server and every rank it ever forked.
+"""
+
+import os
+import sys
+import time
+
+PATTERN = b"ckpt_harness.launch.zygote"
+
+
+def survivors() -> list[str]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:
+            continue
+        if PATTERN in cmdline and int(pid) != os.getpid():
+            found.append(pid + ": " + cmdline.replace(b"\0", b" ").decode(errors="replace"))
+    return found
+
+
+if __name__ == "__main__":
+    deadline = time.monotonic() + 5  # ranks being reaped right now may need a moment
+    while (left := survivors()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if left:
+        print("ckpt_harness processes left running after the tests:", *left, sep="\n  ", file=sys.stderr)
+        sys.exit(1)
+    print("no ckpt_harness processes left running")

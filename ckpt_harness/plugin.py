@@ -1,0 +1,174 @@
+"""The pytest plugin, registered under the entry point name ``ckpt_harness``.
+
+- fixture ``ckpt``: ``ckpt.verify(job, ...)`` returns a report whose
+  ``assert_ok()`` fails the test with the verdict table;
+- marker ``@pytest.mark.ckpt(world_size=2, steps=8, save_every=2, timeout=60)``
+  sets the fixture's defaults; ``world_size`` may be a list, which
+  parametrizes the test;
+- options ``--ckpt-timeout``, ``--ckpt-world-sizes`` (parametrizes tests that
+  use ``ckpt`` and whose marker names no world size), ``--ckpt-job
+  module:Class`` (adds a verification item per world size for that job).
+
+Importing this module must stay cheap: pytest imports every plugin at start,
+for every run, including runs that never touch a checkpoint.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import pytest
+
+_WS_PARAM = "_ckpt_world_size"
+_MARKER_KEYS = {"world_size", "steps", "save_every", "timeout", "seed", "keep_last", "overwrite", "backend"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("ckpt_harness", "checkpoint verification (ckpt_harness)")
+    group.addoption(
+        "--ckpt-timeout", type=float, default=60.0, metavar="SECONDS",
+        help="deadline of each group run; a run past it is reported as a hang (default 60)",
+    )
+    group.addoption(
+        "--ckpt-world-sizes", default="2", metavar="N[,N...]",
+        help="world sizes to run tests using the ckpt fixture at, e.g. 1,2,4 (default 2)",
+    )
+    group.addoption(
+        "--ckpt-job", default=None, metavar="module:Class",
+        help="verify this Job (or a built-in job name) at every --ckpt-world-sizes",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "ckpt(world_size=2, steps=8, save_every=2, timeout=60, seed=0, keep_last=None, "
+        "overwrite=False, backend='gloo'): defaults for the ckpt fixture",
+    )
+    _world_sizes(config)  # a bad value fails now, with the option's name
+
+
+def _world_sizes(config: pytest.Config) -> list[int]:
+    from ckpt_harness.launch import MAX_WORLD_SIZE
+
+    raw = config.getoption("--ckpt-world-sizes")
+    try:
+        sizes = [int(x) for x in str(raw).split(",") if x.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or any(not 1 <= n <= MAX_WORLD_SIZE for n in sizes):
+        raise pytest.UsageError(
+            f"--ckpt-world-sizes={raw!r}: give comma-separated integers between 1 and {MAX_WORLD_SIZE}, e.g. 1,2,4"
+        )
+    return sizes
+
+
+def _marker_kwargs(node: Any) -> dict:
+    kwargs: dict = {}
+    for marker in reversed(list(node.iter_markers("ckpt"))):  # closest marker wins
+        unknown = set(marker.kwargs) - _MARKER_KEYS
+        if unknown or marker.args:
+            raise pytest.UsageError(
+                f"@pytest.mark.ckpt takes keyword arguments {sorted(_MARKER_KEYS)}; "
+                f"got {sorted(unknown) or list(marker.args)} on {node.nodeid if hasattr(node, 'nodeid') else node}"
+            )
+        kwargs.update(marker.kwargs)
+    return kwargs
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "ckpt" not in metafunc.fixturenames:
+        return
+    marked = _marker_kwargs(metafunc.definition).get("world_size")
+    if marked is None:
+        sizes = _world_sizes(metafunc.config)
+    else:
+        sizes = list(marked) if isinstance(marked, (list, tuple)) else [marked]
+    metafunc.parametrize(_WS_PARAM, sizes, ids=[f"ws{n}" for n in sizes], scope="function")
+
+
+@pytest.fixture
+def _ckpt_world_size() -> Optional[int]:
+    return None
+
+
+class CkptFixture:
+    """What the ``ckpt`` fixture gives a test; defaults come from marker and options."""
+
+    def __init__(self, defaults: dict, tmp_path: Path):
+        self.defaults = defaults
+        self.tmp_path = tmp_path
+        self._runs = 0
+
+    @property
+    def world_size(self) -> int:
+        return self.defaults["world_size"]
+
+    def verify(self, job: Union[str, type], **overrides: Any):
+        """Run `ckpt_harness.verify` with this test's defaults; returns the Report."""
+        from ckpt_harness.verify import BackendUnavailable, verify
+
+        kwargs = {**self.defaults, **overrides}
+        if "steps" in kwargs:
+            kwargs["total_steps"] = kwargs.pop("steps")
+        self._runs += 1
+        kwargs.setdefault("workdir", self.tmp_path / f"ckpt-{self._runs}")
+        try:
+            return verify(job, **kwargs)
+        except BackendUnavailable as exc:
+            pytest.skip(str(exc))
+
+
+@pytest.fixture
+def ckpt(request: pytest.FixtureRequest, tmp_path: Path, _ckpt_world_size: Optional[int]) -> CkptFixture:
+    defaults = {"timeout": request.config.getoption("--ckpt-timeout"), **_marker_kwargs(request.node)}
+    defaults["world_size"] = _ckpt_world_size or defaults.get("world_size") or 2
+    return CkptFixture(defaults, tmp_path)
+
+
+# -- --ckpt-job: verification items for a job named on the command line -------------
+class JobVerifyItem(pytest.Item):
+    """`ckpt_harness.verify` of the --ckpt-job job at one world size."""
+
+    def __init__(self, *, job: str, world_size: int, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.job = job
+        self.world_size = world_size
+
+    def runtest(self) -> None:
+        from ckpt_harness.verify import BackendUnavailable, verify
+
+        workdir = self.config._tmp_path_factory.mktemp(f"ckpt-job-ws{self.world_size}")  # type: ignore[attr-defined]
+        try:
+            report = verify(
+                self.job, world_size=self.world_size,
+                timeout=self.config.getoption("--ckpt-timeout"), workdir=workdir,
+            )
+        except BackendUnavailable as exc:
+            pytest.skip(str(exc))
+        report.assert_ok()
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, AssertionError):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self) -> tuple[str, Optional[int], str]:
+        return self.job, None, f"ckpt-job {self.job} verify ws{self.world_size}"
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    job = config.getoption("--ckpt-job")
+    if not job:
+        return
+    from ckpt_harness.jobref import JobError, resolve
+
+    try:
+        resolve(job)
+    except JobError as exc:
+        raise pytest.UsageError(f"--ckpt-job {job}: {exc}") from None
+    for n in _world_sizes(config):
+        items.append(
+            JobVerifyItem.from_parent(session, name=f"ckpt-job[{job}]::verify[ws{n}]", job=job, world_size=n)
+        )

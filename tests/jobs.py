@@ -1,0 +1,114 @@
+"""Planted-bug jobs the harness must flag, next to the built-ins it must pass.
+
+Each bug is one a real team shipped: the checkpoint looks fine, the resume
+runs, and the numbers quietly diverge (or the final save never returns).
+They subclass the built-in `torch_save` job so that exactly one thing differs
+from a checkpointer the harness passes.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.distributed as dist
+
+from ckpt_harness import Job, RankContext
+from ckpt_harness.jobs._common import capture_rng, commit, prepare_step_dir, read_latest, step_dir, torch_save_durable
+from ckpt_harness.jobs.torch_save import TorchSaveJob
+
+
+class _Forgetful(TorchSaveJob):
+    """Saves only the parts in `saves`; its load restores whatever it finds,
+    the `if os.path.exists(...)` style that turns a missing file into a
+    silent partial resume."""
+
+    saves = frozenset({"model", "optimizer", "scheduler", "rng"})
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        path = step_dir(ctx.ckpt_dir, step)
+        prepare_step_dir(ctx, path)
+        if ctx.rank == 0:
+            parts = {"model": self.model.module, "optimizer": self.optimizer, "scheduler": self.scheduler}
+            for name, obj in parts.items():
+                if name in self.saves:
+                    torch_save_durable(obj.state_dict(), path / f"{name}.pt")
+        extra = self._extra(ctx, step)
+        if "rng" not in self.saves:
+            del extra["rng"]
+        torch_save_durable(extra, path / f"rng_rank{ctx.rank}.pt")
+        commit(ctx, path, step)
+
+    def _load(self, ctx: RankContext) -> Optional[int]:
+        found = read_latest(ctx.ckpt_dir)
+        if found is None:
+            return None
+        step, path = found
+        parts = {"model": self.model.module, "optimizer": self.optimizer, "scheduler": self.scheduler}
+        for name, obj in parts.items():
+            if (path / f"{name}.pt").exists():
+                obj.load_state_dict(torch.load(path / f"{name}.pt", weights_only=True))
+        extra = torch.load(path / f"rng_rank{ctx.rank}.pt", weights_only=False)
+        extra.setdefault("rng", capture_rng())  # "no RNG saved: keep going with ours"
+        self._restore_extra(extra, step)
+        return step
+
+
+class NoOptimizerState(_Forgetful):
+    saves = _Forgetful.saves - {"optimizer"}
+
+
+class NoRngState(_Forgetful):
+    saves = _Forgetful.saves - {"rng"}
+
+
+class NoSchedulerState(_Forgetful):
+    saves = _Forgetful.saves - {"scheduler"}
+
+
+class WrongStep(TorchSaveJob):
+    """Reports the step before the one it restored (an off-by-one in a
+    `global_step` counter): the harness then repeats a step."""
+
+    def load(self, ctx: RankContext) -> Optional[int]:
+        step = super().load(ctx)
+        return None if step is None else step - 1
+
+
+class Rank0BarrierInFinalSave(TorchSaveJob):
+    """Only rank 0 enters a barrier while writing the final checkpoint: the
+    job trains to the end and then never finishes."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        super().save(ctx, step)
+        if ctx.rank == 0 and step == ctx.total_steps:
+            dist.barrier()
+
+
+class SetupFailsOnRank1(TorchSaveJob):
+    def setup(self, ctx: RankContext) -> None:
+        if ctx.rank == 1:
+            raise RuntimeError("dataset shard 1 is missing")
+        super().setup(ctx)
+
+
+class Unseeded(TorchSaveJob):
+    """Draws from an RNG the harness does not seed: two identical runs differ."""
+
+    def setup(self, ctx: RankContext) -> None:
+        super().setup(ctx)
+        import os
+
+        with torch.no_grad():
+            noise = int.from_bytes(os.urandom(4), "little") / 2**32
+            next(self.model.module.parameters()).add_(noise)
+
+
+class NotAJob:
+    def state(self, ctx):  # pragma: no cover - never runs
+        return {}
+
+
+class MissingMethods(Job):
+    def state(self, ctx: RankContext):  # pragma: no cover - never runs
+        return {}
