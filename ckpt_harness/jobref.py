@@ -63,6 +63,8 @@ def resolve(job: Union[str, type]) -> tuple[JobRef, type[Job]]:
         module, _, qualname = target.partition(":")
         ref = JobRef(module, qualname, spec=spec)
         cls = load(ref)
+        if job not in BUILTIN_JOBS:  # so the repro line can set PYTHONPATH
+            ref = dataclasses.replace(ref, file=getattr(sys.modules.get(module), "__file__", None))
     elif isinstance(job, type):
         cls = job
         if "<locals>" in cls.__qualname__:
@@ -98,12 +100,21 @@ def load(ref: JobRef) -> type:
         module = _load_file(ref)
     except Exception as exc:
         raise JobError(f"importing {ref.module!r} for job {ref.display} raised {exc!r}") from exc
+    if ref.file is not None and not _same_file(getattr(module, "__file__", None), ref.file):
+        module = _load_file(ref)  # another file answers to that module name
     target = module
     for part in ref.qualname.split("."):
         target = getattr(target, part, None)
         if target is None:
             raise JobError(f"module {ref.module!r} has no attribute {ref.qualname!r}")
     return target
+
+
+def _same_file(a: Optional[str], b: str) -> bool:
+    try:
+        return a is not None and Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
 
 
 def _load_file(ref: JobRef):

@@ -50,7 +50,11 @@ def become_rank(spec: dict, request: dict, status_fd: int, zygote_pid: int) -> N
         _redirect_output(spec["log"])
         faulthandler.enable(file=sys.stderr, all_threads=True)
         faulthandler.register(STACK_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+        os.environ.clear()
         os.environ.update(spec["env"])
+        # Exactly the harness's import path: the zygote's accumulates entries
+        # from every earlier request (old pytester directories among them).
+        sys.path[:] = request["sys_path"] + [p for p in sys.path if p not in request["sys_path"]]
         global _status_fd
         _status_fd = status_fd
         park(failed=not _run(spec, request))

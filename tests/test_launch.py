@@ -1,0 +1,148 @@
+"""The launcher: real gloo groups forked from the warm server, deadlines, stacks, teardown."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ckpt_harness.launch import GroupSpec, LaunchError, run_group
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def spec(tmp_path, entry, world_size=2, deadline=30.0, **kw):
+    return GroupSpec(world_size=world_size, entry=f"tests.entries:{entry}", payload=None,
+                     run_dir=tmp_path, deadline=deadline, **kw)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie is as good as gone
+        return f.read().split(") ")[1][0] != "Z"
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 4, 8])
+def test_group_runs_a_real_collective(tmp_path, world_size):
+    outcome = run_group(spec(tmp_path, "all_reduce", world_size))
+    assert outcome.ok and not outcome.timed_out
+    assert [r.status for r in outcome.ranks] == ["ok"] * world_size
+    assert {(tmp_path / f"sum{r}").read_text() for r in range(world_size)} == {str(world_size)}
+    assert not any(alive(r.pid) for r in outcome.ranks)
+
+
+def test_warm_launch_is_fast(tmp_path):
+    run_group(spec(tmp_path / "warm", "all_reduce"))  # the server is up
+    start = time.monotonic()
+    for i in range(5):
+        assert run_group(spec(tmp_path / str(i), "all_reduce")).ok
+    # ~40 ms per group here; a fresh interpreter per rank costs 1.5 s or more.
+    assert (time.monotonic() - start) / 5 < 1.0
+
+
+def test_hang_yields_every_rank_stack_within_the_deadline(tmp_path):
+    start = time.monotonic()
+    outcome = run_group(spec(tmp_path, "rank0_barrier", deadline=2.0))
+    elapsed = time.monotonic() - start
+    assert outcome.timed_out and not outcome.stuck_after_failure
+    assert elapsed < 2.0 + 4.0, elapsed
+    hung, finished = outcome.ranks
+    assert hung.status == "hung" and finished.status == "ok"
+    assert "in barrier" in hung.stack and "rank0_barrier" in hung.stack
+    assert "park" in finished.stack  # the finished rank's stack is shown too
+    assert not any(alive(r.pid) for r in outcome.ranks)
+
+
+def test_a_killed_rank_is_reported_as_crashed_and_its_peer_fails_fast(tmp_path):
+    outcome = run_group(spec(tmp_path, "rank1_sigkill", deadline=30.0))
+    peer, killed = outcome.ranks
+    assert killed.status == "crashed" and killed.signal == signal.SIGKILL
+    assert peer.status == "failed"  # gloo: "connection reset by peer"
+    assert outcome.elapsed < 10
+
+
+def test_a_raising_rank_fails_and_a_stuck_peer_is_cut_after_the_grace(tmp_path):
+    outcome = run_group(spec(tmp_path, "rank1_raises", deadline=60.0, failure_grace=1.0))
+    stuck, raised = outcome.ranks
+    assert raised.status == "failed" and "planted failure on rank 1" in raised.log_text()
+    # The raising rank stays alive like a real process would, so its peer
+    # stays blocked in the barrier instead of being rescued by a socket reset.
+    assert stuck.status == "hung" and outcome.stuck_after_failure
+    assert outcome.elapsed < 10
+
+
+def test_grandchildren_die_with_their_rank(tmp_path):
+    outcome = run_group(spec(tmp_path, "spawn_sleeper_and_hang", deadline=3.0))
+    assert outcome.timed_out
+    children = [int((tmp_path / f"child{r}").read_text()) for r in range(2)]
+    time.sleep(0.2)
+    assert not any(alive(pid) for pid in children)
+
+
+@pytest.mark.parametrize("world_size", [0, 9])
+def test_world_size_out_of_range_is_refused(tmp_path, world_size):
+    with pytest.raises(ValueError, match="world size must be between 1 and 8"):
+        spec(tmp_path, "all_reduce", world_size)
+
+
+def test_an_entry_that_does_not_import_is_a_launch_error(tmp_path):
+    bad = GroupSpec(world_size=2, entry="tests.no_such_module:fn", payload=None, run_dir=tmp_path, deadline=5)
+    with pytest.raises(LaunchError, match="no_such_module"):
+        run_group(bad)
+    assert run_group(spec(tmp_path / "after", "all_reduce")).ok  # the server survived
+
+
+HARNESS = textwrap.dedent(
+    """
+    import sys
+    from ckpt_harness.launch import GroupSpec, run_group
+    print("harness up", flush=True)
+    run_group(GroupSpec(world_size=2, entry="tests.entries:hang_forever", payload=None,
+                        run_dir=sys.argv[1], deadline=120))
+    """
+)
+
+
+@pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
+def test_no_rank_outlives_its_harness(tmp_path, how):
+    """SIGKILL runs no cleanup at all: the kernel's parent-death signal does it."""
+    harness = subprocess.Popen(
+        [sys.executable, "-c", HARNESS, str(tmp_path)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not all((tmp_path / f"started{r}").exists() for r in range(2)):
+            assert time.monotonic() < deadline, "ranks never started"
+            assert harness.poll() is None, "harness died early"
+            time.sleep(0.05)
+        ranks = [int((tmp_path / f"started{r}").read_text()) for r in range(2)]
+        server = next(p for p in _processes_mentioning(str(harness.pid)) if p not in ranks)
+        harness.send_signal(how)
+        harness.wait(timeout=15)
+        deadline = time.monotonic() + 5
+        while any(alive(p) for p in [*ranks, server]):
+            assert time.monotonic() < deadline, f"left running: {[p for p in [*ranks, server] if alive(p)]}"
+            time.sleep(0.05)
+    finally:
+        harness.kill()
+        harness.wait()
+
+
+def _processes_mentioning(word: str) -> list[int]:
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"ckpt_harness.launch.zygote" in cmdline and word.encode() in cmdline:
+            out.append(int(pid))
+    return out

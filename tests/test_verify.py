@@ -1,0 +1,119 @@
+"""Fault-free verification: correct checkpointers pass, planted bugs are named."""
+
+import pytest
+
+from ckpt_harness import Job, Verdict, verify
+from ckpt_harness.jobref import JobError
+
+
+@pytest.mark.ckpt(world_size=[1, 2, 4], steps=6, save_every=2)
+@pytest.mark.parametrize("job", ["torch_save", "dcp"])
+def test_builtin_jobs_resume_bitwise(ckpt, job):
+    report = ckpt.verify(job)
+    report.assert_ok()
+    checked = [(r.case, r.check) for r in report.results if r.check in ("state after load", "final state")]
+    assert checked == [(f"resume@{k}", c) for k in (2, 4, 6) for c in ("state after load", "final state")]
+
+
+@pytest.mark.parametrize(
+    "job, check, words",
+    [
+        ("NoOptimizerState", "state after load", "optim/"),
+        ("NoRngState", "state after load", "rng/"),
+        ("NoSchedulerState", "state after load", "scheduler/"),
+        ("WrongStep", "load step", "load() returned 1 on rank 0"),
+    ],
+)
+def test_planted_resume_bugs_are_flagged_by_name(ckpt, job, check, words):
+    report = ckpt.verify(f"tests.jobs:{job}", steps=4)
+    flagged = {r.check: r for r in report.failures() if r.case == "resume@2"}
+    assert check in flagged, report.explain()
+    assert words in flagged[check].summary
+    assert flagged[check].repro.startswith("PYTHONPATH=") and "--case resume@2" in flagged[check].repro
+    with pytest.raises(AssertionError, match=check):
+        report.assert_ok()
+
+
+def test_silent_partial_resume_also_breaks_the_final_state(ckpt):
+    report = ckpt.verify("tests.jobs:NoOptimizerState", steps=4)
+    final = [r for r in report.results if r.check == "final state"]
+    assert final and all(r.verdict is Verdict.FAIL for r in final)
+
+
+def test_rank0_only_barrier_in_final_save_is_reported_as_a_hang(ckpt):
+    report = ckpt.verify("tests.jobs:Rank0BarrierInFinalSave", world_size=2, steps=4, timeout=3)
+    (live,) = report.results
+    assert live.verdict is Verdict.FAIL
+    assert "hang" in live.summary
+    assert "rank 0 waiting in barrier" in live.summary and "in save()" in live.summary
+    assert "rank 1 finished" in live.summary
+    assert "rank 0 stack" in live.details and "rank 1 stack" in live.details
+    assert report.elapsed < 3 + 5  # deadline plus a few seconds
+
+
+def test_setup_failing_on_one_rank_names_the_rank_error_and_log(ckpt):
+    report = ckpt.verify("tests.jobs:SetupFailsOnRank1", world_size=2, steps=4, timeout=30)
+    (live,) = report.results
+    assert "rank 1 raised RuntimeError in setup: dataset shard 1 is missing" in live.summary
+    assert "rank1.log" in live.details
+    assert report.elapsed < 15  # the stuck peer is cut after the failure grace, not at 30 s
+
+
+def test_nondeterministic_job_is_unknown_not_blamed_on_the_checkpoint(ckpt):
+    report = ckpt.verify("tests.jobs:Unseeded", steps=2)
+    verdicts = {r.check: r.verdict for r in report.results if r.case == "resume@2"}
+    assert verdicts["deterministic"] is Verdict.UNKNOWN
+    assert verdicts["final state"] is Verdict.UNKNOWN
+
+
+class LocalJobHolder:
+    pass
+
+
+@pytest.mark.parametrize(
+    "job, message",
+    [
+        ("no_such_job", "unknown job 'no_such_job': use one of dcp, torch_save or module:Class"),
+        ("tests.no_such_module:Job", "cannot import 'tests.no_such_module'"),
+        ("tests.jobs:Missing", "has no attribute 'Missing'"),
+        ("tests.jobs:NotAJob", "is not a subclass of ckpt_harness.Job"),
+        ("tests.jobs:MissingMethods", "implement train_step(), save(), load()"),
+        (42, "expected a Job subclass"),
+    ],
+)
+def test_bad_jobs_get_an_error_that_says_what_to_do(job, message):
+    with pytest.raises(JobError) as info:
+        verify(job)
+    assert message in str(info.value)
+
+
+def test_a_job_class_defined_in_a_function_is_refused():
+    class Local(Job):
+        def run(self, ctx):
+            pass
+
+        def state(self, ctx):
+            return {}
+
+    with pytest.raises(JobError, match="define Job classes at module level"):
+        verify(Local)
+
+
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"world_size": 0}, "world size must be between 1 and 8, got 0"),
+        ({"world_size": 9}, "world size must be between 1 and 8, got 9"),
+        ({"total_steps": 4, "save_every": 5}, "save_every must be between 1 and steps (4)"),
+        ({"timeout": 0}, "timeout must be positive"),
+    ],
+)
+def test_bad_settings_are_refused_before_launch(kwargs, message):
+    with pytest.raises(ValueError) as info:
+        verify("torch_save", **kwargs)
+    assert message in str(info.value)
+
+
+def test_unknown_case_lists_the_valid_ones(tmp_path):
+    with pytest.raises(ValueError, match="choose from golden, resume@2, resume@4"):
+        verify("torch_save", total_steps=4, save_every=2, cases=["resume@3"], workdir=tmp_path)
