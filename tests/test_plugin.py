@@ -1,0 +1,133 @@
+"""The pytest plugin as users meet it: loaded by its entry point, in a fresh pytest run.
+
+Every run is a subprocess: in-process pytester runs drop the modules they
+imported afterwards, and torch does not survive being imported twice.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def importable(monkeypatch):
+    """The test jobs of this repo, importable from the pytester directory."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+
+
+def test_plugin_is_loaded_through_its_entry_point(pytester, importable):
+    pytester.makepyfile(
+        """
+        def test_loaded(request):
+            plugin = request.config.pluginmanager.get_plugin("ckpt_harness")
+            assert plugin is not None and plugin.__name__ == "ckpt_harness.plugin"
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)
+    help_text = pytester.runpytest_subprocess("--help").stdout.str()
+    for option in ("--ckpt-timeout", "--ckpt-world-sizes", "--ckpt-job"):
+        assert option in help_text
+
+
+def test_fixture_and_marker_verify_a_user_job(pytester, importable):
+    pytester.makepyfile(
+        test_user="""
+        import pytest
+        from ckpt_harness.jobs.torch_save import TorchSaveJob
+
+        class MyJob(TorchSaveJob):
+            '''A user's own job, defined in their test module.'''
+
+        @pytest.mark.ckpt(world_size=[1, 2], steps=4)
+        def test_my_job_resumes(ckpt):
+            assert ckpt.world_size in (1, 2)
+            ckpt.verify(MyJob).assert_ok()
+        """
+    )
+    result = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_my_job_resumes?ws1? PASSED*", "*test_my_job_resumes?ws2? PASSED*"])
+
+
+def test_a_failing_job_fails_the_test_with_the_verdict_table(pytester, importable):
+    pytester.makepyfile(
+        """
+        def test_forgets_rng(ckpt):
+            ckpt.verify("tests.jobs:NoRngState", steps=2).assert_ok()
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        ["*case*check*verdict*detail*", "*resume@2*state after load*FAIL*rng/*", "*repro: PYTHONPATH=*--case resume@2*"]
+    )
+
+
+def test_world_sizes_option_parametrizes_tests_without_a_marker(pytester, importable):
+    pytester.makepyfile(
+        """
+        def test_sizes(ckpt):
+            assert ckpt.world_size in (1, 3)
+        """
+    )
+    result = pytester.runpytest_subprocess("--ckpt-world-sizes=1,3", "-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*test_sizes?ws1?*", "*test_sizes?ws3?*"])
+
+
+def test_timeout_option_reaches_the_fixture(pytester, importable):
+    pytester.makepyfile(
+        """
+        def test_hang(ckpt):
+            report = ckpt.verify("tests.jobs:Rank0BarrierInFinalSave", steps=2)
+            assert "hang" in report.results[0].summary
+            assert report.elapsed < 2 + 5
+        """
+    )
+    pytester.runpytest_subprocess("--ckpt-timeout=2", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_ckpt_job_option_runs_verification_of_a_users_job(pytester, importable):
+    pytester.makepyfile("def test_nothing(): pass")
+    good = pytester.runpytest_subprocess("--ckpt-job=torch_save", "-v", "-p", "no:cacheprovider")
+    good.assert_outcomes(passed=2)
+    good.stdout.fnmatch_lines(["*ckpt-job?torch_save?::verify?ws2? PASSED*"])
+
+    bad = pytester.runpytest_subprocess("--ckpt-job=tests.jobs:NoOptimizerState", "-p", "no:cacheprovider")
+    bad.assert_outcomes(passed=1, failed=1)
+    bad.stdout.fnmatch_lines(["*state after load*FAIL*optim/*"])
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--ckpt-world-sizes=0,2"], "*--ckpt-world-sizes='0,2': give comma-separated integers between 1 and 8*"),
+        (["--ckpt-world-sizes=two"], "*--ckpt-world-sizes='two'*"),
+        (["--ckpt-job=tests.jobs:NotAJob"], "*--ckpt-job tests.jobs:NotAJob: *is not a subclass of ckpt_harness.Job*"),
+        (["--ckpt-job=nope"], "*unknown job 'nope'*"),
+    ],
+)
+def test_bad_options_are_usage_errors(pytester, importable, args, message):
+    pytester.makepyfile("def test_nothing(): pass")
+    result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_marker_with_unknown_arguments_is_a_usage_error(pytester, importable):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.ckpt(world_sise=2)
+        def test_typo(ckpt):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*@pytest.mark.ckpt takes keyword arguments*world_sise*"])
