@@ -169,3 +169,121 @@ def _list(problems: list[tuple[int, list]]) -> str:
         if len(differences) > MAX_LISTED:
             lines.append(f"  ... and {len(differences) - MAX_LISTED} more")
     return "\n".join(lines)
+
+
+# -- after a fault: what did the resume give, and which property does that break --
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What a resume produced, in the oracle's vocabulary."""
+
+    #: "S_k", "S_prev", "older", "refused", "fresh start", "mixed", "partial",
+    #: "garbage", "hang", "error on some ranks", "no load"
+    kind: str
+    step: Optional[int] = None
+    detail: str = ""
+
+    def __str__(self) -> str:
+        text = self.kind if self.step is None or self.kind in ("refused", "hang") else f"{self.kind} (step {self.step})"
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+def classify_resume(resumed: Run, saved: dict[int, dict[int, Record]], k: int, prev: Optional[int]) -> Outcome:
+    """Name what the resume loaded, comparing each rank's state after load
+    with every state the job ever saved (`saved`: step -> rank -> record)."""
+    loaded = resumed.states("loaded")
+    if loaded is None:
+        return _failure_outcome(resumed)
+    steps = resumed.loaded_steps()
+    claimed = steps.get(0)
+    if any(s != claimed for s in steps.values()):
+        return Outcome("mixed", None, f"ranks resumed from different steps: {steps}")
+    if claimed is None:
+        return Outcome("fresh start", None, "load() returned None although a checkpoint was saved")
+    origin: dict[str, set[int]] = {}
+    for rank, record in loaded.items():
+        for key, leaf in record.items():
+            origin[f"{rank}:{key}"] = {s for s, states in saved.items() if states.get(rank, {}).get(key) == leaf}
+    if all(claimed in sources for sources in origin.values()) and _same_keys(loaded, saved.get(claimed)):
+        kind = "S_k" if claimed == k else "S_prev" if claimed == prev else "older"
+        return Outcome(kind, claimed)
+    unmatched = sorted(key for key, sources in origin.items() if claimed not in sources)
+    other_steps = {s for key in unmatched for s in origin[key]}
+    if unmatched and all(origin[key] for key in unmatched) and other_steps:
+        return Outcome("mixed", claimed, f"{_keys(unmatched)} come from step(s) {sorted(other_steps)}")
+    if any(claimed in sources for sources in origin.values()):
+        return Outcome("partial", claimed, f"{_keys(unmatched)} not restored")
+    return Outcome("garbage", claimed, "the state after load matches no saved state")
+
+
+def _same_keys(loaded: dict[int, Record], expected: Optional[dict[int, Record]]) -> bool:
+    return expected is not None and all(loaded[r].keys() == expected.get(r, {}).keys() for r in loaded)
+
+
+def _keys(keys: list[str], limit: int = 3) -> str:
+    shown = ", ".join(f"rank {k.replace(':', ' ', 1)}" for k in keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def _failure_outcome(run: Run) -> Outcome:
+    o = run.outcome
+    if o.timed_out and not o.stuck_after_failure:
+        return Outcome("hang", None, health(run)[0] if health(run) else "")
+    errors = [r for r in run.ranks if r.outcome.status in ("failed", "crashed")]
+    if errors and len(errors) == len(run.ranks):
+        named = all(_names_a_file_or_rank(r) for r in errors)
+        first = errors[0].error
+        message = f"{first['type'].rpartition('.')[2]}: {first['message']}" if first else "died"
+        return Outcome("refused" if named else "refused without naming a file or rank", None, _one(message))
+    if errors:
+        return Outcome("error on some ranks", None, health(run)[0] if health(run) else "")
+    return Outcome("no load", None, "the job never reported its load")
+
+
+def _names_a_file_or_rank(r: RankRun) -> bool:
+    error = r.error
+    if error is None:
+        return False
+    text = f"{error['message']}\n{error['traceback'].strip().splitlines()[-1] if error['traceback'] else ''}"
+    return "rank" in text.lower() or "/" in text or "." in error["message"]
+
+
+def _one(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+#: property -> (fault kinds it judges, resume outcomes it accepts)
+PROPERTIES = {
+    "atomic": "a crash at any point of a save resumes the new checkpoint or the previous one",
+    "durable": "power loss after a save returned still resumes that save",
+    "preserving": "a failed save never destroys the previous checkpoint",
+    "live": "no hang; an error on one rank becomes an error on every rank",
+    "detecting": "a corrupt or missing file is refused or skipped, never loaded silently",
+    "faithful": "after an accepted resume the run ends bitwise equal to the uninterrupted run",
+    "skew-safe": "a delay alone never changes the result",
+}
+
+
+def property_for(kind: str) -> str:
+    if kind in ("crash", "crash-after", "crash-mid", "hang", "power-loss"):
+        return "atomic"
+    if kind in ("error", "eio", "enospc"):
+        return "preserving"
+    if kind == "delay":
+        return "skew-safe"
+    if kind == "power-loss-after":
+        return "durable"
+    return "detecting"  # torn writes and corruption
+
+
+def accepted(prop: str, outcome: Outcome, save_returned: bool, has_prev: bool) -> bool:
+    """Is this resume outcome allowed under `prop`? Without a previous
+    checkpoint, a fresh start is what "the previous one" means."""
+    previous = ("S_prev",) if has_prev else ("fresh start",)
+    if prop in ("durable", "skew-safe") or (save_returned and prop != "detecting"):
+        return outcome.kind == "S_k"
+    if prop in ("atomic", "preserving"):
+        return outcome.kind in ("S_k", *previous)
+    if prop == "detecting":
+        return outcome.kind in ("S_k", "refused", *previous)
+    raise ValueError(prop)

@@ -24,6 +24,12 @@ class CaseResult:
     #: Everything needed to understand a failure: diffs, stacks, log tails.
     details: str = ""
     repro: Optional[str] = None
+    #: Row of an exploration table (see `EXPLORE_COLUMNS`).
+    cells: tuple[str, ...] = ()
+
+
+#: Columns of an exploration's table, then property and verdict.
+EXPLORE_COLUMNS = ("rank", "#", "op", "target", "called from", "fault", "outcome")
 
 
 @dataclasses.dataclass
@@ -32,6 +38,9 @@ class Report:
     world_size: int
     results: list[CaseResult]
     elapsed: float = 0.0
+    #: "verify" or "explore": which table to print.
+    kind: str = "verify"
+    note: str = ""
 
     @property
     def ok(self) -> bool:
@@ -41,9 +50,17 @@ class Report:
         return [r for r in self.results if r.verdict is not Verdict.PASS]
 
     def table(self) -> str:
+        title = f"ckpt_harness {self.kind}: job {self.job}, world size {self.world_size}, {self.elapsed:.1f}s"
+        if self.note:
+            title += f" ({self.note})"
+        if self.kind == "explore" and all(r.cells for r in self.results):
+            header = (*EXPLORE_COLUMNS, "property", "verdict")
+            rows = [(*r.cells, r.check, r.verdict.value.upper()) for r in self.results]
+            counts = {v: sum(r.verdict is v for r in self.results) for v in Verdict}
+            tally = ", ".join(f"{n} {v.value}" for v, n in counts.items() if n)
+            return f"{title}\n{_format_table(header, rows, free_last=False)}\n{len(rows)} cases: {tally}"
         header = ("case", "check", "verdict", "detail")
         rows = [(r.case, r.check, r.verdict.value.upper(), r.summary) for r in self.results]
-        title = f"ckpt_harness: job {self.job}, world size {self.world_size}, {self.elapsed:.1f}s"
         return title + "\n" + _format_table(header, rows)
 
     def explain(self) -> str:
@@ -67,10 +84,11 @@ class Report:
         return self.table()
 
 
-def _format_table(header: tuple[str, ...], rows: Iterable[tuple[str, ...]]) -> str:
-    rows = [tuple(_one_line(c) for c in row) for row in rows]
+def _format_table(header: tuple[str, ...], rows: Iterable[tuple[str, ...]], free_last: bool = True) -> str:
+    rows = [tuple(_one_line(c, 160 if i == len(row) - 1 else 48) for i, c in enumerate(row)) for row in rows]
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
-    widths[-1] = len(header[-1])  # the last column runs free
+    if free_last:
+        widths[-1] = len(header[-1])  # the last column runs free
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     return "\n".join([line(header), line(tuple("-" * w for w in widths)), *(line(r) for r in rows)])
 

@@ -23,6 +23,7 @@ from typing import Any, Optional
 
 from ckpt_harness import state as state_mod
 from ckpt_harness.inject import probes
+from ckpt_harness.inject.faults import Fault
 from ckpt_harness.job import Job, RankContext
 from ckpt_harness.jobref import JobRef, load
 from ckpt_harness.launch import rank as launch_rank
@@ -42,6 +43,10 @@ class RunPlan:
     overwrite: bool = False
     #: Park right after save k returned (a preemption); None runs to the end.
     stop_after_save: Optional[int] = None
+    #: The fault armed in this run, if any.
+    fault: Optional[Fault] = None
+    #: Log every byte written under the checkpoint dir (for the power-loss model).
+    log_data: bool = False
 
 
 def records_path(run_dir: Path | str, rank: int) -> Path:
@@ -50,6 +55,10 @@ def records_path(run_dir: Path | str, rank: int) -> Path:
 
 def trace_path(run_dir: Path | str, rank: int) -> Path:
     return Path(run_dir) / f"rank{rank}.trace"
+
+
+def data_path(run_dir: Path | str, rank: int) -> Path:
+    return Path(run_dir) / f"rank{rank}.data"
 
 
 def read_records(run_dir: Path | str, rank: int) -> list[dict]:
@@ -78,7 +87,11 @@ class _Recorder:
 
 def run_rank(info: RankInfo, plan: RunPlan) -> None:
     """Launcher entry point: run `plan` as rank `info.rank`."""
-    probes.install(str(trace_path(info.run_dir, info.rank)), info.rank)
+    Path(plan.ckpt_dir).mkdir(parents=True, exist_ok=True)
+    probes.install(
+        str(trace_path(info.run_dir, info.rank)), info.rank, ckpt_dir=plan.ckpt_dir, fault=plan.fault,
+        data_log=str(data_path(info.run_dir, info.rank)) if plan.log_data else None,
+    )
     recorder = _Recorder(records_path(info.run_dir, info.rank))
     try:
         _drive(info, plan, recorder)
@@ -96,7 +109,6 @@ def run_rank(info: RankInfo, plan: RunPlan) -> None:
 def _drive(info: RankInfo, plan: RunPlan, recorder: _Recorder) -> None:
     _seed_everything(plan.seed + info.rank)
     ckpt_dir = Path(plan.ckpt_dir)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
     job: Job = load(plan.job)()
 
     def on_loaded(step: Optional[int]) -> None:
@@ -155,3 +167,4 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
+

@@ -62,16 +62,34 @@ class Settings:
     def save_steps(self) -> list[int]:
         return list(range(self.save_every, self.total_steps + 1, self.save_every))
 
-    def plan(self, ckpt_dir: Path, stop_after_save: Optional[int] = None) -> RunPlan:
+    def plan(self, ckpt_dir: Path, stop_after_save: Optional[int] = None, **extra: object) -> RunPlan:
         return RunPlan(
             job=self.job, ckpt_dir=str(ckpt_dir), seed=self.seed, total_steps=self.total_steps,
             save_every=self.save_every, keep_last=self.keep_last, overwrite=self.overwrite,
-            stop_after_save=stop_after_save,
+            stop_after_save=stop_after_save, **extra,  # type: ignore[arg-type]
         )
 
-    def repro(self, case: str) -> str:
+    def launch(self, name: str, plan: RunPlan, run_dir: Path, *, deadline: Optional[float] = None,
+               failure_grace: float = 5.0) -> Run:
+        """One group run of this job; its records, trace and outcome."""
+        cls = load(self.job)
+        spec = GroupSpec(
+            world_size=self.world_size,
+            entry="ckpt_harness.runner:run_rank",
+            payload=plan,
+            run_dir=run_dir,
+            deadline=deadline or self.timeout,
+            backend=self.backend,
+            nodes=self.nodes,
+            preload=tuple(cls.preload),
+            env=dict(cls.env),
+            failure_grace=failure_grace,
+        )
+        return Run.collect(name, run_dir, run_group(spec))
+
+    def repro(self, case: str, command: str = "run", extra: Sequence[str] = ()) -> str:
         args = [
-            "ckpt-harness", "run", "--job", self.job.display, "--world-size", str(self.world_size),
+            "ckpt-harness", command, "--job", self.job.display, "--world-size", str(self.world_size),
             "--steps", str(self.total_steps), "--save-every", str(self.save_every),
             "--seed", str(self.seed), "--timeout", f"{self.timeout:g}", "--case", case,
         ]
@@ -79,6 +97,7 @@ class Settings:
             args += ["--keep-last", str(self.keep_last)]
         if self.overwrite:
             args.append("--overwrite")
+        args += extra
         prefix = f"PYTHONPATH={shlex.quote(self.job.root)} " if self.job.root else ""
         return prefix + shlex.join(args)
 
@@ -176,20 +195,7 @@ class Verification:
         return results
 
     def _launch(self, name: str, ckpt: Path, run_dir: Path, stop_after_save: Optional[int] = None) -> Run:
-        s = self.settings
-        cls = load(s.job)
-        spec = GroupSpec(
-            world_size=s.world_size,
-            entry="ckpt_harness.runner:run_rank",
-            payload=s.plan(ckpt, stop_after_save),
-            run_dir=run_dir,
-            deadline=s.timeout,
-            backend=s.backend,
-            nodes=s.nodes,
-            preload=tuple(cls.preload),
-            env=dict(cls.env),
-        )
-        return Run.collect(name, run_dir, run_group(spec))
+        return self.settings.launch(name, self.settings.plan(ckpt, stop_after_save), run_dir)
 
 
 class BackendUnavailable(RuntimeError):

@@ -1,9 +1,10 @@
-"""Probes: wrap what a save is made of and record it as trace events.
+"""Probes: wrap what a save is made of, record it as trace events, fire faults.
 
-Installed in a rank before the job runs. Every collective of
-`torch.distributed` is recorded on entry and on exit, with its sequence
-number and the innermost caller outside torch and the harness, so that a hung
-rank can be described as "waiting in barrier #7 called from save()".
+Installed in a rank before the job runs. Two families share one tracer:
+collectives of `torch.distributed` (which split a save into epochs and give
+the happens-before edges between ranks) and file operations under the
+checkpoint directory (`files`). Every operation is a *point*: it is numbered
+within its phase, recorded before it runs, and may carry the armed fault.
 
 Events go straight to the rank's trace file with one `os.write` each, on an
 O_APPEND descriptor: they survive a SIGKILL of the rank a microsecond later,
@@ -17,7 +18,10 @@ import json
 import os
 import sys
 import threading
+import time
 from typing import Any, Callable, Optional
+
+from ckpt_harness.inject.faults import Fault, Injector, die
 
 #: Python-level collectives of torch.distributed. Nested calls (all_gather_object
 #: calls all_gather) are recorded once, as the outermost.
@@ -51,21 +55,23 @@ _HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Tracer:
-    """Appends events to one rank's trace file; one per rank process."""
+    """One per rank process: the trace file, the phase, the injector."""
 
-    def __init__(self, path: str, rank: int):
+    def __init__(self, path: str, rank: int, fault: Optional[Fault] = None):
         self.rank = rank
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.seq = 0
         self.collectives = 0
         self.phase = "start"
         self.local = threading.local()
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
+        self.injector = Injector(rank, fault, self.emit)
 
     def emit(self, kind: str, **fields: Any) -> int:
         with self.lock:
             self.seq += 1
-            event = {"seq": self.seq, "rank": self.rank, "kind": kind, "phase": self.phase, **fields}
+            event = {"seq": self.seq, "rank": self.rank, "kind": kind, "phase": self.phase,
+                     "t": time.monotonic(), **fields}
             os.write(self.fd, (json.dumps(event, default=str) + "\n").encode())
             return self.seq
 
@@ -73,16 +79,46 @@ class Tracer:
         self.phase = phase
         self.emit("phase")
 
+    # -- the shared shape of every probed operation ---------------------------
+    def nested(self) -> bool:
+        """True inside another probed operation (rmtree's unlinks, all_gather_object's all_gather)."""
+        return getattr(self.local, "depth", 0) > 0
+
+    def operation(self, op: str, what: str, run: Callable[[Optional[Fault]], Any], /, **fields: Any) -> Any:
+        """Number, record and run one operation, firing the fault armed at it.
+
+        `run` gets the fault when it must act mid-operation (crash-mid, torn).
+        """
+        with self.lock:
+            index = self.injector.point(self.phase)
+            fault = self.injector.armed(self.phase, index, op)
+        self.emit(op, point=index, **fields)
+        if fault is not None:
+            Injector.before(fault, op, what)
+        self.local.depth = getattr(self.local, "depth", 0) + 1
+        try:
+            result = run(fault)
+        finally:
+            self.local.depth -= 1
+        if fault is not None and fault.kind == "crash-after":
+            die()
+        return result
+
 
 _tracer: Optional[Tracer] = None
 
 
-def install(trace_path: str, rank: int) -> Tracer:
-    """Install every probe in this process; idempotent per process."""
+def install(trace_path: str, rank: int, *, ckpt_dir: Optional[str] = None,
+            fault: Optional[Fault] = None, data_log: Optional[str] = None) -> Tracer:
+    """Install every probe in this process; once per process."""
     global _tracer
     if _tracer is None:
-        _tracer = Tracer(trace_path, rank)
+        _tracer = Tracer(trace_path, rank, fault)
         _wrap_collectives(_tracer)
+        if ckpt_dir is not None:
+            from ckpt_harness.inject import files
+
+            files.install(_tracer, ckpt_dir, data_log)
     return _tracer
 
 
@@ -127,18 +163,15 @@ def _wrap_collectives(tracer: Tracer) -> None:
 def _collective_probe(tracer: Tracer, name: str, original: Callable) -> Callable:
     @functools.wraps(original)
     def probe(*args: Any, **kwargs: Any) -> Any:
-        local = tracer.local
-        if getattr(local, "depth", 0):
+        if tracer.nested():
             return original(*args, **kwargs)
         with tracer.lock:
             tracer.collectives += 1
             number = tracer.collectives
-        tracer.emit("collective", op=name, n=number, at="enter", caller=caller())
-        local.depth = 1
-        try:
-            result = original(*args, **kwargs)
-        finally:
-            local.depth = 0
+        result = tracer.operation(
+            "collective", name, lambda fault: original(*args, **kwargs),
+            op=name, n=number, at="enter", caller=caller(),
+        )
         tracer.emit("collective", op=name, n=number, at="exit")
         return result
 

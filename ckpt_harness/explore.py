@@ -1,0 +1,327 @@
+"""Systematic exploration: break one save at every point, judge every resume.
+
+The golden run's trace of save k lists its *points*: every collective and
+file operation of every rank. Each point × each applicable fault kind is one
+case: a fresh directory, a run that trains to save k with the fault armed
+(and stops there if the save returns), optionally the power-loss model
+applied to the directory, then a fresh group that resumes by the job's own
+logic and trains to the end. Corruption cases damage each file of the
+committed save k in turn instead, and "power-loss-after" tests that a save
+the job believed done survives a machine crash.
+
+Writes are sampled: of each run of consecutive writes to one file, the
+first, the middle and the last are points (torch.save alone issues hundreds
+of small writes per file, and a crash between two of them differs only in
+the length of the prefix left behind).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Iterable, Optional, Sequence, Union
+
+from ckpt_harness import oracle
+from ckpt_harness.inject import corrupt, durability
+from ckpt_harness.inject.faults import KINDS, OPS, Fault, applicable_kinds
+from ckpt_harness.inject.trace import read_events
+from ckpt_harness.jobref import resolve
+from ckpt_harness.records import Run
+from ckpt_harness.report import CaseResult, Report, Verdict
+from ckpt_harness.runner import data_path, trace_path
+from ckpt_harness.verify import DEFAULT_TIMEOUT, Settings
+
+#: What `explore` injects unless told otherwise. hang costs a deadline per
+#: case and delay a sleep; both are opt-in (`kinds=`).
+DEFAULT_KINDS = ("crash", "crash-mid", "torn", "error", "eio", "enospc", "power-loss")
+CORRUPTIONS = tuple(corrupt.CORRUPTIONS)
+#: How long peers of a failed rank get to fail too before the run counts as
+#: stuck; also the budget of the *live* property.
+PROPAGATION = 2.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    rank: int
+    phase: str
+    index: int
+    op: str
+    #: The file (relative to the checkpoint dir) or the collective's name.
+    target: str
+    caller: str = ""
+
+    def describe(self) -> str:
+        target = self.target + (f" from {self.caller}" if self.caller else "")
+        return f"rank {self.rank} #{self.index} {self.op} {target}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One exploration case; `name` is what `--case` takes to replay it."""
+
+    name: str
+    kind: str
+    point: Optional[Point] = None
+    fault: Optional[Fault] = None
+    #: For corruption cases: the file damaged (relative to the checkpoint dir).
+    path: Optional[str] = None
+
+
+def fault_points(events_by_rank: dict[int, list[dict]], phase: str) -> list[Point]:
+    """Every operation of `phase` on every rank, writes sampled per file run."""
+    points = []
+    for rank, events in sorted(events_by_rank.items()):
+        ops = [e for e in events if e["phase"] == phase and e["kind"] in OPS and "point" in e]
+        runs: list[list[dict]] = []
+        for e in ops:
+            if e["kind"] == "write" and runs and runs[-1][0]["kind"] == "write" and runs[-1][0]["fid"] == e["fid"]:
+                runs[-1].append(e)
+            else:
+                runs.append([e])
+        for run in runs:
+            chosen = run if run[0]["kind"] != "write" else sorted({id(x): x for x in (run[0], run[len(run) // 2], run[-1])}.values(), key=lambda x: x["point"])
+            for e in chosen:
+                target = e.get("op") or e.get("path") or f"{e.get('src')} -> {e.get('dst')}"
+                points.append(Point(rank, phase, e["point"], e["kind"], target, e.get("caller", "")))
+    return points
+
+
+def plan_cases(points: Iterable[Point], kinds: Sequence[str], committed: Sequence[str],
+               corruptions: Sequence[str], durable_after: bool) -> list[Case]:
+    cases = []
+    for p in points:
+        for kind in applicable_kinds(p.op, tuple(kinds)):
+            fault = Fault(kind, p.rank, p.phase, p.index)
+            cases.append(Case(fault.label, kind, p, fault))
+    if durable_after:
+        cases.append(Case("power-loss-after", "power-loss-after"))
+    for path in committed:
+        for kind in corruptions:
+            cases.append(Case(f"{kind}:{path}", kind, path=path))
+    return cases
+
+
+def explore(
+    job: Union[str, type],
+    *,
+    world_size: int = 2,
+    total_steps: int = 4,
+    save_every: int = 2,
+    save_step: Optional[int] = None,
+    kinds: Sequence[str] = DEFAULT_KINDS,
+    corruptions: Sequence[str] = CORRUPTIONS,
+    durability_mode: str = "strict",
+    seed: int = 0,
+    timeout: float = DEFAULT_TIMEOUT,
+    hang_timeout: float = 3.0,
+    workdir: Optional[Union[str, Path]] = None,
+    cases: Optional[Sequence[str]] = None,
+    progress=None,
+) -> Report:
+    """Break save `save_step` (default: the second save) at every point; judge each resume.
+
+    `cases` replays only the named cases (the names the report prints).
+    `progress(done, total, case)` is called after each case.
+    """
+    ref, _ = resolve(job)
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"unknown fault kind {', '.join(unknown)}: choose from {', '.join(KINDS)}")
+    bad = [c for c in corruptions if c not in corrupt.CORRUPTIONS]
+    if bad:
+        raise ValueError(f"unknown corruption {', '.join(bad)}: choose from {', '.join(corrupt.CORRUPTIONS)}")
+    if durability_mode not in ("strict", "ordered"):
+        raise ValueError(f"durability mode must be 'strict' or 'ordered', got {durability_mode!r}")
+    settings = Settings(ref, world_size=world_size, total_steps=total_steps, save_every=save_every,
+                        seed=seed, timeout=timeout)
+    steps = settings.save_steps
+    k = save_step if save_step is not None else steps[min(1, len(steps) - 1)]
+    if k not in steps:
+        raise ValueError(f"save step {k} is not a save step; choose from {', '.join(map(str, steps))}")
+    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-harness-explore-"))
+    return Exploration(settings, root, k, tuple(kinds), tuple(corruptions), durability_mode, hang_timeout).run(
+        cases, progress
+    )
+
+
+class Exploration:
+    def __init__(self, settings: Settings, root: Path, k: int, kinds: tuple[str, ...],
+                 corruptions: tuple[str, ...], mode: str, hang_timeout: float):
+        self.s = settings
+        self.root = root
+        self.k = k
+        steps = settings.save_steps
+        self.prev = steps[steps.index(k) - 1] if steps.index(k) > 0 else None
+        self.kinds = kinds
+        self.corruptions = corruptions
+        self.mode = mode
+        self.hang_timeout = hang_timeout
+
+    def repro(self, case: str) -> str:
+        extra = ["--save-step", str(self.k), "--durability", self.mode]
+        if self.kinds != DEFAULT_KINDS:
+            extra += ["--faults", ",".join(self.kinds)]
+        return self.s.repro(case, "explore", extra)
+
+    def run(self, only: Optional[Sequence[str]], progress) -> Report:
+        started = time.monotonic()
+        golden = self.s.launch("golden", self.s.plan(self.root / "golden" / "ckpt"), self.root / "golden" / "run")
+        live = oracle.judge_live("golden", golden, self.repro("golden"))
+        if live.verdict is not Verdict.PASS:
+            return self._report([live], started)
+        self.golden = golden
+        self.saved = {s: golden.states("saved", s) for s in golden.saved_steps()}
+        committed = self._committed_files()
+        events = {r.rank: r.events for r in golden.ranks}
+        cases = plan_cases(fault_points(events, f"save {self.k}"), self.kinds, committed,
+                           self.corruptions, durable_after="power-loss" in self.kinds)
+        if only:
+            names = {c.name for c in cases}
+            missing = [n for n in only if n not in names]
+            if missing:
+                raise ValueError(f"no case named {', '.join(missing)} in this exploration")
+            cases = [c for c in cases if c.name in only]
+        results = []
+        for i, case in enumerate(cases):
+            results.append(self._run_case(case, i))
+            if progress is not None:
+                progress(i + 1, len(cases), results[-1])
+        return self._report(results, started)
+
+    def _report(self, results: list[CaseResult], started: float) -> Report:
+        return Report(self.s.job.display, self.s.world_size, results, time.monotonic() - started,
+                      kind="explore", note=f"save {self.k} broken; durability model {self.mode}")
+
+    def _committed_files(self) -> list[str]:
+        """Files present right after save k returned (a stopped run, like a preemption)."""
+        self.committed_dir = self.root / "committed" / "ckpt"
+        run = self.s.launch("committed", self.s.plan(self.committed_dir, self.k), self.root / "committed" / "run")
+        if not run.outcome.ok:
+            return []
+        return corrupt.committed_files(self.committed_dir)
+
+    # -- one case ----------------------------------------------------------------
+    def _run_case(self, case: Case, i: int) -> CaseResult:
+        case_dir = self.root / f"case{i:04d}"
+        ckpt = case_dir / "ckpt"
+        save_returned = True
+        faulted: Optional[Run] = None
+        if case.path is not None:  # corruption of the committed save
+            shutil.copytree(self.committed_dir, ckpt)
+            detail = corrupt.CORRUPTIONS[case.kind](ckpt / case.path)
+        else:
+            faulted = self._faulted_run(case, ckpt, case_dir / "fault")
+            save_returned = faulted.saved_steps()[-1:] == [self.k]
+            detail = case.point.describe() if case.point else "power loss right after the save returned"
+        resumed = self.s.launch("resumed run", self.s.plan(ckpt), case_dir / "resume", failure_grace=PROPAGATION)
+        return self._judge(case, faulted, resumed, save_returned, detail)
+
+    def _faulted_run(self, case: Case, ckpt: Path, run_dir: Path) -> Run:
+        power = case.kind in ("power-loss", "power-loss-after")
+        plan = self.s.plan(ckpt, self.k, fault=case.fault, log_data=power)
+        deadline = self.hang_timeout if case.kind == "hang" else None
+        run = self.s.launch("faulted run", plan, run_dir, deadline=deadline, failure_grace=PROPAGATION)
+        if power:
+            events = [e for r in run.ranks for e in r.events]
+            if case.kind == "power-loss":
+                moment = min((e["t"] for e in events if e["kind"] == "fault"), default=None)
+                if moment is not None:
+                    events = durability.events_before(events, moment)
+            durability.apply_power_loss(ckpt, durability.Snapshot(), events, _data_reader(run_dir), self.mode)
+        return run
+
+    def _judge(self, case: Case, faulted: Optional[Run], resumed: Run, save_returned: bool, detail: str) -> CaseResult:
+        repro = self.repro(case.name)
+        prop = oracle.property_for(case.kind)
+        outcome = oracle.classify_resume(resumed, self.saved, self.k, self.prev)
+        summary = f"{detail} → {outcome}"
+        cells = self._cells(case, outcome)
+
+        def result(check: str, verdict: Verdict, why: str = "", details: str = "") -> CaseResult:
+            return CaseResult(case.name, check, verdict, f"{summary}{'; ' + why if why else ''}", details,
+                              repro if verdict is not Verdict.PASS else None, cells)
+
+        if faulted is not None and case.point is not None and not self._fired(faulted, case):
+            return result(prop, Verdict.UNKNOWN, "the fault never fired: the run took another path than the golden one")
+        if faulted is not None and case.kind in ("error", "eio", "enospc"):
+            stuck = faulted.outcome.stuck_after_failure or (
+                faulted.outcome.timed_out and any(r.outcome.status == "failed" for r in faulted.ranks)
+            )
+            if stuck:
+                summary_live = oracle.health(faulted)
+                return result("live", Verdict.FAIL, "the error did not reach every rank: "
+                              + (summary_live[0] if summary_live else ""), summary_live[1] if summary_live else "")
+        if case.kind == "delay" and faulted is not None and not faulted.outcome.ok:
+            problem = oracle.health(faulted)
+            return result("skew-safe", Verdict.FAIL, problem[0] if problem else "", problem[1] if problem else "")
+        if outcome.kind in ("hang", "error on some ranks"):
+            problem = oracle.health(resumed)
+            return result("live", Verdict.FAIL, "", problem[1] if problem else "")
+        if not oracle.accepted(prop, outcome, save_returned, self.prev is not None):
+            expected = "S_k" if save_returned or prop in ("durable", "skew-safe") else "S_k or S_prev"
+            return result(prop, Verdict.FAIL, f"expected {expected}" + (" (the save had returned)" if save_returned else ""))
+        if outcome.kind in ("S_k", "S_prev", "older", "fresh start"):
+            final = oracle.judge_same_state(case.name, "faithful", self.golden.states("final"),
+                                            resumed.states("final"), "final state vs. uninterrupted run", repro)
+            if final.verdict is not Verdict.PASS:
+                return result("faithful", Verdict.FAIL, final.summary, final.details)
+        return result(prop, Verdict.PASS)
+
+    def _fired(self, run: Run, case: Case) -> bool:
+        return any(e["kind"] == "fault" for r in run.ranks for e in r.events)
+
+    def _cells(self, case: Case, outcome: oracle.Outcome) -> tuple[str, ...]:
+        p = case.point
+        if p is None:
+            return ("*", "", "corrupt" if case.path else "-", case.path or "", "", case.kind, str(outcome.kind))
+        return (str(p.rank), str(p.index), p.op, p.target, p.caller, case.kind, str(outcome.kind))
+
+
+def _data_reader(run_dir: Path):
+    def read(rank: int, offset: int, length: int) -> bytes:
+        with open(data_path(run_dir, rank), "rb") as f:
+            f.seek(offset)
+            return f.read(length)
+
+    return read
+
+
+def trace_phases(run: Run, phase: str) -> str:
+    """`ckpt-harness trace`: one line per rank, the operations of `phase` in order."""
+    lines = []
+    for r in run.ranks:
+        parts = []
+        for e in r.events:
+            if e["phase"] != phase or e["kind"] not in OPS or "point" not in e:
+                continue
+            if e["kind"] == "collective":
+                parts.append(f"{e['op']}#{e['n']}")
+            elif e["kind"] == "write":
+                if parts and parts[-1].startswith(f"write {e['path']} "):
+                    size = int(parts[-1].rsplit("(", 1)[1].split()[0]) + e["n"]
+                    parts[-1] = f"write {e['path']} ({size} bytes)"
+                else:
+                    parts.append(f"write {e['path']} ({e['n']} bytes)")
+            elif e["kind"] == "rename":
+                parts.append(f"rename {e['src']} → {e['dst']}")
+            elif e["kind"] == "open":
+                continue  # the write that follows says which file
+            else:
+                parts.append(f"{e['kind']} {e.get('path', '')}".rstrip())
+        lines.append(f"rank {r.rank}: " + " → ".join(parts))
+    return "\n".join(lines)
+
+
+def trace(job: Union[str, type], *, world_size: int = 2, total_steps: int = 4, save_every: int = 2,
+          save_step: Optional[int] = None, seed: int = 0, timeout: float = DEFAULT_TIMEOUT,
+          workdir: Optional[Union[str, Path]] = None) -> tuple[Run, str]:
+    """Record a clean run and describe the phases of one save."""
+    ref, _ = resolve(job)
+    s = Settings(ref, world_size=world_size, total_steps=total_steps, save_every=save_every, seed=seed, timeout=timeout)
+    k = save_step if save_step is not None else s.save_steps[min(1, len(s.save_steps) - 1)]
+    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-harness-trace-"))
+    run = s.launch("trace", s.plan(root / "ckpt"), root / "run")
+    return run, f"save {k}"

@@ -1,0 +1,105 @@
+"""Corruption of a committed checkpoint: what disks, controllers and careless
+scripts do to files after a save returned.
+
+The property judged is *detecting*: a resume from a corrupted checkpoint must
+either still be bitwise right (the damage hit something unused) or refuse
+clearly; silent garbage is a finding. So every operator here is
+deterministic (a failing case must replay exactly) and always changes the
+file: an operator that would leave the bytes as they were (an empty file, a
+page that is already zero) raises `ValueError` instead, because a "corruption"
+that changed nothing would be reported as undetected when there was nothing
+to detect. Files are changed in place (same inode), as bit rot would.
+
+Each operator returns a short description for reports; it does not name the
+file, which the caller knows by its path relative to the checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import stat
+from pathlib import Path
+from typing import Callable
+
+PAGE = 4096
+
+
+def _size(path: Path, what: str) -> int:
+    size = os.path.getsize(path)
+    if size == 0:
+        raise ValueError(f"{what}: {path} is empty (0 bytes), there is nothing to corrupt")
+    return size
+
+
+def bit_flip(path: Path, seed: int = 0) -> str:
+    """Flip one bit: seed 0 flips the lowest bit of the middle byte, any other
+    seed picks the bit with `random.Random(seed)`."""
+    size = _size(path, "bit-flip")
+    if seed == 0:
+        byte, bit = size // 2, 0
+    else:
+        byte, bit = divmod(random.Random(seed).randrange(size * 8), 8)
+    with open(path, "r+b") as f:
+        f.seek(byte)
+        old = f.read(1)[0]
+        new = old ^ (1 << bit)
+        f.seek(byte)
+        f.write(bytes([new]))
+    return f"flipped bit {bit} of byte {byte} of {size} (0x{old:02x} -> 0x{new:02x})"
+
+
+def zero_page(path: Path, page: int = PAGE) -> str:
+    """Zero the `page`-byte page that holds the middle byte of the file,
+    clipped to the file's end."""
+    if page <= 0:
+        raise ValueError(f"zero-page: page size must be positive, got {page}")
+    size = _size(path, "zero-page")
+    start = (size // 2) // page * page
+    end = min(start + page, size)
+    with open(path, "r+b") as f:
+        f.seek(start)
+        if not any(f.read(end - start)):
+            raise ValueError(
+                f"zero-page: bytes {start}..{end} of {path} are already zero, zeroing them "
+                "changes nothing"
+            )
+        f.seek(start)
+        f.write(bytes(end - start))
+    return f"zeroed bytes {start}..{end} of {size} (page {start // page} of {page} bytes)"
+
+
+def truncate(path: Path) -> str:
+    """Cut the file to half its size (rounded down)."""
+    size = _size(path, "truncate")
+    os.truncate(path, size // 2)
+    return f"truncated from {size} to {size // 2} bytes"
+
+
+def delete(path: Path) -> str:
+    """Remove the file."""
+    size = os.path.getsize(path)
+    os.unlink(path)
+    return f"deleted ({size} bytes)"
+
+
+#: name -> operator(path) -> description; the names used on the command line.
+CORRUPTIONS: dict[str, Callable[[Path], str]] = {
+    "bit-flip": bit_flip,
+    "zero-page": zero_page,
+    "truncate": truncate,
+    "delete": delete,
+}
+
+
+def committed_files(ckpt_dir: Path) -> list[str]:
+    """Relative POSIX paths of the regular files under `ckpt_dir`, sorted
+    (symlinks are not followed and not listed)."""
+    root = Path(ckpt_dir)
+    found = []
+    for current, _dirs, files in os.walk(root):
+        for name in files:
+            full = Path(current) / name
+            if stat.S_ISREG(os.lstat(full).st_mode):
+                found.append(full.relative_to(root).as_posix())
+    return sorted(found)

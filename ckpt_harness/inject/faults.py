@@ -1,0 +1,118 @@
+"""Fault kinds, where each applies, and what arming one does inside a rank.
+
+A fault is armed at a *point*: the n-th operation (collective or file
+operation) that one rank performs during one phase ("save 4"). Points are
+counted per rank and phase, so they are stable from the traced clean run to
+the faulted one as long as the job is deterministic, whatever happened in
+the phases before.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import signal
+import time
+from typing import Optional
+
+#: Operations that are fault points, by trace event kind.
+FILE_OPS = ("open", "write", "fsync", "rename", "unlink", "mkdir", "rmdir", "rmtree")
+OPS = ("collective", *FILE_OPS)
+
+#: kind -> operations it applies to, and a line for `--help` and reports.
+KINDS: dict[str, tuple[tuple[str, ...], str]] = {
+    "crash": (OPS, "SIGKILL the rank just before the operation"),
+    "crash-after": (OPS, "SIGKILL the rank right after the operation"),
+    "crash-mid": (("write",), "SIGKILL the rank halfway through a write: a prefix stays on disk"),
+    "error": (OPS, "raise an exception from the operation"),
+    "eio": (("open", "write", "fsync", "rename"), "fail the operation with OSError(EIO)"),
+    "enospc": (("open", "write", "mkdir"), "fail the operation with OSError(ENOSPC)"),
+    "torn": (("write",), "only a prefix of the write lands, the call reports success"),
+    "hang": (OPS, "block forever before the operation"),
+    "delay": (OPS, "sleep before the operation (rank skew), then go on"),
+    "power-loss": (OPS, "the machine loses power before the operation: every rank stops and the "
+                        "checkpoint directory keeps only what was durable"),
+}
+DEFAULT_DELAY = 0.5
+
+
+class InjectedError(RuntimeError):
+    """The exception an `error` fault raises; its message names the point."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    kind: str
+    rank: int
+    phase: str
+    #: 0-based index of the operation within `phase` on `rank`.
+    index: int
+    seconds: float = DEFAULT_DELAY
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r}: choose from {', '.join(KINDS)}")
+
+    def applies_to(self, op: str) -> bool:
+        return op in KINDS[self.kind][0]
+
+    @property
+    def label(self) -> str:
+        return f"{self.kind}@r{self.rank}:{self.phase.replace(' ', '')}#{self.index}"
+
+
+def applicable_kinds(op: str, kinds: tuple[str, ...]) -> list[str]:
+    return [k for k in kinds if op in KINDS[k][0]]
+
+
+class Injector:
+    """Counts operations per phase in one rank and fires the armed fault."""
+
+    def __init__(self, rank: int, fault: Optional[Fault], emit):
+        self.rank = rank
+        self.fault = fault if fault is not None and fault.rank == rank else None
+        self.emit = emit
+        self.counts: dict[str, int] = {}
+        self.fired = False
+
+    def point(self, phase: str) -> int:
+        """Number the next operation of `phase`; call exactly once per operation."""
+        index = self.counts.get(phase, 0)
+        self.counts[phase] = index + 1
+        return index
+
+    def armed(self, phase: str, index: int, op: str) -> Optional[Fault]:
+        f = self.fault
+        if f is None or self.fired or f.phase != phase or f.index != index:
+            return None
+        if not f.applies_to(op):
+            raise ValueError(f"fault {f.kind} does not apply to {op} (point {f.label})")
+        self.fired = True
+        self.emit("fault", fault=f.kind, index=index)
+        return f
+
+    # -- what the faults do -------------------------------------------------
+    @staticmethod
+    def before(f: Fault, op: str, what: str) -> None:
+        """Act on `f` before the operation runs (kinds that need the op itself
+        — crash-after, crash-mid, torn — are handled by the probe)."""
+        if f.kind in ("crash", "power-loss"):
+            die()
+        elif f.kind == "error":
+            raise InjectedError(f"ckpt_harness injected an error into {op} {what}")
+        elif f.kind == "eio":
+            raise OSError(errno.EIO, f"ckpt_harness injected EIO into {op}", what)
+        elif f.kind == "enospc":
+            raise OSError(errno.ENOSPC, f"ckpt_harness injected ENOSPC into {op}", what)
+        elif f.kind == "hang":
+            while True:
+                time.sleep(3600)
+        elif f.kind == "delay":
+            time.sleep(f.seconds)
+
+
+def die() -> None:
+    """SIGKILL ourselves: no finally, no atexit, no flush, like a real crash."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)  # the signal is asynchronous; never run on

@@ -1,0 +1,411 @@
+"""Checkpointers written from scratch on the tiny DDP job: one correct
+reference and seven that each ship one classic bug.
+
+They share the model, data and training of the built-in jobs (`TinyJob`, DDP
+with the rank-ordered gradient mean) and the file set below; they differ only
+in how and in which order they write, publish, discover and read it. Every one
+of them resumes bitwise in a fault-free run, except `Rank0OnlyBarrier`, which
+hangs: the other bugs only show under the harness's faults (crash, power
+loss, corruption, an error on one rank). Each docstring names the property
+that must flag the class, and why.
+
+Files of one save, whatever the layout:
+
+    model.pt, optimizer.pt, scheduler.pt   rank 0: the replicated state
+    rank{r}.pt                              rank r: step, rank, world size, RNG states, data position
+
+Layout of `ReferenceCheckpointer` under `ctx.ckpt_dir`:
+
+    tmp.step_000006/        a save in progress (a crashed one is removed by the next save)
+    step_000004/            committed: renamed from tmp.step_000004 once complete and fsynced
+        manifest.json       rank 0: {"step", "world_size", "files": {name: {"size", "sha256"}}}
+        model.pt optimizer.pt scheduler.pt rank0.pt rank1.pt ...
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import warnings
+from io import BytesIO
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from ckpt_harness.job import RankContext
+from ckpt_harness.jobs._common import (
+    LATEST,
+    TinyJob,
+    atomic_write_text,
+    build_mlp,
+    check_extra,
+    fsync_dir,
+    read_latest,
+    step_dir,
+    unanimous,
+)
+from ckpt_harness.jobs.torch_save import TorchSaveJob, _rank_ordered_mean
+
+SHARED = ("model.pt", "optimizer.pt", "scheduler.pt")
+MANIFEST = "manifest.json"
+
+
+def rank_file(rank: int) -> str:
+    return f"rank{rank}.pt"
+
+
+def step_dirs(ckpt_dir: Path) -> list[tuple[int, Path]]:
+    """Committed checkpoints (`step_N` directories), oldest first; `tmp.*` never counts."""
+    found = []
+    for p in Path(ckpt_dir).iterdir():
+        prefix, _, digits = p.name.partition("_")
+        if prefix == "step" and digits.isdigit() and p.is_dir():
+            found.append((int(digits), p))
+    return sorted(found)
+
+
+def describe(file: Path) -> dict[str, Any]:
+    data = file.read_bytes()
+    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
+
+class CorruptCheckpoint(RuntimeError):
+    """A committed checkpoint whose files do not match its manifest; the message names the file."""
+
+
+class _Checkpointer(TinyJob):
+    """DDP replicas plus the pieces every checkpointer here is made of.
+
+    Subclasses write `save` from these pieces and implement `_discover`
+    (which checkpoint to resume from); `_prepare`, `_bytes` and `durable`
+    are the hooks the planted bugs turn.
+    """
+
+    preload = TorchSaveJob.preload
+    #: False: no fsync of any file or directory.
+    durable = True
+
+    def setup(self, ctx: RankContext) -> None:
+        model = DistributedDataParallel(build_mlp(ctx.seed))
+        model.register_comm_hook(None, _rank_ordered_mean)
+        self._build_common(ctx, model, model.parameters())
+
+    def _named_params(self) -> Iterable[tuple[str, torch.nn.Parameter]]:
+        return self.model.module.named_parameters()
+
+    def _targets(self) -> dict[str, Any]:
+        return {"model.pt": self.model.module, "optimizer.pt": self.optimizer, "scheduler.pt": self.scheduler}
+
+    # -- writing ----------------------------------------------------------------
+    def _make_dir(self, ctx: RankContext, path: Path) -> None:
+        """Rank 0 prepares `path` while every other rank waits on both sides."""
+        dist.barrier()
+        if ctx.rank == 0:
+            self._prepare(ctx, path)
+        dist.barrier()
+
+    def _prepare(self, ctx: RankContext, path: Path) -> None:
+        if path.exists():
+            shutil.rmtree(path)
+        path.mkdir(parents=True)
+        self._sync_dir(path.parent)
+
+    def _write_files(self, ctx: RankContext, path: Path, step: int) -> dict[str, dict]:
+        """Write this rank's files into `path`; return their sizes and checksums."""
+        parts = {rank_file(ctx.rank): self._extra(ctx, step)}
+        if ctx.rank == 0:
+            parts = {name: obj.state_dict() for name, obj in self._targets().items()} | parts
+        written = {}
+        for name, obj in parts.items():
+            with open(path / name, "wb") as f:
+                torch.save(obj, f)
+                self._sync_file(f)
+            written[name] = describe(path / name)
+        return written
+
+    def _sync_file(self, f: Any) -> None:
+        f.flush()
+        if self.durable:
+            os.fsync(f.fileno())
+
+    def _sync_dir(self, path: Path) -> None:
+        if self.durable:
+            fsync_dir(path)
+
+    def _rotate(self, ctx: RankContext, step: int) -> None:
+        """Rank 0, once `step` is published: keep it and the newest keep_last - 1 before it."""
+        if ctx.keep_last is None:
+            return
+        older = [p for s, p in step_dirs(ctx.ckpt_dir) if s < step]
+        for p in older[: max(0, len(older) - (ctx.keep_last - 1))]:
+            shutil.rmtree(p)
+        self._sync_dir(ctx.ckpt_dir)
+
+    # -- reading ----------------------------------------------------------------
+    def load(self, ctx: RankContext) -> Optional[int]:
+        return unanimous(ctx, lambda: self._load(ctx))
+
+    def _load(self, ctx: RankContext) -> Optional[int]:
+        """This rank's collective-free part of a resume."""
+        found = self._discover(ctx)
+        if found is None:
+            return None
+        step, path = found
+        parts = {}
+        for name in (*SHARED, rank_file(ctx.rank)):
+            data = self._bytes(ctx, path, name)
+            if data is not None:
+                # weights_only=False: the rank file holds numpy's RNG state (an ndarray)
+                parts[name] = torch.load(BytesIO(data), map_location="cpu", weights_only=False)
+        for name, target in self._targets().items():
+            if name in parts:
+                target.load_state_dict(parts[name])
+        self.step = step
+        extra = parts.get(rank_file(ctx.rank))
+        if extra is not None:
+            check_extra(extra, ctx, step, path / rank_file(ctx.rank))
+            self._restore_extra(extra, step)
+        return step
+
+    def _discover(self, ctx: RankContext) -> Optional[tuple[int, Path]]:
+        """(step, directory) to resume from, or None for a fresh start."""
+        raise NotImplementedError
+
+    def _bytes(self, ctx: RankContext, path: Path, name: str) -> Optional[bytes]:
+        """The content of file `name` of the checkpoint in `path` (None: skip it)."""
+        return (path / name).read_bytes()
+
+
+class ReferenceCheckpointer(_Checkpointer):
+    """The correct one: must pass every property, power loss in strict mode included.
+
+    Save: every rank writes and fsyncs its files in `tmp.step_N` (rank 0
+    creates it after a barrier and first removes stale `tmp.*` dirs of a
+    crashed save); the per-rank sizes and sha256 are all-gathered and rank 0
+    writes and fsyncs `manifest.json`, fsyncs the tmp dir, renames it to
+    `step_N` (the commit), fsyncs `ckpt_dir`, and only then rotates
+    (`keep_last`); a last barrier makes a returned save a committed one
+    everywhere. Load: every rank discovers on its own, unanimously checked:
+    the newest `step_N` whose manifest and every file verify (size, sha256);
+    older intact ones are the fallback (with a warning naming the bad file);
+    if committed checkpoints exist and none is intact, every rank raises
+    naming the bad files. Every file is verified again as it is read.
+    """
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        final = step_dir(ctx.ckpt_dir, step)
+        tmp = final.with_name(f"tmp.{final.name}")
+        self._make_dir(ctx, tmp)
+        gathered: list[Any] = [None] * ctx.world_size
+        dist.all_gather_object(gathered, self._write_files(ctx, tmp, step))
+        if ctx.rank == 0:
+            files = {name: entry for written in gathered for name, entry in written.items()}
+            self._commit(ctx, step, tmp, final, files)
+        dist.barrier()
+
+    def _prepare(self, ctx: RankContext, path: Path) -> None:
+        for stale in Path(ctx.ckpt_dir).glob("tmp.*"):
+            shutil.rmtree(stale)
+        super()._prepare(ctx, path)
+
+    def _commit(self, ctx: RankContext, step: int, tmp: Path, final: Path, files: dict) -> None:
+        with open(tmp / MANIFEST, "w") as f:
+            json.dump({"step": step, "world_size": ctx.world_size, "files": files}, f, indent=1, sort_keys=True)
+            self._sync_file(f)
+        self._sync_dir(tmp)
+        for s, abandoned in step_dirs(ctx.ckpt_dir):
+            if s >= step:  # only a checkpoint that load refused can be newer than a running save
+                shutil.rmtree(abandoned)
+        os.rename(tmp, final)
+        self._sync_dir(ctx.ckpt_dir)
+        self._rotate(ctx, step)
+
+    def _discover(self, ctx: RankContext) -> Optional[tuple[int, Path]]:
+        problems = []
+        for step, path in reversed(step_dirs(ctx.ckpt_dir)):
+            try:
+                self._verify(ctx, step, path)
+            except CorruptCheckpoint as e:
+                problems.append(str(e))
+                continue
+            if problems:
+                warnings.warn(f"resuming from {path.name}; newer checkpoints are damaged: {'; '.join(problems)}")
+            return step, path
+        if problems:
+            raise CorruptCheckpoint(f"no intact checkpoint in {ctx.ckpt_dir}: {'; '.join(problems)}")
+        return None
+
+    def _verify(self, ctx: RankContext, step: int, path: Path) -> None:
+        manifest = self._manifest(path)
+        if (manifest.get("step"), manifest.get("world_size")) != (step, ctx.world_size):
+            raise CorruptCheckpoint(
+                f"{path / MANIFEST}: for step {manifest.get('step')} at world size "
+                f"{manifest.get('world_size')}, expected step {step} at world size {ctx.world_size}"
+            )
+        expected = {*SHARED, *(rank_file(r) for r in range(ctx.world_size))}
+        if not expected <= manifest["files"].keys():
+            raise CorruptCheckpoint(f"{path / MANIFEST}: does not list {sorted(expected - manifest['files'].keys())}")
+        for name in sorted(expected):
+            self._bytes(ctx, path, name)
+
+    def _manifest(self, path: Path) -> dict:
+        file = path / MANIFEST
+        try:
+            manifest = json.loads(file.read_text())
+            files = manifest["files"]
+            if not all(isinstance(e["size"], int) and isinstance(e["sha256"], str) for e in files.values()):
+                raise ValueError("bad file entry")
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise CorruptCheckpoint(f"{file}: unreadable manifest ({type(e).__name__}: {e})") from None
+        return manifest
+
+    def _bytes(self, ctx: RankContext, path: Path, name: str) -> Optional[bytes]:
+        file = path / name
+        entry = self._manifest(path)["files"].get(name)
+        if entry is None:
+            raise CorruptCheckpoint(f"{file}: not listed in {MANIFEST}")
+        try:
+            data = file.read_bytes()
+        except FileNotFoundError:
+            raise CorruptCheckpoint(f"{file}: missing") from None
+        digest = hashlib.sha256(data).hexdigest()
+        if (len(data), digest) != (entry["size"], entry["sha256"]):
+            raise CorruptCheckpoint(
+                f"{file}: {len(data)} bytes, sha256 {digest[:12]}; "
+                f"manifest says {entry['size']} bytes, sha256 {entry['sha256'][:12]}"
+            )
+        return data
+
+
+class LatestBeforeShards(_Checkpointer):
+    """Publishes `latest` -> step_N before any shard of step_N is written.
+
+    Flagged as not **atomic**: a crash between the pointer and the last shard
+    leaves `latest` naming an incomplete checkpoint (files missing or torn),
+    so the resume fails although the previous checkpoint is intact on disk.
+    """
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        path = step_dir(ctx.ckpt_dir, step)
+        self._make_dir(ctx, path)
+        if ctx.rank == 0:
+            atomic_write_text(Path(ctx.ckpt_dir) / LATEST, path.name + "\n")  # the pointer first...
+        dist.barrier()
+        self._write_files(ctx, path, step)  # ...then the shards it vouches for
+        dist.barrier()
+        if ctx.rank == 0:
+            self._rotate(ctx, step)
+        dist.barrier()
+
+    def _discover(self, ctx: RankContext) -> Optional[tuple[int, Path]]:
+        return read_latest(ctx.ckpt_dir)
+
+
+class RenameWithoutFsync(ReferenceCheckpointer):
+    """The reference's tmp dir, manifest and rename, without a single fsync.
+
+    Flagged as not **durable**: only power loss reveals it. After a save
+    returned, a machine crash may lose the rename, the manifest or the file
+    data, and the resume comes back older (or fresh) or refuses a checkpoint
+    the job had reported as saved.
+    """
+
+    durable = False
+
+
+class InPlaceOverwrite(_Checkpointer):
+    """Rewrites one fixed directory `current/` in place, then `meta.json` with the step.
+
+    Flagged as not **atomic** (and not preserving): a crash in the middle of
+    save k leaves shards of save k next to shards of save k-1 under the old
+    meta, and the resume loads that mix without complaint.
+    """
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        path = Path(ctx.ckpt_dir) / "current"
+        self._make_dir(ctx, path)
+        self._write_files(ctx, path, step)  # over the previous save's files, one by one
+        dist.barrier()
+        if ctx.rank == 0:
+            atomic_write_text(path / "meta.json", json.dumps({"step": step}))
+        dist.barrier()
+
+    def _prepare(self, ctx: RankContext, path: Path) -> None:
+        path.mkdir(parents=True, exist_ok=True)
+        self._sync_dir(path.parent)
+
+    def _discover(self, ctx: RankContext) -> Optional[tuple[int, Path]]:
+        meta = Path(ctx.ckpt_dir) / "current" / "meta.json"
+        if not meta.exists():
+            return None
+        return int(json.loads(meta.read_text())["step"]), meta.parent
+
+
+class DeletesPreviousFirst(ReferenceCheckpointer):
+    """The reference, except that it makes room first: every `step_N` is
+    removed before the new checkpoint is written and committed.
+
+    Flagged as not **preserving**: a save that fails (crash, ENOSPC, an error
+    on one rank) leaves no checkpoint at all, and the resume silently starts
+    training from scratch.
+    """
+
+    def _prepare(self, ctx: RankContext, path: Path) -> None:
+        super()._prepare(ctx, path)
+        for _, previous in step_dirs(ctx.ckpt_dir):
+            shutil.rmtree(previous)
+
+
+class SkipsMissingFile(ReferenceCheckpointer):
+    """The reference, except that a file missing from a committed checkpoint
+    counts as "optional": discovery accepts the checkpoint and load keeps the
+    live value of whatever part (optimizer, RNG, data position) it lacks.
+
+    Flagged as not **detecting** (a deleted file is not refused) and not
+    **faithful** (the silent partial resume differs in optim/ or rng/ keys).
+    """
+
+    def _bytes(self, ctx: RankContext, path: Path, name: str) -> Optional[bytes]:
+        if not (path / name).exists():
+            return None
+        return super()._bytes(ctx, path, name)
+
+
+class Rank0OnlyBarrier(ReferenceCheckpointer):
+    """The reference, with one extra `dist.barrier()` that only rank 0 enters
+    in every save (after its files, while the others go on to all-gather).
+
+    Flagged as not **live**: with two ranks or more the first save never
+    returns (rank 0 waits in barrier, its peers in all_gather_object).
+    """
+
+    def _write_files(self, ctx: RankContext, path: Path, step: int) -> dict[str, dict]:
+        written = super()._write_files(ctx, path, step)
+        if ctx.rank == 0:
+            dist.barrier()
+        return written
+
+
+class LoadErrorBlocksPeers(ReferenceCheckpointer):
+    """Trusts the newest `step_N` and lets each rank verify only the files it
+    reads; a rank that finds one missing or corrupt raises, while its peers
+    wait in the "all loaded" barrier for it forever.
+
+    Flagged as not **live** (a failure on one rank must fail all) and not
+    **detecting** (the refusal is not raised on every rank): a damaged rank
+    file of rank r turns into a hang instead of a clear error.
+    """
+
+    def load(self, ctx: RankContext) -> Optional[int]:
+        step = self._load(ctx)
+        dist.barrier()
+        return step
+
+    def _discover(self, ctx: RankContext) -> Optional[tuple[int, Path]]:
+        committed = step_dirs(ctx.ckpt_dir)
+        return committed[-1] if committed else None
