@@ -17,7 +17,9 @@ the length of the prefix left behind).
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
+import threading
 import shutil
 import tempfile
 import time
@@ -40,7 +42,7 @@ DEFAULT_KINDS = ("crash", "crash-mid", "torn", "error", "eio", "enospc", "power-
 CORRUPTIONS = tuple(corrupt.CORRUPTIONS)
 #: How long peers of a failed rank get to fail too before the run counts as
 #: stuck; also the budget of the *live* property.
-PROPAGATION = 2.0
+PROPAGATION = 1.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,13 +121,17 @@ def explore(
     hang_timeout: float = 3.0,
     workdir: Optional[Union[str, Path]] = None,
     cases: Optional[Sequence[str]] = None,
+    parallel: int = 2,
     progress=None,
 ) -> Report:
     """Break save `save_step` (default: the second save) at every point; judge each resume.
 
     `cases` replays only the named cases (the names the report prints).
+    `parallel` cases run at once, each group forked from its own warm server.
     `progress(done, total, case)` is called after each case.
     """
+    if parallel < 1:
+        raise ValueError(f"parallel must be at least 1, got {parallel}")
     ref, _ = resolve(job)
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
@@ -142,14 +148,13 @@ def explore(
     if k not in steps:
         raise ValueError(f"save step {k} is not a save step; choose from {', '.join(map(str, steps))}")
     root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-harness-explore-"))
-    return Exploration(settings, root, k, tuple(kinds), tuple(corruptions), durability_mode, hang_timeout).run(
-        cases, progress
-    )
+    return Exploration(settings, root, k, tuple(kinds), tuple(corruptions), durability_mode, hang_timeout,
+                       parallel).run(cases, progress)
 
 
 class Exploration:
     def __init__(self, settings: Settings, root: Path, k: int, kinds: tuple[str, ...],
-                 corruptions: tuple[str, ...], mode: str, hang_timeout: float):
+                 corruptions: tuple[str, ...], mode: str, hang_timeout: float, parallel: int = 1):
         self.s = settings
         self.root = root
         self.k = k
@@ -159,6 +164,7 @@ class Exploration:
         self.corruptions = corruptions
         self.mode = mode
         self.hang_timeout = hang_timeout
+        self.parallel = parallel
 
     def repro(self, case: str) -> str:
         extra = ["--save-step", str(self.k), "--durability", self.mode]
@@ -184,12 +190,22 @@ class Exploration:
             if missing:
                 raise ValueError(f"no case named {', '.join(missing)} in this exploration")
             cases = [c for c in cases if c.name in only]
-        results = []
-        for i, case in enumerate(cases):
-            results.append(self._run_case(case, i))
-            if progress is not None:
-                progress(i + 1, len(cases), results[-1])
-        return self._report(results, started)
+        results: list[Optional[CaseResult]] = [None] * len(cases)
+        done = 0
+        lock = threading.Lock()
+
+        def one(i: int) -> None:
+            nonlocal done
+            results[i] = self._run_case(cases[i], i)
+            with lock:
+                done += 1
+                if progress is not None:
+                    progress(done, len(cases), results[i])
+
+        with concurrent.futures.ThreadPoolExecutor(self.parallel) as pool:
+            for future in [pool.submit(one, i) for i in range(len(cases))]:
+                future.result()
+        return self._report([r for r in results if r is not None], started)
 
     def _report(self, results: list[CaseResult], started: float) -> Report:
         return Report(self.s.job.display, self.s.world_size, results, time.monotonic() - started,
@@ -201,7 +217,8 @@ class Exploration:
         run = self.s.launch("committed", self.s.plan(self.committed_dir, self.k), self.root / "committed" / "run")
         if not run.outcome.ok:
             return []
-        return corrupt.committed_files(self.committed_dir)
+        written = _written_in(run, f"save {self.k}")
+        return [f for f in corrupt.committed_files(self.committed_dir) if _covered(f, written)]
 
     # -- one case ----------------------------------------------------------------
     def _run_case(self, case: Case, i: int) -> CaseResult:
@@ -264,6 +281,9 @@ class Exploration:
             expected = "S_k" if save_returned or prop in ("durable", "skew-safe") else "S_k or S_prev"
             return result(prop, Verdict.FAIL, f"expected {expected}" + (" (the save had returned)" if save_returned else ""))
         if outcome.kind in ("S_k", "S_prev", "older", "fresh start"):
+            problem = oracle.health(resumed)
+            if problem is not None:
+                return result("faithful", Verdict.FAIL, f"the resumed run did not finish: {problem[0]}", problem[1])
             final = oracle.judge_same_state(case.name, "faithful", self.golden.states("final"),
                                             resumed.states("final"), "final state vs. uninterrupted run", repro)
             if final.verdict is not Verdict.PASS:
@@ -278,6 +298,20 @@ class Exploration:
         if p is None:
             return ("*", "", "corrupt" if case.path else "-", case.path or "", "", case.kind, str(outcome.kind))
         return (str(p.rank), str(p.index), p.op, p.target, p.caller, case.kind, str(outcome.kind))
+
+
+def _written_in(run: Run, phase: str) -> set[str]:
+    """Paths a phase created or renamed into place (files or directories)."""
+    out = set()
+    for r in run.ranks:
+        for e in r.events:
+            if e["phase"] == phase and e["kind"] in ("open", "rename", "mkdir"):
+                out.add(e["dst"] if e["kind"] == "rename" else e["path"])
+    return {p for p in out if p}
+
+
+def _covered(path: str, written: set[str]) -> bool:
+    return any(path == w or path.startswith(w.rstrip("/") + "/") for w in written)
 
 
 def _data_reader(run_dir: Path):

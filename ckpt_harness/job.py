@@ -83,6 +83,12 @@ class Job:
     preload: ClassVar[tuple[str, ...]] = ()
     #: Environment set in the warm parent before `preload` and in every rank.
     env: ClassVar[Mapping[str, str]] = {}
+    #: Run `setup` and one `train_step` once per rank, on torch's fake
+    #: process group, in a template process that ranks are then forked from:
+    #: first-call costs (FSDP2's first optimizer step spends ~0.25 s in DTensor
+    #: sharding propagation) are paid once instead of in every run. Only for
+    #: jobs whose `setup` starts no thread or process and writes nothing.
+    warm_start: ClassVar[bool] = False
 
     # -- driven form -------------------------------------------------------
     def setup(self, ctx: RankContext) -> None:

@@ -168,3 +168,27 @@ def _seed_everything(seed: int) -> None:
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
 
+
+
+def warm_up(argument: tuple[JobRef, int, int], rank: int) -> None:
+    """Template warm-up for `Job.warm_start` jobs: `setup` and a first
+    `train_step` as `rank` on the fake process group (collectives are
+    no-ops), then everything is dropped but the caches it filled."""
+    import tempfile
+
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    ref, world_size, seed = argument
+    job: Job = load(ref)()
+    dist.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world_size)
+    try:
+        with tempfile.TemporaryDirectory(prefix="ckpt-harness-warmup-") as tmp:
+            _seed_everything(seed + rank)
+            ctx = RankContext(rank=rank, world_size=world_size, local_rank=rank, node=0, seed=seed,
+                              ckpt_dir=Path(tmp), total_steps=1, save_every=1)
+            job.setup(ctx)
+            job.train_step(ctx, 1)
+            job.teardown(ctx)
+    finally:
+        dist.destroy_process_group()

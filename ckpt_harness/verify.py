@@ -84,6 +84,8 @@ class Settings:
             preload=tuple(cls.preload),
             env=dict(cls.env),
             failure_grace=failure_grace,
+            warmup=("ckpt_harness.runner:warm_up", (self.job, self.world_size, self.seed))
+            if cls.warm_start and self.backend == "gloo" else None,
         )
         return Run.collect(name, run_dir, run_group(spec))
 

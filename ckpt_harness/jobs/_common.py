@@ -151,8 +151,13 @@ def prepare_step_dir(ctx: RankContext, path: Path) -> None:
     """Every rank decides on the same view of the directory (checked before
     the first barrier, created after it), so an overwrite refusal is raised
     on all ranks alike instead of leaving some of them waiting in a
-    collective."""
-    if path.exists() and not ctx.overwrite:
+    collective.
+
+    A directory that `latest` never vouched for is debris of a save that
+    crashed before its commit, not a checkpoint: it is replaced whatever
+    `overwrite` says, or the job could never get past the step it crashed in.
+    """
+    if path.exists() and not ctx.overwrite and _committed(ctx.ckpt_dir, path):
         raise FileExistsError(
             errno.EEXIST, "checkpoint directory already exists and overwrite=False", str(path)
         )
@@ -163,6 +168,15 @@ def prepare_step_dir(ctx: RankContext, path: Path) -> None:
         path.mkdir(parents=True)
         fsync_dir(path.parent)
     dist.barrier()
+
+
+def _committed(ckpt_dir: Path, path: Path) -> bool:
+    try:
+        found = read_latest(ckpt_dir)
+    except (OSError, ValueError):
+        return True  # an unreadable pointer proves nothing: do not destroy
+    match = _STEP_DIR.match(path.name)
+    return found is not None and match is not None and int(match.group(1)) <= found[0]
 
 
 def commit(ctx: RankContext, path: Path, step: int) -> None:

@@ -43,6 +43,7 @@ class DcpJob(TinyJob):
     """FSDP2 over gloo with DCP checkpoints and a `latest` pointer."""
 
     name = "dcp"
+    warm_start = True
     preload = (
         "numpy",
         "torch",

@@ -52,6 +52,13 @@ class GroupSpec:
     #: they are taken for stuck. A real job would hang until its collective
     #: timeout; waiting out the whole deadline here teaches nothing more.
     failure_grace: float = 5.0
+    #: ("module:function", argument): `function(argument, rank)` runs once
+    #: per rank in a template server forked from the warm parent, and ranks
+    #: are then forked from their template: per-process first-call work
+    #: (DTensor sharding propagation, lazy imports) is done once instead of in
+    #: every rank of every run. It must start no thread; if it fails, ranks
+    #: are forked cold and the failure is in the fork server's log.
+    warmup: Optional[tuple[str, Any]] = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.world_size <= MAX_WORLD_SIZE:
@@ -110,16 +117,6 @@ class GroupOutcome:
     @property
     def ok(self) -> bool:
         return all(r.status == "ok" for r in self.ranks)
-
-
-def run_group(spec: GroupSpec) -> GroupOutcome:
-    """Launch `spec`, wait for every rank to finish or the deadline, tear down."""
-    return _zygote().run(spec)
-
-
-def prestart() -> None:
-    """Start the warm fork server now, so its torch import overlaps the caller's."""
-    _zygote()
 
 
 class _ZygoteClient:
@@ -265,6 +262,7 @@ class _GroupRun:
             "sys_path": [p for p in sys.path if p],
             "env": dict(spec.env),
             "preload": [spec.entry.partition(":")[0], *spec.preload],
+            "warmup": spec.warmup,
         }
 
     def _next(self, until: float) -> Optional[dict]:
@@ -345,22 +343,78 @@ def _size(path: Path) -> int:
         return 0
 
 
-_client: Optional[_ZygoteClient] = None
-_client_lock = threading.Lock()
+class _Pool:
+    """Warm fork servers of this process: one per group running at once.
+
+    A caller that finds every server busy (another thread is running a
+    group on it) gets a new one, so N threads run N groups in parallel.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.idle: list[_ZygoteClient] = []
+        self.all: list[_ZygoteClient] = []
+        self.owner = os.getpid()
+
+    def acquire(self) -> _ZygoteClient:
+        with self.lock:
+            self._forget_foreign()
+            while self.idle:
+                client = self.idle.pop()
+                if client.proc.poll() is None:
+                    return client
+                self.all.remove(client)
+            client = _ZygoteClient()
+            self.all.append(client)
+            return client
+
+    def release(self, client: _ZygoteClient) -> None:
+        with self.lock:
+            if client in self.all:
+                self.idle.append(client)
+
+    def warm(self, count: int) -> None:
+        """Start servers up to `count` now, so their imports overlap the caller's."""
+        with self.lock:
+            self._forget_foreign()
+            while len(self.all) < count:
+                client = _ZygoteClient()
+                self.all.append(client)
+                self.idle.append(client)
+
+    def close(self) -> None:
+        with self.lock:
+            if self.owner == os.getpid():
+                for client in self.all:
+                    client.close()
+            self.all, self.idle = [], []
+
+    def _forget_foreign(self) -> None:
+        if self.owner != os.getpid():  # a forked harness: the servers are the parent's
+            self.all, self.idle, self.owner = [], [], os.getpid()
 
 
-def _zygote() -> _ZygoteClient:
-    global _client
-    with _client_lock:
-        if _client is None or _client.owner != os.getpid() or _client.proc.poll() is not None:
-            _client = _ZygoteClient()
-        return _client
+_pool = _Pool()
+
+
+def run_group(spec: GroupSpec) -> GroupOutcome:
+    """Launch `spec`, wait for every rank to finish or the deadline, tear down.
+
+    Thread-safe: concurrent calls run their groups in parallel.
+    """
+    client = _pool.acquire()
+    try:
+        return client.run(spec)
+    finally:
+        _pool.release(client)
+
+
+def prestart(count: int = 1) -> None:
+    """Start `count` warm fork servers now, so their torch imports overlap the caller's."""
+    _pool.warm(count)
 
 
 @atexit.register
 def shutdown() -> None:
-    """Stop the warm fork server; ranks die with it."""
-    global _client
-    if _client is not None and _client.owner == os.getpid():
-        _client.close()
-        _client = None
+    """Stop the warm fork servers; ranks die with them."""
+    _pool.close()

@@ -29,6 +29,7 @@ import signal
 import socket
 import sys
 import traceback
+from typing import Optional
 
 from ckpt_harness.launch import _proc, _wire
 
@@ -54,10 +55,13 @@ class Zygote:
         # pidfd -> (group, rank, pid); status pipe fd -> (group, rank)
         self.pidfds: dict[int, tuple[str, int, int]] = {}
         self.status_fds: dict[int, tuple[str, int]] = {}
+        #: (warm-up, rank) -> a warmed template server's socket; None: warm-up failed
+        self.templates: dict[tuple[str, int], Optional[socket.socket]] = {}
 
     def serve(self) -> None:
         while True:
-            readable, _, _ = select.select([self.sock, *self.pidfds, *self.status_fds], [], [])
+            templates = [t for t in self.templates.values() if t is not None]
+            readable, _, _ = select.select([self.sock, *self.pidfds, *self.status_fds, *templates], [], [])
             for fd in readable:
                 if fd is self.sock:
                     if not self._handle_request():
@@ -66,6 +70,8 @@ class Zygote:
                     self._handle_status(fd)
                 elif fd in self.pidfds:
                     self._reap(fd)
+                elif isinstance(fd, socket.socket):
+                    self._relay(fd)
 
     def _handle_request(self) -> bool:
         try:
@@ -91,6 +97,10 @@ class Zygote:
         sys.stdout.flush()
         sys.stderr.flush()
         for spec in request["ranks"]:
+            pid = self._fork_from_template(request, spec) if request.get("warmup") else None
+            if pid is not None:
+                pids.append(pid)
+                continue
             read_fd, write_fd = os.pipe()
             pid = os.fork()
             if pid == 0:  # the rank; never returns
@@ -110,6 +120,67 @@ class Zygote:
             pids.append(pid)
         _wire.send(self.sock, {"op": "spawned", "group": group, "pids": pids})
 
+    # -- warmed templates --------------------------------------------------------
+    def _fork_from_template(self, request: dict, spec: dict) -> Optional[int]:
+        """Have the template warmed for this rank fork it; None if there is none.
+
+        A template is a child server that ran the job's warm-up as this very
+        rank (caches such as DTensor's local-shard offsets depend on the
+        rank), so each rank inherits caches that are right for it.
+        """
+        key = (repr(request["warmup"]), spec["rank"])
+        if key not in self.templates:
+            self.templates[key] = self._start_template(request, spec["rank"])
+        template = self.templates[key]
+        if template is None:
+            return None
+        _wire.send(template, {**request, "ranks": [spec], "warmup": None, "preload": []})
+        while True:  # relay what the template says about other groups meanwhile
+            try:
+                message = _wire.recv(template)
+            except EOFError:
+                self.templates[key] = None
+                return None
+            if message["op"] == "spawned" and message["group"] == request["group"]:
+                return message["pids"][0]
+            if message["op"] == "error" and message["group"] == request["group"]:
+                self.templates[key] = None
+                return None
+            _wire.send(self.sock, message)
+
+    def _start_template(self, request: dict, rank: int) -> Optional[socket.socket]:
+        ours, theirs = socket.socketpair()
+        pid = os.fork()
+        if pid == 0:
+            ours.close()
+            self._close_inherited()
+            _proc.die_with_parent(os.getppid())
+            code = 0
+            try:
+                ref, argument = request["warmup"]
+                module, _, name = ref.partition(":")
+                before = _threads()
+                getattr(importlib.import_module(module), name)(argument, rank)
+                if _threads() > before:  # it would be missing, maybe mid-lock, in every fork
+                    raise RuntimeError(f"warm-up {ref} left {_threads() - before} thread(s) running")
+                Zygote(theirs).serve()
+            except BaseException:
+                traceback.print_exc()  # to the zygote's log; ranks are then forked cold
+                code = 1
+            finally:
+                os._exit(code)
+        theirs.close()
+        return ours
+
+    def _relay(self, template: socket.socket) -> None:
+        try:
+            _wire.send(self.sock, _wire.recv(template))
+        except EOFError:
+            for key, value in self.templates.items():
+                if value is template:
+                    self.templates[key] = None
+            template.close()
+
     def _handle_status(self, fd: int) -> None:
         group, rank = self.status_fds[fd]
         data = os.read(fd, 16)
@@ -128,14 +199,22 @@ class Zygote:
         _wire.send(self.sock, {"op": "exit", "group": group, "rank": rank, "code": code, "signal": sig})
 
     def _close_inherited(self) -> None:
-        """In a fresh rank: drop the zygote's descriptors so EOFs stay honest."""
+        """In a fresh child: drop the zygote's descriptors so EOFs stay honest."""
         self.sock.close()
         for fd in [*self.pidfds, *self.status_fds]:
             os.close(fd)
+        for template in self.templates.values():
+            if template is not None:
+                template.close()
+        self.pidfds, self.status_fds, self.templates = {}, {}, {}
 
     def _kill_all(self) -> None:
         for _, _, pid in self.pidfds.values():
             _proc.kill_group(pid)
+
+
+def _threads() -> int:
+    return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 1
 
 
 def _prepare(request: dict) -> None:
