@@ -48,29 +48,131 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     run.set_defaults(command=_run)
 
-    listing = sub.add_parser("list", help="list the built-in jobs")
+    explore = sub.add_parser("explore", help="break one save at every point with every fault kind; judge each resume")
+    _common_job_options(explore, steps=4)
+    explore.add_argument("--save-step", type=int, default=None, help="the save to break (default: the second)")
+    explore.add_argument("--faults", default=",".join(_default_kinds()),
+                         help=f"comma-separated fault kinds (default: %(default)s; all: {','.join(_all_kinds())})")
+    explore.add_argument("--corruptions", default="bit-flip,zero-page,truncate,delete",
+                         help="corruptions applied to each file of the committed save ('' for none)")
+    explore.add_argument("--durability", choices=("strict", "ordered"), default="strict",
+                         help="power-loss model for directory entries (default strict)")
+    explore.add_argument("--hang-timeout", type=float, default=3.0, help="deadline of a run with a hang fault")
+    explore.add_argument("--parallel", type=int, default=2, help="cases run at once (default 2)")
+    explore.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
+    explore.add_argument("--quiet", action="store_true", help="no progress line")
+    explore.set_defaults(command=_explore)
+
+    trace = sub.add_parser("trace", help="record a clean run and print the operations of one save per rank")
+    _common_job_options(trace, steps=4)
+    trace.add_argument("--save-step", type=int, default=None, help="the save to show (default: the second)")
+    trace.set_defaults(command=_trace)
+
+    listing = sub.add_parser("list", help="list the built-in jobs and fault kinds")
     listing.set_defaults(command=_list)
     return parser
 
 
-def _run(args: argparse.Namespace) -> int:
+def _common_job_options(p: argparse.ArgumentParser, steps: int) -> None:
+    p.add_argument("--job", required=True, help=f"built-in ({', '.join(sorted(BUILTIN_JOBS))}) or module:Class")
+    p.add_argument("--world-size", type=int, default=2, help="ranks in the group, 1..8 (default 2)")
+    p.add_argument("--steps", type=int, default=steps, help=f"optimizer steps (default {steps})")
+    p.add_argument("--save-every", type=int, default=2, help="save every K steps (default 2)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per group run before it counts as hung")
+    p.add_argument("--workdir", type=Path, help="keep every run's checkpoints, traces and logs here")
+
+
+def _default_kinds() -> tuple[str, ...]:
+    return ("crash", "crash-mid", "torn", "error", "eio", "enospc", "power-loss")
+
+
+def _all_kinds() -> tuple[str, ...]:
+    from ckpt_harness.inject.faults import KINDS
+
+    return tuple(KINDS)
+
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _explore(args: argparse.Namespace) -> int:
+    from ckpt_harness.launch import prestart
+
+    prestart(max(1, args.parallel))
+    from ckpt_harness.explore import explore
+
+    def progress(done: int, total: int, result) -> None:
+        if not args.quiet and sys.stderr.isatty():
+            print(f"\r[{done:>4}/{total}] {result.verdict.value.upper():7} {result.case[:60]:60}", end="",
+                  file=sys.stderr, flush=True)
+
+    return _report_or_error(args, lambda workdir: explore(
+        args.job, world_size=args.world_size, total_steps=args.steps, save_every=args.save_every,
+        save_step=args.save_step, kinds=_split(args.faults), corruptions=_split(args.corruptions),
+        durability_mode=args.durability, seed=args.seed, timeout=args.timeout, hang_timeout=args.hang_timeout,
+        workdir=workdir, cases=args.case, parallel=args.parallel, progress=progress,
+    ), newline_first=not args.quiet and sys.stderr.isatty())
+
+
+def _trace(args: argparse.Namespace) -> int:
+    from ckpt_harness.jobref import JobError
     from ckpt_harness.launch import LaunchError, prestart
 
     prestart()
-    from ckpt_harness.jobref import JobError
-    from ckpt_harness.verify import BackendUnavailable, verify
+    from ckpt_harness import oracle
+    from ckpt_harness.explore import trace, trace_phases
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
     try:
-        report = verify(
-            args.job, world_size=args.world_size, total_steps=args.steps, save_every=args.save_every,
-            keep_last=args.keep_last, overwrite=args.overwrite, seed=args.seed, timeout=args.timeout,
-            backend=args.backend, workdir=workdir, cases=args.case,
-        )
+        run, phase = trace(args.job, world_size=args.world_size, total_steps=args.steps,
+                           save_every=args.save_every, save_step=args.save_step, seed=args.seed,
+                           timeout=args.timeout, workdir=workdir)
+    except (JobError, ValueError, LaunchError) as exc:
+        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
+        _discard(args, workdir)
+        return EXIT_USAGE
+    problem = oracle.health(run)
+    print(f"{phase} of job {args.job} at world size {args.world_size}:")
+    print(trace_phases(run, phase))
+    if problem is not None:
+        print(f"\nthe run did not finish: {problem[0]}\n{problem[1]}")
+        print(f"\ntraces and rank logs kept in {workdir}")
+        return EXIT_FINDINGS
+    _discard(args, workdir)
+    return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    from ckpt_harness.launch import prestart
+
+    prestart()
+    from ckpt_harness.verify import verify
+
+    return _report_or_error(args, lambda workdir: verify(
+        args.job, world_size=args.world_size, total_steps=args.steps, save_every=args.save_every,
+        keep_last=args.keep_last, overwrite=args.overwrite, seed=args.seed, timeout=args.timeout,
+        backend=args.backend, workdir=workdir, cases=args.case,
+    ))
+
+
+def _report_or_error(args: argparse.Namespace, produce, newline_first: bool = False) -> int:
+    """Run `produce(workdir)` and print its report; bad input exits 2, findings 1."""
+    from ckpt_harness.jobref import JobError
+    from ckpt_harness.launch import LaunchError
+    from ckpt_harness.verify import BackendUnavailable
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
+    try:
+        report = produce(workdir)
     except (JobError, ValueError, BackendUnavailable, LaunchError) as exc:
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         _discard(args, workdir)
         return EXIT_USAGE
+    finally:
+        if newline_first:
+            print(file=sys.stderr)
     print(report.explain())
     if report.ok:
         _discard(args, workdir)
@@ -85,9 +187,15 @@ def _discard(args: argparse.Namespace, workdir: Path) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    width = max(map(len, BUILTIN_JOBS))
+    from ckpt_harness.inject.faults import KINDS
+
+    width = max(map(len, [*BUILTIN_JOBS, *KINDS]))
+    print("jobs:")
     for name in sorted(BUILTIN_JOBS):
-        print(f"{name.ljust(width)}  {DESCRIPTIONS.get(name, '')}")
+        print(f"  {name.ljust(width)}  {DESCRIPTIONS.get(name, '')}")
+    print("fault kinds:")
+    for name, (_, what) in KINDS.items():
+        print(f"  {name.ljust(width)}  {what}")
     return EXIT_OK
 
 

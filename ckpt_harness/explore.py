@@ -21,7 +21,6 @@ import concurrent.futures
 import dataclasses
 import threading
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
@@ -34,7 +33,7 @@ from ckpt_harness.jobref import resolve
 from ckpt_harness.records import Run
 from ckpt_harness.report import CaseResult, Report, Verdict
 from ckpt_harness.runner import data_path, trace_path
-from ckpt_harness.verify import DEFAULT_TIMEOUT, Settings
+from ckpt_harness.verify import DEFAULT_TIMEOUT, Settings, prepare_workdir
 
 #: What `explore` injects unless told otherwise. hang costs a deadline per
 #: case and delay a sleep; both are opt-in (`kinds=`).
@@ -147,7 +146,7 @@ def explore(
     k = save_step if save_step is not None else steps[min(1, len(steps) - 1)]
     if k not in steps:
         raise ValueError(f"save step {k} is not a save step; choose from {', '.join(map(str, steps))}")
-    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-harness-explore-"))
+    root = prepare_workdir(workdir)
     return Exploration(settings, root, k, tuple(kinds), tuple(corruptions), durability_mode, hang_timeout,
                        parallel).run(cases, progress)
 
@@ -185,7 +184,7 @@ class Exploration:
         cases = plan_cases(fault_points(events, f"save {self.k}"), self.kinds, committed,
                            self.corruptions, durable_after="power-loss" in self.kinds)
         if only:
-            names = {c.name for c in cases}
+            names = {c.name for c in cases} | {"golden"}
             missing = [n for n in only if n not in names]
             if missing:
                 raise ValueError(f"no case named {', '.join(missing)} in this exploration")
@@ -356,6 +355,6 @@ def trace(job: Union[str, type], *, world_size: int = 2, total_steps: int = 4, s
     ref, _ = resolve(job)
     s = Settings(ref, world_size=world_size, total_steps=total_steps, save_every=save_every, seed=seed, timeout=timeout)
     k = save_step if save_step is not None else s.save_steps[min(1, len(s.save_steps) - 1)]
-    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-harness-trace-"))
+    root = prepare_workdir(workdir)
     run = s.launch("trace", s.plan(root / "ckpt"), root / "run")
     return run, f"save {k}"

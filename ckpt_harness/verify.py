@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -129,8 +130,34 @@ def verify(
         ref, world_size=world_size, total_steps=total_steps, save_every=save_every,
         keep_last=keep_last, overwrite=overwrite, seed=seed, timeout=timeout, backend=backend,
     )
-    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
-    return Verification(settings, root).run(cases)
+    return Verification(settings, prepare_workdir(workdir)).run(cases)
+
+
+MARKER = ".ckpt-harness-workdir"
+
+
+def prepare_workdir(workdir: Optional[Union[str, Path]]) -> Path:
+    """An empty directory for runs: a new temporary one, or `workdir`.
+
+    A workdir left by an earlier run of the harness (it holds our marker) is
+    emptied, since stale traces or checkpoints would be read as this run's;
+    any other non-empty directory is refused rather than touched.
+    """
+    if workdir is None:
+        root = Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
+    else:
+        root = Path(workdir)
+        root.mkdir(parents=True, exist_ok=True)
+        entries = list(root.iterdir())
+        if entries and not (root / MARKER).exists():
+            raise ValueError(f"workdir {root} is not empty and was not made by ckpt-harness; give a new or empty directory")
+        for entry in entries:
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    (root / MARKER).write_text("made by ckpt-harness; its contents are replaced on the next run\n")
+    return root
 
 
 class Verification:

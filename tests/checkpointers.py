@@ -69,9 +69,22 @@ def step_dirs(ckpt_dir: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
-def describe(file: Path) -> dict[str, Any]:
-    data = file.read_bytes()
-    return {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+def everywhere(ctx: RankContext, fn: Any) -> list[Any]:
+    """Run this rank's local part of a save and return every rank's result;
+    if it failed on any rank, raise on every rank, naming the rank and error.
+    Without this an EIO on one rank leaves its peers in the next barrier."""
+    try:
+        result, error = fn(), None
+    except Exception as e:
+        result, error = None, e
+    outcomes: list[Any] = [None] * ctx.world_size
+    dist.all_gather_object(outcomes, (result, None if error is None else f"{type(error).__name__}: {error}"))
+    if error is not None:
+        raise error
+    failed = [f"rank {r}: {m}" for r, (_, m) in enumerate(outcomes) if m is not None]
+    if failed:
+        raise RuntimeError("checkpoint save failed on other ranks; " + "; ".join(failed))
+    return [r for r, _ in outcomes]
 
 
 class CorruptCheckpoint(RuntimeError):
@@ -89,6 +102,8 @@ class _Checkpointer(TinyJob):
     preload = TorchSaveJob.preload
     #: False: no fsync of any file or directory.
     durable = True
+    #: False: trust that a rank file belongs to the step being loaded.
+    checks_extra = True
 
     def setup(self, ctx: RankContext) -> None:
         model = DistributedDataParallel(build_mlp(ctx.seed))
@@ -105,9 +120,7 @@ class _Checkpointer(TinyJob):
     def _make_dir(self, ctx: RankContext, path: Path) -> None:
         """Rank 0 prepares `path` while every other rank waits on both sides."""
         dist.barrier()
-        if ctx.rank == 0:
-            self._prepare(ctx, path)
-        dist.barrier()
+        everywhere(ctx, lambda: self._prepare(ctx, path) if ctx.rank == 0 else None)
 
     def _prepare(self, ctx: RankContext, path: Path) -> None:
         if path.exists():
@@ -122,10 +135,15 @@ class _Checkpointer(TinyJob):
             parts = {name: obj.state_dict() for name, obj in self._targets().items()} | parts
         written = {}
         for name, obj in parts.items():
+            # Checksums of the bytes meant, not of the file read back: a torn
+            # write must not vouch for itself.
+            buffer = BytesIO()
+            torch.save(obj, buffer)
+            data = buffer.getvalue()
             with open(path / name, "wb") as f:
-                torch.save(obj, f)
+                f.write(data)
                 self._sync_file(f)
-            written[name] = describe(path / name)
+            written[name] = {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
         return written
 
     def _sync_file(self, f: Any) -> None:
@@ -168,7 +186,8 @@ class _Checkpointer(TinyJob):
         self.step = step
         extra = parts.get(rank_file(ctx.rank))
         if extra is not None:
-            check_extra(extra, ctx, step, path / rank_file(ctx.rank))
+            if self.checks_extra:
+                check_extra(extra, ctx, step, path / rank_file(ctx.rank))
             self._restore_extra(extra, step)
         return step
 
@@ -201,12 +220,9 @@ class ReferenceCheckpointer(_Checkpointer):
         final = step_dir(ctx.ckpt_dir, step)
         tmp = final.with_name(f"tmp.{final.name}")
         self._make_dir(ctx, tmp)
-        gathered: list[Any] = [None] * ctx.world_size
-        dist.all_gather_object(gathered, self._write_files(ctx, tmp, step))
-        if ctx.rank == 0:
-            files = {name: entry for written in gathered for name, entry in written.items()}
-            self._commit(ctx, step, tmp, final, files)
-        dist.barrier()
+        gathered = everywhere(ctx, lambda: self._write_files(ctx, tmp, step))
+        files = {name: entry for written in gathered for name, entry in written.items()}
+        everywhere(ctx, lambda: self._commit(ctx, step, tmp, final, files) if ctx.rank == 0 else None)
 
     def _prepare(self, ctx: RankContext, path: Path) -> None:
         for stale in Path(ctx.ckpt_dir).glob("tmp.*"):
@@ -325,6 +341,8 @@ class InPlaceOverwrite(_Checkpointer):
     save k leaves shards of save k next to shards of save k-1 under the old
     meta, and the resume loads that mix without complaint.
     """
+
+    checks_extra = False
 
     def save(self, ctx: RankContext, step: int) -> None:
         path = Path(ctx.ckpt_dir) / "current"

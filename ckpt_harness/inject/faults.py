@@ -25,7 +25,10 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     "crash": (OPS, "SIGKILL the rank just before the operation"),
     "crash-after": (OPS, "SIGKILL the rank right after the operation"),
     "crash-mid": (("write",), "SIGKILL the rank halfway through a write: a prefix stays on disk"),
-    "error": (OPS, "raise an exception from the operation"),
+    # Not at collectives: a collective that raises on one rank only is not
+    # physical (a broken transport fails the peers too), and a rank that
+    # dies there is `crash`.
+    "error": (FILE_OPS, "raise an exception from the file operation"),
     "eio": (("open", "write", "fsync", "rename"), "fail the operation with OSError(EIO)"),
     "enospc": (("open", "write", "mkdir"), "fail the operation with OSError(ENOSPC)"),
     "torn": (("write",), "only a prefix of the write lands, the call reports success"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import os
+import queue
 import select
 import signal
 import socket
@@ -168,7 +169,7 @@ class _ZygoteClient:
         if remaining > 0 and select.select([self.sock], [], [], remaining)[0]:
             try:
                 return _wire.recv(self.sock)
-            except EOFError:
+            except (EOFError, OSError):
                 raise LaunchError(f"the warm fork server died:\n{self._log()}") from None
         return None
 
@@ -348,6 +349,10 @@ class _Pool:
 
     A caller that finds every server busy (another thread is running a
     group on it) gets a new one, so N threads run N groups in parallel.
+
+    Servers are started from one long-lived thread: the kernel's
+    parent-death signal fires when the *thread* that started a child exits,
+    so a server started from a worker thread would die with that thread.
     """
 
     def __init__(self) -> None:
@@ -355,6 +360,27 @@ class _Pool:
         self.idle: list[_ZygoteClient] = []
         self.all: list[_ZygoteClient] = []
         self.owner = os.getpid()
+        self.requests: "queue.Queue[queue.Queue]" = queue.Queue()
+        self.spawner: Optional[threading.Thread] = None
+
+    def _start_server(self) -> _ZygoteClient:
+        if self.spawner is None or not self.spawner.is_alive():
+            self.spawner = threading.Thread(target=self._spawn_forever, name="ckpt-harness-spawner", daemon=True)
+            self.spawner.start()
+        reply: queue.Queue = queue.Queue()
+        self.requests.put(reply)
+        client = reply.get()
+        if isinstance(client, BaseException):
+            raise client
+        return client
+
+    def _spawn_forever(self) -> None:
+        while True:
+            reply = self.requests.get()
+            try:
+                reply.put(_ZygoteClient())
+            except BaseException as exc:  # handed to the caller
+                reply.put(exc)
 
     def acquire(self) -> _ZygoteClient:
         with self.lock:
@@ -364,7 +390,7 @@ class _Pool:
                 if client.proc.poll() is None:
                     return client
                 self.all.remove(client)
-            client = _ZygoteClient()
+            client = self._start_server()
             self.all.append(client)
             return client
 
@@ -378,7 +404,7 @@ class _Pool:
         with self.lock:
             self._forget_foreign()
             while len(self.all) < count:
-                client = _ZygoteClient()
+                client = self._start_server()
                 self.all.append(client)
                 self.idle.append(client)
 
@@ -392,6 +418,7 @@ class _Pool:
     def _forget_foreign(self) -> None:
         if self.owner != os.getpid():  # a forked harness: the servers are the parent's
             self.all, self.idle, self.owner = [], [], os.getpid()
+            self.requests, self.spawner = queue.Queue(), None
 
 
 _pool = _Pool()
