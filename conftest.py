@@ -9,7 +9,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 # Each example launches real process groups: few examples, no per-example deadline.
 settings.register_profile(
-    "ci", max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True
+    "ci", max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True,
+    database=None,
 )
 settings.register_profile("dev", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))

@@ -27,7 +27,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 from ckpt_harness import oracle
 from ckpt_harness.inject import corrupt, durability
-from ckpt_harness.inject.faults import KINDS, OPS, Fault, applicable_kinds
+from ckpt_harness.inject.faults import KINDS, OPS, Fault, applicable_kinds, parse_plan, plan_label
 from ckpt_harness.inject.trace import read_events
 from ckpt_harness.jobref import resolve
 from ckpt_harness.records import Run
@@ -64,11 +64,37 @@ class Case:
     """One exploration case; `name` is what `--case` takes to replay it."""
 
     name: str
+    #: The kind that decides the property judged (see `dominant`).
     kind: str
-    point: Optional[Point] = None
-    fault: Optional[Fault] = None
+    points: tuple[Point, ...] = ()
+    faults: tuple[Fault, ...] = ()
     #: For corruption cases: the file damaged (relative to the checkpoint dir).
     path: Optional[str] = None
+
+    @classmethod
+    def of(cls, faults: tuple[Fault, ...], points: Sequence[Point]) -> "Case":
+        """A case of one or more faults; `points` describe where they fire."""
+        where = {(p.rank, p.phase, p.index): p for p in points}
+        chosen = tuple(where[(f.rank, f.phase, f.index)] for f in faults if (f.rank, f.phase, f.index) in where)
+        return cls(plan_label(faults), dominant(faults), chosen, faults)
+
+    def describe(self) -> str:
+        if self.path is not None:
+            return self.path
+        if not self.faults:
+            return "power loss right after the save returned"
+        return " + ".join(
+            f"{f.kind} at {p.describe()}" if p else f.label
+            for f, p in zip(self.faults, [*self.points, *[None] * len(self.faults)])
+        )
+
+
+#: The kind of a multi-fault plan whose property is judged, most severe first.
+SEVERITY = ("power-loss", "crash", "crash-mid", "crash-after", "hang", "error", "eio", "enospc", "torn", "delay")
+
+
+def dominant(faults: Sequence[Fault]) -> str:
+    return min((f.kind for f in faults), key=SEVERITY.index)
 
 
 def fault_points(events_by_rank: dict[int, list[dict]], phase: str) -> list[Point]:
@@ -95,8 +121,7 @@ def plan_cases(points: Iterable[Point], kinds: Sequence[str], committed: Sequenc
     cases = []
     for p in points:
         for kind in applicable_kinds(p.op, tuple(kinds)):
-            fault = Fault(kind, p.rank, p.phase, p.index)
-            cases.append(Case(fault.label, kind, p, fault))
+            cases.append(Case.of((Fault(kind, p.rank, p.phase, p.index),), [p]))
     if durable_after:
         cases.append(Case("power-loss-after", "power-loss-after"))
     for path in committed:
@@ -106,6 +131,23 @@ def plan_cases(points: Iterable[Point], kinds: Sequence[str], committed: Sequenc
 
 
 def explore(
+    job: Union[str, type],
+    *,
+    cases: Optional[Sequence[str]] = None,
+    progress=None,
+    **settings,
+) -> Report:
+    """Break save `save_step` (default: the second save) at every point; judge each resume.
+
+    Settings are those of `exploration`. `cases` replays only the named cases
+    (the names the report prints, or any fault plan such as
+    `crash@r0:save4#3+delay@r1:save4#0`). `progress(done, total, result)` is
+    called after each case.
+    """
+    return exploration(job, **settings).run(cases, progress)
+
+
+def exploration(
     job: Union[str, type],
     *,
     world_size: int = 2,
@@ -119,18 +161,12 @@ def explore(
     timeout: float = DEFAULT_TIMEOUT,
     hang_timeout: float = 3.0,
     workdir: Optional[Union[str, Path]] = None,
-    cases: Optional[Sequence[str]] = None,
     parallel: int = 2,
-    progress=None,
-) -> Report:
-    """Break save `save_step` (default: the second save) at every point; judge each resume.
+) -> "Exploration":
+    """A validated, not yet started exploration (see `explore`).
 
-    `cases` replays only the named cases (the names the report prints).
     `parallel` cases run at once, each group forked from its own warm server.
-    `progress(done, total, case)` is called after each case.
     """
-    if parallel < 1:
-        raise ValueError(f"parallel must be at least 1, got {parallel}")
     ref, _ = resolve(job)
     unknown = [k for k in kinds if k not in KINDS]
     if unknown:
@@ -140,15 +176,16 @@ def explore(
         raise ValueError(f"unknown corruption {', '.join(bad)}: choose from {', '.join(corrupt.CORRUPTIONS)}")
     if durability_mode not in ("strict", "ordered"):
         raise ValueError(f"durability mode must be 'strict' or 'ordered', got {durability_mode!r}")
+    if parallel < 1:
+        raise ValueError(f"parallel must be at least 1, got {parallel}")
     settings = Settings(ref, world_size=world_size, total_steps=total_steps, save_every=save_every,
                         seed=seed, timeout=timeout)
     steps = settings.save_steps
     k = save_step if save_step is not None else steps[min(1, len(steps) - 1)]
     if k not in steps:
         raise ValueError(f"save step {k} is not a save step; choose from {', '.join(map(str, steps))}")
-    root = prepare_workdir(workdir)
-    return Exploration(settings, root, k, tuple(kinds), tuple(corruptions), durability_mode, hang_timeout,
-                       parallel).run(cases, progress)
+    return Exploration(settings, prepare_workdir(workdir), k, tuple(kinds), tuple(corruptions),
+                       durability_mode, hang_timeout, parallel)
 
 
 class Exploration:
@@ -164,6 +201,8 @@ class Exploration:
         self.mode = mode
         self.hang_timeout = hang_timeout
         self.parallel = parallel
+        self.lock = threading.Lock()
+        self.counter = 100_000  # case directories of later `run_case` calls
 
     def repro(self, case: str) -> str:
         extra = ["--save-step", str(self.k), "--durability", self.mode]
@@ -171,24 +210,29 @@ class Exploration:
             extra += ["--faults", ",".join(self.kinds)]
         return self.s.repro(case, "explore", extra)
 
-    def run(self, only: Optional[Sequence[str]], progress) -> Report:
-        started = time.monotonic()
+    def prepare(self) -> Optional[CaseResult]:
+        """The golden run, its fault points and the committed save; a failed
+        golden run is returned (nothing can be judged against it)."""
         golden = self.s.launch("golden", self.s.plan(self.root / "golden" / "ckpt"), self.root / "golden" / "run")
         live = oracle.judge_live("golden", golden, self.repro("golden"))
         if live.verdict is not Verdict.PASS:
-            return self._report([live], started)
+            return live
         self.golden = golden
         self.saved = {s: golden.states("saved", s) for s in golden.saved_steps()}
-        committed = self._committed_files()
-        events = {r.rank: r.events for r in golden.ranks}
-        cases = plan_cases(fault_points(events, f"save {self.k}"), self.kinds, committed,
-                           self.corruptions, durable_after="power-loss" in self.kinds)
+        self.committed = self._committed_files()
+        self.points = fault_points({r.rank: r.events for r in golden.ranks}, f"save {self.k}")
+        return None
+
+    def run(self, only: Optional[Sequence[str]] = None, progress=None) -> Report:
+        started = time.monotonic()
+        problem = self.prepare()
+        if problem is not None:
+            return self._report([problem], started)
+        cases = plan_cases(self.points, self.kinds, self.committed, self.corruptions,
+                           durable_after="power-loss" in self.kinds)
         if only:
-            names = {c.name for c in cases} | {"golden"}
-            missing = [n for n in only if n not in names]
-            if missing:
-                raise ValueError(f"no case named {', '.join(missing)} in this exploration")
-            cases = [c for c in cases if c.name in only]
+            by_name = {c.name: c for c in cases}
+            cases = [by_name.get(n) or self.case(n) for n in only if n != "golden"]
         results: list[Optional[CaseResult]] = [None] * len(cases)
         done = 0
         lock = threading.Lock()
@@ -205,6 +249,30 @@ class Exploration:
             for future in [pool.submit(one, i) for i in range(len(cases))]:
                 future.result()
         return self._report([r for r in results if r is not None], started)
+
+    def case(self, name: str) -> Case:
+        """The case a name denotes, also a multi-fault plan no enumeration lists."""
+        try:
+            faults = parse_plan(name)
+        except ValueError:
+            raise ValueError(
+                f"no case named {name!r} in this exploration: give a name from its table or repro "
+                "lines, or a fault plan like crash@r0:save4#3+delay@r1:save4#0"
+            ) from None
+        for f in faults:
+            point = next((p for p in self.points if (p.rank, p.phase, p.index) == (f.rank, f.phase, f.index)), None)
+            if point is None:
+                raise ValueError(f"{f.label}: rank {f.rank} has no operation #{f.index} in {f.phase}")
+            if not f.applies_to(point.op):
+                raise ValueError(f"{f.label}: {f.kind} does not apply to {point.op} ({point.describe()})")
+        return Case.of(faults, self.points)
+
+    def run_case(self, case: Case) -> CaseResult:
+        """Run one case against this exploration's golden run (after `run`)."""
+        with self.lock:
+            self.counter += 1
+            i = self.counter
+        return self._run_case(case, i)
 
     def _report(self, results: list[CaseResult], started: float) -> Report:
         return Report(self.s.job.display, self.s.world_size, results, time.monotonic() - started,
@@ -228,22 +296,24 @@ class Exploration:
         if case.path is not None:  # corruption of the committed save
             shutil.copytree(self.committed_dir, ckpt)
             detail = corrupt.CORRUPTIONS[case.kind](ckpt / case.path)
+            detail = f"{case.path} {detail}"
         else:
             faulted = self._faulted_run(case, ckpt, case_dir / "fault")
             save_returned = faulted.saved_steps()[-1:] == [self.k]
-            detail = case.point.describe() if case.point else "power loss right after the save returned"
+            detail = case.describe()
         resumed = self.s.launch("resumed run", self.s.plan(ckpt), case_dir / "resume", failure_grace=PROPAGATION)
         return self._judge(case, faulted, resumed, save_returned, detail)
 
     def _faulted_run(self, case: Case, ckpt: Path, run_dir: Path) -> Run:
-        power = case.kind in ("power-loss", "power-loss-after")
-        plan = self.s.plan(ckpt, self.k, fault=case.fault, log_data=power)
-        deadline = self.hang_timeout if case.kind == "hang" else None
+        kinds = {f.kind for f in case.faults} | {case.kind}
+        power = bool(kinds & {"power-loss", "power-loss-after"})
+        plan = self.s.plan(ckpt, self.k, faults=case.faults, log_data=power)
+        deadline = self.hang_timeout if "hang" in kinds else None
         run = self.s.launch("faulted run", plan, run_dir, deadline=deadline, failure_grace=PROPAGATION)
         if power:
             events = [e for r in run.ranks for e in r.events]
-            if case.kind == "power-loss":
-                moment = min((e["t"] for e in events if e["kind"] == "fault"), default=None)
+            if "power-loss" in kinds:
+                moment = min((e["t"] for e in events if e.get("fault") == "power-loss"), default=None)
                 if moment is not None:
                     events = durability.events_before(events, moment)
             durability.apply_power_loss(ckpt, durability.Snapshot(), events, _data_reader(run_dir), self.mode)
@@ -260,7 +330,7 @@ class Exploration:
             return CaseResult(case.name, check, verdict, f"{summary}{'; ' + why if why else ''}", details,
                               repro if verdict is not Verdict.PASS else None, cells)
 
-        if faulted is not None and case.point is not None and not self._fired(faulted, case):
+        if faulted is not None and case.faults and not self._fired(faulted, case):
             return result(prop, Verdict.UNKNOWN, "the fault never fired: the run took another path than the golden one")
         if faulted is not None and case.kind in ("error", "eio", "enospc"):
             stuck = faulted.outcome.stuck_after_failure or (
@@ -293,10 +363,13 @@ class Exploration:
         return any(e["kind"] == "fault" for r in run.ranks for e in r.events)
 
     def _cells(self, case: Case, outcome: oracle.Outcome) -> tuple[str, ...]:
-        p = case.point
-        if p is None:
+        if not case.points:
             return ("*", "", "corrupt" if case.path else "-", case.path or "", "", case.kind, str(outcome.kind))
-        return (str(p.rank), str(p.index), p.op, p.target, p.caller, case.kind, str(outcome.kind))
+        join = lambda values: "+".join(dict.fromkeys(values))  # noqa: E731
+        ps = case.points
+        return (join(str(p.rank) for p in ps), join(str(p.index) for p in ps), join(p.op for p in ps),
+                join(p.target for p in ps), join(p.caller for p in ps), join(f.kind for f in case.faults),
+                str(outcome.kind))
 
 
 def _written_in(run: Run, phase: str) -> set[str]:

@@ -43,8 +43,8 @@ class RunPlan:
     overwrite: bool = False
     #: Park right after save k returned (a preemption); None runs to the end.
     stop_after_save: Optional[int] = None
-    #: The fault armed in this run, if any.
-    fault: Optional[Fault] = None
+    #: The faults armed in this run, each firing once.
+    faults: tuple[Fault, ...] = ()
     #: Log every byte written under the checkpoint dir (for the power-loss model).
     log_data: bool = False
 
@@ -89,7 +89,7 @@ def run_rank(info: RankInfo, plan: RunPlan) -> None:
     """Launcher entry point: run `plan` as rank `info.rank`."""
     Path(plan.ckpt_dir).mkdir(parents=True, exist_ok=True)
     probes.install(
-        str(trace_path(info.run_dir, info.rank)), info.rank, ckpt_dir=plan.ckpt_dir, fault=plan.fault,
+        str(trace_path(info.run_dir, info.rank)), info.rank, ckpt_dir=plan.ckpt_dir, faults=plan.faults,
         data_log=str(data_path(info.run_dir, info.rank)) if plan.log_data else None,
     )
     recorder = _Recorder(records_path(info.run_dir, info.rank))

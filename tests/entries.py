@@ -42,3 +42,32 @@ def spawn_sleeper_and_hang(info, payload):
 def hang_forever(info, payload):
     Path(info.run_dir, f"started{info.rank}").write_text(str(os.getpid()))
     time.sleep(1000)
+
+
+def file_ops_with_fault(info, payload):
+    """Write, fsync, rename and save under a checkpoint dir with probes armed;
+    report what each call returned or raised to `result.json`."""
+    import errno
+    import json
+
+    from ckpt_harness.inject import probes
+
+    ckpt = Path(payload["ckpt"])
+    ckpt.mkdir(parents=True, exist_ok=True)
+    probes.install(str(Path(info.run_dir, f"rank{info.rank}.trace")), info.rank, ckpt_dir=str(ckpt),
+                   faults=tuple(payload["faults"]), data_log=str(Path(info.run_dir, f"rank{info.rank}.data")))
+    probes.set_phase("save 1")
+    result = {}
+    try:
+        os.makedirs(ckpt / "step", exist_ok=True)
+        with open(ckpt / "step" / "blob.tmp", "wb") as f:
+            result["written"] = f.write(b"x" * 1000)
+            os.fsync(f.fileno())
+        os.replace(ckpt / "step" / "blob.tmp", ckpt / "step" / "blob")
+        torch.save({"w": torch.ones(3)}, ckpt / "step" / "model.pt")  # a path: routed through open()
+        with open(Path(info.run_dir) / "outside.txt", "w") as f:  # not under the checkpoint dir
+            f.write("not traced")
+    except OSError as exc:
+        result["errno"] = errno.errorcode.get(exc.errno)
+    result["finished"] = True
+    Path(info.run_dir, "result.json").write_text(json.dumps(result))

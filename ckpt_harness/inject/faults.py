@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import re
 import signal
 import time
 from typing import Optional
@@ -62,7 +63,33 @@ class Fault:
 
     @property
     def label(self) -> str:
-        return f"{self.kind}@r{self.rank}:{self.phase.replace(' ', '')}#{self.index}"
+        """`kind@r<rank>:<phase>#<index>`, e.g. `crash@r0:save4#7`, and `~seconds`
+        for a delay of other than the default length; `parse` reads it back."""
+        label = f"{self.kind}@r{self.rank}:{self.phase.replace(' ', '')}#{self.index}"
+        if self.kind == "delay" and self.seconds != DEFAULT_DELAY:
+            label += f"~{self.seconds:g}"
+        return label
+
+    @classmethod
+    def parse(cls, label: str) -> "Fault":
+        match = _LABEL.fullmatch(label)
+        if match is None:
+            raise ValueError(f"not a fault label: {label!r} (expected e.g. crash@r0:save4#7)")
+        kind, rank, phase, step, index, seconds = match.groups()
+        return cls(kind, int(rank), f"{phase} {step}", int(index),
+                   float(seconds) if seconds else DEFAULT_DELAY)
+
+
+_LABEL = re.compile(r"([a-z-]+)@r(\d+):([a-z_]+?)(\d+)#(\d+)(?:~([0-9.]+))?")
+
+
+def plan_label(faults: "tuple[Fault, ...]") -> str:
+    return "+".join(f.label for f in faults)
+
+
+def parse_plan(name: str) -> "tuple[Fault, ...]":
+    """The faults of a case name such as `crash@r0:save4#7+delay@r1:save4#2`."""
+    return tuple(Fault.parse(part) for part in name.split("+"))
 
 
 def applicable_kinds(op: str, kinds: tuple[str, ...]) -> list[str]:
@@ -70,14 +97,13 @@ def applicable_kinds(op: str, kinds: tuple[str, ...]) -> list[str]:
 
 
 class Injector:
-    """Counts operations per phase in one rank and fires the armed fault."""
+    """Counts operations per phase in one rank and fires the faults armed there."""
 
-    def __init__(self, rank: int, fault: Optional[Fault], emit):
+    def __init__(self, rank: int, faults: "tuple[Fault, ...]", emit):
         self.rank = rank
-        self.fault = fault if fault is not None and fault.rank == rank else None
+        self.pending = {(f.phase, f.index): f for f in faults if f.rank == rank}
         self.emit = emit
         self.counts: dict[str, int] = {}
-        self.fired = False
 
     def point(self, phase: str) -> int:
         """Number the next operation of `phase`; call exactly once per operation."""
@@ -86,12 +112,11 @@ class Injector:
         return index
 
     def armed(self, phase: str, index: int, op: str) -> Optional[Fault]:
-        f = self.fault
-        if f is None or self.fired or f.phase != phase or f.index != index:
+        f = self.pending.pop((phase, index), None) if self.pending else None
+        if f is None:
             return None
         if not f.applies_to(op):
             raise ValueError(f"fault {f.kind} does not apply to {op} (point {f.label})")
-        self.fired = True
         self.emit("fault", fault=f.kind, index=index)
         return f
 

@@ -57,7 +57,7 @@ _HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 class Tracer:
     """One per rank process: the trace file, the phase, the injector."""
 
-    def __init__(self, path: str, rank: int, fault: Optional[Fault] = None):
+    def __init__(self, path: str, rank: int, faults: tuple[Fault, ...] = ()):
         self.rank = rank
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.seq = 0
@@ -65,7 +65,7 @@ class Tracer:
         self.phase = "start"
         self.local = threading.local()
         self.lock = threading.RLock()
-        self.injector = Injector(rank, fault, self.emit)
+        self.injector = Injector(rank, faults, self.emit)
 
     def emit(self, kind: str, **fields: Any) -> int:
         with self.lock:
@@ -109,11 +109,11 @@ _tracer: Optional[Tracer] = None
 
 
 def install(trace_path: str, rank: int, *, ckpt_dir: Optional[str] = None,
-            fault: Optional[Fault] = None, data_log: Optional[str] = None) -> Tracer:
+            faults: tuple[Fault, ...] = (), data_log: Optional[str] = None) -> Tracer:
     """Install every probe in this process; once per process."""
     global _tracer
     if _tracer is None:
-        _tracer = Tracer(trace_path, rank, fault)
+        _tracer = Tracer(trace_path, rank, faults)
         _wrap_collectives(_tracer)
         if ckpt_dir is not None:
             from ckpt_harness.inject import files

@@ -1,0 +1,139 @@
+"""Fault exploration against planted bugs (each flagged under its property) and
+the reference checkpointer (which must pass everything: a false alarm is as
+bad as a miss)."""
+
+import collections
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckpt_harness.explore import exploration, explore
+from ckpt_harness.report import Verdict
+from ckpt_harness.strategies import check, fault_plans, skews
+
+ROOT = Path(__file__).resolve().parent.parent
+REF = "tests.checkpointers:ReferenceCheckpointer"
+
+
+def tally(report):
+    return collections.Counter((r.check, r.verdict, r.cells[-1] if r.cells else "") for r in report.results)
+
+
+def test_reference_checkpointer_passes_every_single_fault(tmp_path):
+    report = explore(REF, world_size=2, workdir=tmp_path)
+    assert report.ok, report.explain()
+    kinds = {r.cells[5] for r in report.results}
+    assert {"crash", "crash-mid", "torn", "error", "eio", "enospc", "power-loss", "power-loss-after",
+            "bit-flip", "zero-page", "truncate", "delete"} <= kinds
+    outcomes = {r.cells[-1] for r in report.results}
+    assert {"S_k", "S_prev"} <= outcomes  # both sides of the commit point were hit
+    assert len(report.results) > 100
+
+
+@pytest.mark.parametrize(
+    "job, kw, prop, outcome",
+    [
+        # the pointer names a checkpoint whose shards are not there yet
+        ("LatestBeforeShards", dict(kinds=("crash",), corruptions=()), "atomic", "refused"),
+        # shards of two saves in one directory
+        ("InPlaceOverwrite", dict(kinds=("crash",), corruptions=()), "atomic", "mixed"),
+        # a failed save took the previous checkpoint with it
+        ("DeletesPreviousFirst", dict(kinds=("eio",), corruptions=()), "preserving", "fresh start"),
+        # a deleted file is loaded around, silently
+        ("SkipsMissingFile", dict(kinds=(), corruptions=("delete",)), "detecting", "partial"),
+        # one rank refuses, its peers wait in a barrier forever
+        ("LoadErrorBlocksPeers", dict(kinds=(), corruptions=("delete",)), "live", "error on some ranks"),
+    ],
+)
+def test_planted_bugs_are_flagged_under_their_property(tmp_path, job, kw, prop, outcome):
+    report = explore(f"tests.checkpointers:{job}", world_size=2, workdir=tmp_path, **kw)
+    assert (prop, Verdict.FAIL, outcome) in tally(report), report.table()
+    failing = next(r for r in report.failures() if r.check == prop)
+    assert failing.repro and f"--case {shlex.quote(failing.case)}" in failing.repro
+
+
+def test_rename_without_fsync_is_caught_by_power_loss_only(tmp_path):
+    report = explore("tests.checkpointers:RenameWithoutFsync", world_size=2, workdir=tmp_path,
+                     kinds=("crash", "power-loss"), corruptions=())
+    by_kind = collections.defaultdict(set)
+    for r in report.results:
+        by_kind[r.cells[5]].add(r.verdict)
+    assert by_kind["crash"] == {Verdict.PASS}
+    assert Verdict.FAIL in by_kind["power-loss"]
+    assert by_kind["power-loss-after"] == {Verdict.FAIL}  # a save it returned from is lost
+    durable = next(r for r in report.results if r.check == "durable")
+    assert "fresh start" in durable.summary
+
+
+def test_rank0_only_barrier_hangs_the_golden_run(tmp_path):
+    report = explore("tests.checkpointers:Rank0OnlyBarrier", world_size=2, workdir=tmp_path, timeout=3)
+    (live,) = report.results
+    assert live.check == "live" and live.verdict is Verdict.FAIL and "hang" in live.summary
+
+
+def test_repro_line_replays_exactly_that_case(tmp_path):
+    report = explore("tests.checkpointers:DeletesPreviousFirst", world_size=2, workdir=tmp_path / "a",
+                     kinds=("eio",), corruptions=())
+    failing = report.failures()[0]
+    args = shlex.split(failing.repro)
+    env = {**os.environ, args[0].partition("=")[0]: args[0].partition("=")[2]}
+    out = subprocess.run([sys.executable, "-m", "ckpt_harness.cli", *args[2:], "--quiet"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "1 cases: 1 fail" in out.stdout
+    assert failing.check in out.stdout and failing.cells[-1] in out.stdout
+
+
+def test_trace_prints_the_phases_of_a_save_per_rank(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "ckpt_harness.cli", "trace", "--job", "torch_save"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rank0, rank1 = [line for line in out.stdout.splitlines() if line.startswith("rank ")]
+    assert "write step_000004/model.pt (" in rank0 and "fsync step_000004/model.pt" in rank0
+    assert "rename latest.tmp → latest" in rank0 and "barrier#" in rank0
+    assert "write step_000004/rng_rank1.pt" in rank1 and "latest" not in rank1
+
+
+# -- beyond single faults ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    ex = exploration(REF, world_size=2, workdir=tmp_path_factory.mktemp("reference"))
+    assert ex.prepare() is None
+    return ex
+
+
+@settings(max_examples=6)
+@given(data=st.data())
+def test_reference_survives_two_faults_at_once(reference, data):
+    check(reference, data.draw(fault_plans(reference, max_faults=2)))
+
+
+@settings(max_examples=4)
+@given(data=st.data())
+def test_reference_is_skew_safe_on_several_ranks_at_once(reference, data):
+    result = check(reference, data.draw(skews(reference)))
+    assert result.check == "skew-safe"
+
+
+def test_hypothesis_shrinks_a_failing_plan_to_one_fault(tmp_path):
+    from hypothesis import find
+
+    ex = exploration("tests.checkpointers:DeletesPreviousFirst", world_size=2, workdir=tmp_path)
+    assert ex.prepare() is None
+
+    def fails(plan):
+        try:
+            check(ex, plan)
+        except AssertionError:
+            return True
+        return False
+
+    smallest = find(fault_plans(ex, kinds=("eio", "delay"), max_faults=2), fails,
+                    settings=settings(max_examples=12, database=None))
+    assert len(smallest) == 1 and smallest[0].kind == "eio"
