@@ -22,3 +22,6 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) *.egg-info
+
+bench: $(STAMP)
+	$(PY) ci/benchmark.py

@@ -28,11 +28,10 @@ from typing import Iterable, Optional, Sequence, Union
 from ckpt_harness import oracle
 from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import KINDS, OPS, Fault, applicable_kinds, parse_plan, plan_label
-from ckpt_harness.inject.trace import read_events
 from ckpt_harness.jobref import resolve
 from ckpt_harness.records import Run
 from ckpt_harness.report import CaseResult, Report, Verdict
-from ckpt_harness.runner import data_path, trace_path
+from ckpt_harness.runner import data_path
 from ckpt_harness.verify import DEFAULT_TIMEOUT, Settings, prepare_workdir
 
 #: What `explore` injects unless told otherwise. hang costs a deadline per
@@ -101,7 +100,8 @@ def fault_points(events_by_rank: dict[int, list[dict]], phase: str) -> list[Poin
     """Every operation of `phase` on every rank, writes sampled per file run."""
     points = []
     for rank, events in sorted(events_by_rank.items()):
-        ops = [e for e in events if e["phase"] == phase and e["kind"] in OPS and "point" in e]
+        ops = [{**e, "point": e["point"] + i} for e in events
+               if e["phase"] == phase and e["kind"] in OPS and "point" in e for i in range(e.get("count", 1))]
         runs: list[list[dict]] = []
         for e in ops:
             if e["kind"] == "write" and runs and runs[-1][0]["kind"] == "write" and runs[-1][0]["fid"] == e["fid"]:

@@ -1,7 +1,7 @@
 """The pytest plugin, registered under the entry point name ``ckpt_harness``.
 
-- fixture ``ckpt``: ``ckpt.verify(job, ...)`` returns a report whose
-  ``assert_ok()`` fails the test with the verdict table;
+- fixture ``ckpt``: ``ckpt.verify(job, ...)`` and ``ckpt.explore(job, ...)``
+  return a report whose ``assert_ok()`` fails the test with the verdict table;
 - marker ``@pytest.mark.ckpt(world_size=2, steps=8, save_every=2, timeout=60)``
   sets the fixture's defaults; ``world_size`` may be a list, which
   parametrizes the test;
@@ -107,15 +107,28 @@ class CkptFixture:
 
     def verify(self, job: Union[str, type], **overrides: Any):
         """Run `ckpt_harness.verify` with this test's defaults; returns the Report."""
-        from ckpt_harness.verify import BackendUnavailable, verify
+        from ckpt_harness.verify import verify
 
-        kwargs = {**self.defaults, **overrides}
+        return self._call(verify, job, overrides)
+
+    def explore(self, job: Union[str, type], **overrides: Any):
+        """Run `ckpt_harness.explore.explore` with this test's defaults; returns the Report."""
+        from ckpt_harness.explore import explore
+
+        overrides = {k: v for k, v in {**self.defaults, **overrides}.items()
+                     if k not in ("keep_last", "overwrite", "backend")}
+        return self._call(explore, job, overrides, defaults=False)
+
+    def _call(self, fn: Any, job: Union[str, type], overrides: dict, defaults: bool = True):
+        from ckpt_harness.verify import BackendUnavailable
+
+        kwargs = {**self.defaults, **overrides} if defaults else dict(overrides)
         if "steps" in kwargs:
             kwargs["total_steps"] = kwargs.pop("steps")
         self._runs += 1
         kwargs.setdefault("workdir", self.tmp_path / f"ckpt-{self._runs}")
         try:
-            return verify(job, **kwargs)
+            return fn(job, **kwargs)
         except BackendUnavailable as exc:
             pytest.skip(str(exc))
 

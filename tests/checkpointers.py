@@ -31,25 +31,22 @@ import shutil
 import warnings
 from io import BytesIO
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel
 
 from ckpt_harness.job import RankContext
 from ckpt_harness.jobs._common import (
     LATEST,
-    TinyJob,
     atomic_write_text,
-    build_mlp,
     check_extra,
     fsync_dir,
     read_latest,
     step_dir,
     unanimous,
 )
-from ckpt_harness.jobs.torch_save import TorchSaveJob, _rank_ordered_mean
+from ckpt_harness.jobs.torch_save import TorchSaveJob
 
 SHARED = ("model.pt", "optimizer.pt", "scheduler.pt")
 MANIFEST = "manifest.json"
@@ -91,7 +88,7 @@ class CorruptCheckpoint(RuntimeError):
     """A committed checkpoint whose files do not match its manifest; the message names the file."""
 
 
-class _Checkpointer(TinyJob):
+class _Checkpointer(TorchSaveJob):
     """DDP replicas plus the pieces every checkpointer here is made of.
 
     Subclasses write `save` from these pieces and implement `_discover`
@@ -99,19 +96,11 @@ class _Checkpointer(TinyJob):
     are the hooks the planted bugs turn.
     """
 
-    preload = TorchSaveJob.preload
+    name = None  # reports show the class name
     #: False: no fsync of any file or directory.
     durable = True
     #: False: trust that a rank file belongs to the step being loaded.
     checks_extra = True
-
-    def setup(self, ctx: RankContext) -> None:
-        model = DistributedDataParallel(build_mlp(ctx.seed))
-        model.register_comm_hook(None, _rank_ordered_mean)
-        self._build_common(ctx, model, model.parameters())
-
-    def _named_params(self) -> Iterable[tuple[str, torch.nn.Parameter]]:
-        return self.model.module.named_parameters()
 
     def _targets(self) -> dict[str, Any]:
         return {"model.pt": self.model.module, "optimizer.pt": self.optimizer, "scheduler.pt": self.scheduler}

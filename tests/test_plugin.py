@@ -131,3 +131,20 @@ def test_marker_with_unknown_arguments_is_a_usage_error(pytester, importable):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*@pytest.mark.ckpt takes keyword arguments*world_sise*"])
+
+
+def test_fixture_explores_a_job_and_fails_with_the_table(pytester, importable):
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.ckpt(world_size=2, steps=4)
+        def test_deletes_previous(ckpt):
+            report = ckpt.explore("tests.checkpointers:DeletesPreviousFirst", kinds=("eio",), corruptions=())
+            report.assert_ok()
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*ckpt_harness explore*", "*eio*fresh start*preserving*FAIL*",
+                                 "*repro: PYTHONPATH=*ckpt-harness explore*--case*"])

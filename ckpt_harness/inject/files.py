@@ -8,10 +8,11 @@ native code — `torch.save` to a path and `safetensors.torch.save_file` — whi
 are routed through a Python file object so every byte is seen, can be torn,
 and can be tracked for durability.
 
-Files opened for writing under the checkpoint directory are unbuffered: a
-write the job made is in the kernel when the next operation starts, so a
-crash point means the same thing as on a real machine. Everything outside
-the checkpoint directory, and every read, takes the original path untouched.
+In a rank with faults armed, files opened for writing under the checkpoint
+directory are unbuffered, so a write the job made is in the kernel when the
+next operation starts and a crash point means exactly what it names; other
+ranks keep the job's own buffering. Everything outside the checkpoint
+directory, and every read, takes the original path untouched.
 Not seen: `os.write` on raw descriptors and `mmap`.
 """
 
@@ -54,6 +55,13 @@ class _Files:
                 return os.path.relpath(absolute, root)
         return None
 
+    def exact(self) -> bool:
+        """Whether writes must reach the kernel and the trace one by one: in a
+        rank with faults armed (a crash point must mean what it says) or
+        whose bytes the durability model will replay. Other ranks keep the
+        job's own buffering, as a real process would."""
+        return self.data_fd is not None or bool(self.tracer.injector.pending)
+
     def log_data(self, data: memoryview) -> Optional[list[int]]:
         if self.data_fd is None:
             return None
@@ -81,9 +89,11 @@ class ProbedFile:
             index = tracer.injector.point(tracer.phase)
             fault = tracer.injector.armed(tracer.phase, index, "write")
         lands = n // 2 if fault is not None and fault.kind in ("crash-mid", "torn") else n
-        offset = self._raw.tell()
-        tracer.emit("write", point=index, fid=self._fid, path=self._rel, offset=offset, n=lands,
-                    data=files.log_data(view[:lands]))
+        tracer.record_write(
+            {"point": index, "fid": self._fid, "path": self._rel, "offset": self._raw.tell(), "n": lands,
+             "data": files.log_data(view[:lands])},
+            batch=fault is None and not files.exact(),
+        )
         if fault is not None and fault.kind not in ("crash-mid", "torn", "crash-after"):
             Injector.before(fault, "write", self._rel)
         self._write_all(view[:lands])
@@ -106,7 +116,7 @@ class ProbedFile:
             self._files.tracer.emit("close", fid=self._fid, path=self._rel)
         self._raw.close()
 
-    def flush(self) -> None:  # unbuffered: nothing is held back
+    def flush(self) -> None:
         self._raw.flush()
 
     # io protocol: what TextIOWrapper, torch.save and zipfile ask of a file
@@ -163,7 +173,7 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str]) -> None:
         raw_mode = mode.replace("b", "").replace("t", "") + "b"
 
         def run(fault: Optional[Fault]) -> Any:
-            raw = original_open(file, raw_mode, 0, None, None, None, closefd, opener)
+            raw = original_open(file, raw_mode, 0 if files.exact() else buffering, None, None, None, closefd, opener)
             probed = ProbedFile(raw, files, fid, rel)
             if "b" in mode:
                 return probed

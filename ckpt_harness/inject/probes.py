@@ -66,14 +66,47 @@ class Tracer:
         self.local = threading.local()
         self.lock = threading.RLock()
         self.injector = Injector(rank, faults, self.emit)
+        #: Consecutive writes to one file, recorded as one event when nothing
+        #: needs them one by one (see `record_write`).
+        self.write_run: Optional[dict] = None
 
     def emit(self, kind: str, **fields: Any) -> int:
         with self.lock:
-            self.seq += 1
-            event = {"seq": self.seq, "rank": self.rank, "kind": kind, "phase": self.phase,
-                     "t": time.monotonic(), **fields}
-            os.write(self.fd, (json.dumps(event, default=str) + "\n").encode())
-            return self.seq
+            self._flush_writes()
+            return self._emit(kind, fields)
+
+    def _emit(self, kind: str, fields: dict) -> int:
+        self.seq += 1
+        event = {"seq": self.seq, "rank": self.rank, "kind": kind, "phase": self.phase,
+                 "t": time.monotonic(), **fields}
+        os.write(self.fd, (json.dumps(event, default=str) + "\n").encode())
+        return self.seq
+
+    def record_write(self, fields: dict, batch: bool) -> None:
+        """Record one write; with `batch`, extend the current run of writes to
+        the same file instead (torch.save issues hundreds of small writes per
+        file). Each write keeps its point: a run says where it starts and
+        how many it holds. A rank that might crash, or whose bytes the
+        durability model needs, records every write as it happens."""
+        with self.lock:
+            run = self.write_run
+            if batch and run is not None and run["fid"] == fields["fid"] and run["offset"] + run["n"] == fields["offset"] \
+                    and run["phase"] == self.phase:
+                run["count"] += 1
+                run["n"] += fields["n"]
+                return
+            self._flush_writes()
+            if batch:
+                self.write_run = {**fields, "count": 1, "phase": self.phase}
+            else:
+                self._emit("write", {**fields, "count": 1})
+
+    def _flush_writes(self) -> None:
+        run, self.write_run = self.write_run, None
+        if run is not None:
+            phase, self.phase = self.phase, run.pop("phase")
+            self._emit("write", run)
+            self.phase = phase
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase

@@ -1,0 +1,172 @@
+"""How fast the harness is, against the naive way, measured in the same run.
+
+    python ci/benchmark.py            # everything (~6 min on 2 cores)
+    python ci/benchmark.py --quick    # skip the full exploration
+
+1. Launching a process group: forked from the warm server vs. a fresh
+   interpreter per rank (what torch's MultiProcessTestCase and torchrun do).
+2. Probe overhead: a DCP save with and without the file/collective probes.
+3. `verify` of the built-in jobs at world size 2 and 4.
+4. Exploring every single fault of one save of `dcp` at world size 2: with
+   the warmed per-rank templates and two cases at once, vs. one case at a
+   time with cold ranks, on the same sample of cases (and the full run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from ckpt_harness.launch import GroupSpec, prestart, run_group  # noqa: E402
+
+
+def timed(fn, repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def fmt(samples: list[float]) -> str:
+    return f"median {statistics.median(samples) * 1000:.0f} ms (n={len(samples)})"
+
+
+# -- 1. launch ------------------------------------------------------------------------
+NAIVE_RANK = textwrap.dedent(
+    """
+    import sys, datetime
+    import torch, torch.distributed as dist
+    rank, ws, store = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    dist.init_process_group("gloo", store=dist.FileStore(store, ws), rank=rank, world_size=ws,
+                            timeout=datetime.timedelta(seconds=60))
+    t = torch.ones(1); dist.all_reduce(t); assert t.item() == ws
+    """
+)
+
+
+def naive_group(ws: int, tmp: Path) -> None:
+    store = tmp / f"store-{time.monotonic_ns()}"
+    procs = [subprocess.Popen([sys.executable, "-c", NAIVE_RANK, str(r), str(ws), str(store)]) for r in range(ws)]
+    assert all(p.wait() == 0 for p in procs)
+
+
+def warm_group(ws: int, tmp: Path) -> None:
+    outcome = run_group(GroupSpec(world_size=ws, entry="benchmark:all_reduce", payload=None,
+                                  run_dir=tmp / f"run-{time.monotonic_ns()}", deadline=60))
+    assert outcome.ok
+
+
+def all_reduce(info, payload):
+    import torch
+    import torch.distributed as dist
+
+    t = torch.ones(1)
+    dist.all_reduce(t)
+
+
+# -- 2. probes --------------------------------------------------------------------------
+def dcp_saves(info, payload):
+    """Ten DCP saves of the built-in job's state, probes installed or not."""
+    import json
+
+    from ckpt_harness.inject import probes
+    from ckpt_harness.job import RankContext
+    from ckpt_harness.jobs.dcp import DcpJob
+
+    ckpt = Path(payload["ckpt"])
+    if payload["probes"]:
+        probes.install(str(Path(info.run_dir, f"rank{info.rank}.trace")), info.rank, ckpt_dir=str(ckpt))
+    ctx = RankContext(rank=info.rank, world_size=info.world_size, local_rank=info.rank, node=0, seed=0,
+                      ckpt_dir=ckpt, total_steps=10, save_every=1, overwrite=True)
+    job = DcpJob()
+    job.setup(ctx)
+    job.train_step(ctx, 1)
+    job.save(ctx, 1)  # first-call costs out of the measurement
+    start = time.perf_counter()
+    for step in range(2, 12):
+        job.save(ctx, step)
+    Path(info.run_dir, f"t{info.rank}").write_text(json.dumps(time.perf_counter() - start))
+
+
+def probe_overhead(tmp: Path, probes_on: bool) -> float:
+    run_dir = tmp / f"probes-{probes_on}-{time.monotonic_ns()}"
+    outcome = run_group(GroupSpec(world_size=2, entry="benchmark:dcp_saves", run_dir=run_dir, deadline=120,
+                                  payload={"ckpt": str(run_dir / "ckpt"), "probes": probes_on}))
+    assert outcome.ok, [r.log_tail() for r in outcome.ranks]
+    return max(float((run_dir / f"t{r}").read_text()) for r in range(2)) / 10
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="skip the full exploration")
+    args = parser.parse_args()
+    prestart(2)
+    tmp = Path(tempfile.mkdtemp(prefix="ckpt-harness-bench-"))
+    print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
+
+    print("\n1. launch a group and run one all_reduce")
+    for ws in (2, 4):
+        warm_group(ws, tmp)  # the server is up and warm
+        warm = timed(lambda: warm_group(ws, tmp), 10)
+        naive = timed(lambda: naive_group(ws, tmp), 3)
+        print(f"   ws={ws}: warm fork {fmt(warm)}; fresh interpreter per rank {fmt(naive)}; "
+              f"ratio {statistics.median(naive) / statistics.median(warm):.0f}x")
+
+    print("\n2. probe overhead: one DCP save of the built-in dcp job, ws=2 (mean of 10 saves)")
+    off = [probe_overhead(tmp, False) for _ in range(3)]
+    on = [probe_overhead(tmp, True) for _ in range(3)]
+    print(f"   without probes {fmt(off)}; with probes {fmt(on)}; "
+          f"overhead {100 * (statistics.median(on) / statistics.median(off) - 1):+.0f}%")
+
+    from ckpt_harness.explore import exploration
+    from ckpt_harness.verify import verify
+
+    print("\n3. verify (8 steps, save every 2: golden + 4 stop/resume pairs = 9 group runs)")
+    for job in ("torch_save", "dcp"):
+        for ws in (2, 4):
+            start = time.perf_counter()
+            report = verify(job, world_size=ws, workdir=tmp / f"verify-{job}-{ws}")
+            print(f"   {job} ws={ws}: {time.perf_counter() - start:.1f} s, {'pass' if report.ok else 'FAIL'}")
+
+    print("\n4. explore dcp ws=2, every single fault of save 4 (default kinds and corruptions)")
+    sample = 24
+    timings = {}
+    for label, parallel, warm in (("harness: 2 at once, warmed templates", 2, True),
+                                  ("naive: 1 at a time, cold ranks", 1, False)):
+        from ckpt_harness.jobs.dcp import DcpJob
+
+        DcpJob.warm_start = warm
+        ex = exploration("dcp", world_size=2, workdir=tmp / f"explore-{parallel}", parallel=parallel)
+        ex.prepare()
+        from ckpt_harness.explore import plan_cases
+
+        cases = plan_cases(ex.points, ex.kinds, ex.committed, ex.corruptions, True)[:sample]
+        start = time.perf_counter()
+        report = ex.run([c.name for c in cases])
+        timings[label] = (time.perf_counter() - start) / len(report.results)
+        print(f"   {label}: {timings[label]:.2f} s per case (first {len(report.results)} cases)")
+    DcpJob.warm_start = True
+    first, second = timings.values()
+    print(f"   ratio {second / first:.1f}x")
+    if not args.quick:
+        start = time.perf_counter()
+        report = exploration("dcp", world_size=2, workdir=tmp / "explore-full").run()
+        counts = {v.value: sum(r.verdict is v for r in report.results) for v in type(report.results[0].verdict)}
+        print(f"   full exploration: {len(report.results)} cases in {time.perf_counter() - start:.0f} s "
+              f"(including the golden and committed runs): {counts}")
+
+
+if __name__ == "__main__":
+    main()
