@@ -52,6 +52,7 @@ NAIVE_RANK = textwrap.dedent(
     dist.init_process_group("gloo", store=dist.FileStore(store, ws), rank=rank, world_size=ws,
                             timeout=datetime.timedelta(seconds=60))
     t = torch.ones(1); dist.all_reduce(t); assert t.item() == ws
+    dist.barrier(); dist.destroy_process_group()
     """
 )
 
@@ -59,7 +60,8 @@ NAIVE_RANK = textwrap.dedent(
 def naive_group(ws: int, tmp: Path) -> None:
     store = tmp / f"store-{time.monotonic_ns()}"
     procs = [subprocess.Popen([sys.executable, "-c", NAIVE_RANK, str(r), str(ws), str(store)]) for r in range(ws)]
-    assert all(p.wait() == 0 for p in procs)
+    codes = [p.wait() for p in procs]
+    assert codes == [0] * ws, codes
 
 
 def warm_group(ws: int, tmp: Path) -> None:

@@ -188,6 +188,7 @@ def _discard(args: argparse.Namespace, workdir: Path) -> None:
 
 def _list(args: argparse.Namespace) -> int:
     from ckpt_harness.inject.faults import KINDS
+    from ckpt_harness.oracle import PROPERTIES
 
     width = max(map(len, [*BUILTIN_JOBS, *KINDS]))
     print("jobs:")
@@ -195,6 +196,9 @@ def _list(args: argparse.Namespace) -> int:
         print(f"  {name.ljust(width)}  {DESCRIPTIONS.get(name, '')}")
     print("fault kinds:")
     for name, (_, what) in KINDS.items():
+        print(f"  {name.ljust(width)}  {what}")
+    print("properties:")
+    for name, what in PROPERTIES.items():
         print(f"  {name.ljust(width)}  {what}")
     return EXIT_OK
 

@@ -112,3 +112,30 @@ class NotAJob:
 class MissingMethods(Job):
     def state(self, ctx: RankContext):  # pragma: no cover - never runs
         return {}
+
+
+class OwnLoop(Job):
+    """A framework that owns its training loop (HF Trainer, Lightning style):
+    the harness only calls `run` and learns of loads and saves through ctx."""
+
+    def run(self, ctx: RankContext) -> None:
+        inner = self.inner = TorchSaveJob()
+        inner.setup(ctx)
+        start = inner.load(ctx)
+        ctx.loaded(start)
+        for step in range((start or 0) + 1, ctx.total_steps + 1):
+            inner.train_step(ctx, step)
+            if ctx.should_save(step):
+                inner.save(ctx, step)
+                ctx.saved(step)
+
+    def state(self, ctx: RankContext):
+        return self.inner.state(ctx)
+
+
+class OwnLoopForgetsToReport(OwnLoop):
+    """Saves, but never tells the harness it resumed."""
+
+    def run(self, ctx: RankContext) -> None:
+        ctx.loaded = lambda step: None
+        super().run(ctx)

@@ -20,10 +20,18 @@ def cli(*args, cwd, env_extra=None, timeout=240):
     )
 
 
-def test_list_names_the_builtin_jobs(tmp_path):
+def test_list_names_jobs_fault_kinds_and_properties(tmp_path):
     out = cli("list", cwd=tmp_path)
     assert out.returncode == 0
-    assert [line.split()[0] for line in out.stdout.splitlines()] == ["dcp", "torch_save"]
+    sections, current = {}, None
+    for line in out.stdout.splitlines():
+        if not line.startswith(" "):
+            current = sections.setdefault(line.rstrip(":"), [])
+        else:
+            current.append(line.split()[0])
+    assert sections["jobs"] == ["dcp", "torch_save"]
+    assert {"crash", "torn", "power-loss", "enospc"} <= set(sections["fault kinds"])
+    assert sections["properties"] == ["atomic", "durable", "preserving", "live", "detecting", "faithful", "skew-safe"]
 
 
 def test_run_prints_the_verdict_table_and_exits_zero(tmp_path):

@@ -117,3 +117,15 @@ def test_bad_settings_are_refused_before_launch(kwargs, message):
 def test_unknown_case_lists_the_valid_ones(tmp_path):
     with pytest.raises(ValueError, match="choose from golden, resume@2, resume@4"):
         verify("torch_save", total_steps=4, save_every=2, cases=["resume@3"], workdir=tmp_path)
+
+
+def test_a_job_that_owns_its_loop_reports_through_ctx(ckpt):
+    report = ckpt.verify("tests.jobs:OwnLoop", steps=4)
+    report.assert_ok()
+    assert {r.case for r in report.results} == {"golden", "resume@2", "resume@4"}
+
+
+def test_an_owned_loop_that_never_reports_its_load_is_flagged(ckpt):
+    report = ckpt.verify("tests.jobs:OwnLoopForgetsToReport", steps=4)
+    fresh = next(r for r in report.results if r.check == "fresh start")
+    assert fresh.verdict is Verdict.FAIL and "never reported its load" in fresh.summary

@@ -83,27 +83,32 @@ class Tracer:
         return self.seq
 
     def record_write(self, fields: dict, batch: bool) -> None:
-        """Record one write; with `batch`, extend the current run of writes to
-        the same file instead (torch.save issues hundreds of small writes per
-        file). Each write keeps its point: a run says where it starts and
-        how many it holds. A rank that might crash, or whose bytes the
-        durability model needs, records every write as it happens."""
+        """Record one write. With `batch` (the caller numbers nothing; a rank
+        with no fault armed and no bytes to log), extend the current run of
+        writes to the same file instead: torch.save issues hundreds of small
+        writes per file. Each write keeps its point: a run records where it
+        starts and how many it holds."""
         with self.lock:
             run = self.write_run
-            if batch and run is not None and run["fid"] == fields["fid"] and run["offset"] + run["n"] == fields["offset"] \
-                    and run["phase"] == self.phase:
-                run["count"] += 1
-                run["n"] += fields["n"]
-                return
-            self._flush_writes()
             if batch:
-                self.write_run = {**fields, "count": 1, "phase": self.phase}
+                index = self.injector.point(self.phase)
+                if run is not None and run["fid"] == fields["fid"] and run["end"] == fields["offset"] \
+                        and run["phase"] == self.phase:
+                    run["count"] += 1
+                    run["n"] += fields["n"]
+                    run["end"] += fields["n"]
+                    return
+                self._flush_writes()
+                self.write_run = {"point": index, **fields, "count": 1, "phase": self.phase,
+                                  "end": fields["offset"] + fields["n"]}
             else:
+                self._flush_writes()
                 self._emit("write", {**fields, "count": 1})
 
     def _flush_writes(self) -> None:
         run, self.write_run = self.write_run, None
         if run is not None:
+            del run["end"]
             phase, self.phase = self.phase, run.pop("phase")
             self._emit("write", run)
             self.phase = phase
