@@ -37,7 +37,7 @@ def test_list_names_jobs_fault_kinds_and_properties(tmp_path):
 def test_run_prints_the_verdict_table_and_exits_zero(tmp_path):
     out = cli("run", "--job", "dcp", "--world-size", "2", "--steps", "4", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "ckpt_harness: job dcp, world size 2" in out.stdout
+    assert "ckpt_harness verify: job dcp, world size 2" in out.stdout
     assert "resume@4  final state       PASS" in out.stdout
     assert list(tmp_path.iterdir()) == []  # nothing written where it was not asked to
 

@@ -85,7 +85,7 @@ def test_timeout_option_reaches_the_fixture(pytester, importable):
         def test_hang(ckpt):
             report = ckpt.verify("tests.jobs:Rank0BarrierInFinalSave", steps=2)
             assert "hang" in report.results[0].summary
-            assert report.elapsed < 2 + 5
+            assert report.elapsed < 20  # the default of 60 s did not apply
         """
     )
     pytester.runpytest_subprocess("--ckpt-timeout=2", "-p", "no:cacheprovider").assert_outcomes(passed=1)

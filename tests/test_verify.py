@@ -4,6 +4,7 @@ import pytest
 
 from ckpt_harness import Job, Verdict, verify
 from ckpt_harness.jobref import JobError
+from ckpt_harness.launch import prestart
 
 
 @pytest.mark.ckpt(world_size=[1, 2, 4], steps=6, save_every=2)
@@ -41,6 +42,7 @@ def test_silent_partial_resume_also_breaks_the_final_state(ckpt):
 
 
 def test_rank0_only_barrier_in_final_save_is_reported_as_a_hang(ckpt):
+    prestart(wait=True)  # time the hang, not the fork server's torch import
     report = ckpt.verify("tests.jobs:Rank0BarrierInFinalSave", world_size=2, steps=4, timeout=3)
     (live,) = report.results
     assert live.verdict is Verdict.FAIL
@@ -52,6 +54,7 @@ def test_rank0_only_barrier_in_final_save_is_reported_as_a_hang(ckpt):
 
 
 def test_setup_failing_on_one_rank_names_the_rank_error_and_log(ckpt):
+    prestart(wait=True)
     report = ckpt.verify("tests.jobs:SetupFailsOnRank1", world_size=2, steps=4, timeout=30)
     (live,) = report.results
     assert "rank 1 raised RuntimeError in setup: dataset shard 1 is missing" in live.summary

@@ -436,9 +436,14 @@ def run_group(spec: GroupSpec) -> GroupOutcome:
         _pool.release(client)
 
 
-def prestart(count: int = 1) -> None:
-    """Start `count` warm fork servers now, so their torch imports overlap the caller's."""
+def prestart(count: int = 1, wait: bool = False) -> None:
+    """Start `count` warm fork servers now, so their torch imports overlap the
+    caller's; with `wait`, return once they are ready to fork."""
     _pool.warm(count)
+    if wait:
+        for client in list(_pool.all):
+            with client.lock:
+                client._await_ready()
 
 
 @atexit.register
