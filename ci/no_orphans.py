@@ -1,7 +1,9 @@
 """Fail if any process of the harness outlived the test run.
 
 Ranks are forked from the warm fork server and keep its command line, so one
-pattern finds the server and every rank it ever forked.
+pattern finds the server and every rank it ever forked. Only servers of this
+checkout's interpreter count (run this script with it): another checkout's
+harness on the same machine is none of this run's business.
 """
 
 import os
@@ -19,7 +21,8 @@ def survivors() -> list[str]:
                 cmdline = f.read()
         except OSError:
             continue
-        if PATTERN in cmdline and int(pid) != os.getpid():
+        argv0 = cmdline.split(b"\0", 1)[0].decode(errors="replace")
+        if PATTERN in cmdline and int(pid) != os.getpid() and argv0 == sys.executable:
             found.append(pid + ": " + cmdline.replace(b"\0", b" ").decode(errors="replace"))
     return found
 

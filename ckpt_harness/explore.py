@@ -301,7 +301,8 @@ class Exploration:
             faulted = self._faulted_run(case, ckpt, case_dir / "fault")
             save_returned = faulted.saved_steps()[-1:] == [self.k]
             detail = case.describe()
-        resumed = self.s.launch("resumed run", self.s.plan(ckpt), case_dir / "resume", failure_grace=PROPAGATION)
+        resumed = self.s.launch("resumed run", self.s.plan(ckpt, trace_files=False), case_dir / "resume",
+                                failure_grace=PROPAGATION)
         return self._judge(case, faulted, resumed, save_returned, detail)
 
     def _faulted_run(self, case: Case, ckpt: Path, run_dir: Path) -> Run:

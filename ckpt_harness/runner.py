@@ -47,6 +47,9 @@ class RunPlan:
     faults: tuple[Fault, ...] = ()
     #: Log every byte written under the checkpoint dir (for the power-loss model).
     log_data: bool = False
+    #: Probe file operations too, not only collectives. Runs whose file trace
+    #: nobody reads (fault-free verification, resumes) skip them.
+    trace_files: bool = True
 
 
 def records_path(run_dir: Path | str, rank: int) -> Path:
@@ -89,7 +92,8 @@ def run_rank(info: RankInfo, plan: RunPlan) -> None:
     """Launcher entry point: run `plan` as rank `info.rank`."""
     Path(plan.ckpt_dir).mkdir(parents=True, exist_ok=True)
     probes.install(
-        str(trace_path(info.run_dir, info.rank)), info.rank, ckpt_dir=plan.ckpt_dir, faults=plan.faults,
+        str(trace_path(info.run_dir, info.rank)), info.rank,
+        ckpt_dir=plan.ckpt_dir if plan.trace_files or plan.faults else None, faults=plan.faults,
         data_log=str(data_path(info.run_dir, info.rank)) if plan.log_data else None,
     )
     recorder = _Recorder(records_path(info.run_dir, info.rank))

@@ -224,7 +224,8 @@ class Verification:
         return results
 
     def _launch(self, name: str, ckpt: Path, run_dir: Path, stop_after_save: Optional[int] = None) -> Run:
-        return self.settings.launch(name, self.settings.plan(ckpt, stop_after_save), run_dir)
+        plan = self.settings.plan(ckpt, stop_after_save, trace_files=False)
+        return self.settings.launch(name, plan, run_dir)
 
 
 class BackendUnavailable(RuntimeError):
