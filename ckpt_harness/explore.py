@@ -348,8 +348,7 @@ class Exploration:
             problem = oracle.health(resumed)
             return result("live", Verdict.FAIL, "", problem[1] if problem else "")
         if not oracle.accepted(prop, outcome, save_returned, self.prev is not None):
-            expected = "S_k" if save_returned or prop in ("durable", "skew-safe") else "S_k or S_prev"
-            return result(prop, Verdict.FAIL, f"expected {expected}" + (" (the save had returned)" if save_returned else ""))
+            return result(prop, Verdict.FAIL, "expected " + oracle.expected(prop, save_returned, self.prev is not None))
         if outcome.kind in ("S_k", "S_prev", "older", "fresh start"):
             problem = oracle.health(resumed)
             if problem is not None:

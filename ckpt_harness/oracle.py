@@ -48,7 +48,10 @@ def health(run: Run) -> Optional[tuple[str, str]]:
 def _job_frames(stack: str) -> str:
     """A faulthandler dump without the launcher's own frames below the job."""
     noise = (f"{os.sep}ckpt_harness{os.sep}launch{os.sep}", "<frozen runpy>")
-    return "\n".join(line for line in stack.splitlines() if not any(n in line for n in noise))
+    lines = [line for line in stack.splitlines() if not any(n in line for n in noise)]
+    if not any(line.lstrip().startswith("File ") for line in lines):
+        return "(only the harness's own frames: the rank is parked until the group is torn down)"
+    return "\n".join(lines)
 
 
 def _rank_state(r: RankRun) -> str:
@@ -274,6 +277,18 @@ def property_for(kind: str) -> str:
     if kind == "power-loss-after":
         return "durable"
     return "detecting"  # torn writes and corruption
+
+
+def expected(prop: str, save_returned: bool, has_prev: bool) -> str:
+    """What `accepted` allows, in words for a failure message."""
+    previous = "S_prev" if has_prev else "a fresh start (no earlier checkpoint)"
+    if prop in ("durable", "skew-safe"):
+        return "S_k"
+    if prop == "detecting":
+        return f"a refusal on every rank naming the file or rank, {previous}, or S_k intact"
+    if save_returned:
+        return "S_k (the save had returned on every rank)"
+    return f"S_k or {previous}"
 
 
 def accepted(prop: str, outcome: Outcome, save_returned: bool, has_prev: bool) -> bool:

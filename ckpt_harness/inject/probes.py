@@ -52,6 +52,8 @@ COLLECTIVES = (
 )
 
 _HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The built-in jobs live in the package but are job code, to be named.
+_JOBS_DIR = os.path.join(_HARNESS_DIR, "jobs")
 
 
 class Tracer:
@@ -175,7 +177,7 @@ def caller() -> str:
     while frame is not None:
         filename = frame.f_code.co_filename
         if not (
-            filename.startswith(_HARNESS_DIR)
+            (filename.startswith(_HARNESS_DIR) and not filename.startswith(_JOBS_DIR))
             or f"{os.sep}torch{os.sep}" in filename
             or filename.startswith("<")
         ):

@@ -73,12 +73,34 @@ WARM_ENV = "CKPT_HARNESS_DEEPSPEED_WARM"
 
 LR = 1e-2
 
+#: Modules `deepspeed.initialize` and ZeRO-3 import lazily in every process;
+#: the Muon optimizer module alone pulls in torch._inductor (~2 s per rank).
+LAZY_MODULES = (
+    "deepspeed.runtime.zero.muon.muon_optimizer",
+    "deepspeed.module_inject.auto_ep_layer",
+    "deepspeed.module_inject.auto_ep_comm",
+    "deepspeed.runtime.superoffload.superoffload_stage3",
+    "deepspeed.comm.mori",
+    "deepspeed.utils.pin_memory",
+)
+
 
 def warm_deepspeed() -> None:
-    """Import deepspeed and load the ops its CPU comm backend loads in every
-    process (`deepspeed.comm.torch.build_shm_op`): DeepSpeed caches loaded ops
-    per process (`OpBuilder._loaded_ops`) and the compatibility probe in
-    `deepspeed.ops`, so ranks forked afterwards skip both."""
+    """Pay DeepSpeed's per-process first-use costs once, in the warm parent.
+
+    - the CPU comm backend loads, and on a cold machine builds with gcc, the
+      shared-memory comm op in every process (`deepspeed.comm.torch.
+      build_shm_op`); DeepSpeed caches loaded ops per process
+      (`OpBuilder._loaded_ops`) and its op-compatibility probe per module, so
+      ranks forked afterwards skip both;
+    - the lazy imports of `deepspeed.initialize` (`LAZY_MODULES`);
+    - `gc.freeze()` last: ZeRO-3's setup runs `gc.collect()`, which otherwise
+      walks every object of torch, inductor and deepspeed (~0.9 s per rank);
+      frozen, it sees only the rank's own objects.
+    """
+    import gc
+    import importlib
+
     import deepspeed  # noqa: F401
     import deepspeed.ops
     from deepspeed.accelerator import get_accelerator
@@ -87,6 +109,9 @@ def warm_deepspeed() -> None:
     builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
     if builder is not None and compatible.get(builder.NAME, False):
         builder.load()
+    for module in LAZY_MODULES:
+        importlib.import_module(module)
+    gc.freeze()
 
 
 if os.environ.get(WARM_ENV) == "1":
@@ -132,21 +157,7 @@ class DeepSpeedJob(TinyJob):
     #: ZeRO stage (0–3).
     stage: ClassVar[int] = 1
     env = {"DS_ACCELERATOR": "cpu", WARM_ENV: "1"}
-    preload = (
-        "numpy",
-        "torch",
-        "torch.distributed",
-        "torch._dynamo",
-        "deepspeed",
-        # Imported lazily by deepspeed.initialize / ZeRO-3 in every process:
-        # the Muon optimizer module alone pulls in torch._inductor (~2 s).
-        "deepspeed.runtime.zero.muon.muon_optimizer",
-        "deepspeed.module_inject.auto_ep_layer",
-        "deepspeed.module_inject.auto_ep_comm",
-        "deepspeed.runtime.superoffload.superoffload_stage3",
-        "deepspeed.comm.mori",
-        "deepspeed.utils.pin_memory",
-    )
+    preload = ("numpy", "torch", "torch.distributed", "torch._dynamo", "deepspeed", *LAZY_MODULES)
 
     engine: Any
 

@@ -25,11 +25,13 @@ How the job reports to the harness (callbacks of the live Trainer):
   its RNG file) are written and, on rank 0, after rotation.
 - `ctx.loaded(None)` before `train()` on a fresh start. After a resume,
   `ctx.loaded(k)` once the Trainer has restored everything it restores: the
-  RNG states are put back lazily inside the epoch loop (after the first
-  batch of the resumed epoch is fetched, or at the top of the epoch when the
-  resume is on an epoch boundary), so the report waits for the first
-  `on_step_begin`; when nothing is left to train (resumed at `max_steps`)
-  it comes from `on_train_end`.
+  RNG states come back last, inside the epoch loop (after the first batch of
+  a mid-epoch resume is fetched, at the top of the epoch on a boundary), so
+  the report follows `Trainer._load_rng_state`; if that never runs (nothing
+  left to train) it comes from `on_train_end`.
+- Probe phases (`setup`, `load`, `train_step k`, `save k`) are set from the
+  callbacks so that `explore` finds the operations of each save: an owned
+  loop otherwise runs entirely in the runner's single `run` phase.
 
 Dropout is on (`attention_dropout`), so a resume that loses the torch RNG
 changes the numbers.
