@@ -40,6 +40,7 @@ class RankContext:
         default=None, repr=False
     )
     _on_saved: Optional[Callable[[int], None]] = dataclasses.field(default=None, repr=False)
+    _on_phase: Optional[Callable[[str], None]] = dataclasses.field(default=None, repr=False)
 
     def should_save(self, step: int) -> bool:
         """True when `step` is a save step (every `save_every` steps)."""
@@ -53,6 +54,18 @@ class RankContext:
         """
         if self._on_loaded is not None:
             self._on_loaded(step)
+
+    def phase(self, name: str) -> None:
+        """Name what the job does from now on, for traces and fault points.
+
+        The harness names the phases of the driven form itself ("setup",
+        "load", "train_step N", "save N"). A job that owns its loop calls
+        `ctx.phase(f"save {step}")` when a save starts (and e.g.
+        `ctx.phase(f"train_step {step}")` after it), or `explore` finds no
+        operations to break in its saves.
+        """
+        if self._on_phase is not None:
+            self._on_phase(name)
 
     def saved(self, step: int) -> None:
         """Report that the save of `step` has returned on this rank.

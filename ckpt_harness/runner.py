@@ -140,6 +140,7 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: _Recorder) -> None:
         backend=info.backend,
         _on_loaded=on_loaded,
         _on_saved=on_saved,
+        _on_phase=probes.set_phase,
     )
     if job.owns_loop():
         probes.set_phase("run")

@@ -289,4 +289,20 @@ def _route_native_savers(files: _Files) -> None:
             with open(filename, "wb") as handle:
                 handle.write(st.save(tensors, metadata=metadata))
 
-        st.save_file = save_file
+        _rebind(original_save_file, save_file)
+
+
+def _rebind(original: Any, replacement: Any) -> None:
+    """Replace `original` wherever an imported module holds it: frameworks
+    bind savers at import time (`from safetensors.torch import save_file as
+    safe_save_file` in transformers and accelerate), in the warm parent,
+    before any rank installs probes."""
+    import sys
+
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for name, value in list(namespace.items()):
+            if value is original:
+                namespace[name] = replacement

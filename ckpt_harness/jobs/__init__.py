@@ -11,9 +11,12 @@ from __future__ import annotations
 BUILTIN_JOBS: dict[str, str] = {
     "torch_save": "ckpt_harness.jobs.torch_save:TorchSaveJob",
     "dcp": "ckpt_harness.jobs.dcp:DcpJob",
+    "hf_trainer": "ckpt_harness.jobs.hf_trainer:HFTrainerJob",
 }
 
 DESCRIPTIONS: dict[str, str] = {
+    "hf_trainer": "transformers.Trainer (owns its loop; DDP over gloo) on a tiny Llama from a config; its own "
+                  "checkpoint-N dirs, get_last_checkpoint resume, save_total_limit rotation (extra: hf)",
     "torch_save": (
         "DDP MLP; rank 0 torch.save()s model/optimizer/scheduler, "
         "every rank its RNG and data position; `latest` pointer"

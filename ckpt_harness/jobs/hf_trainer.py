@@ -44,7 +44,6 @@ import os
 import random
 from typing import Any, Mapping, Optional
 
-from ckpt_harness.inject import probes
 from ckpt_harness.job import Job, RankContext
 
 VOCAB, SEQ_LEN = 64, 16
@@ -106,12 +105,12 @@ def _make_callback(job: "HFTrainerJob", ctx: RankContext):
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.report_load()  # only if the RNG hook did not fire (another transformers)
-            probes.set_phase(f"train_step {state.global_step + 1}")
+            ctx.phase(f"train_step {state.global_step + 1}")
 
         def on_step_end(self, args, state, control, **kwargs):
             # Runs after DefaultFlowCallback decided; `_save_checkpoint` follows.
             if control.should_save:
-                probes.set_phase(f"save {state.global_step}")
+                ctx.phase(f"save {state.global_step}")
 
         def on_train_end(self, args, state, control, **kwargs):
             self.report_load()  # nothing left to train: the Trainer never restored the RNG
@@ -159,23 +158,6 @@ def _warm_caches() -> None:
     from transformers import conversion_mapping
 
     conversion_mapping.get_checkpoint_conversion_mapping("llama")
-
-
-def _route_bound_savers() -> None:
-    """Let the harness see `model.safetensors` being written.
-
-    The harness routes `safetensors.torch.save_file` through a Python file
-    object by replacing the module attribute when a rank starts, but
-    `transformers.modeling_utils` bound the original at import time
-    (`from safetensors.torch import save_file as safe_save_file`), in the
-    warm parent, before that: its writes would be invisible to the probes
-    (no fault points, no durability record). Rebind it to whatever
-    `safetensors.torch.save_file` is now; outside the harness both are the
-    same function and this changes nothing."""
-    import safetensors.torch
-    import transformers.modeling_utils
-
-    transformers.modeling_utils.safe_save_file = safetensors.torch.save_file
 
 
 def _optional(*modules: str) -> tuple[str, ...]:
@@ -258,8 +240,7 @@ class HFTrainerJob(Job):
             ddp_find_unused_parameters=False,
         )
         dataset = _Tokens(ctx.seed, self.steps_per_epoch * BATCH_SIZE * ctx.world_size)
-        _route_bound_savers()
-        probes.set_phase("setup")
+        ctx.phase("setup")
         report = _make_callback(self, ctx)
         self.trainer = Trainer(
             model=_build_model(ctx.seed), args=args, train_dataset=dataset, callbacks=[report]
@@ -271,7 +252,7 @@ class HFTrainerJob(Job):
             ctx.loaded(None)
         else:
             self.resumed_from = int(os.path.basename(last).rsplit("-", 1)[1])
-            probes.set_phase("load")
+            ctx.phase("load")
         self.trainer.train(resume_from_checkpoint=last)
 
     def state(self, ctx: RankContext) -> Mapping[str, Any]:
