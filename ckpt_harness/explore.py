@@ -228,6 +228,12 @@ class Exploration:
         problem = self.prepare()
         if problem is not None:
             return self._report([problem], started)
+        if not self.points:
+            return self._report([CaseResult(
+                "golden", "trace", Verdict.UNKNOWN,
+                f"no operation was recorded in phase 'save {self.k}': nothing to break. A job that owns its "
+                f"loop must call ctx.phase(f'save {{step}}') when a save starts", repro=self.repro("golden"),
+            )], started)
         cases = plan_cases(self.points, self.kinds, self.committed, self.corruptions,
                            durable_after="power-loss" in self.kinds)
         if only:

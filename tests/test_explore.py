@@ -137,3 +137,10 @@ def test_hypothesis_shrinks_a_failing_plan_to_one_fault(tmp_path):
     smallest = find(fault_plans(ex, kinds=("eio", "delay"), max_faults=2), fails,
                     settings=settings(max_examples=12, database=None))
     assert len(smallest) == 1 and smallest[0].kind == "eio"
+
+
+def test_an_owned_loop_job_that_names_no_phases_is_undecided_not_passed(tmp_path):
+    report = explore("tests.jobs:OwnLoop", world_size=2, workdir=tmp_path, kinds=("crash",), corruptions=())
+    (result,) = report.results
+    assert result.verdict is Verdict.UNKNOWN and "ctx.phase" in result.summary
+    assert not report.ok
