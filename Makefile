@@ -9,7 +9,10 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,hf]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,hf,deepspeed]'
+	# DeepSpeed's CPU comm op is built with gcc on first use (minutes on a cold
+	# machine): build it once here, outside any deadline; it is cached after.
+	DS_ACCELERATOR=cpu $(PY) -c "from ckpt_harness.jobs.deepspeed_job import warm_deepspeed; warm_deepspeed()"
 	touch $(STAMP)
 
 demo: $(STAMP)

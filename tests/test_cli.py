@@ -29,7 +29,9 @@ def test_list_names_jobs_fault_kinds_and_properties(tmp_path):
             current = sections.setdefault(line.rstrip(":"), [])
         else:
             current.append(line.split()[0])
-    assert sections["jobs"] == ["dcp", "hf_trainer", "torch_save"]
+    assert sections["jobs"] == [
+        "dcp", "deepspeed", "deepspeed_zero0", "deepspeed_zero2", "deepspeed_zero3", "hf_trainer", "torch_save",
+    ]
     assert {"crash", "torn", "power-loss", "enospc"} <= set(sections["fault kinds"])
     assert sections["properties"] == ["atomic", "durable", "preserving", "live", "detecting", "faithful", "skew-safe"]
 

@@ -76,7 +76,8 @@ class LocalJobHolder:
 @pytest.mark.parametrize(
     "job, message",
     [
-        ("no_such_job", "unknown job 'no_such_job': use one of dcp, hf_trainer, torch_save or module:Class"),
+        ("no_such_job", "unknown job 'no_such_job': use one of dcp, deepspeed, deepspeed_zero0, "
+                        "deepspeed_zero2, deepspeed_zero3, hf_trainer, torch_save or module:Class"),
         ("tests.no_such_module:Job", "cannot import 'tests.no_such_module'"),
         ("tests.jobs:Missing", "has no attribute 'Missing'"),
         ("tests.jobs:NotAJob", "is not a subclass of ckpt_harness.Job"),

@@ -12,9 +12,18 @@ BUILTIN_JOBS: dict[str, str] = {
     "torch_save": "ckpt_harness.jobs.torch_save:TorchSaveJob",
     "dcp": "ckpt_harness.jobs.dcp:DcpJob",
     "hf_trainer": "ckpt_harness.jobs.hf_trainer:HFTrainerJob",
+    "deepspeed": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero1",
+    "deepspeed_zero0": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero0",
+    "deepspeed_zero2": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero2",
+    "deepspeed_zero3": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero3",
 }
 
 DESCRIPTIONS: dict[str, str] = {
+    "deepspeed": "DeepSpeed ZeRO-1 engine on CPU/gloo; save_checkpoint/load_checkpoint with its `latest` file, "
+                 "per-rank RNG/data side files (extra: deepspeed)",
+    "deepspeed_zero0": "the deepspeed job at ZeRO stage 0",
+    "deepspeed_zero2": "the deepspeed job at ZeRO stage 2",
+    "deepspeed_zero3": "the deepspeed job at ZeRO stage 3 (parameters partitioned too)",
     "hf_trainer": "transformers.Trainer (owns its loop; DDP over gloo) on a tiny Llama from a config; its own "
                   "checkpoint-N dirs, get_last_checkpoint resume, save_total_limit rotation (extra: hf)",
     "torch_save": (

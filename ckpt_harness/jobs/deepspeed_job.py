@@ -36,6 +36,17 @@ Layout under `ctx.ckpt_dir` (stage 1, world size 2):
 ZeRO-3 writes `zero_pp_rank_{r}_mp_rank_00_model_states.pt` per rank instead of
 `mp_rank_00_model_states.pt`.
 
+What the harness finds in DeepSpeed 0.19.8 (explore, crash faults, stage 1,
+world size 2): rank 0 writes `latest` right after its own files, without
+waiting for its peers' optimizer partitions (the barrier comes after), so a
+peer that crashes while writing `zero_pp_rank_{r}_..._optim_states.pt` leaves
+`latest` naming a checkpoint without that partition; on resume only that rank
+raises and the others go on (live FAIL). `latest` is opened with "w" and
+written in place, so a crash in between leaves it empty, and the resume dies
+on a bare `AssertionError` in DeepSpeed's checkpoint loader that names no file
+(atomic FAIL). This job passes such errors through as a DeepSpeed user sees
+them rather than smoothing them over.
+
 Importing this module is cheap: deepspeed is imported in `setup`. The warm
 fork server imports it once (`preload`), and also loads DeepSpeed's CPU
 shared-memory comm op, which `deepspeed.comm` builds with gcc on first use (a
@@ -93,12 +104,12 @@ def warm_deepspeed() -> None:
       build_shm_op`); DeepSpeed caches loaded ops per process
       (`OpBuilder._loaded_ops`) and its op-compatibility probe per module, so
       ranks forked afterwards skip both;
-    - the lazy imports of `deepspeed.initialize` (`LAZY_MODULES`);
-    - `gc.freeze()` last: ZeRO-3's setup runs `gc.collect()`, which otherwise
-      walks every object of torch, inductor and deepspeed (~0.9 s per rank);
-      frozen, it sees only the rank's own objects.
+    - the lazy imports of `deepspeed.initialize` (`LAZY_MODULES`).
+
+    The fork server `gc.freeze()`s after the preloads, which matters here:
+    ZeRO-3's setup runs `gc.collect()`, ~0.9 s per rank when it has to walk
+    every object of torch, inductor and deepspeed.
     """
-    import gc
     import importlib
 
     import deepspeed  # noqa: F401
@@ -111,7 +122,6 @@ def warm_deepspeed() -> None:
         builder.load()
     for module in LAZY_MODULES:
         importlib.import_module(module)
-    gc.freeze()
 
 
 if os.environ.get(WARM_ENV) == "1":
