@@ -324,7 +324,14 @@ class TinyJob(Job):
         for name, p in named:
             for key, value in sorted(self.optimizer.state.get(p, {}).items()):
                 out[f"optim/{name}/{key}"] = _local(value) if torch.is_tensor(value) else value
-        for i, group in enumerate(self.optimizer.param_groups):
+        out.update(self._progress_state(self.optimizer))
+        return out
+
+    def _progress_state(self, optimizer: Any) -> dict[str, Any]:
+        """Everything but the tensors: hyperparameters, schedule, step, RNG
+        states and data position (shared with jobs that shard differently)."""
+        out: dict[str, Any] = {}
+        for i, group in enumerate(optimizer.param_groups):
             for key, value in group.items():
                 if key != "params":
                     out[f"optim/param_groups/{i}/{key}"] = value

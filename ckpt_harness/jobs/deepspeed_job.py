@@ -72,7 +72,6 @@ from ckpt_harness.jobs._common import (
     SyntheticStream,
     _local,
     build_mlp,
-    capture_rng,
     check_extra,
     torch_save_durable,
     unanimous,
@@ -252,20 +251,10 @@ class DeepSpeedJob(TinyJob):
                 out[f"optim/{i}/{j}/param"] = _local(p)
                 for key, value in sorted(base.state.get(p, {}).items()):
                     out[f"optim/{i}/{j}/{key}"] = _local(value) if torch.is_tensor(value) else value
-            for key, value in group.items():
-                if key != "params":
-                    out[f"optim/param_groups/{i}/{key}"] = value
-        for key, value in self.scheduler.state_dict().items():
-            out[f"scheduler/{key}"] = list(value) if isinstance(value, list) else value
         out["engine/global_steps"] = self.engine.global_steps
         out["engine/global_samples"] = self.engine.global_samples
         out["engine/skipped_steps"] = self.engine.skipped_steps
-        out["step"] = self.step
-        rng = capture_rng()
-        out["rng/python"] = rng["python"]
-        out["rng/numpy"] = rng["numpy"]
-        out["rng/torch"] = rng["torch"].clone()
-        out["data/position"] = self.stream.position
+        out.update(self._progress_state(base))
         return out
 
     def teardown(self, ctx: RankContext) -> None:
