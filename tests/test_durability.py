@@ -11,7 +11,6 @@ from ckpt_harness.inject.durability import (
     DurabilityError,
     Snapshot,
     apply_power_loss,
-    durable_after_all,
     durable_state,
     events_before,
     merge_events,
@@ -461,7 +460,7 @@ def test_preexisting_files_survive_untouched(tmp_path):
     (ckpt / "step_2").mkdir()
     (ckpt / "step_2" / "model.pt").write_bytes(b"new")
     (ckpt / "latest").write_text("garbage")
-    result = durable_after_all(ckpt, start, run.events, run.read_data, "strict")
+    result = apply_power_loss(ckpt, start, run.events, run.read_data, "strict")  # after the run
     assert result == start
     assert snapshot(ckpt) == start
 

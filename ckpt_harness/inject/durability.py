@@ -540,12 +540,3 @@ def apply_power_loss(ckpt_dir: Path, start: Snapshot, events: Iterable[dict],
     durable = durable_state(start, events, read_data, mode)
     write_snapshot(ckpt_dir, durable)
     return durable
-
-
-def durable_after_all(ckpt_dir: Path, start: Snapshot, events: Iterable[dict],
-                      read_data: ReadData, mode: str = "strict") -> Snapshot:
-    """Power loss right after the run ended: every recorded event counts.
-
-    The "durable" property: a save that returned must survive this.
-    """
-    return apply_power_loss(ckpt_dir, start, events, read_data, mode)
