@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_harness.launch import GroupSpec, LaunchError, run_group
+from ckpt_harness.launch import GroupSpec, LaunchError, prestart, run_group
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,6 +39,7 @@ def test_group_runs_a_real_collective(tmp_path, world_size):
 
 
 def test_warm_launch_is_fast(tmp_path):
+    prestart(wait=True)
     run_group(spec(tmp_path / "warm", "all_reduce"))  # the server is up
     start = time.monotonic()
     for i in range(5):
@@ -48,6 +49,7 @@ def test_warm_launch_is_fast(tmp_path):
 
 
 def test_hang_yields_every_rank_stack_within_the_deadline(tmp_path):
+    prestart(wait=True)  # time the hang, not the fork server's torch import
     start = time.monotonic()
     outcome = run_group(spec(tmp_path, "rank0_barrier", deadline=2.0))
     elapsed = time.monotonic() - start
