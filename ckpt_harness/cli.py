@@ -44,6 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--timeout", type=float, default=60.0, help="seconds per group run before it counts as hung")
     run.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
+    run.add_argument("--nodes", type=int, default=1, help="simulated nodes sharing the ranks and one file system")
     run.add_argument("--case", action="append", help="only this case (golden, resume@K); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     run.set_defaults(command=_run)
@@ -51,6 +52,9 @@ def _parser() -> argparse.ArgumentParser:
     explore = sub.add_parser("explore", help="break one save at every point with every fault kind; judge each resume")
     _common_job_options(explore, steps=4)
     explore.add_argument("--save-step", type=int, default=None, help="the save to break (default: the second)")
+    explore.add_argument("--keep-last", type=int, default=None, help="ask the job to keep only the last N checkpoints")
+    explore.add_argument("--overwrite", action="store_true", help="set ctx.overwrite for the job")
+    explore.add_argument("--nodes", type=int, default=1, help="simulated nodes sharing the ranks and one file system")
     explore.add_argument("--faults", default=",".join(_default_kinds()),
                          help=f"comma-separated fault kinds (default: %(default)s; all: {','.join(_all_kinds())})")
     explore.add_argument("--corruptions", default="bit-flip,zero-page,truncate,delete",
@@ -110,7 +114,8 @@ def _explore(args: argparse.Namespace) -> int:
 
     return _report_or_error(args, lambda workdir: explore(
         args.job, world_size=args.world_size, total_steps=args.steps, save_every=args.save_every,
-        save_step=args.save_step, kinds=_split(args.faults), corruptions=_split(args.corruptions),
+        save_step=args.save_step, keep_last=args.keep_last, overwrite=args.overwrite, nodes=args.nodes,
+        kinds=_split(args.faults), corruptions=_split(args.corruptions),
         durability_mode=args.durability, seed=args.seed, timeout=args.timeout, hang_timeout=args.hang_timeout,
         workdir=workdir, cases=args.case, parallel=args.parallel, progress=progress,
     ), newline_first=not args.quiet and sys.stderr.isatty())
@@ -153,7 +158,7 @@ def _run(args: argparse.Namespace) -> int:
     return _report_or_error(args, lambda workdir: verify(
         args.job, world_size=args.world_size, total_steps=args.steps, save_every=args.save_every,
         keep_last=args.keep_last, overwrite=args.overwrite, seed=args.seed, timeout=args.timeout,
-        backend=args.backend, workdir=workdir, cases=args.case,
+        backend=args.backend, nodes=args.nodes, workdir=workdir, cases=args.case,
     ))
 
 

@@ -154,6 +154,9 @@ def exploration(
     total_steps: int = 4,
     save_every: int = 2,
     save_step: Optional[int] = None,
+    keep_last: Optional[int] = None,
+    overwrite: bool = False,
+    nodes: int = 1,
     kinds: Sequence[str] = DEFAULT_KINDS,
     corruptions: Sequence[str] = CORRUPTIONS,
     durability_mode: str = "strict",
@@ -164,6 +167,10 @@ def exploration(
     parallel: int = 2,
 ) -> "Exploration":
     """A validated, not yet started exploration (see `explore`).
+
+    `keep_last` makes the job rotate, so the broken save's points include
+    the deletion of old checkpoints; `nodes` simulates a multi-node layout
+    (see `verify`).
 
     `parallel` cases run at once, each group forked from its own warm server.
     """
@@ -179,7 +186,7 @@ def exploration(
     if parallel < 1:
         raise ValueError(f"parallel must be at least 1, got {parallel}")
     settings = Settings(ref, world_size=world_size, total_steps=total_steps, save_every=save_every,
-                        seed=seed, timeout=timeout)
+                        keep_last=keep_last, overwrite=overwrite, nodes=nodes, seed=seed, timeout=timeout)
     steps = settings.save_steps
     k = save_step if save_step is not None else steps[min(1, len(steps) - 1)]
     if k not in steps:

@@ -58,6 +58,11 @@ class Settings:
             raise ValueError(f"timeout must be positive, got {self.timeout}")
         if self.backend not in ("gloo", "nccl"):
             raise ValueError(f"backend must be 'gloo' or 'nccl', got {self.backend!r}")
+        if self.nodes < 1 or self.world_size % self.nodes:
+            raise ValueError(
+                f"{self.nodes} simulated nodes cannot share {self.world_size} ranks evenly; "
+                "pick a node count that divides the world size"
+            )
 
     @property
     def save_steps(self) -> list[int]:
@@ -100,6 +105,8 @@ class Settings:
             args += ["--keep-last", str(self.keep_last)]
         if self.overwrite:
             args.append("--overwrite")
+        if self.nodes != 1:
+            args += ["--nodes", str(self.nodes)]
         args += extra
         prefix = f"PYTHONPATH={shlex.quote(self.job.root)} " if self.job.root else ""
         return prefix + shlex.join(args)
@@ -116,10 +123,15 @@ def verify(
     seed: int = 0,
     timeout: float = DEFAULT_TIMEOUT,
     backend: str = "gloo",
+    nodes: int = 1,
     workdir: Optional[Union[str, Path]] = None,
     cases: Optional[Sequence[str]] = None,
 ) -> Report:
     """Verify that `job` resumes bitwise from every save; return the report.
+
+    `nodes` > 1 simulates that many nodes on this machine: ranks are grouped
+    into nodes with their own LOCAL_RANK and GROUP_RANK, on one shared file
+    system, where node-local-rank-0 logic races as on a real cluster.
 
     `job` is a Job subclass, a built-in name or "module:Class". Runs go
     under `workdir` (a fresh temporary directory if None). `cases` limits the
@@ -128,7 +140,7 @@ def verify(
     ref, _ = resolve(job)
     settings = Settings(
         ref, world_size=world_size, total_steps=total_steps, save_every=save_every,
-        keep_last=keep_last, overwrite=overwrite, seed=seed, timeout=timeout, backend=backend,
+        keep_last=keep_last, overwrite=overwrite, seed=seed, timeout=timeout, backend=backend, nodes=nodes,
     )
     return Verification(settings, prepare_workdir(workdir)).run(cases)
 

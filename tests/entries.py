@@ -71,3 +71,10 @@ def file_ops_with_fault(info, payload):
         result["errno"] = errno.errorcode.get(exc.errno)
     result["finished"] = True
     Path(info.run_dir, "result.json").write_text(json.dumps(result))
+
+
+def report_layout(info, payload):
+    keys = ("RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK")
+    Path(info.run_dir, f"layout{info.rank}").write_text(
+        " ".join(os.environ[k] for k in keys) + f" {info.local_rank} {info.node}"
+    )

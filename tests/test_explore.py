@@ -144,3 +144,9 @@ def test_an_owned_loop_job_that_names_no_phases_is_undecided_not_passed(tmp_path
     (result,) = report.results
     assert result.verdict is Verdict.UNKNOWN and "ctx.phase" in result.summary
     assert not report.ok
+
+
+def test_reference_rotation_survives_a_crash_at_every_point_of_it(tmp_path):
+    report = explore(REF, world_size=2, keep_last=1, workdir=tmp_path, kinds=("crash",), corruptions=())
+    assert report.ok, report.explain()
+    assert any(r.cells[2] == "rmtree" for r in report.results)  # the deletion of step 2 was a point

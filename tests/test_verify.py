@@ -133,3 +133,11 @@ def test_an_owned_loop_that_never_reports_its_load_is_flagged(ckpt):
     report = ckpt.verify("tests.jobs:OwnLoopForgetsToReport", steps=4)
     fresh = next(r for r in report.results if r.check == "fresh start")
     assert fresh.verdict is Verdict.FAIL and "never reported its load" in fresh.summary
+
+
+def test_simulated_multi_node_layout_runs_and_replays(ckpt):
+    report = ckpt.verify("tests.jobs:NoSchedulerState", world_size=4, nodes=2, steps=2)
+    failing = report.failures()[0]
+    assert "--nodes 2" in failing.repro
+    with pytest.raises(ValueError, match="3 simulated nodes cannot share 2 ranks evenly"):
+        ckpt.verify("torch_save", world_size=2, nodes=3)
