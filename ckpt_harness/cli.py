@@ -55,9 +55,12 @@ def _parser() -> argparse.ArgumentParser:
     explore.add_argument("--keep-last", type=int, default=None, help="ask the job to keep only the last N checkpoints")
     explore.add_argument("--overwrite", action="store_true", help="set ctx.overwrite for the job")
     explore.add_argument("--nodes", type=int, default=1, help="simulated nodes sharing the ranks and one file system")
-    explore.add_argument("--faults", default=",".join(_default_kinds()),
-                         help=f"comma-separated fault kinds (default: %(default)s; all: {','.join(_all_kinds())})")
-    explore.add_argument("--corruptions", default="bit-flip,zero-page,truncate,delete",
+    from ckpt_harness.explore import CORRUPTIONS, DEFAULT_KINDS
+    from ckpt_harness.inject.faults import KINDS
+
+    explore.add_argument("--faults", default=",".join(DEFAULT_KINDS),
+                         help=f"comma-separated fault kinds (default: %(default)s; all: {','.join(KINDS)})")
+    explore.add_argument("--corruptions", default=",".join(CORRUPTIONS),
                          help="corruptions applied to each file of the committed save ('' for none)")
     explore.add_argument("--durability", choices=("strict", "ordered"), default="strict",
                          help="power-loss model for directory entries (default strict)")
@@ -85,16 +88,6 @@ def _common_job_options(p: argparse.ArgumentParser, steps: int) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per group run before it counts as hung")
     p.add_argument("--workdir", type=Path, help="keep every run's checkpoints, traces and logs here")
-
-
-def _default_kinds() -> tuple[str, ...]:
-    return ("crash", "crash-mid", "torn", "error", "eio", "enospc", "power-loss")
-
-
-def _all_kinds() -> tuple[str, ...]:
-    from ckpt_harness.inject.faults import KINDS
-
-    return tuple(KINDS)
 
 
 def _split(value: str) -> list[str]:

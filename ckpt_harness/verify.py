@@ -19,7 +19,7 @@ from typing import Optional, Sequence, Union
 
 from ckpt_harness import oracle
 from ckpt_harness.jobref import JobRef, load, resolve
-from ckpt_harness.launch import MAX_WORLD_SIZE, GroupSpec, run_group
+from ckpt_harness.launch import GroupSpec, check_layout, run_group
 from ckpt_harness.records import Run
 from ckpt_harness.report import CaseResult, Report, Verdict
 from ckpt_harness.runner import RunPlan
@@ -44,8 +44,7 @@ class Settings:
     nodes: int = 1
 
     def __post_init__(self) -> None:
-        if not 1 <= self.world_size <= MAX_WORLD_SIZE:
-            raise ValueError(f"world size must be between 1 and {MAX_WORLD_SIZE}, got {self.world_size}")
+        check_layout(self.world_size, self.nodes)
         if self.total_steps < 1:
             raise ValueError(f"steps must be at least 1, got {self.total_steps}")
         if not 1 <= self.save_every <= self.total_steps:
@@ -58,11 +57,6 @@ class Settings:
             raise ValueError(f"timeout must be positive, got {self.timeout}")
         if self.backend not in ("gloo", "nccl"):
             raise ValueError(f"backend must be 'gloo' or 'nccl', got {self.backend!r}")
-        if self.nodes < 1 or self.world_size % self.nodes:
-            raise ValueError(
-                f"{self.nodes} simulated nodes cannot share {self.world_size} ranks evenly; "
-                "pick a node count that divides the world size"
-            )
 
     @property
     def save_steps(self) -> list[int]:

@@ -157,5 +157,5 @@ def test_simulated_nodes_get_their_own_local_ranks(tmp_path):
     # RANK LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK, then RankInfo's local_rank and node
     assert layout == [["0", "0", "2", "0", "0", "0"], ["1", "1", "2", "0", "1", "0"],
                       ["2", "0", "2", "1", "0", "1"], ["3", "1", "2", "1", "1", "1"]]
-    with pytest.raises(ValueError, match="3 nodes cannot share 4 ranks evenly"):
+    with pytest.raises(ValueError, match="3 simulated nodes cannot share 4 ranks evenly"):
         spec(tmp_path, "report_layout", world_size=4, nodes=3)

@@ -6,6 +6,7 @@ from ckpt_harness.launch.group import (
     GroupSpec,
     LaunchError,
     RankOutcome,
+    check_layout,
     prestart,
     run_group,
 )
@@ -18,6 +19,7 @@ __all__ = [
     "LaunchError",
     "RankInfo",
     "RankOutcome",
+    "check_layout",
     "prestart",
     "run_group",
 ]

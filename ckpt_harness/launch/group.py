@@ -37,6 +37,17 @@ class LaunchError(RuntimeError):
     """The group could not be started (bad preload, dead fork server)."""
 
 
+def check_layout(world_size: int, nodes: int = 1) -> None:
+    """Refuse a group the launcher cannot start, saying what to change."""
+    if not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise ValueError(f"world size must be between 1 and {MAX_WORLD_SIZE}, got {world_size}")
+    if nodes < 1 or world_size % nodes:
+        raise ValueError(
+            f"{nodes} simulated nodes cannot share {world_size} ranks evenly; "
+            "pick a node count that divides the world size"
+        )
+
+
 @dataclasses.dataclass(frozen=True)
 class GroupSpec:
     world_size: int
@@ -62,15 +73,7 @@ class GroupSpec:
     warmup: Optional[tuple[str, Any]] = None
 
     def __post_init__(self) -> None:
-        if not 1 <= self.world_size <= MAX_WORLD_SIZE:
-            raise ValueError(
-                f"world size must be between 1 and {MAX_WORLD_SIZE}, got {self.world_size}"
-            )
-        if self.nodes < 1 or self.world_size % self.nodes:
-            raise ValueError(
-                f"{self.nodes} nodes cannot share {self.world_size} ranks evenly; "
-                "pick a node count that divides the world size"
-            )
+        check_layout(self.world_size, self.nodes)
         if self.deadline <= 0:
             raise ValueError(f"deadline must be positive, got {self.deadline}")
 

@@ -99,7 +99,7 @@ def _run(spec: dict, request: dict) -> bool:
         run_dir=request["run_dir"],
     )
     try:
-        entry = _resolve(request["entry"])
+        entry = resolve(request["entry"])
         if info.backend == "nccl":
             import torch
 
@@ -131,6 +131,7 @@ def _redirect_output(path: str) -> None:
     sys.stderr = open(2, "w", buffering=1, closefd=False)
 
 
-def _resolve(ref: str) -> Any:
+def resolve(ref: str) -> Any:
+    """The function a "module:function" reference names (imported if need be)."""
     module, _, name = ref.partition(":")
     return getattr(importlib.import_module(module), name)

@@ -158,10 +158,11 @@ class Zygote:
             _proc.die_with_parent(os.getppid())
             code = 0
             try:
+                from ckpt_harness.launch.rank import resolve
+
                 ref, argument = request["warmup"]
-                module, _, name = ref.partition(":")
                 before = _threads()
-                getattr(importlib.import_module(module), name)(argument, rank)
+                resolve(ref)(argument, rank)
                 if _threads() > before:  # it would be missing, maybe mid-lock, in every fork
                     raise RuntimeError(f"warm-up {ref} left {_threads() - before} thread(s) running")
                 Zygote(theirs).serve()
