@@ -75,7 +75,27 @@ def _parser() -> argparse.ArgumentParser:
     trace.add_argument("--save-step", type=int, default=None, help="the save to show (default: the second)")
     trace.set_defaults(command=_trace)
 
-    listing = sub.add_parser("list", help="list the built-in jobs and fault kinds")
+    matrix = sub.add_parser("matrix", help="run the scenario catalogue against jobs; write the compatibility "
+                                           "matrix as Markdown and JSON")
+    matrix.add_argument("--job", action="append",
+                        help="a job to run (module:Class or built-in name); repeatable (default: the built-in jobs)")
+    _scenario_options(matrix)
+    matrix.add_argument("--scenarios", default="", help="comma-separated scenario names or patterns (default: all)")
+    matrix.add_argument("--out", type=Path, default=Path("ckpt-matrix"),
+                        help="directory for matrix.md and matrix.json (default: ./ckpt-matrix)")
+    matrix.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
+    matrix.add_argument("--quiet", action="store_true", help="no progress lines")
+    matrix.set_defaults(command=_matrix)
+
+    scenario = sub.add_parser("scenario", help="run one catalogue scenario against a job (what matrix repro lines call)")
+    scenario.add_argument("name", help="scenario name (see `ckpt-harness list`)")
+    scenario.add_argument("--job", required=True, help=f"built-in ({', '.join(sorted(BUILTIN_JOBS))}) or module:Class")
+    _scenario_options(scenario)
+    scenario.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
+    scenario.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
+    scenario.set_defaults(command=_scenario)
+
+    listing = sub.add_parser("list", help="list the built-in jobs, fault kinds, properties and scenarios")
     listing.set_defaults(command=_list)
     return parser
 
@@ -88,6 +108,81 @@ def _common_job_options(p: argparse.ArgumentParser, steps: int) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per group run before it counts as hung")
     p.add_argument("--workdir", type=Path, help="keep every run's checkpoints, traces and logs here")
+
+
+def _scenario_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--file", action="append", type=Path,
+                   help="scenario file or directory to use instead of the built-in catalogue; repeatable")
+    p.add_argument("--world-size", type=int, default=2, help="ranks in the group, 1..8 (default 2)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds per group run before it counts as hung")
+    p.add_argument("--parallel", type=int, default=2, help="cases run at once (default 2)")
+
+
+def _catalogue(args: argparse.Namespace):
+    from ckpt_harness.scenario import builtin_catalogue, load_paths
+
+    return load_paths(args.file) if args.file else builtin_catalogue()
+
+
+def _matrix(args: argparse.Namespace) -> int:
+    from ckpt_harness.jobref import JobError
+    from ckpt_harness.launch import LaunchError, prestart
+    from ckpt_harness.matrix import DEFAULT_JOBS, run_matrix
+    from ckpt_harness.scenario import ScenarioError, select
+
+    def progress(line: str) -> None:
+        if args.quiet:
+            return
+        if line.startswith("\r"):
+            if sys.stderr.isatty():
+                print(f"{line[:100]:100}", end="", file=sys.stderr, flush=True)
+        else:
+            print(f"\r{line}" if sys.stderr.isatty() else line, file=sys.stderr, flush=True)
+
+    try:
+        scenarios = select(_catalogue(args), _split(args.scenarios))
+        prestart(max(1, args.parallel))
+        matrix = run_matrix(args.job or DEFAULT_JOBS, scenarios, world_size=args.world_size, timeout=args.timeout,
+                            parallel=args.parallel, workdir=args.workdir, keep=args.workdir is not None,
+                            progress=progress)
+    except (JobError, ScenarioError, ValueError, LaunchError) as exc:
+        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    md, js = matrix.write(args.out)
+    print(matrix.markdown())
+    print(f"wrote {md} and {js}")
+    if not matrix.complete:
+        print("some cells could not be judged (unknown): see their reasons above", file=sys.stderr)
+        return EXIT_FINDINGS
+    return EXIT_OK
+
+
+def _scenario(args: argparse.Namespace) -> int:
+    from ckpt_harness.launch import prestart
+    from ckpt_harness.scenario import NOT_APPLICABLE, Bench, ScenarioError, select
+
+    def produce(workdir: Path):
+        (scenario,) = select(_catalogue(args), [args.name])
+        prestart(max(1, args.parallel))
+        bench = Bench(args.job, args.world_size, workdir, timeout=args.timeout, parallel=args.parallel)
+        return bench.run(scenario, args.case)
+
+    from ckpt_harness.jobref import JobError
+    from ckpt_harness.launch import LaunchError
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
+    try:
+        result = produce(workdir)
+    except (JobError, ScenarioError, ValueError, LaunchError) as exc:
+        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
+        _discard(args, workdir)
+        return EXIT_USAGE
+    print(result.explain())
+    if result.verdict in ("pass", NOT_APPLICABLE):
+        _discard(args, workdir)
+        return EXIT_OK
+    print(f"\nruns, checkpoints and rank logs kept in {workdir}")
+    return EXIT_FINDINGS
 
 
 def _split(value: str) -> list[str]:
@@ -198,6 +293,13 @@ def _list(args: argparse.Namespace) -> int:
     print("properties:")
     for name, what in PROPERTIES.items():
         print(f"  {name.ljust(width)}  {what}")
+    from ckpt_harness.scenario import builtin_catalogue
+
+    scenarios = builtin_catalogue()
+    width = max(len(s.name) for s in scenarios)
+    print("scenarios (ckpt-harness scenario NAME, ckpt-harness matrix):")
+    for s in scenarios:
+        print(f"  {s.name.ljust(width)}  [{s.property}] {s.description}")
     return EXIT_OK
 
 

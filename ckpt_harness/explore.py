@@ -27,7 +27,7 @@ from typing import Iterable, Optional, Sequence, Union
 
 from ckpt_harness import oracle
 from ckpt_harness.inject import corrupt, durability
-from ckpt_harness.inject.faults import KINDS, OPS, Fault, applicable_kinds, parse_plan, plan_label
+from ckpt_harness.inject.faults import DEFAULT_DELAY, KINDS, OPS, Fault, applicable_kinds, parse_plan, plan_label
 from ckpt_harness.jobref import resolve
 from ckpt_harness.records import Run
 from ckpt_harness.report import CaseResult, Report, Verdict
@@ -117,11 +117,11 @@ def fault_points(events_by_rank: dict[int, list[dict]], phase: str) -> list[Poin
 
 
 def plan_cases(points: Iterable[Point], kinds: Sequence[str], committed: Sequence[str],
-               corruptions: Sequence[str], durable_after: bool) -> list[Case]:
+               corruptions: Sequence[str], durable_after: bool, delay: float = DEFAULT_DELAY) -> list[Case]:
     cases = []
     for p in points:
         for kind in applicable_kinds(p.op, tuple(kinds)):
-            cases.append(Case.of((Fault(kind, p.rank, p.phase, p.index),), [p]))
+            cases.append(Case.of((Fault(kind, p.rank, p.phase, p.index, delay),), [p]))
     if durable_after:
         cases.append(Case("power-loss-after", "power-loss-after"))
     for path in committed:
@@ -209,7 +209,7 @@ class Exploration:
         self.hang_timeout = hang_timeout
         self.parallel = parallel
         self.lock = threading.Lock()
-        self.counter = 100_000  # case directories of later `run_case` calls
+        self.counter = 0
 
     def repro(self, case: str) -> str:
         extra = ["--save-step", str(self.k), "--durability", self.mode]
@@ -236,32 +236,37 @@ class Exploration:
         if problem is not None:
             return self._report([problem], started)
         if not self.points:
-            return self._report([CaseResult(
-                "golden", "trace", Verdict.UNKNOWN,
-                f"no operation was recorded in phase 'save {self.k}': nothing to break. A job that owns its "
-                f"loop must call ctx.phase(f'save {{step}}') when a save starts", repro=self.repro("golden"),
-            )], started)
+            return self._report([self.nothing_to_break()], started)
         cases = plan_cases(self.points, self.kinds, self.committed, self.corruptions,
                            durable_after="power-loss" in self.kinds)
         if only:
             by_name = {c.name: c for c in cases}
             cases = [by_name.get(n) or self.case(n) for n in only if n != "golden"]
-        results: list[Optional[CaseResult]] = [None] * len(cases)
+        return self._report(self.run_cases(cases, progress), started)
+
+    def nothing_to_break(self) -> CaseResult:
+        return CaseResult(
+            "golden", "trace", Verdict.UNKNOWN,
+            f"no operation was recorded in phase 'save {self.k}': nothing to break. A job that owns its "
+            f"loop must call ctx.phase(f'save {{step}}') when a save starts", repro=self.repro("golden"),
+        )
+
+    def run_cases(self, cases: Sequence[Case], progress=None) -> list[CaseResult]:
+        """Run `cases` (after `prepare`), `parallel` at a time; results in order."""
         done = 0
         lock = threading.Lock()
 
-        def one(i: int) -> None:
+        def one(case: Case) -> CaseResult:
             nonlocal done
-            results[i] = self._run_case(cases[i], i)
+            result = self.run_case(case)
             with lock:
                 done += 1
                 if progress is not None:
-                    progress(done, len(cases), results[i])
+                    progress(done, len(cases), result)
+            return result
 
         with concurrent.futures.ThreadPoolExecutor(self.parallel) as pool:
-            for future in [pool.submit(one, i) for i in range(len(cases))]:
-                future.result()
-        return self._report([r for r in results if r is not None], started)
+            return list(pool.map(one, cases))
 
     def case(self, name: str) -> Case:
         """The case a name denotes, also a multi-fault plan no enumeration lists."""

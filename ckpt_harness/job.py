@@ -130,6 +130,14 @@ class Job:
         (local shards are fine), scheduler, step, RNG states, data position."""
         raise NotImplementedError
 
+    def full_state(self, ctx: RankContext) -> Mapping[str, Any]:
+        """Optional: the state that does not depend on the world size (full,
+        unsharded model and optimizer tensors, schedule, step), equal on
+        every rank. World-size change scenarios compare it across a save at N
+        ranks and a resume at M; jobs without it are reported "n/a" there.
+        Called on every rank at once, so it may use collectives (gathers)."""
+        raise NotImplementedError
+
     def teardown(self, ctx: RankContext) -> None:
         """Release what `setup` acquired; called once per rank at the end."""
 
@@ -137,6 +145,10 @@ class Job:
     @classmethod
     def owns_loop(cls) -> bool:
         return _overrides(cls, "run")
+
+    @classmethod
+    def reshardable(cls) -> bool:
+        return _overrides(cls, "full_state")
 
     @classmethod
     def display_name(cls) -> str:

@@ -264,6 +264,9 @@ PROPERTIES = {
     "detecting": "a corrupt or missing file is refused or skipped, never loaded silently",
     "faithful": "after an accepted resume the run ends bitwise equal to the uninterrupted run",
     "skew-safe": "a delay alone never changes the result",
+    "overwrite-safe": "saving into an existing step directory replaces it with no stale file, or refuses untouched",
+    "rotation-safe": "keep-last-N rotation always leaves a complete checkpoint, and the newest is resumed",
+    "reshardable": "a checkpoint saved at N ranks resumes at M ranks with the full state bitwise equal",
 }
 
 

@@ -50,6 +50,8 @@ class RunPlan:
     #: Probe file operations too, not only collectives. Runs whose file trace
     #: nobody reads (fault-free verification, resumes) skip them.
     trace_files: bool = True
+    #: Also record `full_state` after load and after every save (world-size change).
+    full_state: bool = False
 
 
 def records_path(run_dir: Path | str, rank: int) -> Path:
@@ -118,10 +120,14 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: _Recorder) -> None:
     def on_loaded(step: Optional[int]) -> None:
         probes.set_phase("state after load")
         recorder.write("loaded", step=step, state=state_mod.capture(job.state(ctx)))
+        if plan.full_state:
+            recorder.write("loaded full", step=step, state=state_mod.capture(job.full_state(ctx)))
 
     def on_saved(step: int) -> None:
         probes.set_phase(f"state after save {step}")
         recorder.write("saved", step=step, state=state_mod.capture(job.state(ctx)))
+        if plan.full_state:
+            recorder.write("saved full", step=step, state=state_mod.capture(job.full_state(ctx)))
         if plan.stop_after_save == step:
             recorder.write("stopped", step=step)
             launch_rank.park()

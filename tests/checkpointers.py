@@ -36,7 +36,7 @@ from typing import Any, Optional
 import torch
 import torch.distributed as dist
 
-from ckpt_harness.job import RankContext
+from ckpt_harness.job import Job, RankContext
 from ckpt_harness.jobs._common import (
     LATEST,
     atomic_write_text,
@@ -101,6 +101,9 @@ class _Checkpointer(TorchSaveJob):
     durable = True
     #: False: trust that a rank file belongs to the step being loaded.
     checks_extra = True
+    #: No world-size change: these checkpointers refuse a checkpoint of
+    #: another world size, so world-size change scenarios report "n/a".
+    full_state = Job.full_state
 
     def _targets(self) -> dict[str, Any]:
         return {"model.pt": self.model.module, "optimizer.pt": self.optimizer, "scheduler.pt": self.scheduler}

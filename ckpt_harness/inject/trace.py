@@ -41,6 +41,9 @@ def pending_collective(events: list[dict]) -> Optional[dict]:
 
 def where(events: list[dict]) -> str:
     """One line: where a rank was when it stopped, for hang and crash reports."""
+    hang = next((e for e in events if e["kind"] == "fault" and e.get("fault") == "hang"), None)
+    if hang is not None:  # an injected hang never returns
+        return f"blocked by the injected hang before operation #{hang['index']} of {hang['phase']}"
     pending = pending_collective(events)
     if pending is not None:
         return (

@@ -273,6 +273,12 @@ def _local(t: torch.Tensor) -> torch.Tensor:
     return t.detach().cpu().clone()
 
 
+def _full(t: torch.Tensor) -> torch.Tensor:
+    if hasattr(t, "full_tensor"):
+        t = t.full_tensor()
+    return t.detach().cpu().clone()
+
+
 class TinyJob(Job):
     """Training and `state` shared by the built-in jobs; subclasses provide
     `setup` (wrapping), `save` and `load`, and name their parameters."""
@@ -344,6 +350,32 @@ class TinyJob(Job):
         out["rng/torch"] = rng["torch"].clone()
         out["data/position"] = self.stream.position
         return out
+
+    def _full_state(self) -> dict[str, Any]:
+        """`Job.full_state` for jobs that keep whole parameters in
+        `_named_params` (plain or DTensor): the world-size independent part of
+        `state`. Gathering a DTensor is a collective, and every rank calls
+        this in the same order."""
+        out: dict[str, Any] = {}
+        named = list(self._named_params())
+        for name, p in named:
+            out[f"model/{name}"] = _full(p)
+        for name, p in named:
+            for key, value in sorted(self.optimizer.state.get(p, {}).items()):
+                out[f"optim/{name}/{key}"] = _full(value) if torch.is_tensor(value) else value
+        progress = self._progress_state(self.optimizer)
+        out.update({k: v for k, v in progress.items() if not k.startswith(("rng/", "data/"))})
+        return out
+
+    def _restore_resharded(self, extra: Mapping[str, Any], step: int) -> None:
+        """Resume saved at another world size: the schedule and step carry
+        over, but RNG streams and data shards are per rank and have no
+        counterpart, so they keep their fresh seeding; the stream is moved
+        to the step's position so no sample is revisited twice per rank."""
+        if extra.get("step") != step:
+            raise RuntimeError(f"per-rank state is for step {extra.get('step')}, expected {step}")
+        self.step = step
+        self.stream.position = step
 
     def teardown(self, ctx: RankContext) -> None:
         for attr in ("model", "optimizer", "scheduler", "stream"):

@@ -96,7 +96,10 @@ class DcpJob(TinyJob):
             return None
         step, path = found
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
-        key = self._extra_key(ctx)
+        # DCP reshards model and optimizer to this world size by itself; the
+        # per-rank extras exist only for the ranks that saved.
+        resharded = unanimous(ctx, lambda: _saved_world_size(path) != ctx.world_size)
+        key = "rank0" if resharded else self._extra_key(ctx)
         target: dict[str, Any] = {"model": model_sd, "optim": optim_sd, "extra": {key: b""}}
         dcp.load(target, checkpoint_id=path)
         set_state_dict(
@@ -105,11 +108,23 @@ class DcpJob(TinyJob):
             model_state_dict=target["model"],
             optim_state_dict=target["optim"],
         )
-        unanimous(ctx, lambda: self._restore_blob(ctx, step, path, target["extra"][key]))
+        unanimous(ctx, lambda: self._restore_blob(ctx, step, path, target["extra"][key], resharded))
         return step
 
-    def _restore_blob(self, ctx: RankContext, step: int, path, blob: bytes) -> None:
+    def _restore_blob(self, ctx: RankContext, step: int, path, blob: bytes, resharded: bool) -> None:
         extra = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
-        check_extra(extra, ctx, step, path)
         self.scheduler.load_state_dict(extra["scheduler"])
+        if resharded:
+            self._restore_resharded(extra, step)
+            return
+        check_extra(extra, ctx, step, path)
         self._restore_extra(extra, step)
+
+    def full_state(self, ctx: RankContext):
+        return self._full_state()
+
+
+def _saved_world_size(path) -> int:
+    """How many ranks wrote the checkpoint: one `extra.rank{r}` entry each."""
+    keys = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+    return sum(1 for k in keys if k.startswith("extra.rank"))

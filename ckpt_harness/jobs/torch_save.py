@@ -68,11 +68,18 @@ class TorchSaveJob(TinyJob):
         self.optimizer.load_state_dict(_load_weights(path / "optimizer.pt"))
         self.scheduler.load_state_dict(_load_weights(path / "scheduler.pt"))
         # The RNG file holds numpy's state (an ndarray), which weights_only refuses.
-        extra_path = path / f"rng_rank{ctx.rank}.pt"
+        saved_world = torch.load(path / "rng_rank0.pt", map_location="cpu", weights_only=False)["world_size"]
+        extra_path = path / f"rng_rank{ctx.rank if saved_world == ctx.world_size else 0}.pt"
         extra = torch.load(extra_path, map_location="cpu", weights_only=False)
+        if saved_world != ctx.world_size:
+            self._restore_resharded(extra, step)
+            return step
         check_extra(extra, ctx, step, extra_path)
         self._restore_extra(extra, step)
         return step
+
+    def full_state(self, ctx: RankContext):
+        return self._full_state()
 
 
 def _rank_ordered_mean(state, bucket):  # unannotated: DDP rejects string annotations

@@ -1,0 +1,226 @@
+"""`ckpt-harness matrix`: the catalogue against jobs, as a compatibility matrix.
+
+Rows are jobs, columns are properties; a cell folds the verdicts of every
+scenario that judges that property for that job. Findings against real
+frameworks are results: the matrix is complete when every cell is judged
+(pass, fail or n/a), whatever the verdicts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import platform
+import shutil
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
+
+from ckpt_harness.oracle import PROPERTIES
+from ckpt_harness.scenario import NOT_APPLICABLE, Bench, Scenario, ScenarioResult
+
+#: The built-in jobs a default matrix runs, in row order.
+DEFAULT_JOBS = ("torch_save", "dcp", "deepspeed_zero0", "deepspeed", "deepspeed_zero2", "deepspeed_zero3",
+                "hf_trainer")
+#: Distributions whose versions a matrix is only valid for.
+VERSIONED = ("torch", "deepspeed", "transformers", "accelerate", "safetensors", "numpy")
+MARKS = {"pass": "✅ pass", "fail": "❌ fail", "unknown": "❔ unknown", NOT_APPLICABLE: "➖ n/a"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    job: str
+    property: str
+    verdict: str
+    reason: str
+    repro: Optional[str]
+    scenarios: tuple[str, ...]
+
+
+def fold(job: str, prop: str, results: Sequence[ScenarioResult]) -> Cell:
+    """One cell from the scenarios of one property: a failure anywhere fails
+    it, then an undecided scenario leaves it unknown; n/a only if all are."""
+    names = tuple(r.scenario for r in results)
+    if not results:
+        return Cell(job, prop, NOT_APPLICABLE, "no scenario of the catalogue judges this property", None, names)
+    for verdict in ("fail", "unknown"):
+        hit = [r for r in results if r.verdict == verdict]
+        if hit:
+            more = f" (and {len(hit) - 1} more scenario{'s' * (len(hit) > 2)})" if len(hit) > 1 else ""
+            return Cell(job, prop, verdict, f"{hit[0].scenario}: {hit[0].reason}{more}", hit[0].repro, names)
+    applicable = [r for r in results if r.verdict != NOT_APPLICABLE]
+    if not applicable:
+        return Cell(job, prop, NOT_APPLICABLE, results[0].reason, None, names)
+    cases = sum(r.cases for r in applicable)
+    return Cell(job, prop, "pass", f"{', '.join(r.scenario for r in applicable)}: {cases} cases pass", None, names)
+
+
+@dataclasses.dataclass
+class Matrix:
+    world_size: int
+    jobs: list[str]
+    results: list[ScenarioResult]
+    scenarios: list[Scenario]
+    elapsed: float = 0.0
+    versions: dict[str, str] = dataclasses.field(default_factory=dict)
+    skipped: dict[str, str] = dataclasses.field(default_factory=dict)
+    date: str = dataclasses.field(default_factory=lambda: datetime.date.today().isoformat())
+
+    @property
+    def properties(self) -> list[str]:
+        used = {s.property for s in self.scenarios}
+        return [p for p in PROPERTIES if p in used]
+
+    def cells(self) -> list[Cell]:
+        return [fold(job, prop, [r for r in self.results if r.job == job and r.property == prop])
+                for job in self.jobs for prop in self.properties]
+
+    @property
+    def complete(self) -> bool:
+        """Every cell judged: the command's success, whatever the verdicts."""
+        return all(c.verdict != "unknown" for c in self.cells())
+
+    def markdown(self) -> str:
+        props = self.properties
+        cells = {(c.job, c.property): c for c in self.cells()}
+        lines = [
+            "# Checkpoint compatibility matrix", "",
+            f"`ckpt-harness matrix` at world size {self.world_size}, {len(self.scenarios)} scenarios, "
+            f"{sum(r.cases for r in self.results)} cases in {self.elapsed / 60:.1f} min, on {self.date}.", "",
+            "Versions: " + ", ".join(f"{k} {v}" for k, v in self.versions.items()) + ".", "",
+            "| job | " + " | ".join(props) + " |",
+            "|---|" + "---|" * len(props),
+        ]
+        for job in self.jobs:
+            lines.append(f"| {job} | " + " | ".join(MARKS[cells[job, p].verdict] for p in props) + " |")
+        if self.skipped:
+            lines += ["", "Not run: " + "; ".join(f"{j} ({why})" for j, why in self.skipped.items())]
+        lines += ["", "Properties: " + "; ".join(f"**{p}**: {PROPERTIES[p]}" for p in props) + ".", ""]
+        findings = [c for c in self.cells() if c.verdict in ("fail", "unknown")]
+        if findings:
+            lines += ["## Findings", ""]
+            for c in findings:
+                lines += [f"### {c.job} · {c.property}: {c.verdict}", "", _md(c.reason), ""]
+                if c.repro:
+                    lines += ["```sh", c.repro, "```", ""]
+        lines += ["## Every cell", "", "| job | property | verdict | scenarios | reason |", "|---|---|---|---|---|"]
+        for c in self.cells():
+            lines.append(f"| {c.job} | {c.property} | {c.verdict} | {', '.join(c.scenarios)} | {_md(c.reason, 240)} |")
+        lines += ["", "## Scenarios", "", "| scenario | property | check | what it does |", "|---|---|---|---|"]
+        for s in self.scenarios:
+            lines.append(f"| {s.name} | {s.property} | {s.check} | {_md(s.description)} |")
+        return "\n".join(lines) + "\n"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "world_size": self.world_size,
+            "date": self.date,
+            "elapsed_seconds": round(self.elapsed, 1),
+            "versions": self.versions,
+            "jobs": self.jobs,
+            "skipped": self.skipped,
+            "properties": self.properties,
+            "complete": self.complete,
+            "cells": [dataclasses.asdict(c) for c in self.cells()],
+            "scenarios": [dataclasses.asdict(r) for r in self.results],
+        }
+
+    def write(self, out: Path) -> tuple[Path, Path]:
+        out.mkdir(parents=True, exist_ok=True)
+        md, js = out / "matrix.md", out / "matrix.json"
+        md.write_text(self.markdown())
+        js.write_text(json.dumps(self.to_json(), indent=1) + "\n")
+        return md, js
+
+
+def _md(text: str, limit: int = 400) -> str:
+    text = " ".join(str(text).split()).replace("|", "\\|")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def versions() -> dict[str, str]:
+    from importlib import metadata
+
+    found = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found
+
+
+def run_matrix(
+    jobs: Sequence[Union[str, type]],
+    scenarios: Sequence[Scenario],
+    *,
+    world_size: int = 2,
+    timeout: float = 60.0,
+    parallel: int = 2,
+    workdir: Optional[Path] = None,
+    keep: bool = False,
+    progress: Optional[Callable[[str], None]] = None,
+) -> Matrix:
+    """Run every scenario that applies against every job.
+
+    `progress(line)` gets a line as each scenario finishes, and a running
+    count of cases while one is going (lines starting with "\\r").
+    """
+    from ckpt_harness.jobref import JobError, resolve
+
+    started = time.monotonic()
+    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-matrix-"))
+    names, skipped, plans = [], {}, []
+    for job in jobs:
+        try:
+            ref, _ = resolve(job)
+        except JobError as exc:
+            if isinstance(job, str) and job in DEFAULT_JOBS and "No module named" in str(exc):
+                skipped[job] = str(exc).splitlines()[0]
+                continue
+            raise
+        names.append(ref.display)
+        plans.append((job, ref.display, [s for s in scenarios if s.applies_to(ref.display)]))
+    total = sum(len(p[2]) for p in plans)
+    results: list[ScenarioResult] = []
+    done = 0
+    try:
+        for i, (job, name, mine) in enumerate(plans):
+            current = ""
+
+            def tick(n: int, of: int) -> None:
+                if progress:
+                    progress(f"\r[{done + 1:>3}/{total}] {name} {current}: {n}/{of} cases")
+
+            bench = Bench(job, world_size, root / f"job{i}", timeout=timeout, parallel=parallel, progress=tick)
+            for scenario in mine:
+                current = scenario.name
+                result = _run_one(bench, scenario)
+                results.append(result)
+                done += 1
+                if progress:
+                    progress(f"[{done:>3}/{total}] {name:16} {scenario.name:24} {result.verdict.upper():7} "
+                             f"{result.cases:>3} cases {result.elapsed:6.1f}s")
+            if not keep:
+                shutil.rmtree(root / f"job{i}", ignore_errors=True)
+    finally:
+        if workdir is None and not keep:
+            shutil.rmtree(root, ignore_errors=True)
+    return Matrix(world_size, names, results, list(scenarios), time.monotonic() - started, versions(), skipped)
+
+
+def _run_one(bench: Bench, scenario: Scenario) -> ScenarioResult:
+    """A harness error in one scenario leaves that cell unknown, with the
+    traceback, instead of losing the rest of the matrix."""
+    started = time.monotonic()
+    try:
+        return bench.run(scenario)
+    except Exception as exc:  # noqa: BLE001 - reported, not swallowed
+        return ScenarioResult(scenario.name, bench.job, scenario.property, "unknown",
+                              f"the harness failed running it: {type(exc).__name__}: {exc}",
+                              details=traceback.format_exc(), elapsed=time.monotonic() - started)
+
+
