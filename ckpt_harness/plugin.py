@@ -7,7 +7,10 @@
   parametrizes the test;
 - options ``--ckpt-timeout``, ``--ckpt-world-sizes`` (parametrizes tests that
   use ``ckpt`` and whose marker names no world size), ``--ckpt-job
-  module:Class`` (adds a verification item per world size for that job).
+  module:Class`` (adds the built-in scenario catalogue against that job, one
+  item per scenario and world size; ``--ckpt-scenarios`` narrows it);
+- scenario files: any ``*.toml`` in a directory named ``scenarios`` is
+  collected, one item per scenario, job and world size.
 
 Importing this module must stay cheap: pytest imports every plugin at start,
 for every run, including runs that never touch a checkpoint.
@@ -36,7 +39,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--ckpt-job", default=None, metavar="module:Class",
-        help="verify this Job (or a built-in job name) at every --ckpt-world-sizes",
+        help="run the scenario catalogue against this Job (or a built-in job name) at every --ckpt-world-sizes",
+    )
+    group.addoption(
+        "--ckpt-scenarios", default=None, metavar="NAME[,NAME...]",
+        help="with --ckpt-job: only these catalogue scenarios (names or fnmatch patterns; see ckpt-harness list)",
     )
 
 
@@ -140,48 +147,110 @@ def ckpt(request: pytest.FixtureRequest, tmp_path: Path, _ckpt_world_size: Optio
     return CkptFixture(defaults, tmp_path)
 
 
-# -- --ckpt-job: verification items for a job named on the command line -------------
-class JobVerifyItem(pytest.Item):
-    """`ckpt_harness.verify` of the --ckpt-job job at one world size."""
+# -- the scenario catalogue as test items ---------------------------------------------
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[pytest.Collector]:
+    """Any `*.toml` in a directory named `scenarios` is a scenario file."""
+    if file_path.suffix == ".toml" and file_path.parent.name == "scenarios":
+        return ScenarioFile.from_parent(parent, path=file_path)
+    return None
 
-    def __init__(self, *, job: str, world_size: int, **kwargs: Any):
+
+class ScenarioFile(pytest.File):
+    """One item per scenario, target job and world size: the --ckpt-job job,
+    or else the built-in jobs the scenario names."""
+
+    def collect(self):
+        from ckpt_harness.scenario import ScenarioError, load_file
+
+        try:
+            scenarios = load_file(self.path)
+        except ScenarioError as exc:
+            raise self.CollectError(str(exc)) from None
+        for scenario in scenarios:
+            yield from _items(self, scenario, self.config)
+
+
+def _items(parent: pytest.Collector, scenario: Any, config: pytest.Config, prefix: str = ""):
+    from ckpt_harness.matrix import DEFAULT_JOBS
+
+    job = config.getoption("--ckpt-job")
+    jobs = [job] if job else [j for j in DEFAULT_JOBS if scenario.applies_to(j)]
+    for name in jobs:
+        for n in _world_sizes(config):
+            yield ScenarioItem.from_parent(parent, name=f"{prefix}{scenario.name}[{name}-ws{n}]",
+                                           scenario=scenario, job=name, world_size=n)
+
+
+class ScenarioItem(pytest.Item):
+    """A catalogue scenario against one job at one world size; n/a skips."""
+
+    def __init__(self, *, scenario: Any, job: str, world_size: int, **kwargs: Any):
         super().__init__(**kwargs)
+        self.scenario = scenario
         self.job = job
         self.world_size = world_size
 
     def runtest(self) -> None:
-        from ckpt_harness.verify import BackendUnavailable, verify
+        from ckpt_harness.scenario import NOT_APPLICABLE
+        from ckpt_harness.verify import BackendUnavailable
 
-        workdir = self.config._tmp_path_factory.mktemp(f"ckpt-job-ws{self.world_size}")  # type: ignore[attr-defined]
         try:
-            report = verify(
-                self.job, world_size=self.world_size,
-                timeout=self.config.getoption("--ckpt-timeout"), workdir=workdir,
-            )
+            result = _bench(self.config, self.job, self.world_size).run(self.scenario)
         except BackendUnavailable as exc:
             pytest.skip(str(exc))
-        report.assert_ok()
+        self.user_properties.append(("ckpt_verdict", result.verdict))
+        if result.verdict == NOT_APPLICABLE:
+            pytest.skip(f"n/a: {result.reason}")
+        if result.verdict != "pass":
+            raise ScenarioFailed(result.explain())
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        if isinstance(excinfo.value, AssertionError):
+        if isinstance(excinfo.value, ScenarioFailed):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[str, Optional[int], str]:
-        return self.job, None, f"ckpt-job {self.job} verify ws{self.world_size}"
+        return self.scenario.source, None, f"{self.scenario.name} [{self.scenario.property}] {self.job} ws{self.world_size}"
+
+
+class ScenarioFailed(AssertionError):
+    """A scenario judged fail or unknown; the message is its explanation."""
+
+
+_BENCHES = pytest.StashKey[dict]()
+
+
+def _bench(config: pytest.Config, job: str, world_size: int):
+    """Benches live for the session, so scenarios of one job share golden runs."""
+    from ckpt_harness.scenario import Bench
+
+    benches = config.stash.setdefault(_BENCHES, {})
+    if (job, world_size) not in benches:
+        root = config._tmp_path_factory.mktemp(f"ckpt-ws{world_size}")  # type: ignore[attr-defined]
+        benches[job, world_size] = Bench(job, world_size, root, timeout=config.getoption("--ckpt-timeout"))
+    return benches[job, world_size]
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """--ckpt-job: the built-in catalogue against that job, unless the run
+    already collected the built-in scenario files themselves."""
     job = config.getoption("--ckpt-job")
     if not job:
         return
     from ckpt_harness.jobref import JobError, resolve
+    from ckpt_harness.scenario import ScenarioError, builtin_catalogue, builtin_dir, select
 
     try:
         resolve(job)
     except JobError as exc:
         raise pytest.UsageError(f"--ckpt-job {job}: {exc}") from None
-    for n in _world_sizes(config):
-        items.append(
-            JobVerifyItem.from_parent(session, name=f"ckpt-job[{job}]::verify[ws{n}]", job=job, world_size=n)
-        )
+    builtin = builtin_dir().resolve()
+    if any(isinstance(i, ScenarioItem) and Path(i.scenario.source).resolve().parent == builtin for i in items):
+        return
+    patterns = [p.strip() for p in (config.getoption("--ckpt-scenarios") or "").split(",") if p.strip()]
+    try:
+        scenarios = select(builtin_catalogue(), patterns)
+    except ScenarioError as exc:
+        raise pytest.UsageError(f"--ckpt-scenarios: {exc}") from None
+    for scenario in scenarios:
+        items.extend(_items(session, scenario, config, prefix=f"ckpt-job[{job}]::"))

@@ -36,6 +36,8 @@ class TorchSaveJob(TinyJob):
     """DDP over gloo with rank-0 `torch.save` checkpoints and a `latest` pointer."""
 
     name = "torch_save"
+    #: Whether the last load came from a checkpoint of another world size.
+    resharded = False
     preload = ("numpy", "torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo")
 
     def setup(self, ctx: RankContext) -> None:
@@ -69,9 +71,10 @@ class TorchSaveJob(TinyJob):
         self.scheduler.load_state_dict(_load_weights(path / "scheduler.pt"))
         # The RNG file holds numpy's state (an ndarray), which weights_only refuses.
         saved_world = torch.load(path / "rng_rank0.pt", map_location="cpu", weights_only=False)["world_size"]
-        extra_path = path / f"rng_rank{ctx.rank if saved_world == ctx.world_size else 0}.pt"
+        self.resharded = saved_world != ctx.world_size
+        extra_path = path / f"rng_rank{0 if self.resharded else ctx.rank}.pt"
         extra = torch.load(extra_path, map_location="cpu", weights_only=False)
-        if saved_world != ctx.world_size:
+        if self.resharded:
             self._restore_resharded(extra, step)
             return step
         check_extra(extra, ctx, step, extra_path)

@@ -1,0 +1,175 @@
+"""The scenario catalogue: its files, and each check against a job that must
+pass it and one that must fail it."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckpt_harness.matrix import fold
+from ckpt_harness.oracle import PROPERTIES
+from ckpt_harness.scenario import (
+    CHECKS,
+    NOT_APPLICABLE,
+    Bench,
+    ScenarioError,
+    ScenarioResult,
+    builtin_catalogue,
+    load_file,
+    parse,
+    select,
+)
+
+
+# -- files --------------------------------------------------------------------------
+def test_builtin_catalogue_covers_every_check_and_property():
+    scenarios = builtin_catalogue()
+    assert {s.check for s in scenarios} == set(CHECKS)
+    assert {s.property for s in scenarios} == set(PROPERTIES)
+    assert len({s.name for s in scenarios}) == len(scenarios)
+
+
+@pytest.mark.parametrize(
+    "table, message",
+    [
+        ({"check": "faults", "description": "d", "faults": ["crash"]}, "set property"),
+        ({"property": "atomik", "check": "faults", "description": "d"}, "unknown property 'atomik'; choose from atomic"),
+        ({"property": "atomic", "check": "explode", "description": "d"}, "unknown check 'explode'; choose from resume"),
+        ({"property": "atomic", "check": "faults", "description": "d", "falts": ["crash"]},
+         "check 'faults' has no parameter 'falts'; it takes faults"),
+        ({"property": "atomic", "check": "faults", "description": "d", "faults": "crash"}, "faults must be a list"),
+        ({"property": "atomic", "check": "faults", "description": "d", "faults": ["crsh"]},
+         "unknown faults crsh; choose from crash"),
+        ({"property": "atomic", "check": "faults", "description": "d"}, "nothing to inject"),
+        ({"property": "atomic", "check": "faults", "description": "d", "faults": ["crash"], "keep_last": True},
+         "keep_last must be an integer"),
+        ({"property": "live", "check": "stall", "description": "d", "mode": "stuck"}, "mode must be 'block' or 'late'"),
+        ({"property": "overwrite-safe", "check": "overwrite", "description": "d", "state": "half"},
+         "state must be one of complete, partial, larger-world"),
+        ({"property": "atomic", "check": "faults", "description": "d", "faults": ["crash"], "jobs": "dcp"},
+         "jobs must be a non-empty list"),
+    ],
+)
+def test_bad_scenarios_say_what_to_fix(table, message):
+    with pytest.raises(ScenarioError, match=f"x.toml: \\[s\\].*{message}"):
+        parse("s", table, "x.toml")
+
+
+def test_scenario_files_are_toml_tables(tmp_path):
+    (tmp_path / "a.toml").write_text('[one]\nproperty = "atomic"\ncheck = "faults"\ndescription = "d"\nfaults = ["crash"]\n'
+                                     'jobs = ["dcp", "deepspeed*"]\n')
+    (one,) = load_file(tmp_path / "a.toml")
+    assert one.params["faults"] == ("crash",) and one.params["steps"] == 6
+    assert one.applies_to("dcp") and one.applies_to("deepspeed_zero3") and not one.applies_to("torch_save")
+    (tmp_path / "b.toml").write_text("[one\n")
+    with pytest.raises(ScenarioError, match="b.toml: not valid TOML"):
+        load_file(tmp_path / "b.toml")
+    with pytest.raises(ScenarioError, match="no scenario named nope; choose from one"):
+        select([one], ["nope"])
+
+
+def test_a_cell_folds_its_scenarios_failure_first():
+    def r(name, verdict, cases=3):
+        return ScenarioResult(name, "job", "atomic", verdict, f"{name} said {verdict}", f"repro {name}", cases=cases)
+
+    assert fold("job", "atomic", [r("a", "pass"), r("b", "fail"), r("c", "unknown")]).reason.startswith("b: b said fail")
+    assert fold("job", "atomic", [r("a", "pass"), r("c", "unknown")]).verdict == "unknown"
+    passed = fold("job", "atomic", [r("a", "pass"), r("n", NOT_APPLICABLE, 0)])
+    assert passed.verdict == "pass" and "3 cases pass" in passed.reason and passed.repro is None
+    assert fold("job", "atomic", [r("n", NOT_APPLICABLE, 0)]).verdict == NOT_APPLICABLE
+    assert fold("job", "atomic", []).verdict == NOT_APPLICABLE
+
+
+# -- checks against real runs -----------------------------------------------------
+def _run(job, table, tmp_path, world_size=2, cases=None):
+    scenario = parse("s", {"description": "d", **table})
+    return Bench(job, world_size, tmp_path, timeout=30).run(scenario, cases)
+
+
+OVERWRITE = {"property": "overwrite-safe", "check": "overwrite"}
+
+
+@pytest.mark.parametrize("state", ["complete", "partial", "larger-world"])
+def test_overwrite_passes_a_job_that_replaces_the_directory(tmp_path, state):
+    result = _run("torch_save", {**OVERWRITE, "state": state}, tmp_path)
+    assert result.verdict == "pass", result.explain()
+    assert result.cases == 2 and "replaced with no stale file; resumed bitwise" in result.details + result.reason
+
+
+def test_overwrite_flags_stale_files_and_ignored_flags(tmp_path):
+    merged = _run("tests.scenario_jobs:MergesIntoExisting", {**OVERWRITE, "state": "larger-world"}, tmp_path / "m")
+    assert merged.verdict == "fail"
+    assert "stale files of the earlier run left in place: step_000002/rng_rank2.pt" in merged.reason
+    assert merged.repro.endswith("--case overwrite=on")
+
+    ignored = _run("tests.scenario_jobs:IgnoresOverwrite", {**OVERWRITE, "state": "complete"}, tmp_path / "i")
+    assert ignored.verdict == "fail" and ignored.cases == 2
+    assert "1 of 2 cases fail" in ignored.reason and "overwrite=True ignored: the save refused" in ignored.reason
+
+    touched = _run("tests.scenario_jobs:RefusesAfterDeleting", {**OVERWRITE, "state": "complete", "overwrite": [False]},
+                   tmp_path / "t")
+    assert touched.verdict == "fail" and "refused, but only after changing step_000002/" in touched.reason
+
+
+RESHARD = {"property": "reshardable", "check": "reshard"}
+
+
+@pytest.mark.parametrize("resume_at", ["double", "half"])
+def test_world_size_change_passes_torch_save_and_dcp(tmp_path, resume_at):
+    for job in ("torch_save", "dcp"):
+        result = _run(job, {**RESHARD, "resume_at": resume_at}, tmp_path / job)
+        assert result.verdict == "pass", result.explain()
+
+
+def test_world_size_change_flags_a_dropped_optimizer_and_skips_jobs_without_full_state(tmp_path):
+    result = _run("tests.scenario_jobs:ReshardForgetsOptimizer", {**RESHARD, "resume_at": "double"}, tmp_path / "a")
+    assert result.verdict == "fail" and "full state at world size 4 vs. saved at 2 differs" in result.reason
+    assert "optim/" in result.reason and result.repro.endswith("--case 'ws2->ws4'")
+    skipped = _run("tests.checkpointers:ReferenceCheckpointer", RESHARD, tmp_path / "b")
+    assert skipped.verdict == NOT_APPLICABLE and "full_state" in skipped.reason
+
+
+STALL = {"property": "live", "check": "stall", "hang_timeout": 5.0}
+
+
+def test_final_save_blocked_reports_every_ranks_stack_and_collective(tmp_path):
+    result = _run("tests.checkpointers:ReferenceCheckpointer", {**STALL, "mode": "block"}, tmp_path)
+    assert result.verdict == "fail" and result.cases == 2
+    assert "rank 0 blocked before collective barrier of save 6: hang:" in result.reason
+    assert "rank 0 blocked by the injected hang before operation #0 of save 6" in result.reason
+    assert "rank 1 waiting in barrier #" in result.reason and "in _make_dir() during save 6" in result.reason
+    for rank in (0, 1):
+        assert f"rank {rank} stack when the run was stopped" in result.details
+    assert "in _make_dir" in result.details and "scenario s --job tests.checkpointers:ReferenceCheckpointer" in result.repro
+
+
+def test_final_save_blocked_passes_a_job_whose_peers_time_out(tmp_path):
+    result = _run("tests.scenario_jobs:TimedBarrier", {**STALL, "mode": "block"}, tmp_path)
+    assert result.verdict == "pass", result.explain()
+
+
+def test_final_save_late_flags_only_the_impatient_job(tmp_path):
+    late = {**STALL, "property": "skew-safe", "mode": "late", "seconds": 2.0}
+    assert _run("tests.scenario_jobs:TimedBarrier", late, tmp_path / "a").verdict == "pass"
+    impatient = _run("tests.scenario_jobs:ImpatientBarrier", late, tmp_path / "b")
+    assert impatient.verdict == "fail" and "2s late before collective barrier" in impatient.reason
+
+
+SKEW = {"property": "skew-safe", "check": "faults", "faults": ["delay"], "delay": 0.2, "keep_last": 1,
+        "ops": ["collective", "rename", "rmtree"]}
+
+
+def test_node_local_rank_zero_logic_fails_only_on_simulated_nodes(tmp_path):
+    job = "tests.scenario_jobs:NodeLocalRankZeroCommits"
+    one_node = _run(job, SKEW, tmp_path / "a")
+    assert one_node.verdict == "pass", one_node.explain()
+    two_nodes = _run(job, {**SKEW, "nodes": 2}, tmp_path / "b")
+    assert two_nodes.verdict == "fail" and "FileNotFoundError" in two_nodes.reason + two_nodes.details
+
+
+def test_cases_of_a_scenario_share_the_golden_run_of_their_bench(tmp_path):
+    bench = Bench("torch_save", 2, tmp_path, timeout=30)
+    crash = parse("c", {"property": "atomic", "check": "faults", "description": "d", "faults": ["crash"],
+                        "ops": ["rename"]})
+    power = parse("p", {"property": "durable", "check": "faults", "description": "d", "after": True})
+    assert bench.run(crash).verdict == "pass" and bench.run(power).verdict == "pass"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("ex")] == ["ex0"]
