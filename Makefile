@@ -16,8 +16,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/ckpt-harness run --job dcp --world-size 2
-	$(VENV)/bin/ckpt-harness run --job torch_save --world-size 4
+	HF_HUB_OFFLINE=1 $(VENV)/bin/ckpt-harness matrix --out ckpt-matrix
 
 test: $(STAMP)
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -n 2 -p no:cacheprovider $(PYTEST_ARGS)

@@ -233,7 +233,7 @@ def _bench(config: pytest.Config, job: str, world_size: int):
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """--ckpt-job: the built-in catalogue against that job, unless the run
-    already collected the built-in scenario files themselves."""
+    collected scenario files of its own (then only with --ckpt-scenarios)."""
     job = config.getoption("--ckpt-job")
     if not job:
         return
@@ -244,13 +244,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         resolve(job)
     except JobError as exc:
         raise pytest.UsageError(f"--ckpt-job {job}: {exc}") from None
-    builtin = builtin_dir().resolve()
-    if any(isinstance(i, ScenarioItem) and Path(i.scenario.source).resolve().parent == builtin for i in items):
-        return
     patterns = [p.strip() for p in (config.getoption("--ckpt-scenarios") or "").split(",") if p.strip()]
+    builtin = builtin_dir().resolve()
+    files = {Path(i.scenario.source).resolve().parent for i in items if isinstance(i, ScenarioItem)}
+    if builtin in files or (files and not patterns):
+        return  # the run named its scenario files itself
     try:
         scenarios = select(builtin_catalogue(), patterns)
     except ScenarioError as exc:
         raise pytest.UsageError(f"--ckpt-scenarios: {exc}") from None
     for scenario in scenarios:
-        items.extend(_items(session, scenario, config, prefix=f"ckpt-job[{job}]::"))
+        items.extend(_items(session, scenario, config, prefix="ckpt-job::"))

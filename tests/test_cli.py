@@ -33,7 +33,10 @@ def test_list_names_jobs_fault_kinds_and_properties(tmp_path):
         "dcp", "deepspeed", "deepspeed_zero0", "deepspeed_zero2", "deepspeed_zero3", "hf_trainer", "torch_save",
     ]
     assert {"crash", "torn", "power-loss", "enospc"} <= set(sections["fault kinds"])
-    assert sections["properties"] == ["atomic", "durable", "preserving", "live", "detecting", "faithful", "skew-safe"]
+    assert sections["properties"] == ["atomic", "durable", "preserving", "live", "detecting", "faithful", "skew-safe",
+                                      "overwrite-safe", "rotation-safe", "reshardable"]
+    assert {"crash-every-phase", "overwrite-larger-world", "final-save-blocked"} <= set(
+        sections["scenarios (ckpt-harness scenario NAME, ckpt-harness matrix)"])
 
 
 def test_run_prints_the_verdict_table_and_exits_zero(tmp_path):
@@ -77,3 +80,51 @@ def test_bad_input_exits_2_with_a_message(tmp_path, args, message):
     assert out.returncode == 2
     assert message in out.stderr
     assert "Traceback" not in out.stderr
+
+
+def test_matrix_writes_markdown_and_json_and_its_repro_lines_reproduce(tmp_path):
+    import json
+
+    out = cli("matrix", "--job", "torch_save", "--job", "tests.scenario_jobs:MergesIntoExisting",
+              "--scenarios", "overwrite-larger-world,world-size-grow", "--out", "out", "--quiet",
+              cwd=tmp_path, env_extra={"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stdout + out.stderr  # findings are results, not errors
+    md = (tmp_path / "out" / "matrix.md").read_text()
+    assert "| job | overwrite-safe | reshardable |" in md
+    assert "| torch_save | ✅ pass | ✅ pass |" in md
+    assert "| tests.scenario_jobs:MergesIntoExisting | ❌ fail | ✅ pass |" in md
+    data = json.loads((tmp_path / "out" / "matrix.json").read_text())
+    assert data["complete"] and data["versions"]["torch"] and data["world_size"] == 2
+    (failing,) = [c for c in data["cells"] if c["verdict"] == "fail"]
+    assert "stale files of the earlier run left in place" in failing["reason"]
+    assert failing["repro"] in md
+    assert sorted(os.listdir(tmp_path)) == ["out"]  # runs went to a temporary directory, now gone
+
+    env, _, command = failing["repro"].partition(" ")
+    replay = cli(*shlex.split(command)[1:], cwd=tmp_path, env_extra=dict([env.split("=", 1)]))
+    assert replay.returncode == 1, replay.stdout + replay.stderr
+    assert "overwrite-larger-world [tests.scenario_jobs:MergesIntoExisting] overwrite-safe: FAIL" in replay.stdout
+    assert "step_000002/rng_rank2.pt" in replay.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["matrix", "--scenarios", "nope"], "no scenario named nope; choose from"),
+        (["matrix", "--job", "torch_save", "--world-size", "0"], "world size must be"),
+        (["matrix", "--job", "nope"], "unknown job 'nope'"),
+        (["scenario", "crash-every-phase", "--job", "dcp", "--file", "missing.toml"], "missing.toml: no such scenario file"),
+    ],
+)
+def test_bad_matrix_input_exits_2_with_a_message(tmp_path, args, message):
+    out = cli(*args, cwd=tmp_path)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert message in out.stderr
+    assert not (tmp_path / "ckpt-matrix").exists()
+
+
+def test_scenario_that_does_not_apply_exits_zero_saying_why(tmp_path):
+    out = cli("scenario", "world-size-grow", "--job", "tests.checkpointers:ReferenceCheckpointer", cwd=tmp_path,
+              env_extra={"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "reshardable: N/A — the job defines no full_state(ctx)" in out.stdout

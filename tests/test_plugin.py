@@ -29,7 +29,7 @@ def test_plugin_is_loaded_through_its_entry_point(pytester, importable):
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
     help_text = pytester.runpytest_subprocess("--help").stdout.str()
-    for option in ("--ckpt-timeout", "--ckpt-world-sizes", "--ckpt-job"):
+    for option in ("--ckpt-timeout", "--ckpt-world-sizes", "--ckpt-job", "--ckpt-scenarios"):
         assert option in help_text
 
 
@@ -91,15 +91,47 @@ def test_timeout_option_reaches_the_fixture(pytester, importable):
     pytester.runpytest_subprocess("--ckpt-timeout=2", "-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
-def test_ckpt_job_option_runs_verification_of_a_users_job(pytester, importable):
+def test_ckpt_job_runs_the_builtin_catalogue_against_a_users_job(pytester, importable):
     pytester.makepyfile("def test_nothing(): pass")
-    good = pytester.runpytest_subprocess("--ckpt-job=torch_save", "-v", "-p", "no:cacheprovider")
-    good.assert_outcomes(passed=2)
-    good.stdout.fnmatch_lines(["*ckpt-job?torch_save?::verify?ws2? PASSED*"])
+    good = pytester.runpytest_subprocess("--ckpt-job=torch_save", "--ckpt-scenarios=resume-every-save,world-size-*",
+                                         "-v", "-p", "no:cacheprovider")
+    good.assert_outcomes(passed=4)
+    good.stdout.fnmatch_lines(["*ckpt-job::world-size-grow?torch_save-ws2? PASSED*",
+                               "*ckpt-job::resume-every-save?torch_save-ws2? PASSED*"])
 
-    bad = pytester.runpytest_subprocess("--ckpt-job=tests.jobs:NoOptimizerState", "-p", "no:cacheprovider")
+    bad = pytester.runpytest_subprocess("--ckpt-job=tests.jobs:NoOptimizerState", "--ckpt-scenarios=resume-every-save",
+                                        "-p", "no:cacheprovider")
     bad.assert_outcomes(passed=1, failed=1)
-    bad.stdout.fnmatch_lines(["*state after load*FAIL*optim/*"])
+    bad.stdout.fnmatch_lines(["*resume-every-save [[]tests.jobs:NoOptimizerState[]] faithful: FAIL*",
+                              "*state after load*FAIL*optim/*", "*repro: *ckpt-harness run --job tests.jobs:NoOptimizerState*"])
+
+    na = pytester.runpytest_subprocess("--ckpt-job=tests.checkpointers:ReferenceCheckpointer", "-rs",
+                                       "--ckpt-scenarios=world-size-grow", "-p", "no:cacheprovider")
+    na.assert_outcomes(passed=1, skipped=1)
+    na.stdout.fnmatch_lines(["*n/a: the job defines no full_state(ctx)*"])
+
+
+def test_scenario_files_of_a_users_repo_are_collected_per_scenario(pytester, importable):
+    scenarios = pytester.mkdir("scenarios")
+    (scenarios / "mine.toml").write_text(
+        '[crash-at-commit]\nproperty = "atomic"\ncheck = "faults"\ndescription = "crash at each rename"\n'
+        'faults = ["crash"]\nops = ["rename"]\n\n'
+        '[bigger-world-left-behind]\nproperty = "overwrite-safe"\ncheck = "overwrite"\n'
+        'description = "a larger run left the step dir"\nstate = "larger-world"\noverwrite = [true]\n'
+    )
+    good = pytester.runpytest_subprocess("scenarios", "--ckpt-job=torch_save", "-v", "-p", "no:cacheprovider")
+    good.assert_outcomes(passed=2)
+    good.stdout.fnmatch_lines(["*scenarios/mine.toml::crash-at-commit?torch_save-ws2? PASSED*"])
+
+    bad = pytester.runpytest_subprocess("scenarios", "--ckpt-job=tests.scenario_jobs:MergesIntoExisting",
+                                        "-p", "no:cacheprovider")
+    bad.assert_outcomes(passed=1, failed=1)
+    bad.stdout.fnmatch_lines(["*bigger-world-left-behind*overwrite-safe: FAIL*stale files*rng_rank2.pt*"])
+
+    (scenarios / "typo.toml").write_text('[x]\nproperty = "atomic"\ncheck = "faults"\ndescription = "d"\nfalts = []\n')
+    broken = pytester.runpytest_subprocess("scenarios/typo.toml", "--ckpt-job=torch_save", "-p", "no:cacheprovider")
+    assert broken.ret == pytest.ExitCode.INTERRUPTED
+    broken.stdout.fnmatch_lines(["*typo.toml: [[]x[]]: check 'faults' has no parameter 'falts'*"])
 
 
 @pytest.mark.parametrize(
@@ -109,6 +141,7 @@ def test_ckpt_job_option_runs_verification_of_a_users_job(pytester, importable):
         (["--ckpt-world-sizes=two"], "*--ckpt-world-sizes='two'*"),
         (["--ckpt-job=tests.jobs:NotAJob"], "*--ckpt-job tests.jobs:NotAJob: *is not a subclass of ckpt_harness.Job*"),
         (["--ckpt-job=nope"], "*unknown job 'nope'*"),
+        (["--ckpt-job=dcp", "--ckpt-scenarios=nope"], "*--ckpt-scenarios: no scenario named nope; choose from*"),
     ],
 )
 def test_bad_options_are_usage_errors(pytester, importable, args, message):
