@@ -10,6 +10,8 @@
 4. Exploring every single fault of one save of `dcp` at world size 2: with
    the warmed per-rank templates and two cases at once, vs. one case at a
    time with cold ranks, on the same sample of cases (and the full run).
+5. Catalogue scenarios of one job: on one bench, sharing the golden and
+   committed runs of equal settings, vs. a fresh bench per scenario.
 """
 
 from __future__ import annotations
@@ -168,6 +170,23 @@ def main() -> None:
         counts = {v.value: sum(r.verdict is v for r in report.results) for v in type(report.results[0].verdict)}
         print(f"   full exploration: {len(report.results)} cases in {time.perf_counter() - start:.0f} s "
               f"(including the golden and committed runs): {counts}")
+
+    print("\n5. catalogue scenarios on dcp ws=2: one shared bench vs. a bench per scenario")
+    from ckpt_harness.scenario import Bench, builtin_catalogue, select
+
+    chosen = select(builtin_catalogue(), ["missing-shard", "corrupt-shard", "torn-write", "power-loss-*"])
+    timings = {}
+    for label, shared in (("shared bench", True), ("bench per scenario", False)):
+        start = time.perf_counter()
+        bench = None
+        for i, scenario in enumerate(chosen):
+            if bench is None or not shared:
+                bench = Bench("dcp", 2, tmp / f"bench-{label}-{i}")
+            bench.run(scenario)
+        timings[label] = time.perf_counter() - start
+        print(f"   {label}: {timings[label]:.1f} s for {len(chosen)} scenarios")
+    first, second = timings.values()
+    print(f"   ratio {second / first:.1f}x")
 
 
 if __name__ == "__main__":

@@ -174,7 +174,7 @@ def parse(name: str, table: Any, source: str = "<scenario>") -> Scenario:
                 f"{where}: check {table['check']!r} has no parameter {key!r}; it takes {', '.join(module.PARAMS) or 'none'}"
             )
         params[key] = _typed(where, key, value, module.PARAMS[key])
-    problem = getattr(module, "validate", lambda p: None)(params)
+    problem = _limits(params) or getattr(module, "validate", lambda p: None)(params)
     if problem:
         raise ScenarioError(f"{where}: {problem}")
     return Scenario(name, table["property"], table["check"], table["description"], params, tuple(jobs), source)
@@ -197,6 +197,19 @@ def _typed(where: str, key: str, value: Any, default: Any) -> Any:
     if not ok:
         raise ScenarioError(f"{where}: {key} must be {want}, got {value!r}")
     return value
+
+
+def _limits(params: Mapping[str, Any]) -> Optional[str]:
+    """Ranges shared by every check's run settings, caught before any run."""
+    for key in ("steps", "save_every", "nodes", "keep_last"):
+        if params.get(key) is not None and params[key] < 1:
+            return f"{key} must be at least 1, got {params[key]}"
+    if "save_every" in params and params["save_every"] > params["steps"]:
+        return f"save_every ({params['save_every']}) must not exceed steps ({params['steps']})"
+    for key in ("delay", "seconds", "hang_timeout"):
+        if key in params and params[key] <= 0:
+            return f"{key} must be a positive number of seconds, got {params[key]}"
+    return None
 
 
 def _check_module(check: str) -> Any:

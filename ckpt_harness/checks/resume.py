@@ -10,12 +10,6 @@ from ckpt_harness.scenario import Bench, Scenario, ScenarioResult, summarize
 PARAMS = {"steps": 8, "save_every": 2}
 
 
-def validate(params: dict) -> Optional[str]:
-    if not 1 <= params["save_every"] <= params["steps"]:
-        return f"save_every must be between 1 and steps ({params['steps']})"
-    return None
-
-
 def run(bench: Bench, scenario: Scenario, cases: Optional[Sequence[str]] = None) -> ScenarioResult:
     from ckpt_harness.verify import verify
 

@@ -286,6 +286,11 @@ class HFTrainerJob(Job):
         out.update(_data_position(trainer))
         return out
 
+    def full_state(self, ctx: RankContext) -> Mapping[str, Any]:
+        """DDP keeps whole replicas, so everything but the per-rank RNG and
+        data position is the same at any world size."""
+        return {k: v for k, v in self.state(ctx).items() if not k.startswith(("rng/", "data/"))}
+
     def teardown(self, ctx: RankContext) -> None:
         self.trainer = None
 
