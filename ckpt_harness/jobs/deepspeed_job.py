@@ -36,6 +36,23 @@ Layout under `ctx.ckpt_dir` (stage 1, world size 2):
 ZeRO-3 writes `zero_pp_rank_{r}_mp_rank_00_model_states.pt` per rank instead of
 `mp_rank_00_model_states.pt`.
 
+World-size change. Stages 1–3 refuse optimizer partitions of another world
+size ("Automatic adjustment of ZeRO's optimizer state partitioning with a new
+world size is not currently supported"); DeepSpeed's supported way is its
+universal checkpoint. When the checkpoint `latest` names was written at
+another world size (rank 0's side file says which), `setup` builds the engine
+with `"checkpoint": {"load_universal": true}` and `load` has rank 0 run
+`deepspeed.checkpoint.ds_to_universal` on it, into
+`global_step4_universal/` (plus DeepSpeed's `latest_universal` pointer) next
+to the original, then loads that. Stage 0 needs no conversion: its
+model-states file holds the whole optimizer and loads at any world size. The
+RNG streams and data shards are per rank and have no counterpart at the new
+world size: they keep their fresh seeding (`TinyJob._restore_resharded`), and
+no side file of a rank that no longer exists is read. `full_state` gathers
+the parameters, fp32 master copies and Adam moments through DeepSpeed's
+`GatheredParameters` and `safe_get_full_*` accessors; all four stages resume
+bitwise at 2N and N/2 on CPU/gloo.
+
 What the harness finds in DeepSpeed 0.19.8 (explore, crash faults, stage 1,
 world size 2): rank 0 writes `latest` right after its own files, without
 waiting for its peers' optimizer partitions (the barrier comes after), so a
@@ -127,7 +144,10 @@ if os.environ.get(WARM_ENV) == "1":
     warm_deepspeed()
 
 
-def ds_config(stage: int) -> dict[str, Any]:
+def ds_config(stage: int, load_universal: bool = False) -> dict[str, Any]:
+    """`load_universal` makes `engine.load_checkpoint` read a universal
+    checkpoint (`ds_to_universal`'s output) instead of the ZeRO partitions:
+    DeepSpeed reads the switch only at load time, but only from the config."""
     zero: dict[str, Any] = {"stage": stage}
     if stage == 3:
         # Partition every parameter: by default ZeRO-3 keeps parameters under
@@ -152,11 +172,63 @@ def ds_config(stage: int) -> dict[str, Any]:
         "zero_optimization": zero,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
+        "checkpoint": {"load_universal": load_universal},
     }
 
 
 def extra_name(rank: int) -> str:
     return f"rank{rank}_extra.pt"
+
+
+def universal_tag(tag: str) -> str:
+    """Where a world-size change converts `tag` to, next to it in ckpt_dir."""
+    return f"{tag}_universal"
+
+
+def latest_tag(ckpt_dir: Path) -> Optional[str]:
+    """The tag DeepSpeed's `latest` names, or None if there is none to read."""
+    try:
+        return (Path(ckpt_dir) / "latest").read_text().strip() or None
+    except OSError:
+        return None
+
+
+def saved_world_size(ckpt_dir: Path) -> Optional[int]:
+    """The world size that wrote the checkpoint `latest` names, from rank 0's
+    side file (written before rank 0's `save_checkpoint`, so before `latest`
+    names the tag). None when that cannot be read: the resume then goes down
+    DeepSpeed's ordinary path and fails, or not, the way DeepSpeed does."""
+    tag = latest_tag(ckpt_dir)
+    if tag is None:
+        return None
+    try:
+        with open(Path(ckpt_dir) / tag / extra_name(0), "rb") as f:
+            return int(torch.load(f, map_location="cpu", weights_only=False)["world_size"])
+    except Exception:
+        return None
+
+
+def convert_to_universal(tag_dir: Path, out_dir: Path) -> None:
+    """DeepSpeed's own `ds_to_universal` (the script's `main`), in process.
+
+    One worker each: the pools fork, and a rank has gloo threads running.
+    `inject_missing_state`: the universal-checkpoint info the converter asks
+    for is what Megatron-style models attach; a plain module has none. A
+    leftover `out_dir` (a conversion that died) is converted afresh."""
+    import argparse
+    import contextlib
+    import io
+    import shutil
+
+    from deepspeed.checkpoint import ds_to_universal
+
+    shutil.rmtree(out_dir, ignore_errors=True)
+    args = argparse.Namespace(
+        input_folder=str(tag_dir), output_folder=str(out_dir), num_extract_workers=1,
+        num_merge_workers=1, keep_temp_folder=False, strict=True, inject_missing_state=True,
+    )
+    with contextlib.redirect_stdout(io.StringIO()):
+        ds_to_universal.main(args)
 
 
 class DeepSpeedJob(TinyJob):
@@ -181,8 +253,9 @@ class DeepSpeedJob(TinyJob):
         # DeepSpeed wraps it instead of creating its own.
         deepspeed.init_distributed(dist_backend="gloo")
         model = build_mlp(ctx.seed)
+        config = ds_config(self.stage, load_universal=self._needs_universal(ctx))
         self.engine, optimizer, _, scheduler = deepspeed.initialize(
-            model=model, model_parameters=model.parameters(), config=ds_config(self.stage)
+            model=model, model_parameters=model.parameters(), config=config
         )
         self.model = self.engine.module
         self.optimizer = optimizer
@@ -207,14 +280,50 @@ class DeepSpeedJob(TinyJob):
         torch_save_durable(extra, tag_dir / extra_name(ctx.rank))
         self.engine.save_checkpoint(str(ctx.ckpt_dir), tag=tag, client_state={"extra": extra})
 
+    def _needs_universal(self, ctx: RankContext) -> bool:
+        """Whether the resume must go through a universal checkpoint: stages
+        1–3 partition the optimizer by world size and refuse partitions of
+        another one ("Automatic adjustment of ZeRO's optimizer state
+        partitioning with a new world size is not currently supported").
+        Stage 0 keeps the whole optimizer in the model-states file, which
+        loads at any world size as it is. Decided before `initialize`,
+        because the config is the only place DeepSpeed takes the switch."""
+        saved = saved_world_size(ctx.ckpt_dir)
+        return self.stage > 0 and saved is not None and saved != ctx.world_size
+
     def load(self, ctx: RankContext) -> Optional[int]:
-        load_path, client_state = self.engine.load_checkpoint(str(ctx.ckpt_dir))
+        if self.engine.load_universal_checkpoint():
+            tag = self._convert(ctx)
+            load_path, client_state = self.engine.load_checkpoint(str(ctx.ckpt_dir), tag=universal_tag(tag))
+            tag_dir = Path(ctx.ckpt_dir) / tag
+        else:
+            load_path, client_state = self.engine.load_checkpoint(str(ctx.ckpt_dir))
+            tag_dir = None if load_path is None else Path(load_path).parent
         if load_path is None:
             return None
-        tag_dir = Path(load_path).parent
-        step = int(client_state["extra"]["step"])
+        extra = client_state["extra"]
+        step = int(extra["step"])
+        if int(extra["world_size"]) != ctx.world_size:
+            # The saving rank 0's extras, from DeepSpeed's model-states file:
+            # side files of ranks that no longer exist are not needed.
+            unanimous(ctx, lambda: self._restore_resharded(extra, step))
+            return step
         unanimous(ctx, lambda: self._restore_side_file(ctx, step, tag_dir))
         return step
+
+    def _convert(self, ctx: RankContext) -> str:
+        """Rank 0 converts the checkpoint `latest` names; the others wait in
+        `unanimous`, which also hands them rank 0's error if it fails."""
+        tag = latest_tag(ctx.ckpt_dir)
+        if tag is None:
+            raise FileNotFoundError(f"{ctx.ckpt_dir}/latest: gone since setup found it")
+
+        def convert() -> str:
+            if ctx.rank == 0:
+                convert_to_universal(Path(ctx.ckpt_dir) / tag, Path(ctx.ckpt_dir) / universal_tag(tag))
+            return tag
+
+        return unanimous(ctx, convert)
 
     def _restore_side_file(self, ctx: RankContext, step: int, tag_dir: Path) -> None:
         path = tag_dir / extra_name(ctx.rank)
@@ -235,6 +344,14 @@ class DeepSpeedJob(TinyJob):
             opt = opt.optimizer
         return opt
 
+    def _master_tensors(self, base: torch.optim.Optimizer) -> list[torch.Tensor]:
+        """The fp32 tensors the optimizer updates: the model parameters
+        themselves in stage 0, this rank's flat partitions in stages 1–3.
+        ZeRO-3 puts its sub-group partitions into `param_groups` only for the
+        duration of a step; between steps they are its flat fp32 groups."""
+        tensors = [p for group in base.param_groups for p in group["params"]]
+        return tensors or list(getattr(self.engine.optimizer, "fp32_partitioned_groups_flat", []))
+
     def state(self, ctx: RankContext) -> Mapping[str, Any]:
         out: dict[str, Any] = {}
         for name, p in self._named_params():
@@ -243,19 +360,85 @@ class DeepSpeedJob(TinyJob):
             local = p.ds_tensor if hasattr(p, "ds_tensor") else p
             out[f"model/{name}"] = _local(local)
         base = self._base_optimizer()
-        for i, group in enumerate(base.param_groups):
-            for j, p in enumerate(group["params"]):
-                # The fp32 (master) tensors the optimizer updates: the model
-                # parameters themselves in stage 0, this rank's flat partition
-                # in stages 1–3.
-                out[f"optim/{i}/{j}/param"] = _local(p)
-                for key, value in sorted(base.state.get(p, {}).items()):
-                    out[f"optim/{i}/{j}/{key}"] = _local(value) if torch.is_tensor(value) else value
+        for j, p in enumerate(self._master_tensors(base)):
+            out[f"optim/{j}/param"] = _local(p)
+            for key, value in sorted(base.state.get(p, {}).items()):
+                out[f"optim/{j}/{key}"] = _local(value) if torch.is_tensor(value) else value
         out["engine/global_steps"] = self.engine.global_steps
         out["engine/global_samples"] = self.engine.global_samples
         out["engine/skipped_steps"] = self.engine.skipped_steps
         out.update(self._progress_state(base))
         return out
+
+    def full_state(self, ctx: RankContext) -> Mapping[str, Any]:
+        """Whole parameters, fp32 master copies and Adam moments, through
+        DeepSpeed's own accessors (`safe_get_full_*`, collectives over the
+        data-parallel group in every stage but 0), plus what `state` has
+        that is not per rank. Every rank calls this in the same order."""
+        out: dict[str, Any] = {}
+        named = list(self._named_params())
+        out.update(self._full_params(named))
+        base = self._base_optimizer()
+        step = self._optimizer_step(base)
+        moments = self._all_started(step)
+        for name, p in named:
+            out.update(self._full_optimizer_state(name, p, moments))
+        out["optim/step"] = step
+        out["engine/global_steps"] = self.engine.global_steps
+        out["engine/global_samples"] = self.engine.global_samples
+        out["engine/skipped_steps"] = self.engine.skipped_steps
+        progress = self._progress_state(base)
+        out.update({k: v for k, v in progress.items() if not k.startswith(("rng/", "data/"))})
+        return out
+
+    def _full_params(self, named: list[tuple[str, torch.nn.Parameter]]) -> dict[str, torch.Tensor]:
+        """ZeRO-3 keeps only this rank's partition outside forward: gather."""
+        import deepspeed
+
+        params = [p for _, p in named]
+        with deepspeed.zero.GatheredParameters(params, enabled=self.stage == 3):
+            return {f"model/{name}": _local(p) for name, p in named}
+
+    def _full_optimizer_state(self, name: str, p: torch.nn.Parameter, moments: bool) -> dict[str, Any]:
+        """The fp32 master copy (stages 1–3), and the Adam moments if
+        `moments` (see `_all_started`)."""
+        if self.stage == 0:
+            # No master copy: AdamW updates the parameter and keeps its moments.
+            state = self._base_optimizer().state.get(p, {})
+            return {f"optim/{name}/{k}": _local(state[k]) for k in ("exp_avg", "exp_avg_sq") if k in state}
+        from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
+
+        out = {f"optim/{name}/param": _local(safe_get_full_fp32_param(p))}
+        for key in ("exp_avg", "exp_avg_sq") if moments else ():
+            value = safe_get_full_optimizer_state(p, key)
+            if value is not None:
+                out[f"optim/{name}/{key}"] = _local(value)
+        return out
+
+    def _optimizer_step(self, base: torch.optim.Optimizer) -> Any:
+        """AdamW's step count, None before its first step. It keeps one per
+        tensor it updates: the parameters in stage 0, this rank's flat
+        partition in stages 1–2, and in stage 3 the sub-group partitions,
+        which ZeRO-3 puts into `param_groups` only for the duration of a step
+        (so they are found through `state`, not `param_groups`)."""
+        steps = [state["step"] for state in base.state.values() if "step" in state]
+        if len({float(s) for s in steps}) > 1:
+            raise RuntimeError(f"optimizer tensors at different steps: {sorted({float(s) for s in steps})}")
+        if not steps:
+            return None
+        return _local(steps[0]) if torch.is_tensor(steps[0]) else steps[0]
+
+    def _all_started(self, step: Any) -> bool:
+        """Whether AdamW has state on every rank. Its moments are created in
+        its first step, and DeepSpeed's accessors raise on a rank without
+        them while the others wait in the all-reduce; asked once, collectively,
+        every rank skips the moments alike (and the comparison shows them
+        missing) instead of hanging."""
+        import torch.distributed as dist
+
+        flag = torch.tensor([0 if step is None else 1], dtype=torch.int32)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
 
     def teardown(self, ctx: RankContext) -> None:
         engine = self.__dict__.pop("engine", None)
