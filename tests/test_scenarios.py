@@ -40,6 +40,8 @@ def test_builtin_catalogue_covers_every_check_and_property():
         ({"property": "atomic", "check": "faults", "description": "d", "faults": ["crsh"]},
          "unknown faults crsh; choose from crash"),
         ({"property": "atomic", "check": "faults", "description": "d"}, "nothing to inject"),
+        ({"property": "rotation-safe", "check": "faults", "description": "d", "faults": ["crash"], "rotates": True},
+         "rotates = true needs keep_last"),
         ({"property": "atomic", "check": "faults", "description": "d", "faults": ["crash"], "keep_last": True},
          "keep_last must be an integer"),
         ({"property": "live", "check": "stall", "description": "d", "mode": "stuck"}, "mode must be 'block' or 'late'"),
@@ -176,3 +178,12 @@ def test_cases_of_a_scenario_share_the_golden_run_of_their_bench(tmp_path):
     power = parse("p", {"property": "durable", "check": "faults", "description": "d", "after": True})
     assert bench.run(crash).verdict == "pass" and bench.run(power).verdict == "pass"
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("ex")] == ["ex0"]
+
+
+def test_rotation_is_not_applicable_to_a_job_that_deletes_nothing(tmp_path):
+    rotation = {"property": "rotation-safe", "check": "faults", "faults": ["crash"], "ops": ["rmtree", "rename"],
+                "keep_last": 1, "rotates": True}
+    rotating = _run("tests.checkpointers:ReferenceCheckpointer", rotation, tmp_path / "a")
+    assert rotating.verdict == "pass" and rotating.cases >= 2, rotating.explain()
+    keeps_all = _run("tests.checkpointers:InPlaceOverwrite", rotation, tmp_path / "b")
+    assert keeps_all.verdict == NOT_APPLICABLE and "the job does not rotate its checkpoints" in keeps_all.reason

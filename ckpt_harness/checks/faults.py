@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from ckpt_harness.scenario import Bench, Scenario, ScenarioResult, summarize
+from ckpt_harness.scenario import Bench, Scenario, ScenarioResult, not_applicable, summarize
 
 PARAMS = {
     "faults": (),           # fault kinds injected at every matching point
@@ -20,6 +20,7 @@ PARAMS = {
     "steps": 6,
     "save_every": 2,
     "keep_last": None,      # ask the job to rotate (its rotation joins the save's points)
+    "rotates": False,       # n/a unless the save deletes something (the job honours keep_last)
     "nodes": 1,             # simulated nodes (LOCAL_RANK / GROUP_RANK per node, one file system)
     "durability": "strict",
     "delay": 0.5,           # seconds of a delay fault
@@ -37,6 +38,8 @@ def validate(params: dict) -> Optional[str]:
             return f"unknown {key} {', '.join(bad)}; choose from {', '.join(known)}"
     if params["save"] not in ("first", "second", "last"):
         return f"save must be 'first', 'second' or 'last', got {params['save']!r}"
+    if params["rotates"] and params["keep_last"] is None:
+        return "rotates = true needs keep_last"
     if not (params["faults"] or params["corruptions"] or params["after"]):
         return "nothing to inject: set faults, corruptions or after = true"
     if params["durability"] not in ("strict", "ordered"):
@@ -55,6 +58,9 @@ def run(bench: Bench, scenario: Scenario, only: Optional[Sequence[str]] = None) 
         return summarize(bench, scenario, [problem])
     if not ex.points:
         return summarize(bench, scenario, [ex.nothing_to_break()])
+    if p["rotates"] and not any(pt.op in ("unlink", "rmtree", "rmdir") for pt in ex.points):
+        return not_applicable(bench, scenario, f"with keep_last={p['keep_last']} save {ex.k} deleted nothing: "
+                                               "the job does not rotate its checkpoints")
     points = [pt for pt in ex.points if not p["ops"] or pt.op in p["ops"]]
     cases = plan_cases(points, p["faults"], ex.committed, p["corruptions"], p["after"], p["delay"])
     if only:
