@@ -159,7 +159,7 @@ def _matrix(args: argparse.Namespace) -> int:
 
 def _scenario(args: argparse.Namespace) -> int:
     from ckpt_harness.launch import prestart
-    from ckpt_harness.scenario import NOT_APPLICABLE, Bench, ScenarioError, select
+    from ckpt_harness.scenario import Bench, select
 
     def produce(workdir: Path):
         (scenario,) = select(_catalogue(args), [args.name])
@@ -167,22 +167,7 @@ def _scenario(args: argparse.Namespace) -> int:
         bench = Bench(args.job, args.world_size, workdir, timeout=args.timeout, parallel=args.parallel)
         return bench.run(scenario, args.case)
 
-    from ckpt_harness.jobref import JobError
-    from ckpt_harness.launch import LaunchError
-
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
-    try:
-        result = produce(workdir)
-    except (JobError, ScenarioError, ValueError, LaunchError) as exc:
-        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
-        _discard(args, workdir)
-        return EXIT_USAGE
-    print(result.explain())
-    if result.verdict in ("pass", NOT_APPLICABLE):
-        _discard(args, workdir)
-        return EXIT_OK
-    print(f"\nruns, checkpoints and rank logs kept in {workdir}")
-    return EXIT_FINDINGS
+    return _report_or_error(args, produce)
 
 
 def _split(value: str) -> list[str]:
@@ -251,7 +236,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _report_or_error(args: argparse.Namespace, produce, newline_first: bool = False) -> int:
-    """Run `produce(workdir)` and print its report; bad input exits 2, findings 1."""
+    """Run `produce(workdir)` and print its report (or scenario result); bad
+    input (a ValueError, which ScenarioError is) exits 2, findings 1."""
     from ckpt_harness.jobref import JobError
     from ckpt_harness.launch import LaunchError
     from ckpt_harness.verify import BackendUnavailable

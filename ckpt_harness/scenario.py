@@ -85,6 +85,10 @@ class ScenarioResult:
     cases: int = 0
     elapsed: float = 0.0
 
+    @property
+    def ok(self) -> bool:
+        return self.verdict in (Verdict.PASS.value, NOT_APPLICABLE)
+
     def explain(self) -> str:
         lines = [f"{self.scenario} [{self.job}] {self.property}: {self.verdict.upper()} — {self.reason}"]
         if self.details:

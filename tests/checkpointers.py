@@ -214,7 +214,11 @@ class ReferenceCheckpointer(_Checkpointer):
         self._make_dir(ctx, tmp)
         gathered = everywhere(ctx, lambda: self._write_files(ctx, tmp, step))
         files = {name: entry for written in gathered for name, entry in written.items()}
-        everywhere(ctx, lambda: self._commit(ctx, step, tmp, final, files) if ctx.rank == 0 else None)
+        everywhere(ctx, lambda: self._commit(ctx, step, tmp, final, files) if self._commits(ctx) else None)
+
+    def _commits(self, ctx: RankContext) -> bool:
+        """Whether this rank publishes the checkpoint: rank 0 alone."""
+        return ctx.rank == 0
 
     def _prepare(self, ctx: RankContext, path: Path) -> None:
         for stale in Path(ctx.ckpt_dir).glob("tmp.*"):

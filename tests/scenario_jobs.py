@@ -17,29 +17,12 @@ from pathlib import Path
 import torch.distributed as dist
 
 from ckpt_harness.job import RankContext
-from ckpt_harness.jobs._common import commit, prepare_step_dir, step_dir, torch_save_durable
+from ckpt_harness.jobs._common import prepare_step_dir
 from ckpt_harness.jobs.torch_save import TorchSaveJob
 from tests.checkpointers import ReferenceCheckpointer, everywhere
 
 
-class _Writes(TorchSaveJob):
-    """torch_save's files and commit, with the step directory prepared by `_prepare`."""
-
-    def save(self, ctx: RankContext, step: int) -> None:
-        path = step_dir(ctx.ckpt_dir, step)
-        self._prepare(ctx, path)
-        if ctx.rank == 0:
-            torch_save_durable(self.model.module.state_dict(), path / "model.pt")
-            torch_save_durable(self.optimizer.state_dict(), path / "optimizer.pt")
-            torch_save_durable(self.scheduler.state_dict(), path / "scheduler.pt")
-        torch_save_durable(self._extra(ctx, step), path / f"rng_rank{ctx.rank}.pt")
-        commit(ctx, path, step)
-
-    def _prepare(self, ctx: RankContext, path: Path) -> None:
-        prepare_step_dir(ctx, path)
-
-
-class MergesIntoExisting(_Writes):
+class MergesIntoExisting(TorchSaveJob):
     """Saves into the step directory as found (`mkdir(exist_ok=True)`).
 
     Flagged as not **overwrite-safe** by overwrite-larger-world: the shards
@@ -47,34 +30,34 @@ class MergesIntoExisting(_Writes):
     loader globbing `rng_rank*.pt` would pick them up.
     """
 
-    def _prepare(self, ctx: RankContext, path: Path) -> None:
+    def _prepare_step_dir(self, ctx: RankContext, path: Path) -> None:
         dist.barrier()
         if ctx.rank == 0:
             path.mkdir(parents=True, exist_ok=True)
         dist.barrier()
 
 
-class IgnoresOverwrite(_Writes):
+class IgnoresOverwrite(TorchSaveJob):
     """Refuses (on every rank, before touching anything) to save into an
     existing step directory, whatever `ctx.overwrite` says.
 
     Flagged as not **overwrite-safe** by overwrite-complete with overwrite on.
     """
 
-    def _prepare(self, ctx: RankContext, path: Path) -> None:
+    def _prepare_step_dir(self, ctx: RankContext, path: Path) -> None:
         if path.exists():
             raise FileExistsError(errno.EEXIST, "checkpoint directory exists", str(path))
         prepare_step_dir(ctx, path)
 
 
-class RefusesAfterDeleting(_Writes):
+class RefusesAfterDeleting(TorchSaveJob):
     """Empties an existing step directory, then refuses to save into it.
 
     Flagged as not **overwrite-safe**: a refusal must leave the directory
     as it was.
     """
 
-    def _prepare(self, ctx: RankContext, path: Path) -> None:
+    def _prepare_step_dir(self, ctx: RankContext, path: Path) -> None:
         if path.exists():
             dist.barrier()
             if ctx.rank == 0:
@@ -139,10 +122,5 @@ class NodeLocalRankZeroCommits(ReferenceCheckpointer):
     rename `tmp.step_N` into place, and the second finds it gone.
     """
 
-    def save(self, ctx: RankContext, step: int) -> None:
-        final = step_dir(ctx.ckpt_dir, step)
-        tmp = final.with_name(f"tmp.{final.name}")
-        self._make_dir(ctx, tmp)
-        gathered = everywhere(ctx, lambda: self._write_files(ctx, tmp, step))
-        files = {name: entry for written in gathered for name, entry in written.items()}
-        everywhere(ctx, lambda: self._commit(ctx, step, tmp, final, files) if ctx.local_rank == 0 else None)
+    def _commits(self, ctx: RankContext) -> bool:
+        return ctx.local_rank == 0

@@ -50,13 +50,17 @@ class TorchSaveJob(TinyJob):
 
     def save(self, ctx: RankContext, step: int) -> None:
         path = step_dir(ctx.ckpt_dir, step)
-        prepare_step_dir(ctx, path)
+        self._prepare_step_dir(ctx, path)
         if ctx.rank == 0:
             torch_save_durable(self.model.module.state_dict(), path / "model.pt")
             torch_save_durable(self.optimizer.state_dict(), path / "optimizer.pt")
             torch_save_durable(self.scheduler.state_dict(), path / "scheduler.pt")
         torch_save_durable(self._extra(ctx, step), path / f"rng_rank{ctx.rank}.pt")
         commit(ctx, path, step)
+
+    def _prepare_step_dir(self, ctx: RankContext, path) -> None:
+        """Make the step directory; what to do with one that exists is here."""
+        prepare_step_dir(ctx, path)
 
     def load(self, ctx: RankContext) -> Optional[int]:
         return unanimous(ctx, lambda: self._load(ctx))
