@@ -241,7 +241,6 @@ class Bench:
         self.timeout = timeout
         self.parallel = parallel
         self.progress = progress
-        self._explorations: dict[tuple, Any] = {}
         self._memo: dict[tuple, Any] = {}
         self._lock = threading.RLock()
 
@@ -249,26 +248,25 @@ class Bench:
     def job(self) -> str:
         return self.ref.display
 
-    def exploration(self, *, steps: int, save_every: int, save: Union[str, int], keep_last: Optional[int] = None,
+    def exploration(self, *, steps: int, save_every: int, save: str, keep_last: Optional[int] = None,
                     nodes: int = 1, durability: str = "strict", hang_timeout: float = 3.0):
         """A prepared exploration (golden run and committed save done) for these
         settings, shared by every scenario that asks for the same ones.
         Returns (exploration, problem): a failed golden run is the problem."""
         from ckpt_harness.explore import exploration
 
-        key = (steps, save_every, save, keep_last, nodes, durability, hang_timeout)
-        with self._lock:
-            if key not in self._explorations:
-                saves = list(range(save_every, steps + 1, save_every))
-                step = {"first": saves[0], "second": saves[min(1, len(saves) - 1)], "last": saves[-1]}.get(save, save)
-                ex = exploration(
-                    self.job_arg, world_size=self.world_size,
-                    total_steps=steps, save_every=save_every, save_step=step, keep_last=keep_last, nodes=nodes,
-                    durability_mode=durability, timeout=self.timeout, hang_timeout=hang_timeout,
-                    workdir=self.root / f"ex{len(self._explorations)}", parallel=self.parallel,
-                )
-                self._explorations[key] = (ex, ex.prepare())
-            return self._explorations[key]
+        def prepared():
+            saves = list(range(save_every, steps + 1, save_every))
+            step = {"first": saves[0], "second": saves[min(1, len(saves) - 1)], "last": saves[-1]}[save]
+            ex = exploration(
+                self.job_arg, world_size=self.world_size,
+                total_steps=steps, save_every=save_every, save_step=step, keep_last=keep_last, nodes=nodes,
+                durability_mode=durability, timeout=self.timeout, hang_timeout=hang_timeout,
+                workdir=self.root / f"ex{len(self._memo)}", parallel=self.parallel,
+            )
+            return ex, ex.prepare()
+
+        return self.memo(("exploration", steps, save_every, save, keep_last, nodes, durability, hang_timeout), prepared)
 
     def memo(self, key: tuple, make: Callable[[], Any]) -> Any:
         """`make()` once per key on this bench (runs several scenarios share)."""

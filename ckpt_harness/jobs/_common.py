@@ -267,6 +267,16 @@ def unanimous(ctx: RankContext, fn: Callable[[], Any]) -> Any:
 
 
 # -- the shared training loop and observation -----------------------------------
+#: Keys of `state` that belong to one rank and have no counterpart at another
+#: world size: RNG streams and the data shard's position.
+PER_RANK = ("rng/", "data/")
+
+
+def world_independent(state: Mapping[str, Any]) -> dict[str, Any]:
+    """`state` without its per-rank keys: what `full_state` may compare."""
+    return {k: v for k, v in state.items() if not k.startswith(PER_RANK)}
+
+
 def _local(t: torch.Tensor) -> torch.Tensor:
     if hasattr(t, "to_local"):
         t = t.to_local()
@@ -323,14 +333,18 @@ class TinyJob(Job):
         return loss.item()
 
     def state(self, ctx: RankContext) -> Mapping[str, Any]:
+        return {**self._tensor_state(_local), **self._progress_state(self.optimizer)}
+
+    def _tensor_state(self, convert: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, Any]:
+        """Model and optimizer tensors by parameter name, each through `convert`
+        (this rank's shard for `state`, the whole tensor for `full_state`)."""
         out: dict[str, Any] = {}
         named = list(self._named_params())
         for name, p in named:
-            out[f"model/{name}"] = _local(p)
+            out[f"model/{name}"] = convert(p)
         for name, p in named:
             for key, value in sorted(self.optimizer.state.get(p, {}).items()):
-                out[f"optim/{name}/{key}"] = _local(value) if torch.is_tensor(value) else value
-        out.update(self._progress_state(self.optimizer))
+                out[f"optim/{name}/{key}"] = convert(value) if torch.is_tensor(value) else value
         return out
 
     def _progress_state(self, optimizer: Any) -> dict[str, Any]:
@@ -356,16 +370,7 @@ class TinyJob(Job):
         `_named_params` (plain or DTensor): the world-size independent part of
         `state`. Gathering a DTensor is a collective, and every rank calls
         this in the same order."""
-        out: dict[str, Any] = {}
-        named = list(self._named_params())
-        for name, p in named:
-            out[f"model/{name}"] = _full(p)
-        for name, p in named:
-            for key, value in sorted(self.optimizer.state.get(p, {}).items()):
-                out[f"optim/{name}/{key}"] = _full(value) if torch.is_tensor(value) else value
-        progress = self._progress_state(self.optimizer)
-        out.update({k: v for k, v in progress.items() if not k.startswith(("rng/", "data/"))})
-        return out
+        return world_independent({**self._tensor_state(_full), **self._progress_state(self.optimizer)})
 
     def _restore_resharded(self, extra: Mapping[str, Any], step: int) -> None:
         """Resume saved at another world size: the schedule and step carry

@@ -76,6 +76,7 @@ building) it inside their deadline.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 from typing import Any, ClassVar, Iterable, Mapping, Optional
 
@@ -92,6 +93,7 @@ from ckpt_harness.jobs._common import (
     check_extra,
     torch_save_durable,
     unanimous,
+    world_independent,
 )
 
 #: Set in the warm parent through `env`: importing this module there also
@@ -139,6 +141,12 @@ def warm_deepspeed() -> None:
     for module in LAZY_MODULES:
         importlib.import_module(module)
 
+
+#: torch's JIT ops go to one directory per interpreter: two checkouts (or a
+#: CI clone and a working tree) sharing ~/.cache/torch_extensions rebuild the
+#: op in turn, and a build cut short by a deadline leaves a `lock` file that
+#: makes every later process wait for it forever.
+os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
 
 if os.environ.get(WARM_ENV) == "1":
     warm_deepspeed()
@@ -387,8 +395,7 @@ class DeepSpeedJob(TinyJob):
         out["engine/global_steps"] = self.engine.global_steps
         out["engine/global_samples"] = self.engine.global_samples
         out["engine/skipped_steps"] = self.engine.skipped_steps
-        progress = self._progress_state(base)
-        out.update({k: v for k, v in progress.items() if not k.startswith(("rng/", "data/"))})
+        out.update(world_independent(self._progress_state(base)))
         return out
 
     def _full_params(self, named: list[tuple[str, torch.nn.Parameter]]) -> dict[str, torch.Tensor]:
