@@ -134,7 +134,8 @@ def main() -> None:
     print(f"   without probes {fmt(off)}; with probes {fmt(on)}; "
           f"overhead {100 * (statistics.median(on) / statistics.median(off) - 1):+.0f}%")
 
-    from ckpt_harness.explore import exploration
+    from ckpt_harness.cases import plan_cases, run_cases
+    from ckpt_harness.explore import baseline, explore
     from ckpt_harness.verify import verify
 
     print("\n3. verify (8 steps, save every 2: golden + 4 stop/resume pairs = 9 group runs)")
@@ -152,27 +153,25 @@ def main() -> None:
         from ckpt_harness.jobs.dcp import DcpJob
 
         DcpJob.warm_start = warm
-        ex = exploration("dcp", world_size=2, workdir=tmp / f"explore-{parallel}", parallel=parallel)
-        ex.prepare()
-        from ckpt_harness.explore import plan_cases
-
-        cases = plan_cases(ex.points, ex.kinds, ex.committed, ex.corruptions, True)[:sample]
+        base = baseline("dcp", world_size=2, workdir=tmp / f"explore-{parallel}", parallel=parallel)
+        cases = plan_cases(base)[:sample]
         start = time.perf_counter()
-        report = ex.run([c.name for c in cases])
-        timings[label] = (time.perf_counter() - start) / len(report.results)
-        print(f"   {label}: {timings[label]:.2f} s per case (first {len(report.results)} cases)")
+        results = run_cases(base, cases)
+        timings[label] = (time.perf_counter() - start) / len(results)
+        print(f"   {label}: {timings[label]:.2f} s per case (first {len(results)} cases)")
     DcpJob.warm_start = True
     first, second = timings.values()
     print(f"   ratio {second / first:.1f}x")
     if not args.quick:
         start = time.perf_counter()
-        report = exploration("dcp", world_size=2, workdir=tmp / "explore-full").run()
+        report = explore("dcp", world_size=2, workdir=tmp / "explore-full")
         counts = {v.value: sum(r.verdict is v for r in report.results) for v in type(report.results[0].verdict)}
         print(f"   full exploration: {len(report.results)} cases in {time.perf_counter() - start:.0f} s "
               f"(including the golden and committed runs): {counts}")
 
     print("\n5. catalogue scenarios on dcp ws=2: one shared bench vs. a bench per scenario")
-    from ckpt_harness.scenario import Bench, builtin_catalogue, select
+    from ckpt_harness.bench import Bench
+    from ckpt_harness.scenario import builtin_catalogue, select
 
     chosen = select(builtin_catalogue(), ["missing-shard", "corrupt-shard", "torn-write", "power-loss-*"])
     timings = {}

@@ -4,9 +4,15 @@ The public surface is what this module exports; everything else may change.
 Importing it is cheap (no torch): ranks import the heavy parts themselves.
 """
 
+from ckpt_harness.config import ExploreConfig, RunConfig
+from ckpt_harness.errors import HarnessError, UsageError
 from ckpt_harness.explore import explore
 from ckpt_harness.job import Job, RankContext
-from ckpt_harness.report import CaseResult, Report, Verdict
+from ckpt_harness.report import Report
+from ckpt_harness.verdict import CaseResult, Verdict
 from ckpt_harness.verify import verify
 
-__all__ = ["CaseResult", "Job", "RankContext", "Report", "Verdict", "explore", "verify"]
+__all__ = [
+    "CaseResult", "ExploreConfig", "HarnessError", "Job", "RankContext", "Report", "RunConfig", "UsageError",
+    "Verdict", "explore", "verify",
+]

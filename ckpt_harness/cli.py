@@ -13,9 +13,13 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ckpt_harness.jobs import BUILTIN_JOBS, DESCRIPTIONS
+from ckpt_harness.errors import UsageError
+from ckpt_harness.jobs import describe, registry
+from ckpt_harness.launch.group import LaunchError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+#: Errors that mean "the command could not do what was asked" (exit 2).
+_USER_ERRORS = (UsageError, LaunchError)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -28,57 +32,40 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from ckpt_harness.config import ExploreConfig, RunConfig, add_arguments
+
     parser = argparse.ArgumentParser(
         prog="ckpt-harness",
         description="Prove that distributed training checkpoints survive the real world.",
     )
     sub = parser.add_subparsers(metavar="COMMAND")
+    job_help = f"a registered job ({', '.join(registry())}) or module:Class"
 
     run = sub.add_parser("run", help="verify that a job resumes bitwise from every save")
-    run.add_argument("--job", required=True, help=f"built-in ({', '.join(sorted(BUILTIN_JOBS))}) or module:Class")
-    run.add_argument("--world-size", type=int, default=2, help="ranks in the group, 1..8 (default 2)")
-    run.add_argument("--steps", type=int, default=8, help="optimizer steps (default 8)")
-    run.add_argument("--save-every", type=int, default=2, help="save every K steps (default 2)")
-    run.add_argument("--keep-last", type=int, default=None, help="ask the job to keep only the last N checkpoints")
-    run.add_argument("--overwrite", action="store_true", help="set ctx.overwrite for the job")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--timeout", type=float, default=60.0, help="seconds per group run before it counts as hung")
-    run.add_argument("--backend", choices=("gloo", "nccl"), default="gloo")
-    run.add_argument("--nodes", type=int, default=1, help="simulated nodes sharing the ranks and one file system")
+    run.add_argument("--job", required=True, help=job_help)
+    add_arguments(run, RunConfig)
     run.add_argument("--case", action="append", help="only this case (golden, resume@K); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     run.set_defaults(command=_run)
 
     explore = sub.add_parser("explore", help="break one save at every point with every fault kind; judge each resume")
-    _common_job_options(explore, steps=4)
-    explore.add_argument("--save-step", type=int, default=None, help="the save to break (default: the second)")
-    explore.add_argument("--keep-last", type=int, default=None, help="ask the job to keep only the last N checkpoints")
-    explore.add_argument("--overwrite", action="store_true", help="set ctx.overwrite for the job")
-    explore.add_argument("--nodes", type=int, default=1, help="simulated nodes sharing the ranks and one file system")
-    from ckpt_harness.explore import CORRUPTIONS, DEFAULT_KINDS
-    from ckpt_harness.inject.faults import KINDS
-
-    explore.add_argument("--faults", default=",".join(DEFAULT_KINDS),
-                         help=f"comma-separated fault kinds (default: %(default)s; all: {','.join(KINDS)})")
-    explore.add_argument("--corruptions", default=",".join(CORRUPTIONS),
-                         help="corruptions applied to each file of the committed save ('' for none)")
-    explore.add_argument("--durability", choices=("strict", "ordered"), default="strict",
-                         help="power-loss model for directory entries (default strict)")
-    explore.add_argument("--hang-timeout", type=float, default=3.0, help="deadline of a run with a hang fault")
-    explore.add_argument("--parallel", type=int, default=2, help="cases run at once (default 2)")
+    explore.add_argument("--job", required=True, help=job_help)
+    add_arguments(explore, ExploreConfig)
     explore.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
+    explore.add_argument("--workdir", type=Path, help="keep every run's checkpoints, traces and logs here")
     explore.add_argument("--quiet", action="store_true", help="no progress line")
     explore.set_defaults(command=_explore)
 
     trace = sub.add_parser("trace", help="record a clean run and print the operations of one save per rank")
-    _common_job_options(trace, steps=4)
-    trace.add_argument("--save-step", type=int, default=None, help="the save to show (default: the second)")
+    trace.add_argument("--job", required=True, help=job_help)
+    add_arguments(trace, ExploreConfig, only=TRACE_SETTINGS)
+    trace.add_argument("--workdir", type=Path, help="keep the run's checkpoints, traces and logs here")
     trace.set_defaults(command=_trace)
 
     matrix = sub.add_parser("matrix", help="run the scenario catalogue against jobs; write the compatibility "
                                            "matrix as Markdown and JSON")
     matrix.add_argument("--job", action="append",
-                        help="a job to run (module:Class or built-in name); repeatable (default: the built-in jobs)")
+                        help="a job to run (module:Class or registered name); repeatable (default: every registered job)")
     _scenario_options(matrix)
     matrix.add_argument("--scenarios", default="", help="comma-separated scenario names or patterns (default: all)")
     matrix.add_argument("--out", type=Path, default=Path("ckpt-matrix"),
@@ -89,33 +76,35 @@ def _parser() -> argparse.ArgumentParser:
 
     scenario = sub.add_parser("scenario", help="run one catalogue scenario against a job (what matrix repro lines call)")
     scenario.add_argument("name", help="scenario name (see `ckpt-harness list`)")
-    scenario.add_argument("--job", required=True, help=f"built-in ({', '.join(sorted(BUILTIN_JOBS))}) or module:Class")
+    scenario.add_argument("--job", required=True, help=job_help)
     _scenario_options(scenario)
     scenario.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
     scenario.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     scenario.set_defaults(command=_scenario)
 
-    listing = sub.add_parser("list", help="list the built-in jobs, fault kinds, properties and scenarios")
+    listing = sub.add_parser("list", help="list the registered jobs, checks, fault kinds, properties and scenarios")
     listing.set_defaults(command=_list)
     return parser
 
 
-def _common_job_options(p: argparse.ArgumentParser, steps: int) -> None:
-    p.add_argument("--job", required=True, help=f"built-in ({', '.join(sorted(BUILTIN_JOBS))}) or module:Class")
-    p.add_argument("--world-size", type=int, default=2, help="ranks in the group, 1..8 (default 2)")
-    p.add_argument("--steps", type=int, default=steps, help=f"optimizer steps (default {steps})")
-    p.add_argument("--save-every", type=int, default=2, help="save every K steps (default 2)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per group run before it counts as hung")
-    p.add_argument("--workdir", type=Path, help="keep every run's checkpoints, traces and logs here")
+#: The settings `trace` takes: what shapes the run and picks the save.
+TRACE_SETTINGS = ("world_size", "steps", "save_every", "keep_last", "overwrite", "seed", "timeout", "nodes", "save")
+#: The settings of a bench (a job at a world size) that `matrix` and `scenario` take.
+BENCH_SETTINGS = ("world_size", "timeout", "parallel")
 
 
 def _scenario_options(p: argparse.ArgumentParser) -> None:
+    from ckpt_harness.config import ExploreConfig, add_arguments
+
     p.add_argument("--file", action="append", type=Path,
                    help="scenario file or directory to use instead of the built-in catalogue; repeatable")
-    p.add_argument("--world-size", type=int, default=2, help="ranks in the group, 1..8 (default 2)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds per group run before it counts as hung")
-    p.add_argument("--parallel", type=int, default=2, help="cases run at once (default 2)")
+    add_arguments(p, ExploreConfig, only=BENCH_SETTINGS)
+
+
+def _bench_settings(args: argparse.Namespace) -> dict:
+    from ckpt_harness.config import SETTINGS
+
+    return {name: getattr(args, name, SETTINGS[name].default) for name in BENCH_SETTINGS}
 
 
 def _catalogue(args: argparse.Namespace):
@@ -125,10 +114,9 @@ def _catalogue(args: argparse.Namespace):
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    from ckpt_harness.jobref import JobError
-    from ckpt_harness.launch import LaunchError, prestart
-    from ckpt_harness.matrix import DEFAULT_JOBS, run_matrix
-    from ckpt_harness.scenario import ScenarioError, select
+    from ckpt_harness.launch import prestart
+    from ckpt_harness.matrix import run_matrix
+    from ckpt_harness.scenario import select
 
     def progress(line: str) -> None:
         if args.quiet:
@@ -139,33 +127,34 @@ def _matrix(args: argparse.Namespace) -> int:
         else:
             print(f"\r{line}" if sys.stderr.isatty() else line, file=sys.stderr, flush=True)
 
+    bench = _bench_settings(args)
     try:
         scenarios = select(_catalogue(args), _split(args.scenarios))
-        prestart(max(1, args.parallel))
-        matrix = run_matrix(args.job or DEFAULT_JOBS, scenarios, world_size=args.world_size, timeout=args.timeout,
-                            parallel=args.parallel, workdir=args.workdir, keep=args.workdir is not None,
-                            progress=progress)
-    except (JobError, ScenarioError, ValueError, LaunchError) as exc:
+        prestart(bench["parallel"])
+        matrix = run_matrix(args.job or list(registry()), scenarios, **bench, workdir=args.workdir,
+                            keep=args.workdir is not None, progress=progress)
+    except _USER_ERRORS as exc:
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     md, js = matrix.write(args.out)
     print(matrix.markdown())
     print(f"wrote {md} and {js}")
     if not matrix.complete:
-        print("some cells could not be judged (unknown): see their reasons above", file=sys.stderr)
+        print("some cells could not be judged (unknown or error): see their reasons above", file=sys.stderr)
         return EXIT_FINDINGS
     return EXIT_OK
 
 
 def _scenario(args: argparse.Namespace) -> int:
+    from ckpt_harness.bench import Bench
     from ckpt_harness.launch import prestart
-    from ckpt_harness.scenario import Bench, select
+    from ckpt_harness.scenario import select
 
     def produce(workdir: Path):
         (scenario,) = select(_catalogue(args), [args.name])
-        prestart(max(1, args.parallel))
-        bench = Bench(args.job, args.world_size, workdir, timeout=args.timeout, parallel=args.parallel)
-        return bench.run(scenario, args.case)
+        bench = _bench_settings(args)
+        prestart(bench["parallel"])
+        return Bench(args.job, bench.pop("world_size"), workdir, **bench).run(scenario, args.case)
 
     return _report_or_error(args, produce)
 
@@ -175,9 +164,10 @@ def _split(value: str) -> list[str]:
 
 
 def _explore(args: argparse.Namespace) -> int:
+    from ckpt_harness.config import ExploreConfig, values_from
     from ckpt_harness.launch import prestart
 
-    prestart(max(1, args.parallel))
+    settings = values_from(args, ExploreConfig)
     from ckpt_harness.explore import explore
 
     def progress(done: int, total: int, result) -> None:
@@ -185,37 +175,36 @@ def _explore(args: argparse.Namespace) -> int:
             print(f"\r[{done:>4}/{total}] {result.verdict.value.upper():7} {result.case[:60]:60}", end="",
                   file=sys.stderr, flush=True)
 
-    return _report_or_error(args, lambda workdir: explore(
-        args.job, world_size=args.world_size, total_steps=args.steps, save_every=args.save_every,
-        save_step=args.save_step, keep_last=args.keep_last, overwrite=args.overwrite, nodes=args.nodes,
-        kinds=_split(args.faults), corruptions=_split(args.corruptions),
-        durability_mode=args.durability, seed=args.seed, timeout=args.timeout, hang_timeout=args.hang_timeout,
-        workdir=workdir, cases=args.case, parallel=args.parallel, progress=progress,
-    ), newline_first=not args.quiet and sys.stderr.isatty())
+    def produce(workdir: Path):
+        prestart(settings.get("parallel", 2))
+        return explore(args.job, workdir=workdir, cases=args.case, progress=progress, **settings)
+
+    return _report_or_error(args, produce, newline_first=not args.quiet and sys.stderr.isatty())
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from ckpt_harness.jobref import JobError
-    from ckpt_harness.launch import LaunchError, prestart
-
-    prestart()
-    from ckpt_harness import oracle
-    from ckpt_harness.explore import trace, trace_phases
+    from ckpt_harness.config import ExploreConfig, values_from
+    from ckpt_harness.inject.trace import describe_phase
+    from ckpt_harness.launch import prestart
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
     try:
-        run, phase = trace(args.job, world_size=args.world_size, total_steps=args.steps,
-                           save_every=args.save_every, save_step=args.save_step, seed=args.seed,
-                           timeout=args.timeout, workdir=workdir)
-    except (JobError, ValueError, LaunchError) as exc:
+        from ckpt_harness import oracle
+        from ckpt_harness.explore import trace
+
+        settings = values_from(args, ExploreConfig)
+        prestart()
+        run, phase = trace(args.job, workdir=workdir, **settings)
+    except _USER_ERRORS as exc:
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         _discard(args, workdir)
         return EXIT_USAGE
     problem = oracle.health(run)
-    print(f"{phase} of job {args.job} at world size {args.world_size}:")
-    print(trace_phases(run, phase))
+    print(f"{phase} of job {args.job} at world size {len(run.ranks)}:")
+    for r in run.ranks:
+        print(f"rank {r.rank}: {describe_phase(r.events, phase)}")
     if problem is not None:
-        print(f"\nthe run did not finish: {problem[0]}\n{problem[1]}")
+        print(f"\nthe run did not finish: {problem.summary}\n{problem.details}")
         print(f"\ntraces and rank logs kept in {workdir}")
         return EXIT_FINDINGS
     _discard(args, workdir)
@@ -223,29 +212,25 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from ckpt_harness.config import RunConfig, values_from
     from ckpt_harness.launch import prestart
-
-    prestart()
     from ckpt_harness.verify import verify
 
-    return _report_or_error(args, lambda workdir: verify(
-        args.job, world_size=args.world_size, total_steps=args.steps, save_every=args.save_every,
-        keep_last=args.keep_last, overwrite=args.overwrite, seed=args.seed, timeout=args.timeout,
-        backend=args.backend, nodes=args.nodes, workdir=workdir, cases=args.case,
-    ))
+    def produce(workdir: Path):
+        settings = values_from(args, RunConfig)
+        prestart()
+        return verify(args.job, workdir=workdir, cases=args.case, **settings)
+
+    return _report_or_error(args, produce)
 
 
 def _report_or_error(args: argparse.Namespace, produce, newline_first: bool = False) -> int:
     """Run `produce(workdir)` and print its report (or scenario result); bad
-    input (a ValueError, which ScenarioError is) exits 2, findings 1."""
-    from ckpt_harness.jobref import JobError
-    from ckpt_harness.launch import LaunchError
-    from ckpt_harness.verify import BackendUnavailable
-
+    input exits 2, findings 1."""
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
     try:
         report = produce(workdir)
-    except (JobError, ValueError, BackendUnavailable, LaunchError) as exc:
+    except _USER_ERRORS as exc:
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         _discard(args, workdir)
         return EXIT_USAGE
@@ -266,21 +251,25 @@ def _discard(args: argparse.Namespace, workdir: Path) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
+    from ckpt_harness.checks import registry as checks
     from ckpt_harness.inject.faults import KINDS
     from ckpt_harness.oracle import PROPERTIES
+    from ckpt_harness.scenario import builtin_catalogue
 
-    width = max(map(len, [*BUILTIN_JOBS, *KINDS]))
+    jobs = registry()
+    width = max(map(len, [*jobs, *KINDS]))
     print("jobs:")
-    for name in sorted(BUILTIN_JOBS):
-        print(f"  {name.ljust(width)}  {DESCRIPTIONS.get(name, '')}")
+    for name in jobs:
+        print(f"  {name.ljust(width)}  {describe(name)}")
+    print("checks:")
+    for name, target in checks().items():
+        print(f"  {name.ljust(width)}  {target}")
     print("fault kinds:")
     for name, (_, what) in KINDS.items():
         print(f"  {name.ljust(width)}  {what}")
     print("properties:")
     for name, what in PROPERTIES.items():
         print(f"  {name.ljust(width)}  {what}")
-    from ckpt_harness.scenario import builtin_catalogue
-
     scenarios = builtin_catalogue()
     width = max(len(s.name) for s in scenarios)
     print("scenarios (ckpt-harness scenario NAME, ckpt-harness matrix):")

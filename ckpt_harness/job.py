@@ -90,8 +90,6 @@ class Job:
     those imports need.
     """
 
-    #: Short name shown in reports; defaults to the class name.
-    name: ClassVar[Optional[str]] = None
     #: Modules the warm parent imports before forking ranks.
     preload: ClassVar[tuple[str, ...]] = ()
     #: Environment set in the warm parent before `preload` and in every rank.
@@ -149,10 +147,6 @@ class Job:
     @classmethod
     def reshardable(cls) -> bool:
         return _overrides(cls, "full_state")
-
-    @classmethod
-    def display_name(cls) -> str:
-        return cls.name or cls.__name__
 
     @classmethod
     def contract_errors(cls) -> list[str]:

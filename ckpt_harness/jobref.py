@@ -15,12 +15,11 @@ import sys
 from pathlib import Path
 from typing import Optional, Union
 
+from ckpt_harness.errors import JobError
 from ckpt_harness.job import Job
-from ckpt_harness.jobs import BUILTIN_JOBS
+from ckpt_harness.jobs import registry
 
-
-class JobError(ValueError):
-    """A job that cannot be run, with what to do about it."""
+__all__ = ["JobError", "JobRef", "load", "resolve"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,16 +53,17 @@ def resolve(job: Union[str, type]) -> tuple[JobRef, type[Job]]:
     """Check that `job` names a runnable Job; return its ref and class."""
     if isinstance(job, str):
         spec = job
-        target = BUILTIN_JOBS.get(job, job)
+        named = registry()
+        target = named.get(job, job)
         if ":" not in target:
             raise JobError(
-                f"unknown job {job!r}: use one of {', '.join(sorted(BUILTIN_JOBS))} "
+                f"unknown job {job!r}: use one of {', '.join(named)} "
                 "or module:Class for your own Job subclass"
             )
         module, _, qualname = target.partition(":")
         ref = JobRef(module, qualname, spec=spec)
         cls = load(ref)
-        if job not in BUILTIN_JOBS:  # so the repro line can set PYTHONPATH
+        if job not in named:  # so the repro line can set PYTHONPATH
             ref = dataclasses.replace(ref, file=getattr(sys.modules.get(module), "__file__", None))
     elif isinstance(job, type):
         cls = job

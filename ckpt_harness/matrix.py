@@ -15,47 +15,43 @@ import platform
 import shutil
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
+from ckpt_harness.bench import Bench
 from ckpt_harness.oracle import PROPERTIES
-from ckpt_harness.scenario import NOT_APPLICABLE, Bench, Scenario, ScenarioResult
+from ckpt_harness.scenario import Scenario, ScenarioResult
+from ckpt_harness.verdict import Verdict, fold
 
-#: The built-in jobs a default matrix runs, in row order.
-DEFAULT_JOBS = ("torch_save", "dcp", "deepspeed_zero0", "deepspeed", "deepspeed_zero2", "deepspeed_zero3",
-                "hf_trainer")
 #: Distributions whose versions a matrix is only valid for.
 VERSIONED = ("torch", "deepspeed", "transformers", "accelerate", "safetensors", "numpy")
-MARKS = {"pass": "✅ pass", "fail": "❌ fail", "unknown": "❔ unknown", NOT_APPLICABLE: "➖ n/a"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
     job: str
     property: str
-    verdict: str
+    verdict: Verdict
     reason: str
     repro: Optional[str]
     scenarios: tuple[str, ...]
 
 
-def fold(job: str, prop: str, results: Sequence[ScenarioResult]) -> Cell:
-    """One cell from the scenarios of one property: a failure anywhere fails
-    it, then an undecided scenario leaves it unknown; n/a only if all are."""
+def cell(job: str, prop: str, results: Sequence[ScenarioResult]) -> Cell:
+    """One cell from the scenarios of one property (`verdict.fold`), with the
+    reason of the first scenario behind its verdict."""
     names = tuple(r.scenario for r in results)
     if not results:
-        return Cell(job, prop, NOT_APPLICABLE, "no scenario of the catalogue judges this property", None, names)
-    for verdict in ("fail", "unknown"):
-        hit = [r for r in results if r.verdict == verdict]
-        if hit:
-            more = f" (and {len(hit) - 1} more scenario{'s' * (len(hit) > 2)})" if len(hit) > 1 else ""
-            return Cell(job, prop, verdict, f"{hit[0].scenario}: {hit[0].reason}{more}", hit[0].repro, names)
-    applicable = [r for r in results if r.verdict != NOT_APPLICABLE]
-    if not applicable:
-        return Cell(job, prop, NOT_APPLICABLE, results[0].reason, None, names)
-    cases = sum(r.cases for r in applicable)
-    return Cell(job, prop, "pass", f"{', '.join(r.scenario for r in applicable)}: {cases} cases pass", None, names)
+        return Cell(job, prop, Verdict.NA, "no scenario of the catalogue judges this property", None, names)
+    verdict = fold(r.verdict for r in results)
+    hit = [r for r in results if r.verdict is verdict]
+    if verdict is Verdict.PASS:
+        cases = sum(r.cases for r in hit)
+        return Cell(job, prop, verdict, f"{', '.join(r.scenario for r in hit)}: {cases} cases pass", None, names)
+    if verdict is Verdict.NA:
+        return Cell(job, prop, verdict, hit[0].reason, None, names)
+    more = f" (and {len(hit) - 1} more scenario{'s' * (len(hit) > 2)})" if len(hit) > 1 else ""
+    return Cell(job, prop, verdict, f"{hit[0].scenario}: {hit[0].reason}{more}", hit[0].repro, names)
 
 
 @dataclasses.dataclass
@@ -75,13 +71,13 @@ class Matrix:
         return [p for p in PROPERTIES if p in used]
 
     def cells(self) -> list[Cell]:
-        return [fold(job, prop, [r for r in self.results if r.job == job and r.property == prop])
+        return [cell(job, prop, [r for r in self.results if r.job == job and r.property == prop])
                 for job in self.jobs for prop in self.properties]
 
     @property
     def complete(self) -> bool:
         """Every cell judged: the command's success, whatever the verdicts."""
-        return all(c.verdict != "unknown" for c in self.cells())
+        return all(c.verdict.judged for c in self.cells())
 
     def markdown(self) -> str:
         props = self.properties
@@ -95,20 +91,20 @@ class Matrix:
             "|---|" + "---|" * len(props),
         ]
         for job in self.jobs:
-            lines.append(f"| {job} | " + " | ".join(MARKS[cells[job, p].verdict] for p in props) + " |")
+            lines.append(f"| {job} | " + " | ".join(cells[job, p].verdict.mark for p in props) + " |")
         if self.skipped:
             lines += ["", "Not run: " + "; ".join(f"{j} ({why})" for j, why in self.skipped.items())]
         lines += ["", "Properties: " + "; ".join(f"**{p}**: {PROPERTIES[p]}" for p in props) + ".", ""]
-        findings = [c for c in self.cells() if c.verdict in ("fail", "unknown")]
+        findings = [c for c in self.cells() if not c.verdict.ok]
         if findings:
             lines += ["## Findings", ""]
             for c in findings:
-                lines += [f"### {c.job} · {c.property}: {c.verdict}", "", _md(c.reason), ""]
+                lines += [f"### {c.job} · {c.property}: {c.verdict.value}", "", _md(c.reason), ""]
                 if c.repro:
                     lines += ["```sh", c.repro, "```", ""]
         lines += ["## Every cell", "", "| job | property | verdict | scenarios | reason |", "|---|---|---|---|---|"]
         for c in self.cells():
-            lines.append(f"| {c.job} | {c.property} | {c.verdict} | {', '.join(c.scenarios)} | {_md(c.reason, 240)} |")
+            lines.append(f"| {c.job} | {c.property} | {c.verdict.value} | {', '.join(c.scenarios)} | {_md(c.reason, 240)} |")
         lines += ["", "## Scenarios", "", "| scenario | property | check | what it does |", "|---|---|---|---|"]
         for s in self.scenarios:
             lines.append(f"| {s.name} | {s.property} | {s.check} | {_md(s.description)} |")
@@ -169,7 +165,9 @@ def run_matrix(
     `progress(line)` gets a line as each scenario finishes, and a running
     count of cases while one is going (lines starting with "\\r").
     """
-    from ckpt_harness.jobref import JobError, resolve
+    from ckpt_harness.errors import JobError
+    from ckpt_harness.jobref import resolve
+    from ckpt_harness.jobs import BUILTIN_JOBS
 
     started = time.monotonic()
     root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-matrix-"))
@@ -178,7 +176,7 @@ def run_matrix(
         try:
             ref, _ = resolve(job)
         except JobError as exc:
-            if isinstance(job, str) and job in DEFAULT_JOBS and "No module named" in str(exc):
+            if isinstance(job, str) and job in BUILTIN_JOBS and "No module named" in str(exc):
                 skipped[job] = str(exc).splitlines()[0]
                 continue
             raise
@@ -198,11 +196,11 @@ def run_matrix(
             bench = Bench(job, world_size, root / f"job{i}", timeout=timeout, parallel=parallel, progress=tick)
             for scenario in mine:
                 current = scenario.name
-                result = _run_one(bench, scenario)
+                result = bench.run(scenario)
                 results.append(result)
                 done += 1
                 if progress:
-                    progress(f"[{done:>3}/{total}] {name:16} {scenario.name:24} {result.verdict.upper():7} "
+                    progress(f"[{done:>3}/{total}] {name:16} {scenario.name:24} {result.verdict.value.upper():7} "
                              f"{result.cases:>3} cases {result.elapsed:6.1f}s")
             if not keep:
                 shutil.rmtree(root / f"job{i}", ignore_errors=True)
@@ -210,17 +208,3 @@ def run_matrix(
         if workdir is None and not keep:
             shutil.rmtree(root, ignore_errors=True)
     return Matrix(world_size, names, results, list(scenarios), time.monotonic() - started, versions(), skipped)
-
-
-def _run_one(bench: Bench, scenario: Scenario) -> ScenarioResult:
-    """A harness error in one scenario leaves that cell unknown, with the
-    traceback, instead of losing the rest of the matrix."""
-    started = time.monotonic()
-    try:
-        return bench.run(scenario)
-    except Exception as exc:  # noqa: BLE001 - reported, not swallowed
-        return ScenarioResult(scenario.name, bench.job, scenario.property, "unknown",
-                              f"the harness failed running it: {type(exc).__name__}: {exc}",
-                              details=traceback.format_exc(), elapsed=time.monotonic() - started)
-
-

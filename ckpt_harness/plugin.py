@@ -2,9 +2,10 @@
 
 - fixture ``ckpt``: ``ckpt.verify(job, ...)`` and ``ckpt.explore(job, ...)``
   return a report whose ``assert_ok()`` fails the test with the verdict table;
-- marker ``@pytest.mark.ckpt(world_size=2, steps=8, save_every=2, timeout=60)``
-  sets the fixture's defaults; ``world_size`` may be a list, which
-  parametrizes the test;
+- marker ``@pytest.mark.ckpt(world_size=2, steps=8, ...)`` sets the
+  fixture's defaults: any setting of `ckpt_harness.config` (each call takes
+  those its config has); ``world_size`` may be a list, which parametrizes
+  the test;
 - options ``--ckpt-timeout``, ``--ckpt-world-sizes`` (parametrizes tests that
   use ``ckpt`` and whose marker names no world size), ``--ckpt-job
   module:Class`` (adds the built-in scenario catalogue against that job, one
@@ -24,14 +25,22 @@ from typing import Any, Optional, Union
 import pytest
 
 _WS_PARAM = "_ckpt_world_size"
-_MARKER_KEYS = {"world_size", "steps", "save_every", "timeout", "seed", "keep_last", "overwrite", "backend"}
+
+
+def _marker_keys() -> dict:
+    from ckpt_harness.config import ExploreConfig, settings_of
+
+    return settings_of(ExploreConfig)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
+    from ckpt_harness.config import SETTINGS
+
+    timeout = SETTINGS["timeout"]
     group = parser.getgroup("ckpt_harness", "checkpoint verification (ckpt_harness)")
     group.addoption(
-        "--ckpt-timeout", type=float, default=60.0, metavar="SECONDS",
-        help="deadline of each group run; a run past it is reported as a hang (default 60)",
+        "--ckpt-timeout", type=float, default=timeout.default, metavar="SECONDS",
+        help=f"{timeout.help} (default {timeout.default:g})",
     )
     group.addoption(
         "--ckpt-world-sizes", default="2", metavar="N[,N...]",
@@ -48,11 +57,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line(
-        "markers",
-        "ckpt(world_size=2, steps=8, save_every=2, timeout=60, seed=0, keep_last=None, "
-        "overwrite=False, backend='gloo'): defaults for the ckpt fixture",
-    )
+    keys = ", ".join(f"{name}={s.default!r}" for name, s in _marker_keys().items())
+    config.addinivalue_line("markers", f"ckpt({keys}): defaults for the ckpt fixture")
     _world_sizes(config)  # a bad value fails now, with the option's name
 
 
@@ -73,11 +79,12 @@ def _world_sizes(config: pytest.Config) -> list[int]:
 
 def _marker_kwargs(node: Any) -> dict:
     kwargs: dict = {}
+    keys = _marker_keys()
     for marker in reversed(list(node.iter_markers("ckpt"))):  # closest marker wins
-        unknown = set(marker.kwargs) - _MARKER_KEYS
+        unknown = set(marker.kwargs) - set(keys)
         if unknown or marker.args:
             raise pytest.UsageError(
-                f"@pytest.mark.ckpt takes keyword arguments {sorted(_MARKER_KEYS)}; "
+                f"@pytest.mark.ckpt takes keyword arguments {sorted(keys)}; "
                 f"got {sorted(unknown) or list(marker.args)} on {node.nodeid if hasattr(node, 'nodeid') else node}"
             )
         kwargs.update(marker.kwargs)
@@ -112,26 +119,28 @@ class CkptFixture:
     def world_size(self) -> int:
         return self.defaults["world_size"]
 
-    def verify(self, job: Union[str, type], **overrides: Any):
-        """Run `ckpt_harness.verify` with this test's defaults; returns the Report."""
+    def verify(self, job: Union[str, type], **settings: Any):
+        """`ckpt_harness.verify` with this test's defaults; returns the Report."""
+        from ckpt_harness.config import RunConfig
         from ckpt_harness.verify import verify
 
-        return self._call(verify, job, overrides)
+        return self._call(verify, RunConfig, job, settings)
 
-    def explore(self, job: Union[str, type], **overrides: Any):
-        """Run `ckpt_harness.explore.explore` with this test's defaults; returns the Report."""
+    def explore(self, job: Union[str, type], **settings: Any):
+        """`ckpt_harness.explore` with this test's defaults; returns the Report."""
+        from ckpt_harness.config import ExploreConfig
         from ckpt_harness.explore import explore
 
-        overrides = {k: v for k, v in {**self.defaults, **overrides}.items()
-                     if k not in ("keep_last", "overwrite", "backend")}
-        return self._call(explore, job, overrides, defaults=False)
+        return self._call(explore, ExploreConfig, job, settings)
 
-    def _call(self, fn: Any, job: Union[str, type], overrides: dict, defaults: bool = True):
-        from ckpt_harness.verify import BackendUnavailable
+    def _call(self, fn: Any, config: type, job: Union[str, type], settings: dict):
+        """Marker defaults that `config` takes, then the call's own settings
+        (all of them: a setting the call does not take is an error)."""
+        from ckpt_harness.config import settings_of
+        from ckpt_harness.errors import BackendUnavailable
 
-        kwargs = {**self.defaults, **overrides} if defaults else dict(overrides)
-        if "steps" in kwargs:
-            kwargs["total_steps"] = kwargs.pop("steps")
+        takes = settings_of(config)
+        kwargs = {**{k: v for k, v in self.defaults.items() if k in takes}, **settings}
         self._runs += 1
         kwargs.setdefault("workdir", self.tmp_path / f"ckpt-{self._runs}")
         try:
@@ -160,7 +169,8 @@ class ScenarioFile(pytest.File):
     or else the built-in jobs the scenario names."""
 
     def collect(self):
-        from ckpt_harness.scenario import ScenarioError, load_file
+        from ckpt_harness.errors import ScenarioError
+        from ckpt_harness.scenario import load_file
 
         try:
             scenarios = load_file(self.path)
@@ -171,10 +181,10 @@ class ScenarioFile(pytest.File):
 
 
 def _items(parent: pytest.Collector, scenario: Any, config: pytest.Config, prefix: str = ""):
-    from ckpt_harness.matrix import DEFAULT_JOBS
+    from ckpt_harness.jobs import registry
 
     job = config.getoption("--ckpt-job")
-    jobs = [job] if job else [j for j in DEFAULT_JOBS if scenario.applies_to(j)]
+    jobs = [job] if job else [j for j in registry() if scenario.applies_to(j)]
     for name in jobs:
         for n in _world_sizes(config):
             yield ScenarioItem.from_parent(parent, name=f"{prefix}{scenario.name}[{name}-ws{n}]",
@@ -191,17 +201,17 @@ class ScenarioItem(pytest.Item):
         self.world_size = world_size
 
     def runtest(self) -> None:
-        from ckpt_harness.scenario import NOT_APPLICABLE
-        from ckpt_harness.verify import BackendUnavailable
+        from ckpt_harness.errors import BackendUnavailable
+        from ckpt_harness.verdict import Verdict
 
         try:
             result = _bench(self.config, self.job, self.world_size).run(self.scenario)
         except BackendUnavailable as exc:
             pytest.skip(str(exc))
-        self.user_properties.append(("ckpt_verdict", result.verdict))
-        if result.verdict == NOT_APPLICABLE:
+        self.user_properties.append(("ckpt_verdict", result.verdict.value))
+        if result.verdict is Verdict.NA:
             pytest.skip(f"n/a: {result.reason}")
-        if result.verdict != "pass":
+        if result.verdict is not Verdict.PASS:
             raise ScenarioFailed(result.explain())
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
@@ -222,7 +232,7 @@ _BENCHES = pytest.StashKey[dict]()
 
 def _bench(config: pytest.Config, job: str, world_size: int):
     """Benches live for the session, so scenarios of one job share golden runs."""
-    from ckpt_harness.scenario import Bench
+    from ckpt_harness.bench import Bench
 
     benches = config.stash.setdefault(_BENCHES, {})
     if (job, world_size) not in benches:
@@ -237,8 +247,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     job = config.getoption("--ckpt-job")
     if not job:
         return
-    from ckpt_harness.jobref import JobError, resolve
-    from ckpt_harness.scenario import ScenarioError, builtin_catalogue, builtin_dir, select
+    from ckpt_harness.errors import JobError, ScenarioError
+    from ckpt_harness.jobref import resolve
+    from ckpt_harness.scenario import builtin_catalogue, builtin_dir, select
 
     try:
         resolve(job)

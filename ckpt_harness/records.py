@@ -1,44 +1,129 @@
-"""What one group run left behind, gathered for the oracle.
+"""What one group run leaves behind, and where: the only module that knows the run directory's layout.
 
-Joins the launcher's outcome (who finished, failed, crashed or hung, with
-stacks) with each rank's records (states after load and saves, errors) and
-trace (the collective each rank was last in). The oracle reads only this.
+Ranks write their records (states after load and saves, the error that
+ended them) and trace (every probed operation) into the run directory as
+they go; the harness joins them with the launcher's outcome (who finished,
+failed, crashed or hung, with stacks). The oracle reads only this.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import enum
+import pickle
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Union
 
 from ckpt_harness.inject import trace
-from ckpt_harness.launch import GroupOutcome, RankOutcome
-from ckpt_harness.runner import read_records, trace_path
+from ckpt_harness.inject.trace import Event
+from ckpt_harness.launch import GroupOutcome, RankOutcome, RankStatus
 from ckpt_harness.state import Record
 
+PathLike = Union[Path, str]
 
+
+# -- the layout of a run directory ---------------------------------------------------------
+def records_path(run_dir: PathLike, rank: int) -> Path:
+    return Path(run_dir) / f"rank{rank}.records"
+
+
+def trace_path(run_dir: PathLike, rank: int) -> Path:
+    return Path(run_dir) / f"rank{rank}.trace"
+
+
+def data_path(run_dir: PathLike, rank: int) -> Path:
+    """Every byte a rank wrote under the checkpoint dir, when the power-loss model needs them."""
+    return Path(run_dir) / f"rank{rank}.data"
+
+
+def data_reader(run_dir: PathLike):
+    """`read(rank, offset, length)` over the ranks' data logs, as the durability model asks."""
+    def read(rank: int, offset: int, length: int) -> bytes:
+        with open(data_path(run_dir, rank), "rb") as f:
+            f.seek(offset)
+            return f.read(length)
+
+    return read
+
+
+class Kind(str, enum.Enum):
+    """What a record marks in a rank's life."""
+
+    LOADED = "loaded"
+    LOADED_FULL = "loaded full"
+    SAVED = "saved"
+    SAVED_FULL = "saved full"
+    STOPPED = "stopped"
+    FINAL = "final"
+    FINISHED = "finished"
+    ERROR = "error"
+
+
+def read_records(run_dir: PathLike, rank: int) -> list[dict]:
+    """Every complete record a rank wrote, in order."""
+    out = []
+    try:
+        with open(records_path(run_dir, rank), "rb") as f:
+            while True:
+                try:
+                    out.append(pickle.load(f))
+                except (EOFError, pickle.UnpicklingError):
+                    return out
+    except OSError:
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class RankError:
+    """The exception that ended a rank's job."""
+
+    type: str
+    message: str
+    phase: str
+    traceback: str
+
+    @property
+    def name(self) -> str:
+        return self.type.rpartition(".")[2]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.message}"
+
+
+# -- one run, read back ------------------------------------------------------------------
 @dataclasses.dataclass
 class RankRun:
     outcome: RankOutcome
     records: list[dict]
-    events: list[dict]
+    events: list[Event]
 
     @property
     def rank(self) -> int:
         return self.outcome.rank
 
-    def find(self, event: str, step: Optional[int] = None) -> Optional[dict]:
+    @property
+    def status(self) -> RankStatus:
+        return self.outcome.status
+
+    def find(self, kind: Kind, step: Optional[int] = None) -> Optional[dict[str, Any]]:
         for record in self.records:
-            if record["event"] == event and (step is None or record.get("step") == step):
+            if record["event"] == kind and (step is None or record.get("step") == step):
                 return record
         return None
 
     @property
-    def error(self) -> Optional[dict]:
-        return self.find("error")
+    def error(self) -> Optional[RankError]:
+        found = self.find(Kind.ERROR)
+        if found is None:
+            return None
+        return RankError(found["type"], found["message"], found["phase"], found["traceback"])
 
     def where(self) -> str:
         return trace.where(self.events)
+
+    def fired(self) -> bool:
+        """Did a fault armed in this rank fire?"""
+        return any(e.fault for e in self.events)
 
 
 @dataclasses.dataclass
@@ -50,26 +135,38 @@ class Run:
 
     @classmethod
     def collect(cls, name: str, run_dir: Path, outcome: GroupOutcome) -> "Run":
-        ranks = [
-            RankRun(r, read_records(run_dir, r.rank), trace.read_events(trace_path(run_dir, r.rank)))
-            for r in outcome.ranks
-        ]
+        ranks = [RankRun(r, read_records(run_dir, r.rank), trace.read_events(trace_path(run_dir, r.rank)))
+                 for r in outcome.ranks]
         return cls(name, run_dir, outcome, ranks)
 
-    def states(self, event: str, step: Optional[int] = None) -> Optional[dict[int, Record]]:
-        """Each rank's state at `event` (and `step`), or None if a rank lacks it."""
+    @property
+    def ok(self) -> bool:
+        return self.outcome.ok
+
+    def states(self, kind: Kind, step: Optional[int] = None) -> Optional[dict[int, Record]]:
+        """Each rank's state at `kind` (and `step`), or None if a rank lacks it."""
         found = {}
         for r in self.ranks:
-            record = r.find(event, step)
+            record = r.find(kind, step)
             if record is None:
                 return None
             found[r.rank] = record["state"]
         return found
 
     def loaded_steps(self) -> dict[int, Optional[int]]:
-        return {r.rank: r.find("loaded")["step"] for r in self.ranks if r.find("loaded")}
+        return {r.rank: r.find(Kind.LOADED)["step"] for r in self.ranks if r.find(Kind.LOADED)}
 
     def saved_steps(self) -> list[int]:
         """Steps whose save returned on every rank, in order."""
-        per_rank = [[rec["step"] for rec in r.records if rec["event"] == "saved"] for r in self.ranks]
+        per_rank = [[rec["step"] for rec in r.records if rec["event"] == Kind.SAVED] for r in self.ranks]
         return [s for s in per_rank[0] if all(s in steps for steps in per_rank[1:])]
+
+    def events(self) -> list[Event]:
+        return [e for r in self.ranks for e in r.events]
+
+    def fired(self) -> bool:
+        return any(r.fired() for r in self.ranks)
+
+    def created_in(self, phase: str) -> set[str]:
+        """Paths any rank created or renamed into place during `phase`."""
+        return trace.created_in(self.events(), phase)

@@ -1,31 +1,11 @@
-"""Verdicts and the table a person reads when a case fails."""
+"""The report of a verification or exploration: the table a person reads when a case fails."""
 
 from __future__ import annotations
 
 import dataclasses
-import enum
-from typing import Iterable, Optional
+from typing import Iterable
 
-
-class Verdict(str, enum.Enum):
-    PASS = "pass"
-    FAIL = "fail"
-    #: The harness could not decide (e.g. the job is not deterministic).
-    UNKNOWN = "unknown"
-
-
-@dataclasses.dataclass(frozen=True)
-class CaseResult:
-    case: str
-    check: str
-    verdict: Verdict
-    #: One line for the table.
-    summary: str = ""
-    #: Everything needed to understand a failure: diffs, stacks, log tails.
-    details: str = ""
-    repro: Optional[str] = None
-    #: Row of an exploration table (see `EXPLORE_COLUMNS`).
-    cells: tuple[str, ...] = ()
+from ckpt_harness.verdict import CaseResult, Verdict, fold
 
 
 #: Columns of an exploration's table, then property and verdict.
@@ -38,16 +18,21 @@ class Report:
     world_size: int
     results: list[CaseResult]
     elapsed: float = 0.0
-    #: "verify" or "explore": which table to print.
+    #: The command that made it ("verify", "explore"): the title, and which table.
     kind: str = "verify"
     note: str = ""
 
     @property
     def ok(self) -> bool:
-        return all(r.verdict is Verdict.PASS for r in self.results)
+        return all(r.verdict.ok for r in self.results)
+
+    @property
+    def verdict(self) -> Verdict:
+        return fold(r.verdict for r in self.results)
 
     def failures(self) -> list[CaseResult]:
-        return [r for r in self.results if r.verdict is not Verdict.PASS]
+        """Every result that is not a pass (or n/a)."""
+        return [r for r in self.results if not r.verdict.ok]
 
     def table(self) -> str:
         title = f"ckpt_harness {self.kind}: job {self.job}, world size {self.world_size}, {self.elapsed:.1f}s"
@@ -66,13 +51,7 @@ class Report:
     def explain(self) -> str:
         """The table, then every non-passing case in full with its repro line."""
         parts = [self.table()]
-        for r in self.failures():
-            block = [f"--- {r.case} / {r.check}: {r.verdict.value.upper()} — {r.summary}"]
-            if r.details:
-                block.append(r.details.rstrip())
-            if r.repro:
-                block.append(f"repro: {r.repro}")
-            parts.append("\n".join(block))
+        parts += [r.explain() for r in self.failures()]
         return "\n\n".join(parts)
 
     def assert_ok(self) -> None:

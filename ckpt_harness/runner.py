@@ -21,6 +21,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Optional
 
+from ckpt_harness import phase
 from ckpt_harness import state as state_mod
 from ckpt_harness.inject import probes
 from ckpt_harness.inject.faults import Fault
@@ -28,6 +29,7 @@ from ckpt_harness.job import Job, RankContext
 from ckpt_harness.jobref import JobRef, load
 from ckpt_harness.launch import rank as launch_rank
 from ckpt_harness.launch.rank import RankInfo
+from ckpt_harness.records import Kind, data_path, records_path, trace_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,39 +56,13 @@ class RunPlan:
     full_state: bool = False
 
 
-def records_path(run_dir: Path | str, rank: int) -> Path:
-    return Path(run_dir) / f"rank{rank}.records"
-
-
-def trace_path(run_dir: Path | str, rank: int) -> Path:
-    return Path(run_dir) / f"rank{rank}.trace"
-
-
-def data_path(run_dir: Path | str, rank: int) -> Path:
-    return Path(run_dir) / f"rank{rank}.data"
-
-
-def read_records(run_dir: Path | str, rank: int) -> list[dict]:
-    """Every complete record a rank wrote, in order."""
-    out = []
-    try:
-        with open(records_path(run_dir, rank), "rb") as f:
-            while True:
-                try:
-                    out.append(pickle.load(f))
-                except (EOFError, pickle.UnpicklingError):
-                    return out
-    except OSError:
-        return out
-
-
 class _Recorder:
     def __init__(self, path: Path):
         self.file = open(path, "ab", buffering=0)
         self.start = time.monotonic()
 
-    def write(self, event: str, **fields: Any) -> None:
-        record = {"event": event, "t": time.monotonic() - self.start, **fields}
+    def write(self, kind: Kind, **fields: Any) -> None:
+        record = {"event": kind.value, "t": time.monotonic() - self.start, **fields}
         self.file.write(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
 
 
@@ -103,7 +79,7 @@ def run_rank(info: RankInfo, plan: RunPlan) -> None:
         _drive(info, plan, recorder)
     except BaseException as exc:
         recorder.write(
-            "error",
+            Kind.ERROR,
             phase=probes.current_phase(),
             type=f"{type(exc).__module__}.{type(exc).__qualname__}",
             message=str(exc),
@@ -118,18 +94,18 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: _Recorder) -> None:
     job: Job = load(plan.job)()
 
     def on_loaded(step: Optional[int]) -> None:
-        probes.set_phase("state after load")
-        recorder.write("loaded", step=step, state=state_mod.capture(job.state(ctx)))
+        probes.set_phase(phase.STATE_AFTER_LOAD)
+        recorder.write(Kind.LOADED, step=step, state=state_mod.capture(job.state(ctx)))
         if plan.full_state:
-            recorder.write("loaded full", step=step, state=state_mod.capture(job.full_state(ctx)))
+            recorder.write(Kind.LOADED_FULL, step=step, state=state_mod.capture(job.full_state(ctx)))
 
     def on_saved(step: int) -> None:
-        probes.set_phase(f"state after save {step}")
-        recorder.write("saved", step=step, state=state_mod.capture(job.state(ctx)))
+        probes.set_phase(phase.state_after_save(step))
+        recorder.write(Kind.SAVED, step=step, state=state_mod.capture(job.state(ctx)))
         if plan.full_state:
-            recorder.write("saved full", step=step, state=state_mod.capture(job.full_state(ctx)))
+            recorder.write(Kind.SAVED_FULL, step=step, state=state_mod.capture(job.full_state(ctx)))
         if plan.stop_after_save == step:
-            recorder.write("stopped", step=step)
+            recorder.write(Kind.STOPPED, step=step)
             launch_rank.park()
 
     ctx = RankContext(
@@ -149,26 +125,26 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: _Recorder) -> None:
         _on_phase=probes.set_phase,
     )
     if job.owns_loop():
-        probes.set_phase("run")
+        probes.set_phase(phase.RUN)
         job.run(ctx)
     else:
-        probes.set_phase("setup")
+        probes.set_phase(phase.SETUP)
         job.setup(ctx)
-        probes.set_phase("load")
+        probes.set_phase(phase.LOAD)
         start = job.load(ctx)
         ctx.loaded(start)
         for step in range((start or 0) + 1, plan.total_steps + 1):
-            probes.set_phase(f"train_step {step}")
+            probes.set_phase(phase.train_step(step))
             job.train_step(ctx, step)
             if ctx.should_save(step):
-                probes.set_phase(f"save {step}")
+                probes.set_phase(phase.save(step))
                 job.save(ctx, step)
                 ctx.saved(step)
-    probes.set_phase("final state")
-    recorder.write("final", state=state_mod.capture(job.state(ctx)))
-    probes.set_phase("teardown")
+    probes.set_phase(phase.FINAL_STATE)
+    recorder.write(Kind.FINAL, state=state_mod.capture(job.state(ctx)))
+    probes.set_phase(phase.TEARDOWN)
     job.teardown(ctx)
-    recorder.write("finished")
+    recorder.write(Kind.FINISHED)
 
 
 def _seed_everything(seed: int) -> None:
@@ -178,7 +154,6 @@ def _seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
 
 
 def warm_up(argument: tuple[JobRef, int, int], rank: int) -> None:

@@ -7,12 +7,11 @@ golden run had an operation, and hypothesis shrinks a failing plan toward
 fewer faults at earlier points. A failing example's message carries the
 `ckpt-harness explore ... --case PLAN` line that replays it.
 
-    ex = exploration("tests.checkpointers:ReferenceCheckpointer")
-    ex.prepare()
+    base = baseline("tests.planted.checkpointers:ReferenceCheckpointer")
 
     @given(data=st.data())
     def test_two_faults(data):
-        check(ex, data.draw(fault_plans(ex, max_faults=2)))
+        check(base, data.draw(fault_plans(base, max_faults=2)))
 """
 
 from __future__ import annotations
@@ -21,26 +20,29 @@ from typing import Sequence
 
 from hypothesis import strategies as st
 
-from ckpt_harness.explore import DEFAULT_KINDS, Case, Exploration
+from ckpt_harness.baseline import Baseline
+from ckpt_harness.cases import Case, run_case
+from ckpt_harness.config import DEFAULT_FAULTS
+from ckpt_harness.errors import UsageError
 from ckpt_harness.inject.faults import Fault, applicable_kinds
-from ckpt_harness.report import CaseResult, Verdict
+from ckpt_harness.verdict import CaseResult, Verdict
 
 
-def fault_plans(ex: Exploration, kinds: Sequence[str] = (*DEFAULT_KINDS, "delay"), max_faults: int = 2,
+def fault_plans(base: Baseline, kinds: Sequence[str] = (*DEFAULT_FAULTS, "delay"), max_faults: int = 2,
                 delays: Sequence[float] = (0.05, 0.3)) -> st.SearchStrategy[tuple[Fault, ...]]:
     """One to `max_faults` faults at distinct points of the broken save."""
-    singles = [(p, k) for p in ex.points for k in applicable_kinds(p.op, tuple(kinds))]
+    singles = [(p, k) for p in base.points for k in applicable_kinds(p.op, tuple(kinds))]
     if not singles:
-        raise ValueError(f"no point of save {ex.k} takes any of {', '.join(kinds)}")
+        raise UsageError(f"no point of save {base.k} takes any of {', '.join(kinds)}")
     picks = st.lists(st.sampled_from(singles), min_size=1, max_size=max_faults,
                      unique_by=lambda pk: (pk[0].rank, pk[0].index))
     return picks.flatmap(lambda chosen: st.tuples(*(_fault(p, k, delays) for p, k in chosen)))
 
 
-def skews(ex: Exploration, delays: Sequence[float] = (0.05, 0.3)) -> st.SearchStrategy[tuple[Fault, ...]]:
+def skews(base: Baseline, delays: Sequence[float] = (0.05, 0.3)) -> st.SearchStrategy[tuple[Fault, ...]]:
     """A delay on each of several ranks at once, each at one of its own points."""
     by_rank: dict[int, list] = {}
-    for p in ex.points:
+    for p in base.points:
         by_rank.setdefault(p.rank, []).append(p)
     ranks = sorted(by_rank)
     return st.lists(st.sampled_from(ranks), min_size=1, max_size=len(ranks), unique=True).flatmap(
@@ -55,12 +57,12 @@ def _fault(point, kind: str, delays: Sequence[float]) -> st.SearchStrategy[Fault
     return st.sampled_from(list(delays)).map(lambda s: Fault(kind, point.rank, point.phase, point.index, seconds=s))
 
 
-def check(ex: Exploration, plan: tuple[Fault, ...]) -> CaseResult:
+def check(base: Baseline, plan: tuple[Fault, ...]) -> CaseResult:
     """Run `plan` as one case; fail with its verdict and repro line unless it passes."""
-    result = ex.run_case(Case.of(plan, ex.points))
+    result = run_case(base, Case.of(plan, base.points))
     if result.verdict is not Verdict.PASS:
         raise AssertionError(
             f"{result.case}: {result.check} {result.verdict.value.upper()} — {result.summary}\n"
-            f"{result.details}\nrepro: {ex.repro(result.case)}"
+            f"{result.details}\nrepro: {base.repro(result.case)}"
         )
     return result

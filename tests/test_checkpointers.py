@@ -24,7 +24,7 @@ PASSING = [
 
 @pytest.mark.parametrize("job", PASSING)
 def test_checkpointer_resumes_bitwise_without_faults(ckpt, job):
-    report = ckpt.verify(f"tests.checkpointers:{job}", steps=4)
+    report = ckpt.verify(f"tests.planted.checkpointers:{job}", steps=4)
     report.assert_ok()
     checked = [(r.case, r.check) for r in report.results if r.check in ("state after load", "final state")]
     assert checked == [(f"resume@{k}", c) for k in (2, 4) for c in ("state after load", "final state")]
@@ -32,7 +32,7 @@ def test_checkpointer_resumes_bitwise_without_faults(ckpt, job):
 
 @pytest.mark.ckpt(world_size=2)
 def test_rank0_only_barrier_in_every_save_is_a_hang(ckpt):
-    report = ckpt.verify("tests.checkpointers:Rank0OnlyBarrier", steps=4, timeout=3)
+    report = ckpt.verify("tests.planted.checkpointers:Rank0OnlyBarrier", steps=4, timeout=3)
     live = report.results[0]
     assert live.verdict is Verdict.FAIL, report.explain()
     assert "hang" in live.summary, report.explain()
@@ -44,7 +44,7 @@ def test_rank0_only_barrier_in_every_save_is_a_hang(ckpt):
 @pytest.mark.ckpt(world_size=[1, 4])
 def test_reference_with_keep_last_1_keeps_only_the_newest_committed_checkpoint(ckpt, tmp_path):
     workdir = tmp_path / "verify"
-    report = ckpt.verify("tests.checkpointers:ReferenceCheckpointer", steps=4, keep_last=1, workdir=workdir)
+    report = ckpt.verify("tests.planted.checkpointers:ReferenceCheckpointer", steps=4, keep_last=1, workdir=workdir)
     report.assert_ok()
     ckpt_dir = workdir / "golden" / "ckpt"
     assert sorted(p.name for p in ckpt_dir.iterdir()) == ["step_000004"]

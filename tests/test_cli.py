@@ -30,8 +30,9 @@ def test_list_names_jobs_fault_kinds_and_properties(tmp_path):
         else:
             current.append(line.split()[0])
     assert sections["jobs"] == [
-        "dcp", "deepspeed", "deepspeed_zero0", "deepspeed_zero2", "deepspeed_zero3", "hf_trainer", "torch_save",
+        "torch_save", "dcp", "deepspeed_zero0", "deepspeed", "deepspeed_zero2", "deepspeed_zero3", "hf_trainer",
     ]
+    assert sections["checks"] == ["resume", "faults", "overwrite", "reshard", "stall"]
     assert {"crash", "torn", "power-loss", "enospc"} <= set(sections["fault kinds"])
     assert sections["properties"] == ["atomic", "durable", "preserving", "live", "detecting", "faithful", "skew-safe",
                                       "overwrite-safe", "rotation-safe", "reshardable"]
@@ -48,12 +49,12 @@ def test_run_prints_the_verdict_table_and_exits_zero(tmp_path):
 
 
 def test_broken_job_from_outside_the_package_exits_nonzero_naming_the_key(tmp_path):
-    out = cli("run", "--job", "tests.jobs:NoSchedulerState", "--steps", "4", cwd=tmp_path,
+    out = cli("run", "--job", "tests.planted.jobs:NoSchedulerState", "--steps", "4", cwd=tmp_path,
               env_extra={"PYTHONPATH": str(ROOT)})
     assert out.returncode == 1
     assert "FAIL" in out.stdout and "scheduler/" in out.stdout
     repro = next(line for line in out.stdout.splitlines() if line.startswith("repro: "))
-    assert repro.startswith(f"repro: PYTHONPATH={ROOT} ckpt-harness run --job tests.jobs:NoSchedulerState")
+    assert repro.startswith(f"repro: PYTHONPATH={ROOT} ckpt-harness run --job tests.planted.jobs:NoSchedulerState")
 
     # The repro line replays exactly that case, and fails the same way.
     args = shlex.split(repro.removeprefix("repro: "))
@@ -71,8 +72,9 @@ def test_broken_job_from_outside_the_package_exits_nonzero_naming_the_key(tmp_pa
     [
         (["--job", "nope"], "unknown job 'nope'"),
         (["--job", "nowhere.mod:Job"], "cannot import 'nowhere.mod'"),
-        (["--job", "dcp", "--world-size", "0"], "world size must be between 1 and 8, got 0"),
-        (["--job", "dcp", "--world-size", "9"], "world size must be between 1 and 8, got 9"),
+        (["--job", "dcp", "--world-size", "0"], "world_size must be between 1 and 8, got 0"),
+        (["--job", "dcp", "--world-size", "9"], "world_size must be between 1 and 8, got 9"),
+        (["--job", "dcp", "--steps", "4", "--save-every", "6"], "save_every (6) must not exceed steps (4)"),
     ],
 )
 def test_bad_input_exits_2_with_a_message(tmp_path, args, message):
@@ -85,14 +87,14 @@ def test_bad_input_exits_2_with_a_message(tmp_path, args, message):
 def test_matrix_writes_markdown_and_json_and_its_repro_lines_reproduce(tmp_path):
     import json
 
-    out = cli("matrix", "--job", "torch_save", "--job", "tests.scenario_jobs:MergesIntoExisting",
+    out = cli("matrix", "--job", "torch_save", "--job", "tests.planted.scenario_jobs:MergesIntoExisting",
               "--scenarios", "overwrite-larger-world,world-size-grow", "--out", "out", "--quiet",
               cwd=tmp_path, env_extra={"PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stdout + out.stderr  # findings are results, not errors
     md = (tmp_path / "out" / "matrix.md").read_text()
     assert "| job | overwrite-safe | reshardable |" in md
     assert "| torch_save | ✅ pass | ✅ pass |" in md
-    assert "| tests.scenario_jobs:MergesIntoExisting | ❌ fail | ✅ pass |" in md
+    assert "| tests.planted.scenario_jobs:MergesIntoExisting | ❌ fail | ✅ pass |" in md
     data = json.loads((tmp_path / "out" / "matrix.json").read_text())
     assert data["complete"] and data["versions"]["torch"] and data["world_size"] == 2
     (failing,) = [c for c in data["cells"] if c["verdict"] == "fail"]
@@ -103,7 +105,7 @@ def test_matrix_writes_markdown_and_json_and_its_repro_lines_reproduce(tmp_path)
     env, _, command = failing["repro"].partition(" ")
     replay = cli(*shlex.split(command)[1:], cwd=tmp_path, env_extra=dict([env.split("=", 1)]))
     assert replay.returncode == 1, replay.stdout + replay.stderr
-    assert "overwrite-larger-world [tests.scenario_jobs:MergesIntoExisting] overwrite-safe: FAIL" in replay.stdout
+    assert "overwrite-larger-world [tests.planted.scenario_jobs:MergesIntoExisting] overwrite-safe: FAIL" in replay.stdout
     assert "step_000002/rng_rank2.pt" in replay.stdout
 
 
@@ -111,7 +113,7 @@ def test_matrix_writes_markdown_and_json_and_its_repro_lines_reproduce(tmp_path)
     "args, message",
     [
         (["matrix", "--scenarios", "nope"], "no scenario named nope; choose from"),
-        (["matrix", "--job", "torch_save", "--world-size", "0"], "world size must be"),
+        (["matrix", "--job", "torch_save", "--world-size", "0"], "world_size must be"),
         (["matrix", "--job", "nope"], "unknown job 'nope'"),
         (["scenario", "crash-every-phase", "--job", "dcp", "--file", "missing.toml"], "missing.toml: no such scenario file"),
     ],
@@ -124,7 +126,7 @@ def test_bad_matrix_input_exits_2_with_a_message(tmp_path, args, message):
 
 
 def test_scenario_that_does_not_apply_exits_zero_saying_why(tmp_path):
-    out = cli("scenario", "world-size-grow", "--job", "tests.checkpointers:ReferenceCheckpointer", cwd=tmp_path,
+    out = cli("scenario", "world-size-grow", "--job", "tests.planted.checkpointers:ReferenceCheckpointer", cwd=tmp_path,
               env_extra={"PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stdout + out.stderr
     assert "reshardable: N/A — the job defines no full_state(ctx)" in out.stdout

@@ -9,7 +9,8 @@ import importlib.util
 
 import pytest
 
-from ckpt_harness.scenario import Bench, parse
+from ckpt_harness.bench import Bench
+from ckpt_harness.scenario import parse
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed (extra 'deepspeed')"

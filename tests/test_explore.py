@@ -13,12 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_harness.explore import exploration, explore
-from ckpt_harness.report import Verdict
+from ckpt_harness.explore import baseline, explore
+from ckpt_harness.verdict import Verdict
 from ckpt_harness.strategies import check, fault_plans, skews
 
 ROOT = Path(__file__).resolve().parent.parent
-REF = "tests.checkpointers:ReferenceCheckpointer"
+REF = "tests.planted.checkpointers:ReferenceCheckpointer"
 
 
 def tally(report):
@@ -40,27 +40,27 @@ def test_reference_checkpointer_passes_every_single_fault(tmp_path):
     "job, kw, prop, outcome",
     [
         # the pointer names a checkpoint whose shards are not there yet
-        ("LatestBeforeShards", dict(kinds=("crash",), corruptions=()), "atomic", "refused"),
+        ("LatestBeforeShards", dict(faults=("crash",), corruptions=()), "atomic", "refused"),
         # shards of two saves in one directory
-        ("InPlaceOverwrite", dict(kinds=("crash",), corruptions=()), "atomic", "mixed"),
+        ("InPlaceOverwrite", dict(faults=("crash",), corruptions=()), "atomic", "mixed"),
         # a failed save took the previous checkpoint with it
-        ("DeletesPreviousFirst", dict(kinds=("eio",), corruptions=()), "preserving", "fresh start"),
+        ("DeletesPreviousFirst", dict(faults=("eio",), corruptions=()), "preserving", "fresh start"),
         # a deleted file is loaded around, silently
-        ("SkipsMissingFile", dict(kinds=(), corruptions=("delete",)), "detecting", "partial"),
+        ("SkipsMissingFile", dict(faults=(), corruptions=("delete",)), "detecting", "partial"),
         # one rank refuses, its peers wait in a barrier forever
-        ("LoadErrorBlocksPeers", dict(kinds=(), corruptions=("delete",)), "live", "error on some ranks"),
+        ("LoadErrorBlocksPeers", dict(faults=(), corruptions=("delete",)), "live", "error on some ranks"),
     ],
 )
 def test_planted_bugs_are_flagged_under_their_property(tmp_path, job, kw, prop, outcome):
-    report = explore(f"tests.checkpointers:{job}", world_size=2, workdir=tmp_path, **kw)
+    report = explore(f"tests.planted.checkpointers:{job}", world_size=2, workdir=tmp_path, **kw)
     assert (prop, Verdict.FAIL, outcome) in tally(report), report.table()
     failing = next(r for r in report.failures() if r.check == prop)
     assert failing.repro and f"--case {shlex.quote(failing.case)}" in failing.repro
 
 
 def test_rename_without_fsync_is_caught_by_power_loss_only(tmp_path):
-    report = explore("tests.checkpointers:RenameWithoutFsync", world_size=2, workdir=tmp_path,
-                     kinds=("crash", "power-loss"), corruptions=())
+    report = explore("tests.planted.checkpointers:RenameWithoutFsync", world_size=2, workdir=tmp_path,
+                     faults=("crash", "power-loss"), corruptions=())
     by_kind = collections.defaultdict(set)
     for r in report.results:
         by_kind[r.cells[5]].add(r.verdict)
@@ -72,14 +72,14 @@ def test_rename_without_fsync_is_caught_by_power_loss_only(tmp_path):
 
 
 def test_rank0_only_barrier_hangs_the_golden_run(tmp_path):
-    report = explore("tests.checkpointers:Rank0OnlyBarrier", world_size=2, workdir=tmp_path, timeout=3)
+    report = explore("tests.planted.checkpointers:Rank0OnlyBarrier", world_size=2, workdir=tmp_path, timeout=3)
     (live,) = report.results
     assert live.check == "live" and live.verdict is Verdict.FAIL and "hang" in live.summary
 
 
 def test_repro_line_replays_exactly_that_case(tmp_path):
-    report = explore("tests.checkpointers:DeletesPreviousFirst", world_size=2, workdir=tmp_path / "a",
-                     kinds=("eio",), corruptions=())
+    report = explore("tests.planted.checkpointers:DeletesPreviousFirst", world_size=2, workdir=tmp_path / "a",
+                     faults=("eio",), corruptions=())
     failing = report.failures()[0]
     args = shlex.split(failing.repro)
     env = {**os.environ, args[0].partition("=")[0]: args[0].partition("=")[2]}
@@ -103,9 +103,7 @@ def test_trace_prints_the_phases_of_a_save_per_rank(tmp_path):
 # -- beyond single faults ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
-    ex = exploration(REF, world_size=2, workdir=tmp_path_factory.mktemp("reference"))
-    assert ex.prepare() is None
-    return ex
+    return baseline(REF, world_size=2, workdir=tmp_path_factory.mktemp("reference"))
 
 
 @settings(max_examples=6)
@@ -124,29 +122,28 @@ def test_reference_is_skew_safe_on_several_ranks_at_once(reference, data):
 def test_hypothesis_shrinks_a_failing_plan_to_one_fault(tmp_path):
     from hypothesis import find
 
-    ex = exploration("tests.checkpointers:DeletesPreviousFirst", world_size=2, workdir=tmp_path)
-    assert ex.prepare() is None
+    base = baseline("tests.planted.checkpointers:DeletesPreviousFirst", world_size=2, workdir=tmp_path)
 
     def fails(plan):
         try:
-            check(ex, plan)
+            check(base, plan)
         except AssertionError:
             return True
         return False
 
-    smallest = find(fault_plans(ex, kinds=("eio", "delay"), max_faults=2), fails,
+    smallest = find(fault_plans(base, kinds=("eio", "delay"), max_faults=2), fails,
                     settings=settings(max_examples=12, database=None))
     assert len(smallest) == 1 and smallest[0].kind == "eio"
 
 
 def test_an_owned_loop_job_that_names_no_phases_is_undecided_not_passed(tmp_path):
-    report = explore("tests.jobs:OwnLoop", world_size=2, workdir=tmp_path, kinds=("crash",), corruptions=())
+    report = explore("tests.planted.jobs:OwnLoop", world_size=2, workdir=tmp_path, faults=("crash",), corruptions=())
     (result,) = report.results
     assert result.verdict is Verdict.UNKNOWN and "ctx.phase" in result.summary
     assert not report.ok
 
 
 def test_reference_rotation_survives_a_crash_at_every_point_of_it(tmp_path):
-    report = explore(REF, world_size=2, keep_last=1, workdir=tmp_path, kinds=("crash",), corruptions=())
+    report = explore(REF, world_size=2, keep_last=1, workdir=tmp_path, faults=("crash",), corruptions=())
     assert report.ok, report.explain()
     assert any(r.cells[2] == "rmtree" for r in report.results)  # the deletion of step 2 was a point

@@ -17,7 +17,7 @@ def run(tmp_path, *faults):
     outcome = run_group(spec)
     result_file = tmp_path / "run" / "result.json"
     result = json.loads(result_file.read_text()) if result_file.exists() else {}
-    events = [e for e in read_events(tmp_path / "run" / "rank0.trace") if e["kind"] != "phase"]
+    events = [e.fields for e in read_events(tmp_path / "run" / "rank0.trace") if e.kind != "phase"]
     return outcome.ranks[0], result, events, time.monotonic() - start
 
 

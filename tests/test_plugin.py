@@ -57,7 +57,7 @@ def test_a_failing_job_fails_the_test_with_the_verdict_table(pytester, importabl
     pytester.makepyfile(
         """
         def test_forgets_rng(ckpt):
-            ckpt.verify("tests.jobs:NoRngState", steps=2).assert_ok()
+            ckpt.verify("tests.planted.jobs:NoRngState", steps=2).assert_ok()
         """
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
@@ -83,7 +83,7 @@ def test_timeout_option_reaches_the_fixture(pytester, importable):
     pytester.makepyfile(
         """
         def test_hang(ckpt):
-            report = ckpt.verify("tests.jobs:Rank0BarrierInFinalSave", steps=2)
+            report = ckpt.verify("tests.planted.jobs:Rank0BarrierInFinalSave", steps=2)
             assert "hang" in report.results[0].summary
             assert report.elapsed < 20  # the default of 60 s did not apply
         """
@@ -99,13 +99,13 @@ def test_ckpt_job_runs_the_builtin_catalogue_against_a_users_job(pytester, impor
     good.stdout.fnmatch_lines(["*ckpt-job::world-size-grow?torch_save-ws2? PASSED*",
                                "*ckpt-job::resume-every-save?torch_save-ws2? PASSED*"])
 
-    bad = pytester.runpytest_subprocess("--ckpt-job=tests.jobs:NoOptimizerState", "--ckpt-scenarios=resume-every-save",
+    bad = pytester.runpytest_subprocess("--ckpt-job=tests.planted.jobs:NoOptimizerState", "--ckpt-scenarios=resume-every-save",
                                         "-p", "no:cacheprovider")
     bad.assert_outcomes(passed=1, failed=1)
-    bad.stdout.fnmatch_lines(["*resume-every-save [[]tests.jobs:NoOptimizerState[]] faithful: FAIL*",
-                              "*state after load*FAIL*optim/*", "*repro: *ckpt-harness run --job tests.jobs:NoOptimizerState*"])
+    bad.stdout.fnmatch_lines(["*resume-every-save [[]tests.planted.jobs:NoOptimizerState[]] faithful: FAIL*",
+                              "*state after load*FAIL*optim/*", "*repro: *ckpt-harness run --job tests.planted.jobs:NoOptimizerState*"])
 
-    na = pytester.runpytest_subprocess("--ckpt-job=tests.checkpointers:ReferenceCheckpointer", "-rs",
+    na = pytester.runpytest_subprocess("--ckpt-job=tests.planted.checkpointers:ReferenceCheckpointer", "-rs",
                                        "--ckpt-scenarios=world-size-grow", "-p", "no:cacheprovider")
     na.assert_outcomes(passed=1, skipped=1)
     na.stdout.fnmatch_lines(["*n/a: the job defines no full_state(ctx)*"])
@@ -123,7 +123,7 @@ def test_scenario_files_of_a_users_repo_are_collected_per_scenario(pytester, imp
     good.assert_outcomes(passed=2)
     good.stdout.fnmatch_lines(["*scenarios/mine.toml::crash-at-commit?torch_save-ws2? PASSED*"])
 
-    bad = pytester.runpytest_subprocess("scenarios", "--ckpt-job=tests.scenario_jobs:MergesIntoExisting",
+    bad = pytester.runpytest_subprocess("scenarios", "--ckpt-job=tests.planted.scenario_jobs:MergesIntoExisting",
                                         "-p", "no:cacheprovider")
     bad.assert_outcomes(passed=1, failed=1)
     bad.stdout.fnmatch_lines(["*bigger-world-left-behind*overwrite-safe: FAIL*stale files*rng_rank2.pt*"])
@@ -139,7 +139,7 @@ def test_scenario_files_of_a_users_repo_are_collected_per_scenario(pytester, imp
     [
         (["--ckpt-world-sizes=0,2"], "*--ckpt-world-sizes='0,2': give comma-separated integers between 1 and 8*"),
         (["--ckpt-world-sizes=two"], "*--ckpt-world-sizes='two'*"),
-        (["--ckpt-job=tests.jobs:NotAJob"], "*--ckpt-job tests.jobs:NotAJob: *is not a subclass of ckpt_harness.Job*"),
+        (["--ckpt-job=tests.planted.jobs:NotAJob"], "*--ckpt-job tests.planted.jobs:NotAJob: *is not a subclass of ckpt_harness.Job*"),
         (["--ckpt-job=nope"], "*unknown job 'nope'*"),
         (["--ckpt-job=dcp", "--ckpt-scenarios=nope"], "*--ckpt-scenarios: no scenario named nope; choose from*"),
     ],
@@ -173,7 +173,7 @@ def test_fixture_explores_a_job_and_fails_with_the_table(pytester, importable):
 
         @pytest.mark.ckpt(world_size=2, steps=4)
         def test_deletes_previous(ckpt):
-            report = ckpt.explore("tests.checkpointers:DeletesPreviousFirst", kinds=("eio",), corruptions=())
+            report = ckpt.explore("tests.planted.checkpointers:DeletesPreviousFirst", kinds=("eio",), corruptions=())
             report.assert_ok()
         """
     )

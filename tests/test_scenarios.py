@@ -5,25 +5,21 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_harness.matrix import fold
+from ckpt_harness.bench import Bench
+from ckpt_harness.checks import BUILTIN_CHECKS
+from ckpt_harness.errors import ScenarioError
+from ckpt_harness.matrix import cell
 from ckpt_harness.oracle import PROPERTIES
-from ckpt_harness.scenario import (
-    CHECKS,
-    NOT_APPLICABLE,
-    Bench,
-    ScenarioError,
-    ScenarioResult,
-    builtin_catalogue,
-    load_file,
-    parse,
-    select,
-)
+from ckpt_harness.scenario import ScenarioResult, builtin_catalogue, load_file, parse, select
+from ckpt_harness.verdict import Verdict
+
+NOT_APPLICABLE = Verdict.NA
 
 
 # -- files --------------------------------------------------------------------------
 def test_builtin_catalogue_covers_every_check_and_property():
     scenarios = builtin_catalogue()
-    assert {s.check for s in scenarios} == set(CHECKS)
+    assert {s.check for s in scenarios} == set(BUILTIN_CHECKS)
     assert {s.property for s in scenarios} == set(PROPERTIES)
     assert len({s.name for s in scenarios}) == len(scenarios)
 
@@ -36,20 +32,20 @@ def test_builtin_catalogue_covers_every_check_and_property():
         ({"property": "atomic", "check": "explode", "description": "d"}, "unknown check 'explode'; choose from resume"),
         ({"property": "atomic", "check": "faults", "description": "d", "falts": ["crash"]},
          "check 'faults' has no parameter 'falts'; it takes faults"),
-        ({"property": "atomic", "check": "faults", "description": "d", "faults": "crash"}, "faults must be a list"),
+        ({"property": "atomic", "check": "faults", "description": "d", "faults": "crash"}, "faults must be a list, got 'crash'"),
         ({"property": "atomic", "check": "faults", "description": "d", "faults": ["crsh"]},
-         "unknown faults crsh; choose from crash"),
+         "faults has unknown crsh: choose from crash"),
         ({"property": "atomic", "check": "faults", "description": "d"}, "nothing to inject"),
         ({"property": "rotation-safe", "check": "faults", "description": "d", "faults": ["crash"], "rotates": True},
          "rotates = true needs keep_last"),
         ({"property": "atomic", "check": "faults", "description": "d", "faults": ["crash"], "keep_last": True},
-         "keep_last must be an integer"),
-        ({"property": "live", "check": "stall", "description": "d", "mode": "stuck"}, "mode must be 'block' or 'late'"),
+         "keep_last must be an integer or unset, got True"),
+        ({"property": "live", "check": "stall", "description": "d", "mode": "stuck"}, "mode must be one of block, late, got 'stuck'"),
         ({"property": "faithful", "check": "resume", "description": "d", "steps": 4, "save_every": 6},
          "save_every \\(6\\) must not exceed steps \\(4\\)"),
-        ({"property": "live", "check": "stall", "description": "d", "hang_timeout": 0}, "hang_timeout must be a positive"),
+        ({"property": "live", "check": "stall", "description": "d", "hang_timeout": 0}, "hang_timeout must be a positive number of seconds, got 0"),
         ({"property": "overwrite-safe", "check": "overwrite", "description": "d", "state": "half"},
-         "state must be one of complete, partial, larger-world"),
+         "state must be one of complete, partial, larger-world, got 'half'"),
         ({"property": "atomic", "check": "faults", "description": "d", "faults": ["crash"], "jobs": "dcp"},
          "jobs must be a non-empty list"),
     ],
@@ -74,14 +70,15 @@ def test_scenario_files_are_toml_tables(tmp_path):
 
 def test_a_cell_folds_its_scenarios_failure_first():
     def r(name, verdict, cases=3):
-        return ScenarioResult(name, "job", "atomic", verdict, f"{name} said {verdict}", f"repro {name}", cases=cases)
+        return ScenarioResult(name, "job", "atomic", Verdict(verdict), f"{name} said {verdict}", f"repro {name}",
+                              cases=cases)
 
-    assert fold("job", "atomic", [r("a", "pass"), r("b", "fail"), r("c", "unknown")]).reason.startswith("b: b said fail")
-    assert fold("job", "atomic", [r("a", "pass"), r("c", "unknown")]).verdict == "unknown"
-    passed = fold("job", "atomic", [r("a", "pass"), r("n", NOT_APPLICABLE, 0)])
-    assert passed.verdict == "pass" and "3 cases pass" in passed.reason and passed.repro is None
-    assert fold("job", "atomic", [r("n", NOT_APPLICABLE, 0)]).verdict == NOT_APPLICABLE
-    assert fold("job", "atomic", []).verdict == NOT_APPLICABLE
+    assert cell("job", "atomic", [r("a", "pass"), r("b", "fail"), r("c", "unknown")]).reason.startswith("b: b said fail")
+    assert cell("job", "atomic", [r("a", "pass"), r("c", "unknown")]).verdict is Verdict.UNKNOWN
+    passed = cell("job", "atomic", [r("a", "pass"), r("n", NOT_APPLICABLE, 0)])
+    assert passed.verdict is Verdict.PASS and "3 cases pass" in passed.reason and passed.repro is None
+    assert cell("job", "atomic", [r("n", NOT_APPLICABLE, 0)]).verdict is Verdict.NA
+    assert cell("job", "atomic", []).verdict is Verdict.NA
 
 
 # -- checks against real runs -----------------------------------------------------
@@ -101,16 +98,16 @@ def test_overwrite_passes_a_job_that_replaces_the_directory(tmp_path, state):
 
 
 def test_overwrite_flags_stale_files_and_ignored_flags(tmp_path):
-    merged = _run("tests.scenario_jobs:MergesIntoExisting", {**OVERWRITE, "state": "larger-world"}, tmp_path / "m")
+    merged = _run("tests.planted.scenario_jobs:MergesIntoExisting", {**OVERWRITE, "state": "larger-world"}, tmp_path / "m")
     assert merged.verdict == "fail"
     assert "stale files of the earlier run left in place: step_000002/rng_rank2.pt" in merged.reason
     assert merged.repro.endswith("--case overwrite=on")
 
-    ignored = _run("tests.scenario_jobs:IgnoresOverwrite", {**OVERWRITE, "state": "complete"}, tmp_path / "i")
+    ignored = _run("tests.planted.scenario_jobs:IgnoresOverwrite", {**OVERWRITE, "state": "complete"}, tmp_path / "i")
     assert ignored.verdict == "fail" and ignored.cases == 2
     assert "1 of 2 cases fail" in ignored.reason and "overwrite=True ignored: the save refused" in ignored.reason
 
-    touched = _run("tests.scenario_jobs:RefusesAfterDeleting", {**OVERWRITE, "state": "complete", "overwrite": [False]},
+    touched = _run("tests.planted.scenario_jobs:RefusesAfterDeleting", {**OVERWRITE, "state": "complete", "overwrite": [False]},
                    tmp_path / "t")
     assert touched.verdict == "fail" and "refused, but only after changing step_000002/" in touched.reason
 
@@ -126,10 +123,10 @@ def test_world_size_change_passes_torch_save_and_dcp(tmp_path, resume_at):
 
 
 def test_world_size_change_flags_a_dropped_optimizer_and_skips_jobs_without_full_state(tmp_path):
-    result = _run("tests.scenario_jobs:ReshardForgetsOptimizer", {**RESHARD, "resume_at": "double"}, tmp_path / "a")
+    result = _run("tests.planted.scenario_jobs:ReshardForgetsOptimizer", {**RESHARD, "resume_at": "double"}, tmp_path / "a")
     assert result.verdict == "fail" and "full state at world size 4 vs. saved at 2 differs" in result.reason
     assert "optim/" in result.reason and result.repro.endswith("--case 'ws2->ws4'")
-    skipped = _run("tests.checkpointers:ReferenceCheckpointer", RESHARD, tmp_path / "b")
+    skipped = _run("tests.planted.checkpointers:ReferenceCheckpointer", RESHARD, tmp_path / "b")
     assert skipped.verdict == NOT_APPLICABLE and "full_state" in skipped.reason
 
 
@@ -137,25 +134,25 @@ STALL = {"property": "live", "check": "stall", "hang_timeout": 5.0}
 
 
 def test_final_save_blocked_reports_every_ranks_stack_and_collective(tmp_path):
-    result = _run("tests.checkpointers:ReferenceCheckpointer", {**STALL, "mode": "block"}, tmp_path)
+    result = _run("tests.planted.checkpointers:ReferenceCheckpointer", {**STALL, "mode": "block"}, tmp_path)
     assert result.verdict == "fail" and result.cases == 2
     assert "rank 0 blocked before collective barrier of save 6: hang:" in result.reason
     assert "rank 0 blocked by the injected hang before operation #0 of save 6" in result.reason
     assert "rank 1 waiting in barrier #" in result.reason and "in _make_dir() during save 6" in result.reason
     for rank in (0, 1):
         assert f"rank {rank} stack when the run was stopped" in result.details
-    assert "in _make_dir" in result.details and "scenario s --job tests.checkpointers:ReferenceCheckpointer" in result.repro
+    assert "in _make_dir" in result.details and "scenario s --job tests.planted.checkpointers:ReferenceCheckpointer" in result.repro
 
 
 def test_final_save_blocked_passes_a_job_whose_peers_time_out(tmp_path):
-    result = _run("tests.scenario_jobs:TimedBarrier", {**STALL, "mode": "block"}, tmp_path)
+    result = _run("tests.planted.scenario_jobs:TimedBarrier", {**STALL, "mode": "block"}, tmp_path)
     assert result.verdict == "pass", result.explain()
 
 
 def test_final_save_late_flags_only_the_impatient_job(tmp_path):
     late = {**STALL, "property": "skew-safe", "mode": "late", "seconds": 2.0}
-    assert _run("tests.scenario_jobs:TimedBarrier", late, tmp_path / "a").verdict == "pass"
-    impatient = _run("tests.scenario_jobs:ImpatientBarrier", late, tmp_path / "b")
+    assert _run("tests.planted.scenario_jobs:TimedBarrier", late, tmp_path / "a").verdict == "pass"
+    impatient = _run("tests.planted.scenario_jobs:ImpatientBarrier", late, tmp_path / "b")
     assert impatient.verdict == "fail" and "2s late before collective barrier" in impatient.reason
 
 
@@ -164,7 +161,7 @@ SKEW = {"property": "skew-safe", "check": "faults", "faults": ["delay"], "delay"
 
 
 def test_node_local_rank_zero_logic_fails_only_on_simulated_nodes(tmp_path):
-    job = "tests.scenario_jobs:NodeLocalRankZeroCommits"
+    job = "tests.planted.scenario_jobs:NodeLocalRankZeroCommits"
     one_node = _run(job, SKEW, tmp_path / "a")
     assert one_node.verdict == "pass", one_node.explain()
     two_nodes = _run(job, {**SKEW, "nodes": 2}, tmp_path / "b")
@@ -183,7 +180,7 @@ def test_cases_of_a_scenario_share_the_golden_run_of_their_bench(tmp_path):
 def test_rotation_is_not_applicable_to_a_job_that_deletes_nothing(tmp_path):
     rotation = {"property": "rotation-safe", "check": "faults", "faults": ["crash"], "ops": ["rmtree", "rename"],
                 "keep_last": 1, "rotates": True}
-    rotating = _run("tests.checkpointers:ReferenceCheckpointer", rotation, tmp_path / "a")
+    rotating = _run("tests.planted.checkpointers:ReferenceCheckpointer", rotation, tmp_path / "a")
     assert rotating.verdict == "pass" and rotating.cases >= 2, rotating.explain()
-    keeps_all = _run("tests.checkpointers:InPlaceOverwrite", rotation, tmp_path / "b")
+    keeps_all = _run("tests.planted.checkpointers:InPlaceOverwrite", rotation, tmp_path / "b")
     assert keeps_all.verdict == NOT_APPLICABLE and "the job does not rotate its checkpoints" in keeps_all.reason

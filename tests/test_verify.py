@@ -3,7 +3,7 @@
 import pytest
 
 from ckpt_harness import Job, Verdict, verify
-from ckpt_harness.jobref import JobError
+from ckpt_harness.errors import ConfigError, JobError
 from ckpt_harness.launch import prestart
 
 
@@ -26,7 +26,7 @@ def test_builtin_jobs_resume_bitwise(ckpt, job):
     ],
 )
 def test_planted_resume_bugs_are_flagged_by_name(ckpt, job, check, words):
-    report = ckpt.verify(f"tests.jobs:{job}", steps=4)
+    report = ckpt.verify(f"tests.planted.jobs:{job}", steps=4)
     flagged = {r.check: r for r in report.failures() if r.case == "resume@2"}
     assert check in flagged, report.explain()
     assert words in flagged[check].summary
@@ -36,14 +36,14 @@ def test_planted_resume_bugs_are_flagged_by_name(ckpt, job, check, words):
 
 
 def test_silent_partial_resume_also_breaks_the_final_state(ckpt):
-    report = ckpt.verify("tests.jobs:NoOptimizerState", steps=4)
+    report = ckpt.verify("tests.planted.jobs:NoOptimizerState", steps=4)
     final = [r for r in report.results if r.check == "final state"]
     assert final and all(r.verdict is Verdict.FAIL for r in final)
 
 
 def test_rank0_only_barrier_in_final_save_is_reported_as_a_hang(ckpt):
     prestart(wait=True)  # time the hang, not the fork server's torch import
-    report = ckpt.verify("tests.jobs:Rank0BarrierInFinalSave", world_size=2, steps=4, timeout=3)
+    report = ckpt.verify("tests.planted.jobs:Rank0BarrierInFinalSave", world_size=2, steps=4, timeout=3)
     (live,) = report.results
     assert live.verdict is Verdict.FAIL
     assert "hang" in live.summary
@@ -55,7 +55,7 @@ def test_rank0_only_barrier_in_final_save_is_reported_as_a_hang(ckpt):
 
 def test_setup_failing_on_one_rank_names_the_rank_error_and_log(ckpt):
     prestart(wait=True)
-    report = ckpt.verify("tests.jobs:SetupFailsOnRank1", world_size=2, steps=4, timeout=30)
+    report = ckpt.verify("tests.planted.jobs:SetupFailsOnRank1", world_size=2, steps=4, timeout=30)
     (live,) = report.results
     assert "rank 1 raised RuntimeError in setup: dataset shard 1 is missing" in live.summary
     assert "rank1.log" in live.details
@@ -63,7 +63,7 @@ def test_setup_failing_on_one_rank_names_the_rank_error_and_log(ckpt):
 
 
 def test_nondeterministic_job_is_unknown_not_blamed_on_the_checkpoint(ckpt):
-    report = ckpt.verify("tests.jobs:Unseeded", steps=2)
+    report = ckpt.verify("tests.planted.jobs:Unseeded", steps=2)
     verdicts = {r.check: r.verdict for r in report.results if r.case == "resume@2"}
     assert verdicts["deterministic"] is Verdict.UNKNOWN
     assert verdicts["final state"] is Verdict.UNKNOWN
@@ -76,12 +76,12 @@ class LocalJobHolder:
 @pytest.mark.parametrize(
     "job, message",
     [
-        ("no_such_job", "unknown job 'no_such_job': use one of dcp, deepspeed, deepspeed_zero0, "
-                        "deepspeed_zero2, deepspeed_zero3, hf_trainer, torch_save or module:Class"),
+        ("no_such_job", "unknown job 'no_such_job': use one of torch_save, dcp, deepspeed_zero0, deepspeed, "
+                        "deepspeed_zero2, deepspeed_zero3, hf_trainer or module:Class"),
         ("tests.no_such_module:Job", "cannot import 'tests.no_such_module'"),
-        ("tests.jobs:Missing", "has no attribute 'Missing'"),
-        ("tests.jobs:NotAJob", "is not a subclass of ckpt_harness.Job"),
-        ("tests.jobs:MissingMethods", "implement train_step(), save(), load()"),
+        ("tests.planted.jobs:Missing", "has no attribute 'Missing'"),
+        ("tests.planted.jobs:NotAJob", "is not a subclass of ckpt_harness.Job"),
+        ("tests.planted.jobs:MissingMethods", "implement train_step(), save(), load()"),
         (42, "expected a Job subclass"),
     ],
 )
@@ -106,37 +106,39 @@ def test_a_job_class_defined_in_a_function_is_refused():
 @pytest.mark.parametrize(
     "kwargs, message",
     [
-        ({"world_size": 0}, "world size must be between 1 and 8, got 0"),
-        ({"world_size": 9}, "world size must be between 1 and 8, got 9"),
-        ({"total_steps": 4, "save_every": 5}, "save_every must be between 1 and steps (4)"),
-        ({"timeout": 0}, "timeout must be positive"),
+        ({"world_size": 0}, "world_size must be between 1 and 8, got 0"),
+        ({"world_size": 9}, "world_size must be between 1 and 8, got 9"),
+        ({"steps": 4, "save_every": 5}, "save_every (5) must not exceed steps (4)"),
+        ({"timeout": 0}, "timeout must be a positive number of seconds, got 0"),
+        ({"steps": "8"}, "steps must be an integer, got '8'"),
+        ({"total_steps": 8}, "unknown setting total_steps: RunConfig takes world_size, steps"),
     ],
 )
 def test_bad_settings_are_refused_before_launch(kwargs, message):
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(ConfigError) as info:
         verify("torch_save", **kwargs)
     assert message in str(info.value)
 
 
 def test_unknown_case_lists_the_valid_ones(tmp_path):
     with pytest.raises(ValueError, match="choose from golden, resume@2, resume@4"):
-        verify("torch_save", total_steps=4, save_every=2, cases=["resume@3"], workdir=tmp_path)
+        verify("torch_save", steps=4, save_every=2, cases=["resume@3"], workdir=tmp_path)
 
 
 def test_a_job_that_owns_its_loop_reports_through_ctx(ckpt):
-    report = ckpt.verify("tests.jobs:OwnLoop", steps=4)
+    report = ckpt.verify("tests.planted.jobs:OwnLoop", steps=4)
     report.assert_ok()
     assert {r.case for r in report.results} == {"golden", "resume@2", "resume@4"}
 
 
 def test_an_owned_loop_that_never_reports_its_load_is_flagged(ckpt):
-    report = ckpt.verify("tests.jobs:OwnLoopForgetsToReport", steps=4)
+    report = ckpt.verify("tests.planted.jobs:OwnLoopForgetsToReport", steps=4)
     fresh = next(r for r in report.results if r.check == "fresh start")
     assert fresh.verdict is Verdict.FAIL and "never reported its load" in fresh.summary
 
 
 def test_simulated_multi_node_layout_runs_and_replays(ckpt):
-    report = ckpt.verify("tests.jobs:NoSchedulerState", world_size=4, nodes=2, steps=2)
+    report = ckpt.verify("tests.planted.jobs:NoSchedulerState", world_size=4, nodes=2, steps=2)
     failing = report.failures()[0]
     assert "--nodes 2" in failing.repro
     with pytest.raises(ValueError, match="3 simulated nodes cannot share 2 ranks evenly"):

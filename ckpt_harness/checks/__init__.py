@@ -1,8 +1,86 @@
-"""How each kind of catalogue scenario is run and judged.
+"""Checks: how each kind of catalogue scenario is run.
 
-One module per check (named by a scenario's `check` key). Each defines
-`PARAMS`, the parameters a scenario may set with their defaults (a default of
-None takes an integer), an optional `validate(params)` returning a problem to
-report, and `run(bench, scenario, cases)` returning a `ScenarioResult`;
-`cases` limits the run to named cases, as repro lines do.
+A scenario names its check (`check = "faults"`). A check declares the
+parameters a scenario may set (`params`: run settings from
+`config.SETTINGS` with the check's own defaults, and settings of its own),
+validates them together, and runs the scenario on a bench: it launches what
+it needs and returns the oracle's results of its cases, which the bench
+folds into the scenario's verdict. A check that does not apply to the
+bench's job raises `NotApplicable` saying why.
+
+Other packages add checks under the entry-point group `ckpt_harness.checks`:
+
+    [project.entry-points."ckpt_harness.checks"]
+    my-check = "my_package.checks:MY_CHECK"     # an object satisfying `Check`
 """
+
+from __future__ import annotations
+
+import functools
+import importlib
+from importlib import metadata
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
+
+from ckpt_harness.config import SETTINGS, Setting
+from ckpt_harness.errors import ScenarioError
+
+if TYPE_CHECKING:
+    from ckpt_harness.bench import Bench
+    from ckpt_harness.scenario import Scenario
+    from ckpt_harness.verdict import CaseResult
+
+ENTRY_POINT_GROUP = "ckpt_harness.checks"
+
+BUILTIN_CHECKS = {
+    "resume": "ckpt_harness.checks.resume:CHECK",
+    "faults": "ckpt_harness.checks.faults:CHECK",
+    "overwrite": "ckpt_harness.checks.overwrite:CHECK",
+    "reshard": "ckpt_harness.checks.reshard:CHECK",
+    "stall": "ckpt_harness.checks.stall:CHECK",
+}
+
+
+@runtime_checkable
+class Check(Protocol):
+    #: The parameters a scenario may set, with their defaults.
+    params: Sequence[Setting]
+
+    def validate(self, params: Mapping[str, Any]) -> Optional[str]:
+        """A problem with these parameters together, in words, or None."""
+
+    def run(self, bench: "Bench", scenario: "Scenario", only: Optional[Sequence[str]]) -> Sequence["CaseResult"]:
+        """Run the scenario's cases (only those named in `only`, if given) and
+        return the oracle's results."""
+
+
+class NotApplicable(Exception):
+    """The scenario does not apply to this job; the message says why."""
+
+
+def run_settings(**defaults: Any) -> tuple[Setting, ...]:
+    """Shared run settings as a check's parameters, with the check's defaults."""
+    return tuple(SETTINGS[name].with_default(value) for name, value in defaults.items())
+
+
+@functools.lru_cache(maxsize=None)
+def registry() -> dict[str, str]:
+    """Every check by name -> "module:attribute": the built-in ones, then installed packages'."""
+    found = dict(BUILTIN_CHECKS)
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def get(name: str) -> Check:
+    target = registry().get(name)
+    if target is None:
+        raise ScenarioError(f"unknown check {name!r}; choose from {', '.join(registry())}")
+    module, _, attribute = target.partition(":")
+    try:
+        check = getattr(importlib.import_module(module), attribute) if attribute else importlib.import_module(module)
+    except (ImportError, AttributeError) as exc:
+        raise ScenarioError(f"check {name!r} ({target}) cannot be loaded: {exc}") from exc
+    if not isinstance(check, Check):
+        raise ScenarioError(f"check {name!r} ({target}) has no params, validate() and run(): see ckpt_harness.checks.Check")
+    return check

@@ -8,65 +8,46 @@ run must also train to the end at M.
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness import oracle
-from ckpt_harness.report import CaseResult, Verdict
-from ckpt_harness.scenario import Bench, Scenario, ScenarioResult, not_applicable, summarize
-
-PARAMS = {"resume_at": "double", "steps": 6, "save_every": 2}
-
-
-def validate(params: dict) -> Optional[str]:
-    if params["resume_at"] not in ("double", "half"):
-        return f"resume_at must be 'double' or 'half', got {params['resume_at']!r}"
-    return None
+from ckpt_harness.checks import NotApplicable, run_settings
+from ckpt_harness.config import RunConfig, Setting
+from ckpt_harness.run import PROPAGATION, launch
+from ckpt_harness.verdict import CaseResult
 
 
-def run(bench: Bench, scenario: Scenario, only: Optional[Sequence[str]] = None) -> ScenarioResult:
-    from ckpt_harness.explore import PROPAGATION
-    from ckpt_harness.launch import MAX_WORLD_SIZE
-    from ckpt_harness.verify import Settings
+class Reshard:
+    params = (
+        Setting("resume_at", str, "double", "the world size to resume at, from the bench's", choices=("double", "half")),
+        *run_settings(steps=6, save_every=2),
+    )
 
-    if not bench.job_class.reshardable():
-        return not_applicable(bench, scenario, "the job defines no full_state(ctx), so it claims no world-size change")
-    p = scenario.params
-    n = bench.world_size
-    m = n * 2 if p["resume_at"] == "double" else n // 2
-    if not 1 <= m <= MAX_WORLD_SIZE or m == n:
-        return not_applicable(bench, scenario, f"world size {n} has no {p['resume_at']} in 1..{MAX_WORLD_SIZE}")
-    case = f"ws{n}->ws{m}"
-    repro = bench.scenario_repro(scenario, case)
-    saver = Settings(bench.ref, world_size=n, total_steps=p["steps"], save_every=p["save_every"], timeout=bench.timeout)
-    k = saver.save_steps[-1] if len(saver.save_steps) < 2 else saver.save_steps[-2]
-    root = bench.root / scenario.name
-    saved = saver.launch("saving run", saver.plan(root / "ckpt", k, trace_files=False, full_state=True), root / "save")
+    def validate(self, params: Mapping[str, Any]) -> Optional[str]:
+        return None
 
-    def result(verdict: Verdict, summary: str, details: str = "") -> ScenarioResult:
-        return summarize(bench, scenario, [CaseResult(case, scenario.property, verdict, summary, details,
-                                                      repro if verdict is not Verdict.PASS else None)])
+    def run(self, bench, scenario, only: Optional[Sequence[str]] = None) -> Sequence[CaseResult]:
+        from ckpt_harness.launch import MAX_WORLD_SIZE
 
-    problem = oracle.health(saved)
-    if problem is not None:
-        return result(Verdict.FAIL, f"the run at world size {n} failed: {problem[0]}", problem[1])
-    resumer = dataclasses.replace(saver, world_size=m)
-    resumed = resumer.launch("resumed run", resumer.plan(root / "ckpt", trace_files=False, full_state=True),
-                             root / "resume", failure_grace=PROPAGATION)
-    loaded = resumed.states("loaded full")
-    if loaded is None:
-        problem = oracle.health(resumed)
-        return result(Verdict.FAIL, f"resume at world size {m}: {problem[0] if problem else 'no state after load'}",
-                      problem[1] if problem else "")
-    steps = set(resumed.loaded_steps().values())
-    if steps != {k}:
-        return result(Verdict.FAIL, f"resume at world size {m}: load() returned {sorted(steps, key=str)}, expected {k}")
-    reference = saved.states("saved full", k)[0]
-    same = oracle.judge_same_state(case, scenario.property, {r: reference for r in loaded}, loaded,
-                                   f"full state at world size {m} vs. saved at {n}", repro)
-    if same.verdict is not Verdict.PASS:
-        return result(Verdict.FAIL, same.summary, same.details)
-    problem = oracle.health(resumed)
-    if problem is not None:
-        return result(Verdict.FAIL, f"resumed at world size {m}, then {problem[0]}", problem[1])
-    return result(Verdict.PASS, f"save {k} at {n} ranks resumed at {m}: {same.summary}")
+        if not bench.job_class.reshardable():
+            raise NotApplicable("the job defines no full_state(ctx), so it claims no world-size change")
+        n = bench.world_size
+        m = n * 2 if scenario.params["resume_at"] == "double" else n // 2
+        if not 1 <= m <= MAX_WORLD_SIZE or m == n:
+            raise NotApplicable(f"world size {n} has no {scenario.params['resume_at']} in 1..{MAX_WORLD_SIZE}")
+        case = f"ws{n}->ws{m}"
+        repro = bench.repro(scenario, case)
+        saver = bench.config(scenario.params, RunConfig)
+        k = saver.save_steps[-1] if len(saver.save_steps) < 2 else saver.save_steps[-2]
+        root = bench.root / scenario.name
+        saved = launch(saver, "saving run", root / "ckpt", root / "save", stop_after_save=k, trace_files=False,
+                       full_state=True)
+        failed = oracle.judge_reshard_save(case, scenario.property, saved, n, repro)
+        if failed is not None:
+            return [failed]
+        resumed = launch(saver.replace(world_size=m), "resumed run", root / "ckpt", root / "resume",
+                         trace_files=False, full_state=True, failure_grace=PROPAGATION)
+        return [oracle.judge_reshard(case, scenario.property, saved, resumed, k, n, m, repro)]
+
+
+CHECK = Reshard()

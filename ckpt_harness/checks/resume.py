@@ -3,17 +3,27 @@ other scenario's verdict leans on."""
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
-from ckpt_harness.scenario import Bench, Scenario, ScenarioResult, summarize
+from ckpt_harness.checks import run_settings
+from ckpt_harness.config import RunConfig
+from ckpt_harness.verdict import CaseResult
 
-PARAMS = {"steps": 8, "save_every": 2}
+
+class Resume:
+    params = run_settings(steps=8, save_every=2)
+    #: Its results are checks of a few cases.
+    unit = "checks"
+
+    def validate(self, params: Mapping[str, Any]) -> Optional[str]:
+        return None
+
+    def run(self, bench, scenario, only: Optional[Sequence[str]] = None) -> Sequence[CaseResult]:
+        from ckpt_harness.run import prepare_workdir
+        from ckpt_harness.verify import run_verification
+
+        config = bench.config(scenario.params, RunConfig)
+        return run_verification(config, prepare_workdir(bench.root / scenario.name), only).results
 
 
-def run(bench: Bench, scenario: Scenario, cases: Optional[Sequence[str]] = None) -> ScenarioResult:
-    from ckpt_harness.verify import verify
-
-    report = verify(bench.job_arg, world_size=bench.world_size, total_steps=scenario.params["steps"],
-                    save_every=scenario.params["save_every"], timeout=bench.timeout,
-                    workdir=bench.root / scenario.name, cases=cases)
-    return summarize(bench, scenario, report.results, what="checks")
+CHECK = Resume()

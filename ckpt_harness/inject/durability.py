@@ -98,6 +98,8 @@ import stat
 from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Optional
 
+from ckpt_harness.errors import ModelError
+
 #: Durability modes; see the module docstring.
 MODES = ("strict", "ordered")
 
@@ -129,7 +131,7 @@ _FS_FIELDS = ("path", "fid", "src", "dst")
 ReadData = Callable[[int, int, int], bytes]
 
 
-class DurabilityError(ValueError):
+class DurabilityError(ModelError):
     """An event (or a tree) the durability model cannot interpret."""
 
 

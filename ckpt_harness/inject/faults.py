@@ -17,6 +17,8 @@ import signal
 import time
 from typing import Optional
 
+from ckpt_harness import phase
+
 #: Operations that are fault points, by trace event kind.
 FILE_OPS = ("open", "write", "fsync", "rename", "unlink", "mkdir", "rmdir", "rmtree")
 OPS = ("collective", *FILE_OPS)
@@ -65,7 +67,7 @@ class Fault:
     def label(self) -> str:
         """`kind@r<rank>:<phase>#<index>`, e.g. `crash@r0:save4#7`, and `~seconds`
         for a delay of other than the default length; `parse` reads it back."""
-        label = f"{self.kind}@r{self.rank}:{self.phase.replace(' ', '')}#{self.index}"
+        label = f"{self.kind}@r{self.rank}:{phase.compact(self.phase)}#{self.index}"
         if self.kind == "delay" and self.seconds != DEFAULT_DELAY:
             label += f"~{self.seconds:g}"
         return label
@@ -75,12 +77,11 @@ class Fault:
         match = _LABEL.fullmatch(label)
         if match is None:
             raise ValueError(f"not a fault label: {label!r} (expected e.g. crash@r0:save4#7)")
-        kind, rank, phase, step, index, seconds = match.groups()
-        return cls(kind, int(rank), f"{phase} {step}", int(index),
-                   float(seconds) if seconds else DEFAULT_DELAY)
+        kind, rank, where, index, seconds = match.groups()
+        return cls(kind, int(rank), phase.expand(where), int(index), float(seconds) if seconds else DEFAULT_DELAY)
 
 
-_LABEL = re.compile(r"([a-z-]+)@r(\d+):([a-z_]+?)(\d+)#(\d+)(?:~([0-9.]+))?")
+_LABEL = re.compile(r"([a-z-]+)@r(\d+):([a-z_]+?\d+)#(\d+)(?:~([0-9.]+))?")
 
 
 def plan_label(faults: "tuple[Fault, ...]") -> str:

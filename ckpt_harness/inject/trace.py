@@ -1,13 +1,92 @@
-"""Reading trace files back: what each rank did, and where it stopped."""
+"""Reading trace files back: what each rank did, and where it stopped.
+
+Probes write one JSON object per line (cheap, and a torn last line after a
+SIGKILL costs only that line). Readers get typed `Event`s; the complete
+record stays in `Event.fields` for the durability model, which replays
+every field of file operations.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 from pathlib import Path
-from typing import Optional
+from typing import Any, Iterable, Mapping, Optional
 
 
-def read_events(path: Path) -> list[dict]:
+class EventKind(str, enum.Enum):
+    PHASE = "phase"
+    COLLECTIVE = "collective"
+    OPEN = "open"
+    WRITE = "write"
+    CLOSE = "close"
+    FSYNC = "fsync"
+    RENAME = "rename"
+    UNLINK = "unlink"
+    MKDIR = "mkdir"
+    RMDIR = "rmdir"
+    RMTREE = "rmtree"
+    #: An armed fault fired (before the operation it is armed at).
+    FAULT = "fault"
+
+
+#: Operations that create a path (so a save "wrote" it).
+CREATING = (EventKind.OPEN, EventKind.RENAME, EventKind.MKDIR)
+
+
+@dataclasses.dataclass(frozen=True)
+class Event:
+    kind: EventKind
+    rank: int
+    phase: str
+    t: float
+    #: Index of this operation within its phase; None for events that are
+    #: not operations (phase changes, closes, collective exits, faults).
+    point: Optional[int]
+    #: Operations this event stands for (a batched run of writes to one file).
+    count: int
+    #: The whole record as the probe wrote it.
+    fields: Mapping[str, Any] = dataclasses.field(repr=False, compare=False)
+
+    @classmethod
+    def parse(cls, record: Mapping[str, Any]) -> "Event":
+        return cls(EventKind(record["kind"]), record.get("rank", -1), record["phase"], record.get("t", 0.0),
+                   record.get("point"), record.get("count", 1), record)
+
+    @property
+    def path(self) -> str:
+        """The file or directory (relative to the checkpoint dir); a rename's destination."""
+        return self.fields.get("dst") if self.kind is EventKind.RENAME else self.fields.get("path", "")
+
+    @property
+    def collective(self) -> str:
+        return self.fields.get("op", "")
+
+    @property
+    def caller(self) -> str:
+        return self.fields.get("caller", "")
+
+    @property
+    def target(self) -> str:
+        """What the operation acts on, for reports: a collective's name, a path, or src -> dst."""
+        if self.kind is EventKind.COLLECTIVE:
+            return self.collective
+        if self.kind is EventKind.RENAME:
+            return f"{self.fields.get('src')} -> {self.fields.get('dst')}"
+        return self.fields.get("path", "")
+
+    @property
+    def fault(self) -> Optional[str]:
+        return self.fields.get("fault") if self.kind is EventKind.FAULT else None
+
+    @property
+    def entering(self) -> bool:
+        """A collective's entry (its exit is a separate event)."""
+        return self.kind is EventKind.COLLECTIVE and self.fields.get("at") == "enter"
+
+
+def read_events(path: Path) -> list[Event]:
     """Every complete event of a rank's trace (a torn last line is dropped)."""
     events = []
     try:
@@ -16,39 +95,67 @@ def read_events(path: Path) -> list[dict]:
         return events
     for line in text.splitlines():
         try:
-            events.append(json.loads(line))
+            events.append(Event.parse(json.loads(line)))
         except ValueError:
             break
     return events
 
 
-def last_phase(events: list[dict]) -> Optional[str]:
-    return events[-1]["phase"] if events else None
+def fields(events: Iterable[Event]) -> list[Mapping[str, Any]]:
+    """The raw records, as the durability model replays them."""
+    return [e.fields for e in events]
 
 
-def pending_collective(events: list[dict]) -> Optional[dict]:
+def pending_collective(events: list[Event]) -> Optional[Event]:
     """The collective this rank entered and never left, if any."""
-    open_calls: dict[int, dict] = {}
+    open_calls: dict[int, Event] = {}
     for event in events:
-        if event["kind"] != "collective":
+        if event.kind is not EventKind.COLLECTIVE:
             continue
-        if event["at"] == "enter":
-            open_calls[event["n"]] = event
+        if event.entering:
+            open_calls[event.fields["n"]] = event
         else:
-            open_calls.pop(event["n"], None)
-    return max(open_calls.values(), key=lambda e: e["n"]) if open_calls else None
+            open_calls.pop(event.fields["n"], None)
+    return max(open_calls.values(), key=lambda e: e.fields["n"]) if open_calls else None
 
 
-def where(events: list[dict]) -> str:
+def where(events: list[Event]) -> str:
     """One line: where a rank was when it stopped, for hang and crash reports."""
-    hang = next((e for e in events if e["kind"] == "fault" and e.get("fault") == "hang"), None)
+    hang = next((e for e in events if e.fault == "hang"), None)
     if hang is not None:  # an injected hang never returns
-        return f"blocked by the injected hang before operation #{hang['index']} of {hang['phase']}"
+        return f"blocked by the injected hang before operation #{hang.fields['index']} of {hang.phase}"
     pending = pending_collective(events)
     if pending is not None:
-        return (
-            f"waiting in {pending['op']} #{pending['n']} called from {pending['caller']}"
-            f" during {pending['phase']}"
-        )
-    phase = last_phase(events)
+        return (f"waiting in {pending.collective} #{pending.fields['n']} called from {pending.caller}"
+                f" during {pending.phase}")
+    phase = events[-1].phase if events else None
     return f"in {phase}, not in a collective" if phase else "before the job started"
+
+
+def created_in(events: Iterable[Event], phase: str) -> set[str]:
+    """Paths a phase created or renamed into place (files or directories)."""
+    return {e.path for e in events if e.phase == phase and e.kind in CREATING and e.path}
+
+
+def describe_phase(events: list[Event], phase: str) -> str:
+    """One line of a rank's operations in `phase`, in order (`ckpt-harness trace`)."""
+    parts: list[str] = []
+    written: Optional[tuple[str, int]] = None  # the file of the last part and its bytes so far
+    for e in events:
+        if e.phase != phase or e.point is None or e.kind is EventKind.OPEN:
+            continue  # an open is told by the write that follows it
+        if e.kind is EventKind.WRITE:
+            size = e.fields["n"] + (written[1] if written and written[0] == e.path else 0)
+            if written and written[0] == e.path:
+                parts.pop()
+            parts.append(f"write {e.path} ({size} bytes)")
+            written = (e.path, size)
+            continue
+        written = None
+        if e.kind is EventKind.COLLECTIVE:
+            parts.append(f"{e.collective}#{e.fields['n']}")
+        elif e.kind is EventKind.RENAME:
+            parts.append(f"rename {e.fields['src']} → {e.fields['dst']}")
+        else:
+            parts.append(f"{e.kind.value} {e.fields.get('path', '')}".rstrip())
+    return " → ".join(parts)

@@ -4,18 +4,27 @@ They double as positive controls (a correct checkpointing scheme must pass
 the whole catalogue) and as the harness's own regression targets. The
 registry holds "module:Class" strings, not classes, so listing jobs (CLI
 `list`, plugin option parsing) never pays for importing torch.
+
+Other packages add jobs under the entry-point group `ckpt_harness.jobs`
+(`name = "module:Class"`); they follow the built-in ones, in name order.
 """
 
 from __future__ import annotations
 
+import functools
+from importlib import metadata
+
+ENTRY_POINT_GROUP = "ckpt_harness.jobs"
+
+#: In the order a default matrix shows them: plain torch first, then by framework.
 BUILTIN_JOBS: dict[str, str] = {
     "torch_save": "ckpt_harness.jobs.torch_save:TorchSaveJob",
     "dcp": "ckpt_harness.jobs.dcp:DcpJob",
-    "hf_trainer": "ckpt_harness.jobs.hf_trainer:HFTrainerJob",
-    "deepspeed": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero1",
     "deepspeed_zero0": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero0",
+    "deepspeed": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero1",
     "deepspeed_zero2": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero2",
     "deepspeed_zero3": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero3",
+    "hf_trainer": "ckpt_harness.jobs.hf_trainer:HFTrainerJob",
 }
 
 DESCRIPTIONS: dict[str, str] = {
@@ -36,4 +45,19 @@ DESCRIPTIONS: dict[str, str] = {
     ),
 }
 
-__all__ = ["BUILTIN_JOBS", "DESCRIPTIONS"]
+
+
+@functools.lru_cache(maxsize=None)
+def registry() -> dict[str, str]:
+    """Every named job, name -> "module:Class": the built-in ones, then those of installed packages."""
+    found = dict(BUILTIN_JOBS)
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name):
+        found.setdefault(ep.name, ep.value)
+    return found
+
+
+def describe(name: str) -> str:
+    return DESCRIPTIONS.get(name) or registry()[name]
+
+
+__all__ = ["BUILTIN_JOBS", "DESCRIPTIONS", "ENTRY_POINT_GROUP", "describe", "registry"]

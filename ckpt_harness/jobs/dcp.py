@@ -42,7 +42,6 @@ from ckpt_harness.jobs._common import (
 class DcpJob(TinyJob):
     """FSDP2 over gloo with DCP checkpoints and a `latest` pointer."""
 
-    name = "dcp"
     warm_start = True
     preload = (
         "numpy",

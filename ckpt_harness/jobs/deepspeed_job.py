@@ -242,7 +242,6 @@ def convert_to_universal(tag_dir: Path, out_dir: Path) -> None:
 class DeepSpeedJob(TinyJob):
     """A DeepSpeed engine over gloo, ZeRO stage `stage`, DeepSpeed checkpoints."""
 
-    name = "deepspeed"
     #: ZeRO stage (0–3).
     stage: ClassVar[int] = 1
     env = {"DS_ACCELERATOR": "cpu", WARM_ENV: "1"}
@@ -455,20 +454,16 @@ class DeepSpeedJob(TinyJob):
 
 
 class DeepSpeedZero0(DeepSpeedJob):
-    name = "deepspeed_zero0"
     stage = 0
 
 
 class DeepSpeedZero1(DeepSpeedJob):
-    name = "deepspeed_zero1"
     stage = 1
 
 
 class DeepSpeedZero2(DeepSpeedJob):
-    name = "deepspeed_zero2"
     stage = 2
 
 
 class DeepSpeedZero3(DeepSpeedJob):
-    name = "deepspeed_zero3"
     stage = 3

@@ -44,6 +44,7 @@ import os
 import random
 from typing import Any, Mapping, Optional
 
+from ckpt_harness import phase
 from ckpt_harness.job import Job, RankContext
 
 VOCAB, SEQ_LEN = 64, 16
@@ -105,12 +106,12 @@ def _make_callback(job: "HFTrainerJob", ctx: RankContext):
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.report_load()  # only if the RNG hook did not fire (another transformers)
-            ctx.phase(f"train_step {state.global_step + 1}")
+            ctx.phase(phase.train_step(state.global_step + 1))
 
         def on_step_end(self, args, state, control, **kwargs):
             # Runs after DefaultFlowCallback decided; `_save_checkpoint` follows.
             if control.should_save:
-                ctx.phase(f"save {state.global_step}")
+                ctx.phase(phase.save(state.global_step))
 
         def on_train_end(self, args, state, control, **kwargs):
             self.report_load()  # nothing left to train: the Trainer never restored the RNG
@@ -170,7 +171,6 @@ class HFTrainerJob(Job):
     """`transformers.Trainer` (DDP over the harness's gloo group) with its own
     `checkpoint-N` saves and `get_last_checkpoint` resume."""
 
-    name = "hf_trainer"
     preload = (
         "numpy", "torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo",
         "safetensors", "safetensors.torch",
@@ -240,7 +240,7 @@ class HFTrainerJob(Job):
             ddp_find_unused_parameters=False,
         )
         dataset = _Tokens(ctx.seed, self.steps_per_epoch * BATCH_SIZE * ctx.world_size)
-        ctx.phase("setup")
+        ctx.phase(phase.SETUP)
         report = _make_callback(self, ctx)
         self.trainer = Trainer(
             model=_build_model(ctx.seed), args=args, train_dataset=dataset, callbacks=[report]
@@ -252,7 +252,7 @@ class HFTrainerJob(Job):
             ctx.loaded(None)
         else:
             self.resumed_from = int(os.path.basename(last).rsplit("-", 1)[1])
-            ctx.phase("load")
+            ctx.phase(phase.LOAD)
         self.trainer.train(resume_from_checkpoint=last)
 
     def state(self, ctx: RankContext) -> Mapping[str, Any]:

@@ -35,7 +35,6 @@ from ckpt_harness.jobs._common import (
 class TorchSaveJob(TinyJob):
     """DDP over gloo with rank-0 `torch.save` checkpoints and a `latest` pointer."""
 
-    name = "torch_save"
     #: Whether the last load came from a checkpoint of another world size.
     resharded = False
     preload = ("numpy", "torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo")

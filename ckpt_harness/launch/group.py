@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
+import enum
 import os
 import queue
 import select
@@ -23,6 +24,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from ckpt_harness.errors import ConfigError, HarnessError
 from ckpt_harness.launch import _proc, _wire
 from ckpt_harness.launch.rank import STACK_SIGNAL
 
@@ -33,16 +35,32 @@ STARTUP_TIMEOUT = 180.0
 STACK_GRACE = 2.0
 
 
-class LaunchError(RuntimeError):
+class LaunchError(HarnessError):
     """The group could not be started (bad preload, dead fork server)."""
+
+
+class RankStatus(str, enum.Enum):
+    RUNNING = "running"
+    #: The entry returned.
+    OK = "ok"
+    #: The entry raised.
+    FAILED = "failed"
+    #: The process ended on its own (signal, exit).
+    CRASHED = "crashed"
+    #: Still running at the deadline.
+    HUNG = "hung"
+
+    @property
+    def ended_badly(self) -> bool:
+        return self in (RankStatus.FAILED, RankStatus.CRASHED)
 
 
 def check_layout(world_size: int, nodes: int = 1) -> None:
     """Refuse a group the launcher cannot start, saying what to change."""
     if not 1 <= world_size <= MAX_WORLD_SIZE:
-        raise ValueError(f"world size must be between 1 and {MAX_WORLD_SIZE}, got {world_size}")
+        raise ConfigError(f"world_size must be between 1 and {MAX_WORLD_SIZE}, got {world_size}")
     if nodes < 1 or world_size % nodes:
-        raise ValueError(
+        raise ConfigError(
             f"{nodes} simulated nodes cannot share {world_size} ranks evenly; "
             "pick a node count that divides the world size"
         )
@@ -83,9 +101,7 @@ class RankOutcome:
     rank: int
     pid: int
     log: Path
-    #: "ok": entry returned; "failed": entry raised; "crashed": the process
-    #: ended on its own (signal, exit); "hung": still running at the deadline.
-    status: str = "running"
+    status: RankStatus = RankStatus.RUNNING
     exit_code: Optional[int] = None
     signal: Optional[int] = None
     #: Seconds from launch until the entry returned or raised.
@@ -103,10 +119,10 @@ class RankOutcome:
         return "\n".join(self.log_text().splitlines()[-lines:])
 
     def describe(self) -> str:
-        if self.status == "crashed":
+        if self.status is RankStatus.CRASHED:
             how = f"signal {signal.Signals(self.signal).name}" if self.signal else f"exit code {self.exit_code}"
             return f"died ({how})"
-        return {"ok": "finished", "failed": "raised", "hung": "hung"}.get(self.status, self.status)
+        return {RankStatus.OK: "finished", RankStatus.FAILED: "raised"}.get(self.status, self.status.value)
 
 
 @dataclasses.dataclass
@@ -120,7 +136,7 @@ class GroupOutcome:
 
     @property
     def ok(self) -> bool:
-        return all(r.status == "ok" for r in self.ranks)
+        return all(r.status is RankStatus.OK for r in self.ranks)
 
 
 class _ZygoteClient:
@@ -279,22 +295,22 @@ class _GroupRun:
     def _watch(self, start: float, until: float) -> bool:
         """Follow the ranks until each finished or died; False at the deadline
         or when peers of a failed rank outstay the failure grace."""
-        while any(r.status == "running" for r in self.ranks):
+        while any(r.status is RankStatus.RUNNING for r in self.ranks):
             message = self._next(until)
             if message is None:
                 return False
-            failed_before = any(r.status in ("failed", "crashed") for r in self.ranks)
+            failed_before = any(r.status.ended_badly for r in self.ranks)
             rank = self.ranks[message["rank"]]
             if message["op"] == "done":
-                rank.status = "failed" if message["failed"] else "ok"
+                rank.status = RankStatus.FAILED if message["failed"] else RankStatus.OK
                 rank.finished_at = time.monotonic() - start
             elif message["op"] == "exit":
                 self.exited.add(rank.rank)
                 rank.exit_code, rank.signal = message["code"], message["signal"]
-                if rank.status == "running":
-                    rank.status = "crashed"
+                if rank.status is RankStatus.RUNNING:
+                    rank.status = RankStatus.CRASHED
                     rank.finished_at = time.monotonic() - start
-            if not failed_before and rank.status in ("failed", "crashed"):
+            if not failed_before and rank.status.ended_badly:
                 until = min(until, time.monotonic() + self.spec.failure_grace)
         return True
 
@@ -307,8 +323,8 @@ class _GroupRun:
         alive = [r for r in self.ranks if r.rank not in self.exited]
         offsets = {}
         for r in alive:
-            if r.status == "running":
-                r.status = "hung"
+            if r.status is RankStatus.RUNNING:
+                r.status = RankStatus.HUNG
             offsets[r.rank] = _size(r.log)
             try:
                 os.kill(r.pid, STACK_SIGNAL)

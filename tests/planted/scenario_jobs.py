@@ -19,7 +19,7 @@ import torch.distributed as dist
 from ckpt_harness.job import RankContext
 from ckpt_harness.jobs._common import prepare_step_dir
 from ckpt_harness.jobs.torch_save import TorchSaveJob
-from tests.checkpointers import ReferenceCheckpointer, everywhere
+from tests.planted.checkpointers import ReferenceCheckpointer, everywhere
 
 
 class MergesIntoExisting(TorchSaveJob):

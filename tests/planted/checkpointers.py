@@ -96,7 +96,6 @@ class _Checkpointer(TorchSaveJob):
     are the hooks the planted bugs turn.
     """
 
-    name = None  # reports show the class name
     #: False: no fsync of any file or directory.
     durable = True
     #: False: trust that a rank file belongs to the step being loaded.

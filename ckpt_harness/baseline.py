@@ -1,0 +1,139 @@
+"""The baseline every fault case is judged against, prepared once.
+
+A golden run (traced, uninterrupted) gives the states after every save and
+at the end, and the trace of save k: its *points*, every collective and
+file operation of every rank. A stopped run gives the directory as it is
+right after save k returned (what corruption cases damage). Both are done
+once per config; a `Baseline` is a frozen value, so any number of cases,
+scenarios and threads can run against it in any order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Mapping, Optional, Sequence
+
+from ckpt_harness import oracle, phase
+from ckpt_harness.config import ExploreConfig
+from ckpt_harness.inject import corrupt
+from ckpt_harness.inject.faults import OPS
+from ckpt_harness.inject.trace import Event, EventKind
+from ckpt_harness.records import Kind, Run
+from ckpt_harness.run import launch, repro
+from ckpt_harness.verdict import CaseResult, Verdict
+
+
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One operation of one rank in the broken save: where a fault can be armed."""
+
+    rank: int
+    phase: str
+    index: int
+    op: str
+    #: The file (relative to the checkpoint dir) or the collective's name.
+    target: str
+    caller: str = ""
+
+    def describe(self) -> str:
+        target = self.target + (f" from {self.caller}" if self.caller else "")
+        return f"rank {self.rank} #{self.index} {self.op} {target}"
+
+
+def fault_points(events_by_rank: Mapping[int, Sequence[Event]], where: str) -> list[Point]:
+    """Every operation of phase `where` on every rank, writes sampled per file.
+
+    Of each run of consecutive writes to one file, the first, the middle and
+    the last are points: torch.save alone issues hundreds of small writes per
+    file, and a crash between two of them differs only in the length of the
+    prefix left behind.
+    """
+    points = []
+    for rank, events in sorted(events_by_rank.items()):
+        ops = [(e, e.point + i) for e in events
+               if e.phase == where and e.point is not None and e.kind.value in OPS for i in range(e.count)]
+        runs: list[list[tuple[Event, int]]] = []
+        for e, index in ops:
+            first = runs[-1][0][0] if runs else None
+            if e.kind is EventKind.WRITE and first is not None and first.kind is EventKind.WRITE \
+                    and first.fields["fid"] == e.fields["fid"]:
+                runs[-1].append((e, index))
+            else:
+                runs.append([(e, index)])
+        for run in runs:
+            chosen = run if run[0][0].kind is not EventKind.WRITE else sorted(
+                {i: (e, i) for e, i in (run[0], run[len(run) // 2], run[-1])}.values(), key=lambda ei: ei[1])
+            points += [Point(rank, where, i, e.kind.value, e.target, e.caller) for e, i in chosen]
+    return points
+
+
+class BaselineFailed(Exception):
+    """The golden run itself failed: there is nothing to judge cases against.
+    `result` is that failure, reported in place of the cases."""
+
+    def __init__(self, result: CaseResult):
+        super().__init__(result.summary)
+        self.result = result
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    config: ExploreConfig
+    root: Path
+    golden: Run
+    reference: oracle.Reference
+    points: tuple[Point, ...]
+    #: The directory right after save k returned, or None if that run failed.
+    committed: Optional[Path]
+    #: Files of save k in it (relative), the targets of corruption cases.
+    committed_files: tuple[str, ...]
+
+    @property
+    def k(self) -> int:
+        return self.config.k
+
+    @property
+    def prev(self) -> Optional[int]:
+        return self.config.prev
+
+    @property
+    def phase(self) -> str:
+        return phase.save(self.k)
+
+    def repro(self, case: str) -> str:
+        return repro("explore", self.config, case)
+
+    def with_config(self, config: ExploreConfig) -> "Baseline":
+        """The same baseline, with the cases (faults, corruptions, ...) of another config of the same runs."""
+        if config.runs != self.config.runs:
+            raise ValueError(f"a baseline of {self.config.runs} cannot serve {config.runs}")
+        return dataclasses.replace(self, config=config)
+
+    def nothing_to_break(self) -> Optional[CaseResult]:
+        """UNKNOWN when save k recorded no operation (an owned loop that names no phases)."""
+        return None if self.points else oracle.nothing_to_break(self.phase, self.repro("golden"))
+
+
+def prepare(config: ExploreConfig, root: Path) -> Baseline:
+    """The golden run, its fault points and the committed save; raises
+    `BaselineFailed` if the golden run did not finish."""
+    golden = launch(config, "golden", root / "golden" / "ckpt", root / "golden" / "run")
+    live = oracle.judge_live("golden", golden, repro("explore", config, "golden"))
+    if live.verdict is not Verdict.PASS:
+        raise BaselineFailed(live)
+    where = phase.save(config.k)
+    saved = {s: golden.states(Kind.SAVED, s) for s in golden.saved_steps()}
+    reference = oracle.Reference(saved, config.k, config.prev, golden.states(Kind.FINAL))
+    points = fault_points({r.rank: r.events for r in golden.ranks}, where)
+    committed = root / "committed" / "ckpt"
+    stopped = launch(config, "committed", committed, root / "committed" / "run", stop_after_save=config.k)
+    files: tuple[str, ...] = ()
+    if stopped.ok:
+        written = stopped.created_in(where)
+        files = tuple(f for f in corrupt.committed_files(committed) if _covered(f, written))
+    return Baseline(config, root, golden, reference, tuple(points), committed if stopped.ok else None, files)
+
+
+def _covered(path: str, written: set[str]) -> bool:
+    return any(path == w or path.startswith(w.rstrip("/") + "/") for w in written)

@@ -1,0 +1,112 @@
+"""A bench: one job at one world size, and the runs its scenarios share.
+
+Scenarios that ask for the same config share one baseline (golden run,
+fault points, committed save), so a catalogue costs one golden run per
+distinct config rather than one per scenario. Running a scenario on a bench
+is the one place its check's results become a `ScenarioResult`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
+
+from ckpt_harness import baseline as baselines
+from ckpt_harness import checks
+from ckpt_harness.baseline import Baseline, BaselineFailed
+from ckpt_harness.config import SETTINGS, ExploreConfig, settings_of
+from ckpt_harness.errors import UsageError
+from ckpt_harness.jobref import resolve
+from ckpt_harness.run import repro_line
+from ckpt_harness.scenario import Scenario, ScenarioResult, not_applicable, summarize
+from ckpt_harness.verdict import Verdict
+
+
+class Bench:
+    """`progress(done, total)` is called as cases finish, with counts within
+    the current scenario."""
+
+    def __init__(self, job: Union[str, type], world_size: int, root: Path, *,
+                 timeout: float = SETTINGS["timeout"].default, parallel: int = SETTINGS["parallel"].default,
+                 progress: Optional[Callable[[int, int], None]] = None):
+        self.ref, self.job_class = resolve(job)
+        self.world_size = SETTINGS["world_size"].check(world_size)
+        self.timeout = SETTINGS["timeout"].check(timeout)
+        self.parallel = SETTINGS["parallel"].check(parallel)
+        self.root = Path(root)
+        self.progress = progress
+        self._memo: dict[Any, Any] = {}
+        self._baselines = 0
+        self._lock = threading.RLock()
+
+    @property
+    def job(self) -> str:
+        return self.ref.display
+
+    def config(self, params: dict[str, Any], cls: type = ExploreConfig, **changes: Any) -> Any:
+        """The config of `cls` for this bench and a scenario's parameters (those `cls` takes)."""
+        takes = settings_of(cls)
+        values = {k: v for k, v in params.items() if k in takes}
+        values.update(world_size=self.world_size, timeout=self.timeout, **changes)
+        if "parallel" in takes:
+            values["parallel"] = self.parallel
+        return cls.build(self.ref, **values)
+
+    def baseline(self, config: ExploreConfig) -> Baseline:
+        """The prepared baseline of `config`, shared by every scenario that asks
+        for the same one; raises `BaselineFailed` (every time) if its golden run failed."""
+        def prepare() -> Any:
+            self._baselines += 1
+            try:
+                return baselines.prepare(config, self.root / f"ex{self._baselines - 1}")
+            except BaselineFailed as failed:
+                return failed
+
+        found = self.memo(("baseline", config.runs), prepare)
+        if isinstance(found, BaselineFailed):
+            raise found
+        return found.with_config(config)
+
+    def memo(self, key: Any, make: Callable[[], Any]) -> Any:
+        """`make()` once per key on this bench (runs several scenarios share)."""
+        with self._lock:
+            if key not in self._memo:
+                self._memo[key] = make()
+            return self._memo[key]
+
+    def repro(self, scenario: Scenario, case: Optional[str] = None) -> str:
+        args = ["scenario", scenario.name, "--job", self.job, "--world-size", str(self.world_size),
+                "--timeout", f"{self.timeout:g}"]
+        if not scenario.builtin:
+            args += ["--file", scenario.source]
+        return repro_line(self.ref, args + (["--case", case] if case else []))
+
+    def run(self, scenario: Scenario, cases: Optional[Sequence[str]] = None) -> ScenarioResult:
+        """Run `scenario`'s check here and fold its results; a harness error in
+        it is this scenario's ERROR, with the traceback, never a FAIL."""
+        started = time.monotonic()
+        check = checks.get(scenario.check)
+        try:
+            results = check.run(self, scenario, cases)
+        except checks.NotApplicable as exc:
+            result = not_applicable(self.job, scenario, str(exc))
+        except BaselineFailed as failed:
+            result = summarize(self.job, scenario, [failed.result])
+        except UsageError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - reported as ERROR, not swallowed
+            result = ScenarioResult(scenario.name, self.job, scenario.property, Verdict.ERROR,
+                                    f"the harness failed running it: {type(exc).__name__}: {exc}",
+                                    details=traceback.format_exc())
+        else:
+            result = summarize(self.job, scenario, results, getattr(check, "unit", "cases"))
+        return _with_elapsed(result, time.monotonic() - started)
+
+
+def _with_elapsed(result: ScenarioResult, elapsed: float) -> ScenarioResult:
+    return dataclasses.replace(result, elapsed=elapsed)
+

@@ -1,0 +1,179 @@
+"""Fault cases: which to run against a baseline, and running one.
+
+A case is a plan (faults armed at points of save k) or a corruption of one
+file of the committed save k, or a power loss right after save k returned.
+Running it is a function of the baseline and the case: a fresh directory, a
+run with the faults armed that stops after save k (the power-loss model
+applied to the directory if power was lost), then a fresh group that resumes
+by the job's own logic and trains to the end; the oracle judges the resume.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import shutil
+import threading
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Sequence
+
+from ckpt_harness import oracle
+from ckpt_harness.baseline import Baseline, Point
+from ckpt_harness.errors import HarnessError, UsageError
+from ckpt_harness.inject import corrupt, durability
+from ckpt_harness.inject.faults import Fault, applicable_kinds, parse_plan, plan_label
+from ckpt_harness.inject.trace import fields
+from ckpt_harness.records import Run, data_reader
+from ckpt_harness.run import PROPAGATION, fresh_dir, launch
+from ckpt_harness.verdict import CaseResult
+
+#: The kind of a multi-fault plan whose property is judged, most severe first.
+SEVERITY = ("power-loss", "crash", "crash-mid", "crash-after", "hang", "error", "eio", "enospc", "torn", "delay")
+POWER_LOSS_AFTER = "power-loss-after"
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One case; `name` is what `--case` takes to replay it."""
+
+    name: str
+    #: The kind that decides the property judged (see `dominant`).
+    kind: str
+    points: tuple[Point, ...] = ()
+    faults: tuple[Fault, ...] = ()
+    #: For corruption cases: the file damaged (relative to the checkpoint dir).
+    path: Optional[str] = None
+
+    @classmethod
+    def of(cls, faults: tuple[Fault, ...], points: Sequence[Point]) -> "Case":
+        """A case of one or more faults; `points` describe where they fire."""
+        where = {(p.rank, p.phase, p.index): p for p in points}
+        chosen = tuple(where[(f.rank, f.phase, f.index)] for f in faults if (f.rank, f.phase, f.index) in where)
+        return cls(plan_label(faults), dominant(faults), chosen, faults)
+
+    def describe(self) -> str:
+        if self.path is not None:
+            return self.path
+        if not self.faults:
+            return "power loss right after the save returned"
+        return " + ".join(
+            f"{f.kind} at {p.describe()}" if p else f.label
+            for f, p in zip(self.faults, [*self.points, *[None] * len(self.faults)])
+        )
+
+    def row(self, outcome: oracle.Outcome) -> tuple[str, ...]:
+        """The case's cells in an exploration table (`report.EXPLORE_COLUMNS`)."""
+        if not self.points:
+            return ("*", "", "corrupt" if self.path else "-", self.path or "", "", self.kind, outcome.kind.value)
+        join = lambda values: "+".join(dict.fromkeys(values))  # noqa: E731
+        ps = self.points
+        return (join(str(p.rank) for p in ps), join(str(p.index) for p in ps), join(p.op for p in ps),
+                join(p.target for p in ps), join(p.caller for p in ps), join(f.kind for f in self.faults),
+                outcome.kind.value)
+
+
+def dominant(faults: Sequence[Fault]) -> str:
+    return min((f.kind for f in faults), key=SEVERITY.index)
+
+
+def plan_cases(baseline: Baseline, points: Optional[Iterable[Point]] = None) -> list[Case]:
+    """Every case the config asks for: each fault kind at each point it
+    applies to (of the config's `ops`), power loss after the save, each
+    corruption of each committed file."""
+    config = baseline.config
+    chosen = [p for p in (baseline.points if points is None else points) if not config.ops or p.op in config.ops]
+    cases = [Case.of((Fault(kind, p.rank, p.phase, p.index, config.delay),), [p])
+             for p in chosen for kind in applicable_kinds(p.op, config.faults)]
+    if config.power_loss_after:
+        cases.append(Case(POWER_LOSS_AFTER, POWER_LOSS_AFTER))
+    cases += [Case(f"{kind}:{path}", kind, path=path) for path in baseline.committed_files for kind in config.corruptions]
+    return cases
+
+
+def named(baseline: Baseline, names: Sequence[str], planned: Sequence[Case]) -> list[Case]:
+    """The cases `names` denote: planned ones by name, or any fault plan of this save."""
+    by_name = {c.name: c for c in planned}
+    return [by_name.get(n) or plan_of(baseline, n) for n in names if n != "golden"]
+
+
+def plan_of(baseline: Baseline, name: str) -> Case:
+    """The case a fault plan denotes, also one no enumeration lists."""
+    try:
+        faults = parse_plan(name)
+    except ValueError:
+        raise UsageError(
+            f"no case named {name!r} in this exploration: give a name from its table or repro "
+            "lines, or a fault plan like crash@r0:save4#3+delay@r1:save4#0"
+        ) from None
+    for f in faults:
+        point = next((p for p in baseline.points if (p.rank, p.phase, p.index) == (f.rank, f.phase, f.index)), None)
+        if point is None:
+            raise UsageError(f"{f.label}: rank {f.rank} has no operation #{f.index} in {f.phase}")
+        if not f.applies_to(point.op):
+            raise UsageError(f"{f.label}: {f.kind} does not apply to {point.op} ({point.describe()})")
+    return Case.of(faults, baseline.points)
+
+
+# -- running -----------------------------------------------------------------------------
+def run_case(baseline: Baseline, case: Case) -> CaseResult:
+    """Run one case against `baseline` and judge it; a harness error is this case's ERROR."""
+    try:
+        return _run_case(baseline, case, fresh_dir(baseline.root / "cases", case.name))
+    except HarnessError as exc:
+        return oracle.harness_error(case.name, oracle.property_for(case.kind), exc, baseline.repro(case.name))
+
+
+def run_cases(baseline: Baseline, cases: Sequence[Case],
+              progress: Optional[Callable[[int, int, CaseResult], None]] = None) -> list[CaseResult]:
+    """Run `cases`, `parallel` at a time (each group from its own warm server); results in order.
+    `progress(done, total, result)` is called as each finishes."""
+    done = 0
+    lock = threading.Lock()
+
+    def one(case: Case) -> CaseResult:
+        nonlocal done
+        result = run_case(baseline, case)
+        with lock:
+            done += 1
+            if progress is not None:
+                progress(done, len(cases), result)
+        return result
+
+    with concurrent.futures.ThreadPoolExecutor(baseline.config.parallel) as pool:
+        return list(pool.map(one, cases))
+
+
+def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
+    config = baseline.config
+    ckpt = case_dir / "ckpt"
+    save_returned = True
+    faulted: Optional[Run] = None
+    if case.path is not None:  # corruption of the committed save
+        shutil.copytree(baseline.committed, ckpt)
+        detail = f"{case.path} {corrupt.CORRUPTIONS[case.kind](ckpt / case.path)}"
+    else:
+        faulted = _faulted_run(baseline, case, ckpt, case_dir / "fault")
+        save_returned = faulted.saved_steps()[-1:] == [baseline.k]
+        detail = case.describe()
+    resumed = launch(config, "resumed run", ckpt, case_dir / "resume", trace_files=False, failure_grace=PROPAGATION)
+    return oracle.judge_fault(case.name, case.kind, baseline.reference, faulted if case.faults else None, resumed,
+                              save_returned=save_returned, detail=detail, repro=baseline.repro(case.name),
+                              row=case.row)
+
+
+def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> Run:
+    config = baseline.config
+    kinds = {f.kind for f in case.faults} | {case.kind}
+    power = bool(kinds & {"power-loss", POWER_LOSS_AFTER})
+    deadline = config.hang_timeout if "hang" in kinds else None
+    run = launch(config, "faulted run", ckpt, run_dir, stop_after_save=baseline.k, faults=case.faults,
+                 log_data=power, deadline=deadline, failure_grace=PROPAGATION)
+    if power:
+        events = run.events()
+        records = fields(events)
+        moment = min((e.t for e in events if e.fault == "power-loss"), default=None)
+        if moment is not None:  # the machine stopped there: nothing after it happened
+            records = durability.events_before(records, moment)
+        durability.apply_power_loss(ckpt, durability.Snapshot(), records, data_reader(run_dir), config.durability)
+    return run
+

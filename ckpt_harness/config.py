@@ -1,0 +1,284 @@
+"""Run settings: each declared once, with its default, range and help.
+
+Every surface derives from these declarations instead of restating them:
+the CLI options (`add_arguments`/`from_args`), the `@pytest.mark.ckpt`
+keys and the fixture's keyword arguments, the parameters of scenario files
+(checks list the settings they take), repro lines (`cli_args`) and
+validation. A name is the same everywhere: `steps` in Python, `--steps` on
+the command line, `steps = 6` in TOML.
+
+`RunConfig` is what defines one group run of a job; `ExploreConfig` adds
+what breaking one of its saves needs. Both validate on construction, so a
+bad value fails before anything is launched (and before torch is imported).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+from ckpt_harness.errors import ConfigError
+from ckpt_harness.inject.corrupt import CORRUPTIONS
+from ckpt_harness.inject.faults import KINDS, OPS
+from ckpt_harness.jobref import JobRef
+from ckpt_harness.launch import MAX_WORLD_SIZE
+
+#: What `explore` injects unless told otherwise. hang costs a deadline per
+#: case and delay a sleep; both are opt-in.
+DEFAULT_FAULTS = ("crash", "crash-mid", "torn", "error", "eio", "enospc", "power-loss")
+SAVES = ("first", "second", "last")
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """One setting: its type and limits, and a line of help."""
+
+    name: str
+    #: int, float, bool, str, or tuple (a list of `choices`).
+    kind: type
+    default: Any
+    help: str
+    low: Optional[float] = None
+    high: Optional[float] = None
+    #: Must be > 0 (seconds).
+    positive: bool = False
+    choices: Sequence[str] = ()
+    #: None is a valid value (meaning "not set").
+    optional: bool = False
+    #: Part of what a case is, so repro lines carry it (not e.g. `parallel`).
+    replayed: bool = True
+    #: Extra rule for values the type and limits cannot express.
+    rule: Optional[Callable[[Any], Optional[str]]] = None
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def with_default(self, default: Any) -> "Setting":
+        return dataclasses.replace(self, default=default)
+
+    def check(self, value: Any) -> Any:
+        """`value` if valid (tuples for lists); raises ConfigError saying what to give."""
+        if value is None and self.optional:
+            return None
+        value = tuple(value) if self.kind is tuple and isinstance(value, (list, tuple)) else value
+        problem = self._problem(value)
+        if problem:
+            raise ConfigError(f"{self.name} {problem}, got {value!r}")
+        return value
+
+    def _problem(self, value: Any) -> Optional[str]:
+        if self.rule is not None:
+            return self.rule(value)
+        if self.kind is bool:
+            return None if isinstance(value, bool) else "must be true or false"
+        if self.kind is tuple:
+            bad = [v for v in value if v not in self.choices] if isinstance(value, tuple) else None
+            if bad is None:
+                return "must be a list"
+            return f"has unknown {', '.join(map(str, bad))}: choose from {', '.join(self.choices)}" if bad else None
+        if self.kind is str:
+            if not isinstance(value, str):
+                return "must be a string"
+            return f"must be one of {', '.join(self.choices)}" if self.choices and value not in self.choices else None
+        numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if not numeric or (self.kind is int and not isinstance(value, int)):
+            return "must be an integer" + (" or unset" if self.optional else "") if self.kind is int else "must be a number"
+        if self.positive and value <= 0:
+            return "must be a positive number of seconds"
+        if self.low is not None and self.high is not None and not self.low <= value <= self.high:
+            return f"must be between {self.low:g} and {self.high:g}"
+        if self.low is not None and value < self.low:
+            return f"must be at least {self.low:g}"
+        return None
+
+
+def _save_rule(value: Any) -> Optional[str]:
+    if value in SAVES or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return None
+    return f"must be one of {', '.join(SAVES)} or a save step number"
+
+
+def _after_rule(value: Any) -> Optional[str]:
+    return None if value is None or isinstance(value, bool) else "must be true, false or unset"
+
+
+SETTINGS: dict[str, Setting] = {s.name: s for s in (
+    Setting("world_size", int, 2, "ranks in the group", low=1, high=MAX_WORLD_SIZE),
+    Setting("steps", int, 8, "optimizer steps", low=1),
+    Setting("save_every", int, 2, "save every K steps", low=1),
+    Setting("keep_last", int, None, "ask the job to keep only the last N checkpoints (ctx.keep_last)",
+            low=1, optional=True),
+    Setting("overwrite", bool, False, "set ctx.overwrite for the job"),
+    Setting("seed", int, 0, "seed of the job (ranks are seeded with seed + rank)"),
+    Setting("timeout", float, 60.0, "seconds a group run may take before it counts as hung", positive=True),
+    Setting("backend", str, "gloo", "process group backend", choices=("gloo", "nccl")),
+    Setting("nodes", int, 1, "simulated nodes sharing the ranks and one file system", low=1),
+    Setting("save", str, "second", "the save to break: first, second, last or its step number", rule=_save_rule),
+    Setting("faults", tuple, DEFAULT_FAULTS, "fault kinds injected at every point of the save", choices=tuple(KINDS)),
+    Setting("corruptions", tuple, tuple(CORRUPTIONS), "damage done to each file of the committed save",
+            choices=tuple(CORRUPTIONS)),
+    Setting("ops", tuple, (), "only points of these operations (default: every operation)", choices=OPS),
+    Setting("after", bool, None, "also cut power right after the save returned (default: when power-loss "
+                                 "is among the faults)", rule=_after_rule, optional=True),
+    Setting("durability", str, "strict", "power-loss model for directory entries", choices=("strict", "ordered")),
+    Setting("delay", float, 0.5, "seconds of a delay fault", positive=True),
+    Setting("hang_timeout", float, 3.0, "deadline of a run with a hang fault", positive=True),
+    Setting("parallel", int, 2, "cases run at once", low=1, replayed=False),
+)}
+
+
+def setting(name: str, default: Any = dataclasses.MISSING) -> Any:
+    """A dataclass field declared by the setting `name` (optionally with another default)."""
+    s = SETTINGS[name] if default is dataclasses.MISSING else SETTINGS[name].with_default(default)
+    return dataclasses.field(default=s.default, metadata={"setting": s})
+
+
+def settings_of(cls: type) -> dict[str, Setting]:
+    """The settings a config class takes, with its defaults, in field order."""
+    return {f.name: f.metadata["setting"] for f in dataclasses.fields(cls) if "setting" in f.metadata}
+
+
+def check_run_settings(values: Mapping[str, Any]) -> None:
+    """Rules between settings, shared by configs and scenario files."""
+    steps, save_every = values.get("steps"), values.get("save_every")
+    if steps is not None and save_every is not None and save_every > steps:
+        raise ConfigError(f"save_every ({save_every}) must not exceed steps ({steps})")
+    world, nodes = values.get("world_size"), values.get("nodes")
+    if world is not None and nodes is not None and world % nodes:
+        raise ConfigError(f"{nodes} simulated nodes cannot share {world} ranks evenly; "
+                          "pick a node count that divides the world size")
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """Everything that defines a run of a job, so a repro line can replay it."""
+
+    job: JobRef
+    world_size: int = setting("world_size")
+    steps: int = setting("steps")
+    save_every: int = setting("save_every")
+    keep_last: Optional[int] = setting("keep_last")
+    overwrite: bool = setting("overwrite")
+    seed: int = setting("seed")
+    timeout: float = setting("timeout")
+    backend: str = setting("backend")
+    nodes: int = setting("nodes")
+
+    def __post_init__(self) -> None:
+        for name, s in settings_of(type(self)).items():
+            object.__setattr__(self, name, s.check(getattr(self, name)))
+        check_run_settings(dataclasses.asdict(self))
+
+    @classmethod
+    def build(cls, job: JobRef, **values: Any) -> "RunConfig":
+        """From keyword arguments (Python API, pytest marker): unknown names are refused."""
+        known = settings_of(cls)
+        unknown = sorted(set(values) - set(known))
+        if unknown:
+            raise ConfigError(f"unknown setting {', '.join(unknown)}: {cls.__name__} takes {', '.join(known)}")
+        return cls(job, **values)
+
+    @property
+    def save_steps(self) -> list[int]:
+        return list(range(self.save_every, self.steps + 1, self.save_every))
+
+    def replace(self, **changes: Any) -> "RunConfig":
+        return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class ExploreConfig(RunConfig):
+    """A run whose save `save` is broken at every point (see `explore`)."""
+
+    steps: int = setting("steps", 4)
+    save: Union[str, int] = setting("save")
+    faults: tuple[str, ...] = setting("faults")
+    corruptions: tuple[str, ...] = setting("corruptions")
+    ops: tuple[str, ...] = setting("ops")
+    after: Optional[bool] = setting("after")
+    durability: str = setting("durability")
+    delay: float = setting("delay")
+    hang_timeout: float = setting("hang_timeout")
+    parallel: int = setting("parallel")
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if isinstance(self.save, int) and self.save not in self.save_steps:
+            raise ConfigError(f"save {self.save} is not a save step; choose from {', '.join(map(str, self.save_steps))}")
+
+    @property
+    def k(self) -> int:
+        """The step of the save that is broken."""
+        steps = self.save_steps
+        if isinstance(self.save, int):
+            return self.save
+        return {"first": steps[0], "second": steps[min(1, len(steps) - 1)], "last": steps[-1]}[self.save]
+
+    @property
+    def prev(self) -> Optional[int]:
+        """The save before it, if any: what a resume may fall back to."""
+        steps = self.save_steps
+        i = steps.index(self.k)
+        return steps[i - 1] if i else None
+
+    @property
+    def runs(self) -> tuple[RunConfig, int]:
+        """What the baseline depends on: the run itself and the save broken
+        (not which faults, corruptions or models the cases then apply)."""
+        plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(RunConfig)}
+        return RunConfig(**plain), self.k
+
+    @property
+    def power_loss_after(self) -> bool:
+        return self.after if self.after is not None else "power-loss" in self.faults
+
+
+# -- the command line -------------------------------------------------------------------
+def add_arguments(parser: argparse.ArgumentParser, cls: type, only: Optional[Sequence[str]] = None) -> None:
+    """One option per setting of `cls`; unset options keep the class default."""
+    for name, s in settings_of(cls).items():
+        if only is not None and name not in only:
+            continue
+        default = s.default if not isinstance(s.default, tuple) else ",".join(s.default) or "none"
+        shown = "unset" if default is None else default
+        kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": f"{s.help} (default: {shown})"}
+        if s.kind is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["type"] = _parser_of(s)
+            kwargs["metavar"] = "LIST" if s.kind is tuple else name.upper()
+            if s.kind is str and s.choices:
+                kwargs["choices"] = s.choices
+                kwargs.pop("metavar")
+        parser.add_argument(s.option, **kwargs)
+
+
+def _parser_of(s: Setting) -> Callable[[str], Any]:
+    if s.kind is tuple:
+        return lambda text: tuple(v.strip() for v in text.split(",") if v.strip())
+    if s.name == "save":
+        return lambda text: int(text) if text.isdigit() else text
+    return s.kind
+
+
+def values_from(args: argparse.Namespace, cls: type) -> dict[str, Any]:
+    """The settings of `cls` that were given on the command line."""
+    return {name: getattr(args, name) for name in settings_of(cls) if hasattr(args, name)}
+
+
+def cli_args(config: RunConfig) -> list[str]:
+    """Options that rebuild `config` from its class defaults (for repro lines)."""
+    args = ["--job", config.job.display]
+    for name, s in settings_of(type(config)).items():
+        value = getattr(config, name)
+        if not s.replayed or value == s.default:
+            continue
+        if s.kind is bool:
+            args.append(s.option if value else f"--no-{s.option[2:]}")
+        elif s.kind is tuple:
+            args += [s.option, ",".join(value)]
+        else:
+            args += [s.option, f"{value:g}" if isinstance(value, float) else str(value)]
+    return args

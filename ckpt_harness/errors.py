@@ -1,0 +1,43 @@
+"""The harness's own errors, in two families that callers treat differently.
+
+- `UsageError`: the input is wrong (a setting, a job, a scenario file). The
+  command exits 2, pytest reports a usage error, nothing has run yet. It is
+  a `ValueError` too, so plain Python callers can catch it as one.
+- every other `HarnessError`: the harness could not do its own part for one
+  case (model a power loss, start a group). That case becomes ERROR and the
+  rest of the exploration or matrix goes on; it is never a FAIL, which is
+  reserved for a property the checkpointing under test broke.
+
+Torch-free: every layer, the launcher included, may import it.
+"""
+
+from __future__ import annotations
+
+
+class HarnessError(Exception):
+    """Base of every error the harness raises on purpose."""
+
+
+class UsageError(HarnessError, ValueError):
+    """Bad input; the message says what to change."""
+
+
+class ConfigError(UsageError):
+    """A setting out of range, of the wrong type, or inconsistent with another."""
+
+
+class JobError(UsageError):
+    """A job that cannot be run, with what to do about it."""
+
+
+class ScenarioError(UsageError):
+    """A scenario file that cannot be run; the message says which key to fix."""
+
+
+class BackendUnavailable(UsageError):
+    """The requested backend cannot run on this machine (the plugin skips)."""
+
+
+class ModelError(HarnessError):
+    """The harness cannot model or judge this case (e.g. the durability model
+    meets an operation it has no rule for): that case is an ERROR."""

@@ -1,0 +1,39 @@
+"""The oracle: every verdict the harness gives is decided here, from records only.
+
+Checks and pipelines launch runs and take snapshots; they hand what they
+got to a judge here and report the `CaseResult` it returns. Nothing else
+builds a verdict.
+"""
+
+from ckpt_harness.oracle.judges import (
+    Reference,
+    cannot_judge,
+    harness_error,
+    judge_deterministic,
+    judge_fault,
+    judge_finished,
+    judge_fresh_start,
+    judge_live,
+    judge_load_step,
+    judge_same_state,
+    nothing_to_break,
+    undecided_if,
+)
+from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind, classify_resume
+from ckpt_harness.oracle.problems import Problem, health
+from ckpt_harness.oracle.properties import PROPERTIES, accepted, expected, property_for
+from ckpt_harness.oracle.scenarios import (
+    judge_blocked,
+    judge_late,
+    judge_overwriting_save,
+    judge_replaced,
+    judge_reshard,
+    judge_reshard_save,
+)
+
+__all__ = [
+    "PROPERTIES", "Outcome", "OutcomeKind", "Problem", "Reference", "accepted", "cannot_judge", "classify_resume", "expected",
+    "harness_error", "health", "judge_blocked", "judge_deterministic", "judge_fault", "judge_finished",
+    "judge_fresh_start", "judge_late", "judge_live", "judge_load_step", "judge_overwriting_save", "judge_replaced",
+    "judge_reshard", "judge_reshard_save", "judge_same_state", "nothing_to_break", "property_for", "undecided_if",
+]

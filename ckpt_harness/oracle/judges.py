@@ -1,0 +1,196 @@
+"""Judging runs: liveness, loads, bitwise states, and resumes after a fault.
+
+For a resume after save k the reference is the state a stopped run had
+right after save k returned (what is in that directory), not the golden
+run's: if the two differ the job is not deterministic, which is reported as
+such (UNKNOWN) instead of being blamed on the checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, Mapping, Optional
+
+from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind, classify_resume
+from ckpt_harness.oracle.problems import health
+from ckpt_harness.oracle.properties import ERRORS, accepted, expected, property_for
+from ckpt_harness.records import Kind, Run
+from ckpt_harness.state import Record, diff
+from ckpt_harness.verdict import CaseResult, Verdict
+
+#: Differences listed per rank in details before "... and N more".
+MAX_LISTED = 12
+
+States = Mapping[int, Record]
+
+
+def judge_live(case: str, run: Run, repro: Optional[str]) -> CaseResult:
+    problem = health(run)
+    if problem is None:
+        return CaseResult(case, "live", Verdict.PASS, f"{run.name}: all ranks finished in {run.outcome.elapsed:.2f}s")
+    return CaseResult(case, "live", Verdict.FAIL, f"{run.name}: {problem.summary}", problem.details, repro)
+
+
+def judge_fresh_start(case: str, run: Run, repro: Optional[str]) -> CaseResult:
+    steps = run.loaded_steps()
+    wrong = {r: s for r, s in steps.items() if s is not None}
+    if len(steps) == len(run.ranks) and not wrong:
+        return CaseResult(case, "fresh start", Verdict.PASS, "load() returned None on an empty directory")
+    if wrong:
+        said = ", ".join(f"{s} on rank {r}" for r, s in sorted(wrong.items()))
+        return CaseResult(case, "fresh start", Verdict.FAIL,
+                          f"load() on an empty checkpoint directory returned {said}", repro=repro)
+    return CaseResult(case, "fresh start", Verdict.FAIL, "the job never reported its load (ctx.loaded)", repro=repro)
+
+
+def judge_deterministic(case: str, golden: Run, stopped: Run, step: int) -> Optional[CaseResult]:
+    """UNKNOWN when two identical runs disagree at save `step`: nothing to judge against."""
+    a, b = golden.states(Kind.SAVED, step), stopped.states(Kind.SAVED, step)
+    if a is None or b is None:
+        return None
+    problems = _diff_ranks(a, b)
+    if not problems:
+        return None
+    return CaseResult(
+        case, "deterministic", Verdict.UNKNOWN,
+        f"two identical runs differ at save {step}: {_first(problems)}; seed every source of randomness from ctx.seed",
+        _list(problems),
+    )
+
+
+def undecided_if(nondeterminism: Optional[CaseResult], result: CaseResult) -> CaseResult:
+    """A comparison with an uninterrupted run means nothing if two
+    uninterrupted runs already differ: downgrade its failure to UNKNOWN."""
+    if nondeterminism is None or result.verdict is not Verdict.FAIL:
+        return result
+    return dataclasses.replace(result, verdict=Verdict.UNKNOWN, summary=f"(job not deterministic) {result.summary}")
+
+
+def judge_load_step(case: str, resumed: Run, step: int, repro: Optional[str]) -> CaseResult:
+    steps = resumed.loaded_steps()
+    wrong = {r: s for r, s in steps.items() if s != step}
+    if len(steps) == len(resumed.ranks) and not wrong:
+        return CaseResult(case, "load step", Verdict.PASS, f"load() returned {step} on every rank")
+    if not steps:
+        return CaseResult(case, "load step", Verdict.FAIL, "the job never reported its load (ctx.loaded)", repro=repro)
+    said = ", ".join(f"{'None (a silent fresh start)' if s is None else s} on rank {r}" for r, s in sorted(wrong.items()))
+    return CaseResult(case, "load step", Verdict.FAIL, f"load() returned {said}; expected {step}", repro=repro)
+
+
+def judge_same_state(case: str, check: str, expected_states: Optional[States], actual: Optional[States],
+                     what: str, repro: Optional[str]) -> CaseResult:
+    if expected_states is None or actual is None:
+        return CaseResult(case, check, Verdict.FAIL, f"no {what} recorded on every rank", repro=repro)
+    problems = _diff_ranks(expected_states, actual)
+    if not problems:
+        keys = len(next(iter(expected_states.values()), {}))
+        return CaseResult(case, check, Verdict.PASS, f"bitwise equal on every rank ({keys} keys each)")
+    return CaseResult(case, check, Verdict.FAIL, f"{what} differs: {_first(problems)}", _list(problems), repro)
+
+
+def harness_error(case: str, check: str, error: BaseException, repro: Optional[str] = None) -> CaseResult:
+    """The harness could not run or model this case: ERROR, never FAIL."""
+    return CaseResult(case, check, Verdict.ERROR, f"the harness could not run this case: {type(error).__name__}: "
+                                                   f"{error}", repro=repro)
+
+
+def nothing_to_break(phase: str, repro: Optional[str]) -> CaseResult:
+    return CaseResult(
+        "golden", "trace", Verdict.UNKNOWN,
+        f"no operation was recorded in phase {phase!r}: nothing to break. A job that owns its "
+        "loop must call ctx.phase(f'save {step}') when a save starts", repro=repro,
+    )
+
+
+# -- a resume after a fault ----------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Reference:
+    """What a resume after breaking save k is judged against (from the golden run)."""
+
+    #: step -> rank -> state recorded right after that save returned.
+    saved: Mapping[int, States]
+    k: int
+    prev: Optional[int]
+    final: Optional[States]
+
+
+def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], resumed: Run, *,
+                save_returned: bool, detail: str, repro: Optional[str],
+                row: Callable[[Outcome], tuple[str, ...]] = lambda outcome: ()) -> CaseResult:
+    """The verdict on one fault case: the property its fault kind judges, or
+    live/faithful when the run around it broke those first.
+
+    `faulted` is the run with the fault armed (None when the directory was
+    damaged after the fact); `save_returned` whether save k returned on every
+    rank there; `row(outcome)` the report's table cells."""
+    prop = property_for(kind)
+    outcome = classify_resume(resumed, ref.saved, ref.k, ref.prev)
+    summary = f"{detail} → {outcome}"
+
+    def result(check: str, verdict: Verdict, why: str = "", details: str = "") -> CaseResult:
+        return CaseResult(case, check, verdict, f"{summary}{'; ' + why if why else ''}", details,
+                          repro if verdict is not Verdict.PASS else None, row(outcome))
+
+    if faulted is not None and not faulted.fired():
+        return result(prop, Verdict.UNKNOWN, "the fault never fired: the run took another path than the golden one")
+    if faulted is not None and kind in ERRORS:
+        stuck = faulted.outcome.stuck_after_failure or (
+            faulted.outcome.timed_out and any(r.status.ended_badly for r in faulted.ranks))
+        problem = health(faulted)
+        if stuck:
+            return result("live", Verdict.FAIL, "the error did not reach every rank: " + (problem.summary if problem else ""),
+                          problem.details if problem else "")
+    if kind == "delay" and faulted is not None and not faulted.ok:
+        problem = health(faulted)
+        return result("skew-safe", Verdict.FAIL, problem.summary if problem else "", problem.details if problem else "")
+    if outcome.kind in (OutcomeKind.HANG, OutcomeKind.SOME_ERRORS):
+        problem = health(resumed)
+        return result("live", Verdict.FAIL, "", problem.details if problem else "")
+    if not accepted(prop, outcome, save_returned, ref.prev is not None):
+        return result(prop, Verdict.FAIL, "expected " + expected(prop, save_returned, ref.prev is not None))
+    if outcome.kind.resumed:
+        faithful = judge_finished(case, ref.final, resumed, "final state vs. uninterrupted run")
+        if faithful.verdict is not Verdict.PASS:
+            return result("faithful", Verdict.FAIL, faithful.summary, faithful.details)
+    return result(prop, Verdict.PASS)
+
+
+def judge_finished(case: str, final: Optional[States], run: Run, what: str) -> CaseResult:
+    """The run finished on every rank, bitwise equal to `final` (`faithful`)."""
+    problem = health(run)
+    if problem is not None:
+        return CaseResult(case, "faithful", Verdict.FAIL, f"the resumed run did not finish: {problem.summary}",
+                          problem.details)
+    return judge_same_state(case, "faithful", final, run.states(Kind.FINAL), what, None)
+
+
+# -- diffs -----------------------------------------------------------------------------
+def _diff_ranks(expected_states: States, actual: States) -> list[tuple[int, list]]:
+    out = []
+    for rank in sorted(expected_states):
+        differences = diff(expected_states[rank], actual.get(rank, {}))
+        if differences:
+            out.append((rank, differences))
+    return out
+
+
+def _first(problems: list[tuple[int, list]]) -> str:
+    rank, differences = problems[0]
+    keys = sorted({d.key for _, ds in problems for d in ds})
+    more = f" (and {len(keys) - 1} more keys)" if len(keys) > 1 else ""
+    return f"rank {rank} {differences[0]}{more}"
+
+
+def _list(problems: list[tuple[int, list]]) -> str:
+    lines = []
+    for rank, differences in problems:
+        lines.append(f"rank {rank}:")
+        lines += [f"  {d}" for d in differences[:MAX_LISTED]]
+        if len(differences) > MAX_LISTED:
+            lines.append(f"  ... and {len(differences) - MAX_LISTED} more")
+    return "\n".join(lines)
+
+
+def cannot_judge(case: str, check: str, why: str, details: str = "") -> CaseResult:
+    """UNKNOWN: the situation the case needs could not be set up (no statement about the job)."""
+    return CaseResult(case, check, Verdict.UNKNOWN, why, details)

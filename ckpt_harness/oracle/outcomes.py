@@ -1,0 +1,119 @@
+"""What a resume after a fault produced, in the oracle's vocabulary."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from typing import Mapping, Optional
+
+from ckpt_harness.oracle.problems import health
+from ckpt_harness.records import Kind, RankRun, Run
+from ckpt_harness.state import Record
+
+
+class OutcomeKind(str, enum.Enum):
+    #: Bitwise the state of the broken save k.
+    S_K = "S_k"
+    #: Bitwise the state of the save before it.
+    S_PREV = "S_prev"
+    #: Bitwise an even older save.
+    OLDER = "older"
+    #: Every rank raised, naming the file or rank at fault.
+    REFUSED = "refused"
+    REFUSED_UNNAMED = "refused without naming a file or rank"
+    #: `load()` returned None although a checkpoint was saved.
+    FRESH = "fresh start"
+    #: Keys (or ranks) from different saves.
+    MIXED = "mixed"
+    #: Some keys silently not restored.
+    PARTIAL = "partial"
+    #: Matches no saved state.
+    GARBAGE = "garbage"
+    HANG = "hang"
+    SOME_ERRORS = "error on some ranks"
+    NO_LOAD = "no load"
+
+    @property
+    def resumed(self) -> bool:
+        """A state the job may go on training from."""
+        return self in (OutcomeKind.S_K, OutcomeKind.S_PREV, OutcomeKind.OLDER, OutcomeKind.FRESH)
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    kind: OutcomeKind
+    step: Optional[int] = None
+    detail: str = ""
+
+    def __str__(self) -> str:
+        quiet = self.step is None or self.kind in (OutcomeKind.REFUSED, OutcomeKind.HANG)
+        text = self.kind.value if quiet else f"{self.kind.value} (step {self.step})"
+        return f"{text}: {self.detail}" if self.detail else text
+
+
+def classify_resume(resumed: Run, saved: Mapping[int, Mapping[int, Record]], k: int, prev: Optional[int]) -> Outcome:
+    """Name what the resume loaded, comparing each rank's state after load
+    with every state the job ever saved (`saved`: step -> rank -> record)."""
+    loaded = resumed.states(Kind.LOADED)
+    if loaded is None:
+        return failure_outcome(resumed)
+    steps = resumed.loaded_steps()
+    claimed = steps.get(0)
+    if any(s != claimed for s in steps.values()):
+        return Outcome(OutcomeKind.MIXED, None, f"ranks resumed from different steps: {steps}")
+    if claimed is None:
+        return Outcome(OutcomeKind.FRESH, None, "load() returned None although a checkpoint was saved")
+    origin: dict[str, set[int]] = {}
+    for rank, record in loaded.items():
+        for key, leaf in record.items():
+            origin[f"{rank}:{key}"] = {s for s, states in saved.items() if states.get(rank, {}).get(key) == leaf}
+    if all(claimed in sources for sources in origin.values()) and _same_keys(loaded, saved.get(claimed)):
+        kind = OutcomeKind.S_K if claimed == k else OutcomeKind.S_PREV if claimed == prev else OutcomeKind.OLDER
+        return Outcome(kind, claimed)
+    unmatched = sorted(key for key, sources in origin.items() if claimed not in sources)
+    other_steps = {s for key in unmatched for s in origin[key]}
+    if unmatched and all(origin[key] for key in unmatched) and other_steps:
+        return Outcome(OutcomeKind.MIXED, claimed, f"{_keys(unmatched)} come from step(s) {sorted(other_steps)}")
+    if any(claimed in sources for sources in origin.values()):
+        return Outcome(OutcomeKind.PARTIAL, claimed, f"{_keys(unmatched)} not restored")
+    return Outcome(OutcomeKind.GARBAGE, claimed, "the state after load matches no saved state")
+
+
+def failure_outcome(run: Run) -> Outcome:
+    """A run that never recorded a load on every rank: refused, hung or half-failed."""
+    o = run.outcome
+    problem = health(run)
+    if o.timed_out and not o.stuck_after_failure:
+        return Outcome(OutcomeKind.HANG, None, problem.summary if problem else "")
+    errors = [r for r in run.ranks if r.status.ended_badly]
+    if errors and len(errors) == len(run.ranks):
+        named = all(_names_a_file_or_rank(r) for r in errors)
+        first = errors[0].error
+        kind = OutcomeKind.REFUSED if named else OutcomeKind.REFUSED_UNNAMED
+        return Outcome(kind, None, _one(str(first) if first else "died"))
+    if errors:
+        return Outcome(OutcomeKind.SOME_ERRORS, None, problem.summary if problem else "")
+    return Outcome(OutcomeKind.NO_LOAD, None, "the job never reported its load")
+
+
+def _same_keys(loaded: Mapping[int, Record], expected: Optional[Mapping[int, Record]]) -> bool:
+    return expected is not None and all(loaded[r].keys() == expected.get(r, {}).keys() for r in loaded)
+
+
+def _keys(keys: list[str], limit: int = 3) -> str:
+    shown = ", ".join(f"rank {k.replace(':', ' ', 1)}" for k in keys[:limit])
+    return shown + (f" and {len(keys) - limit} more" if len(keys) > limit else "")
+
+
+def _names_a_file_or_rank(r: RankRun) -> bool:
+    error = r.error
+    if error is None:
+        return False
+    last = error.traceback.strip().splitlines()[-1] if error.traceback.strip() else ""
+    text = f"{error.message}\n{last}"
+    return "rank" in text.lower() or "/" in text or "." in error.message
+
+
+def _one(text: str, limit: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,71 @@
+"""What went wrong in a run, in words: which rank did what, with stacks and logs."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+from typing import Optional
+
+from ckpt_harness.launch import RankStatus
+from ckpt_harness.records import RankRun, Run
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """A run that did not end with every rank finished."""
+
+    #: One line: "hang: rank 0 waiting in barrier ...; rank 1 finished".
+    summary: str
+    #: Each rank's stack, error and log, for the failure's full text.
+    details: str
+
+
+def health(run: Run) -> Optional[Problem]:
+    """What went wrong in `run`, or None if every rank finished."""
+    ranks = run.ranks
+    if all(r.status is RankStatus.OK for r in ranks):
+        return None
+    if run.outcome.stuck_after_failure:
+        head = "failure, and peers stuck after it"
+    else:
+        head = "hang" if run.outcome.timed_out else "failure"
+    summary = f"{head}: " + "; ".join(f"rank {r.rank} {rank_state(r)}" for r in ranks)
+    details = []
+    for r in ranks:
+        o = r.outcome
+        if o.stack is not None:
+            details.append(f"rank {r.rank} stack when the run was stopped ({rank_state(r)}):\n{_job_frames(o.stack)}")
+        if o.status.ended_badly:
+            error = r.error
+            details.append(f"rank {r.rank} {rank_state(r)}:\n{(error.traceback if error else '') or o.log_tail()}")
+        if o.status is not RankStatus.OK:
+            details.append(f"rank {r.rank} log: {o.log}")
+    return Problem(summary, "\n\n".join(details))
+
+
+def rank_state(r: RankRun) -> str:
+    """One rank's end, in a few words."""
+    o = r.outcome
+    if o.status is RankStatus.HUNG:
+        return r.where()
+    if o.status is RankStatus.FAILED:
+        error = r.error
+        if error is None:
+            return "failed before the job started (see its log)"
+        return f"raised {error.name} in {error.phase}: {error.message}"
+    if o.status is RankStatus.CRASHED:
+        how = f"signal {signal.Signals(o.signal).name}" if o.signal else f"exit code {o.exit_code}"
+        return f"died ({how}) {r.where()}"
+    if o.stack is not None:
+        return "finished, waiting for its peers"
+    return "finished"
+
+
+def _job_frames(stack: str) -> str:
+    """A faulthandler dump without the launcher's own frames below the job."""
+    noise = (f"{os.sep}ckpt_harness{os.sep}launch{os.sep}", "<frozen runpy>")
+    lines = [line for line in stack.splitlines() if not any(n in line for n in noise)]
+    if not any(line.lstrip().startswith("File ") for line in lines):
+        return "(only the harness's own frames: the rank is parked until the group is torn down)"
+    return "\n".join(lines)

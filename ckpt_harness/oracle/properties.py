@@ -1,0 +1,62 @@
+"""The properties a checkpointing scheme is judged on, and what each accepts after a fault."""
+
+from __future__ import annotations
+
+from ckpt_harness.errors import ModelError
+from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind
+
+PROPERTIES = {
+    "atomic": "a crash at any point of a save resumes the new checkpoint or the previous one",
+    "durable": "power loss after a save returned still resumes that save",
+    "preserving": "a failed save never destroys the previous checkpoint",
+    "live": "no hang; an error on one rank becomes an error on every rank",
+    "detecting": "a corrupt or missing file is refused or skipped, never loaded silently",
+    "faithful": "after an accepted resume the run ends bitwise equal to the uninterrupted run",
+    "skew-safe": "a delay alone never changes the result",
+    "overwrite-safe": "saving into an existing step directory replaces it with no stale file, or refuses untouched",
+    "rotation-safe": "keep-last-N rotation always leaves a complete checkpoint, and the newest is resumed",
+    "reshardable": "a checkpoint saved at N ranks resumes at M ranks with the full state bitwise equal",
+}
+
+#: Fault kinds whose cases break a save without telling the job (crash-like).
+CRASHES = ("crash", "crash-after", "crash-mid", "hang", "power-loss")
+#: Fault kinds the job is told about: the save raises.
+ERRORS = ("error", "eio", "enospc")
+
+
+def property_for(kind: str) -> str:
+    """The property a case of fault (or corruption) `kind` judges."""
+    if kind in CRASHES:
+        return "atomic"
+    if kind in ERRORS:
+        return "preserving"
+    if kind == "delay":
+        return "skew-safe"
+    if kind == "power-loss-after":
+        return "durable"
+    return "detecting"  # torn writes and corruption
+
+
+def expected(prop: str, save_returned: bool, has_prev: bool) -> str:
+    """What `accepted` allows, in words for a failure message."""
+    previous = "S_prev" if has_prev else "a fresh start (no earlier checkpoint)"
+    if prop in ("durable", "skew-safe"):
+        return "S_k"
+    if prop == "detecting":
+        return f"a refusal on every rank naming the file or rank, {previous}, or S_k intact"
+    if save_returned:
+        return "S_k (the save had returned on every rank)"
+    return f"S_k or {previous}"
+
+
+def accepted(prop: str, outcome: Outcome, save_returned: bool, has_prev: bool) -> bool:
+    """Is this resume outcome allowed under `prop`? Without a previous
+    checkpoint, a fresh start is what "the previous one" means."""
+    previous = OutcomeKind.S_PREV if has_prev else OutcomeKind.FRESH
+    if prop in ("durable", "skew-safe") or (save_returned and prop != "detecting"):
+        return outcome.kind is OutcomeKind.S_K
+    if prop in ("atomic", "preserving"):
+        return outcome.kind in (OutcomeKind.S_K, previous)
+    if prop == "detecting":
+        return outcome.kind in (OutcomeKind.S_K, OutcomeKind.REFUSED, previous)
+    raise ModelError(f"no resume outcome is defined for property {prop!r} after a fault")

@@ -1,0 +1,155 @@
+"""Judging the catalogue's own situations: overwrite, stalled ranks, world-size change.
+
+Each judge reads runs and file snapshots and returns the case's result; a
+judge that returns None has found nothing wrong yet and leaves the next run
+to the check (e.g. the resume after an overwrite).
+"""
+
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+from ckpt_harness.oracle.judges import Reference, States, judge_finished, judge_same_state
+from ckpt_harness.oracle.outcomes import OutcomeKind, classify_resume, failure_outcome
+from ckpt_harness.oracle.problems import health
+from ckpt_harness.launch import RankStatus
+from ckpt_harness.records import Kind, Run
+from ckpt_harness.verdict import CaseResult, Verdict
+
+#: relative path -> digest of its bytes
+Snapshot = Mapping[str, str]
+
+
+def _result(case: str, check: str, label: str, repro: Optional[str]):
+    def result(verdict: Verdict, summary: str, details: str = "") -> CaseResult:
+        return CaseResult(case, check, verdict, f"{label}: {summary}", details,
+                          repro if verdict is not Verdict.PASS else None)
+
+    return result
+
+
+# -- overwrite ----------------------------------------------------------------------------
+def judge_overwriting_save(case: str, check: str, run: Run, *, label: str, state: str, flag: bool,
+                           earlier_saved: Optional[States], before: Snapshot, after: Snapshot,
+                           committed: Snapshot, tops: list[str], repro: Optional[str]) -> Optional[CaseResult]:
+    """A save into a directory an earlier run left (`before`, now `after`).
+
+    Accepted: a refusal on every rank that changed no file (unless overwrite
+    was asked of a complete directory: the flag ignored), a resume of a
+    complete directory as found, or a replacement with no file of the earlier
+    run left, which returns None: its resume is judged next."""
+    result = _result(case, check, label, repro)
+    complete = state == "complete"
+    loaded = {s for s in run.loaded_steps().values() if s is not None}
+    if loaded:
+        if complete and earlier_saved is not None and health(run) is None:
+            same = judge_same_state(case, check, earlier_saved, run.states(Kind.LOADED),
+                                    "state after load vs. the earlier run's save", None)
+            if same.verdict is Verdict.PASS:
+                return result(Verdict.PASS, "resumed the complete checkpoint it found instead of writing over it")
+            return result(Verdict.FAIL, f"resumed the checkpoint it found, wrongly: {same.summary}", same.details)
+        return result(Verdict.FAIL, f"resumed from the {state} directory an earlier run left "
+                                    f"(load() returned {sorted(loaded)})")
+    problem = health(run)
+    if problem is not None:
+        refused = not run.outcome.timed_out and all(r.status.ended_badly for r in run.ranks)
+        if not refused:
+            return result(Verdict.FAIL, problem.summary, problem.details)
+        changed = [f for f in before if after.get(f) != before[f]]
+        message = failure_outcome(run).detail
+        if changed:
+            return result(Verdict.FAIL, f"refused, but only after changing {few(changed)}: {message}")
+        if flag and complete:
+            return result(Verdict.FAIL, f"overwrite=True ignored: the save refused: {message}")
+        return result(Verdict.PASS, f"refused on every rank, directory untouched: {message}")
+    under = lambda f: f.split("/")[0] in tops  # noqa: E731
+    stale = [f for f in after if under(f) and f not in committed]
+    kept = [f for f in after if under(f) and before.get(f) == after[f] and committed.get(f) != after[f]]
+    if stale or kept:
+        return result(Verdict.FAIL, f"stale files of the earlier run left in place: {few(stale + kept)}")
+    return None
+
+
+def judge_replaced(case: str, check: str, resumed: Run, ref: Reference, *, label: str,
+                   repro: Optional[str]) -> CaseResult:
+    """The resume after a save that replaced the directory: S_k, then bitwise to the end."""
+    result = _result(case, check, label, repro)
+    outcome = classify_resume(resumed, ref.saved, ref.k, None)
+    if outcome.kind is not OutcomeKind.S_K:
+        problem = health(resumed)
+        return result(Verdict.FAIL, f"replaced, but the resume gave {outcome}", problem.details if problem else "")
+    final = judge_finished(case, ref.final, resumed, "final state vs. uninterrupted run")
+    if final.verdict is not Verdict.PASS:
+        return result(Verdict.FAIL, f"replaced and resumed, then {final.summary}", final.details)
+    return result(Verdict.PASS, "replaced with no stale file; resumed bitwise")
+
+
+def few(paths: list[str], limit: int = 3) -> str:
+    return ", ".join(paths[:limit]) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+
+# -- stalled ranks -------------------------------------------------------------------------
+def judge_late(case: str, check: str, run: Run, final: Optional[States], *, label: str,
+               repro: Optional[str]) -> CaseResult:
+    """One rank late: the run must end exactly as without the delay."""
+    result = _result(case, check, label, repro)
+    if not run.fired():
+        return result(Verdict.UNKNOWN, "the fault never fired: the run took another path than the golden one")
+    problem = health(run)
+    if problem is not None:
+        return result(Verdict.FAIL, problem.summary, problem.details)
+    same = judge_same_state(case, check, final, run.states(Kind.FINAL), "final state vs. the run without delay", None)
+    if same.verdict is not Verdict.PASS:
+        return result(Verdict.FAIL, same.summary, same.details)
+    return result(Verdict.PASS, f"the run finished as without the delay ({same.summary})")
+
+
+def judge_blocked(case: str, check: str, run: Run, blocked: int, budget: float, *, label: str,
+                  repro: Optional[str]) -> CaseResult:
+    """Rank `blocked` stopped for good: every other rank must raise within `budget` seconds."""
+    result = _result(case, check, label, repro)
+    if not run.fired():
+        return result(Verdict.UNKNOWN, "the fault never fired: the run took another path than the golden one")
+    blind = [r.rank for r in run.ranks if r.status is RankStatus.HUNG and r.outcome.stack is None]
+    if blind:
+        return result(Verdict.UNKNOWN, f"the harness got no stack from rank(s) {blind}: cannot report the hang")
+    peers = [r for r in run.ranks if r.rank != blocked]
+    if all(r.status.ended_badly for r in peers):
+        first = next((r.error for r in peers if r.error), None)
+        said = f": {first}" if first else ""
+        return result(Verdict.PASS, f"every other rank raised within {budget:g}s{said}")
+    problem = health(run)
+    return result(Verdict.FAIL, problem.summary if problem else "", problem.details if problem else "")
+
+
+# -- world-size change -----------------------------------------------------------------------
+def judge_reshard_save(case: str, check: str, saved: Run, n: int, repro: Optional[str]) -> Optional[CaseResult]:
+    problem = health(saved)
+    if problem is None:
+        return None
+    return CaseResult(case, check, Verdict.FAIL, f"the run at world size {n} failed: {problem.summary}",
+                      problem.details, repro)
+
+
+def judge_reshard(case: str, check: str, saved: Run, resumed: Run, k: int, n: int, m: int,
+                  repro: Optional[str]) -> CaseResult:
+    """Save k at `n` ranks, resumed at `m`: the full state bitwise, then the run finishes."""
+    def fail(summary: str, details: str = "") -> CaseResult:
+        return CaseResult(case, check, Verdict.FAIL, summary, details, repro)
+
+    loaded = resumed.states(Kind.LOADED_FULL)
+    problem = health(resumed)
+    if loaded is None:
+        return fail(f"resume at world size {m}: {problem.summary if problem else 'no state after load'}",
+                    problem.details if problem else "")
+    steps = set(resumed.loaded_steps().values())
+    if steps != {k}:
+        return fail(f"resume at world size {m}: load() returned {sorted(steps, key=str)}, expected {k}")
+    reference = saved.states(Kind.SAVED_FULL, k)[0]
+    same = judge_same_state(case, check, {r: reference for r in loaded}, loaded,
+                            f"full state at world size {m} vs. saved at {n}", repro)
+    if same.verdict is not Verdict.PASS:
+        return same
+    if problem is not None:
+        return fail(f"resumed at world size {m}, then {problem.summary}", problem.details)
+    return CaseResult(case, check, Verdict.PASS, f"save {k} at {n} ranks resumed at {m}: {same.summary}")

@@ -1,0 +1,54 @@
+"""Phase names: what a rank is doing, as traces, fault points and reports say it.
+
+A phase is a plain string in trace files ("save 4", "train_step 3"), because
+jobs that own their loop name their own (`ctx.phase(...)`). The save phases
+are the ones the controller aims at, so they are spelled and parsed here
+only. Fault labels use the compact form without the space ("save4").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+SETUP = "setup"
+LOAD = "load"
+RUN = "run"
+STATE_AFTER_LOAD = "state after load"
+FINAL_STATE = "final state"
+TEARDOWN = "teardown"
+
+_STEPPED = re.compile(r"([a-z_]+) (\d+)")
+_COMPACT = re.compile(r"([a-z_]+?)(\d+)")
+
+
+def save(step: int) -> str:
+    """The phase of the save of `step`; what `ctx.phase` must be told when it starts."""
+    return f"save {step}"
+
+
+def train_step(step: int) -> str:
+    return f"train_step {step}"
+
+
+def state_after_save(step: int) -> str:
+    return f"state after save {step}"
+
+
+def save_step(phase: str) -> Optional[int]:
+    """The step of a save phase, or None for any other phase."""
+    match = _STEPPED.fullmatch(phase)
+    return int(match.group(2)) if match and match.group(1) == "save" else None
+
+
+def compact(phase: str) -> str:
+    """"save 4" -> "save4", for fault labels that must not contain spaces."""
+    return phase.replace(" ", "")
+
+
+def expand(compact_phase: str) -> str:
+    """"save4" -> "save 4"; the inverse of `compact` for stepped phases."""
+    match = _COMPACT.fullmatch(compact_phase)
+    if match is None:
+        raise ValueError(f"not a stepped phase: {compact_phase!r} (expected e.g. save4)")
+    return f"{match.group(1)} {match.group(2)}"
