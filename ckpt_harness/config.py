@@ -85,7 +85,7 @@ class Setting:
         numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not numeric or (self.kind is int and not isinstance(value, int)):
             return "must be an integer" + (" or unset" if self.optional else "") if self.kind is int else "must be a number"
-        if self.positive and value <= 0:
+        if self.positive and not value > 0:  # NaN too
             return "must be a positive number of seconds"
         if self.low is not None and self.high is not None and not self.low <= value <= self.high:
             return f"must be between {self.low:g} and {self.high:g}"
@@ -145,6 +145,11 @@ def check_run_settings(values: Mapping[str, Any]) -> None:
     steps, save_every = values.get("steps"), values.get("save_every")
     if steps is not None and save_every is not None and save_every > steps:
         raise ConfigError(f"save_every ({save_every}) must not exceed steps ({steps})")
+    save = values.get("save")
+    if isinstance(save, int) and steps is not None and save_every is not None and \
+            save not in range(save_every, steps + 1, save_every):
+        raise ConfigError(f"save {save} is not a save step; choose from "
+                          f"{', '.join(map(str, range(save_every, steps + 1, save_every)))}")
     world, nodes = values.get("world_size"), values.get("nodes")
     if world is not None and nodes is not None and world % nodes:
         raise ConfigError(f"{nodes} simulated nodes cannot share {world} ranks evenly; "
@@ -202,11 +207,6 @@ class ExploreConfig(RunConfig):
     delay: float = setting("delay")
     hang_timeout: float = setting("hang_timeout")
     parallel: int = setting("parallel")
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if isinstance(self.save, int) and self.save not in self.save_steps:
-            raise ConfigError(f"save {self.save} is not a save step; choose from {', '.join(map(str, self.save_steps))}")
 
     @property
     def k(self) -> int:
@@ -280,5 +280,5 @@ def cli_args(config: RunConfig) -> list[str]:
         elif s.kind is tuple:
             args += [s.option, ",".join(value)]
         else:
-            args += [s.option, f"{value:g}" if isinstance(value, float) else str(value)]
+            args += [s.option, f"{value:.17g}" if isinstance(value, float) else str(value)]
     return args

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from ckpt_harness.bench import Bench
+from ckpt_harness.config import SETTINGS
 from ckpt_harness.oracle import PROPERTIES
 from ckpt_harness.scenario import Scenario, ScenarioResult
 from ckpt_harness.verdict import Verdict, fold
@@ -153,9 +154,9 @@ def run_matrix(
     jobs: Sequence[Union[str, type]],
     scenarios: Sequence[Scenario],
     *,
-    world_size: int = 2,
-    timeout: float = 60.0,
-    parallel: int = 2,
+    world_size: int = SETTINGS["world_size"].default,
+    timeout: float = SETTINGS["timeout"].default,
+    parallel: int = SETTINGS["parallel"].default,
     workdir: Optional[Path] = None,
     keep: bool = False,
     progress: Optional[Callable[[str], None]] = None,

@@ -28,12 +28,12 @@ from ckpt_harness.inject.faults import Fault, applicable_kinds
 from ckpt_harness.verdict import CaseResult, Verdict
 
 
-def fault_plans(base: Baseline, kinds: Sequence[str] = (*DEFAULT_FAULTS, "delay"), max_faults: int = 2,
+def fault_plans(base: Baseline, faults: Sequence[str] = (*DEFAULT_FAULTS, "delay"), max_faults: int = 2,
                 delays: Sequence[float] = (0.05, 0.3)) -> st.SearchStrategy[tuple[Fault, ...]]:
     """One to `max_faults` faults at distinct points of the broken save."""
-    singles = [(p, k) for p in base.points for k in applicable_kinds(p.op, tuple(kinds))]
+    singles = [(p, k) for p in base.points for k in applicable_kinds(p.op, tuple(faults))]
     if not singles:
-        raise UsageError(f"no point of save {base.k} takes any of {', '.join(kinds)}")
+        raise UsageError(f"no point of save {base.k} takes any of {', '.join(faults)}")
     picks = st.lists(st.sampled_from(singles), min_size=1, max_size=max_faults,
                      unique_by=lambda pk: (pk[0].rank, pk[0].index))
     return picks.flatmap(lambda chosen: st.tuples(*(_fault(p, k, delays) for p, k in chosen)))

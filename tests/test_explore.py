@@ -131,7 +131,7 @@ def test_hypothesis_shrinks_a_failing_plan_to_one_fault(tmp_path):
             return True
         return False
 
-    smallest = find(fault_plans(base, kinds=("eio", "delay"), max_faults=2), fails,
+    smallest = find(fault_plans(base, faults=("eio", "delay"), max_faults=2), fails,
                     settings=settings(max_examples=12, database=None))
     assert len(smallest) == 1 and smallest[0].kind == "eio"
 

@@ -90,7 +90,7 @@ def test_grandchildren_die_with_their_rank(tmp_path):
 
 @pytest.mark.parametrize("world_size", [0, 9])
 def test_world_size_out_of_range_is_refused(tmp_path, world_size):
-    with pytest.raises(ValueError, match="world size must be between 1 and 8"):
+    with pytest.raises(ValueError, match="world_size must be between 1 and 8"):
         spec(tmp_path, "all_reduce", world_size)
 
 

@@ -173,7 +173,7 @@ def test_fixture_explores_a_job_and_fails_with_the_table(pytester, importable):
 
         @pytest.mark.ckpt(world_size=2, steps=4)
         def test_deletes_previous(ckpt):
-            report = ckpt.explore("tests.planted.checkpointers:DeletesPreviousFirst", kinds=("eio",), corruptions=())
+            report = ckpt.explore("tests.planted.checkpointers:DeletesPreviousFirst", faults=("eio",), corruptions=())
             report.assert_ok()
         """
     )
@@ -181,3 +181,26 @@ def test_fixture_explores_a_job_and_fails_with_the_table(pytester, importable):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*ckpt_harness explore*", "*eio*fresh start*preserving*FAIL*",
                                  "*repro: PYTHONPATH=*ckpt-harness explore*--case*"])
+
+
+def test_fixture_passes_every_setting_to_explore(pytester, importable):
+    """keep_last and overwrite (from marker and call) reach the ranks of an
+    exploration; a setting explore does not take is refused, not dropped."""
+    pytester.makepyfile(
+        """
+        import pytest
+
+        @pytest.mark.ckpt(steps=4, keep_last=1)
+        def test_settings_reach_the_job(ckpt):
+            report = ckpt.explore("tests.planted.jobs:ExpectsRotationAndOverwrite", overwrite=True,
+                                  faults=("crash",), ops=("rmtree",), corruptions=())
+            report.assert_ok()
+            assert report.results and {r.cells[2] for r in report.results} == {"rmtree"}
+
+        def test_unknown_setting_is_refused(ckpt):
+            with pytest.raises(ValueError, match="unknown setting kinds: ExploreConfig takes world_size"):
+                ckpt.explore("torch_save", kinds=("crash",))
+        """
+    )
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import functools
 import importlib
-from importlib import metadata
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from ckpt_harness.config import SETTINGS, Setting
 from ckpt_harness.errors import ScenarioError
+from ckpt_harness.extensions import with_entry_points
 
 if TYPE_CHECKING:
     from ckpt_harness.bench import Bench
@@ -65,10 +65,7 @@ def run_settings(**defaults: Any) -> tuple[Setting, ...]:
 @functools.lru_cache(maxsize=None)
 def registry() -> dict[str, str]:
     """Every check by name -> "module:attribute": the built-in ones, then installed packages'."""
-    found = dict(BUILTIN_CHECKS)
-    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name):
-        found.setdefault(ep.name, ep.value)
-    return found
+    return with_entry_points(ENTRY_POINT_GROUP, BUILTIN_CHECKS)
 
 
 @functools.lru_cache(maxsize=None)

@@ -62,7 +62,8 @@ class Overwrite:
         from ckpt_harness.launch import MAX_WORLD_SIZE
 
         p = scenario.params
-        base = bench.baseline(bench.config(p, save="first"))
+        # `overwrite` here lists the flag's values to try, so only the run's shape goes into the config.
+        base = bench.baseline(bench.config({"steps": p["steps"], "save_every": p["save_every"]}, save="first"))
         if base.committed is None:
             return [oracle.cannot_judge("committed run", "live", f"the run stopped after save {base.k} failed")]
         world = bench.world_size * (2 if p["state"] == "larger-world" else 1)

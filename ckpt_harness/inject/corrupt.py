@@ -6,7 +6,8 @@ either still be bitwise right (the damage hit something unused) or refuse
 clearly; silent garbage is a finding. So every operator here is
 deterministic (a failing case must replay exactly) and always changes the
 file: an operator that would leave the bytes as they were (an empty file, a
-page that is already zero) raises `ValueError` instead, because a "corruption"
+page that is already zero) raises `CorruptionError` instead (that case is
+an ERROR: the harness could not make it), because a "corruption"
 that changed nothing would be reported as undetected when there was nothing
 to detect. Files are changed in place (same inode), as bit rot would.
 
@@ -22,13 +23,19 @@ import stat
 from pathlib import Path
 from typing import Callable
 
+from ckpt_harness.errors import ModelError
+
 PAGE = 4096
+
+
+class CorruptionError(ModelError, ValueError):
+    """This file cannot be damaged this way (the bytes would not change)."""
 
 
 def _size(path: Path, what: str) -> int:
     size = os.path.getsize(path)
     if size == 0:
-        raise ValueError(f"{what}: {path} is empty (0 bytes), there is nothing to corrupt")
+        raise CorruptionError(f"{what}: {path} is empty (0 bytes), there is nothing to corrupt")
     return size
 
 
@@ -60,7 +67,7 @@ def zero_page(path: Path, page: int = PAGE) -> str:
     with open(path, "r+b") as f:
         f.seek(start)
         if not any(f.read(end - start)):
-            raise ValueError(
+            raise CorruptionError(
                 f"zero-page: bytes {start}..{end} of {path} are already zero, zeroing them "
                 "changes nothing"
             )

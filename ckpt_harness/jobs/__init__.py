@@ -12,7 +12,8 @@ Other packages add jobs under the entry-point group `ckpt_harness.jobs`
 from __future__ import annotations
 
 import functools
-from importlib import metadata
+
+from ckpt_harness.extensions import with_entry_points
 
 ENTRY_POINT_GROUP = "ckpt_harness.jobs"
 
@@ -50,10 +51,7 @@ DESCRIPTIONS: dict[str, str] = {
 @functools.lru_cache(maxsize=None)
 def registry() -> dict[str, str]:
     """Every named job, name -> "module:Class": the built-in ones, then those of installed packages."""
-    found = dict(BUILTIN_JOBS)
-    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda ep: ep.name):
-        found.setdefault(ep.name, ep.value)
-    return found
+    return with_entry_points(ENTRY_POINT_GROUP, BUILTIN_JOBS)
 
 
 def describe(name: str) -> str:

@@ -69,12 +69,15 @@ def undecided_if(nondeterminism: Optional[CaseResult], result: CaseResult) -> Ca
 def judge_load_step(case: str, resumed: Run, step: int, repro: Optional[str]) -> CaseResult:
     steps = resumed.loaded_steps()
     wrong = {r: s for r, s in steps.items() if s != step}
-    if len(steps) == len(resumed.ranks) and not wrong:
+    silent = [r.rank for r in resumed.ranks if r.rank not in steps]
+    if not silent and not wrong:
         return CaseResult(case, "load step", Verdict.PASS, f"load() returned {step} on every rank")
     if not steps:
         return CaseResult(case, "load step", Verdict.FAIL, "the job never reported its load (ctx.loaded)", repro=repro)
-    said = ", ".join(f"{'None (a silent fresh start)' if s is None else s} on rank {r}" for r, s in sorted(wrong.items()))
-    return CaseResult(case, "load step", Verdict.FAIL, f"load() returned {said}; expected {step}", repro=repro)
+    said = [f"load() returned {'None (a silent fresh start)' if s is None else s} on rank {r}"
+            for r, s in sorted(wrong.items())]
+    said += [f"rank {r} never reported its load" for r in silent]
+    return CaseResult(case, "load step", Verdict.FAIL, f"{'; '.join(said)}; expected {step}", repro=repro)
 
 
 def judge_same_state(case: str, check: str, expected_states: Optional[States], actual: Optional[States],

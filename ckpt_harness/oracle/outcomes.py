@@ -71,11 +71,13 @@ def classify_resume(resumed: Run, saved: Mapping[int, Mapping[int, Record]], k: 
         kind = OutcomeKind.S_K if claimed == k else OutcomeKind.S_PREV if claimed == prev else OutcomeKind.OLDER
         return Outcome(kind, claimed)
     unmatched = sorted(key for key, sources in origin.items() if claimed not in sources)
+    missing = sorted(f"{rank}:{key}" for rank, record in (saved.get(claimed) or {}).items()
+                     for key in record if key not in loaded.get(rank, {}))
     other_steps = {s for key in unmatched for s in origin[key]}
     if unmatched and all(origin[key] for key in unmatched) and other_steps:
         return Outcome(OutcomeKind.MIXED, claimed, f"{_keys(unmatched)} come from step(s) {sorted(other_steps)}")
     if any(claimed in sources for sources in origin.values()):
-        return Outcome(OutcomeKind.PARTIAL, claimed, f"{_keys(unmatched)} not restored")
+        return Outcome(OutcomeKind.PARTIAL, claimed, f"{_keys(unmatched + missing)} not restored")
     return Outcome(OutcomeKind.GARBAGE, claimed, "the state after load matches no saved state")
 
 

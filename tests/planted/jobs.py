@@ -139,3 +139,14 @@ class OwnLoopForgetsToReport(OwnLoop):
     def run(self, ctx: RankContext) -> None:
         ctx.loaded = lambda step: None
         super().run(ctx)
+
+
+class ExpectsRotationAndOverwrite(TorchSaveJob):
+    """Refuses to start unless the harness passed keep_last=1 and overwrite=True:
+    a setting dropped on its way to the ranks fails the golden run."""
+
+    def setup(self, ctx: RankContext) -> None:
+        if ctx.keep_last != 1 or not ctx.overwrite:
+            raise RuntimeError(f"expected keep_last=1 and overwrite=True, got keep_last={ctx.keep_last}, "
+                               f"overwrite={ctx.overwrite}")
+        super().setup(ctx)

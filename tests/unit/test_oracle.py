@@ -1,0 +1,354 @@
+"""The oracle over hand-built runs: every judge must be seen passing and failing."""
+
+from __future__ import annotations
+
+import pytest
+
+from ckpt_harness.errors import ModelError
+from ckpt_harness.oracle import (
+    Outcome, accepted, classify_resume, expected, health, judge_blocked, judge_deterministic, judge_fault,
+    judge_fresh_start, judge_late, judge_live, judge_load_step, judge_overwriting_save, judge_replaced,
+    judge_reshard, judge_reshard_save, judge_same_state, property_for, undecided_if,
+)
+from ckpt_harness.oracle import OutcomeKind as O
+from ckpt_harness.state import capture
+from ckpt_harness.verdict import CaseResult
+from ckpt_harness.verdict import Verdict as V
+from tests.unit.synthetic import K, PREV, both, faulted, final, rank, reference, resumed, run, saved, state
+
+P = pytest.param
+PICKLE = "invalid load key, '\\x00'."
+DOT_NAMES_A_FILE = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "outcomes.py:114 any '.' in the message counts as a file name, so pickle's 'invalid load key, ...' names a file"))
+
+
+def expect(result, check, verdict, words=""):
+    assert (result.check, result.verdict) == (check, verdict), result.summary
+    assert words in result.summary
+    assert (result.repro is None) == (verdict is V.PASS)
+
+
+# -- what a resume loaded ---------------------------------------------------------------------
+@pytest.mark.parametrize("resume, kind, step, words", [
+    P(resumed(K), O.S_K, K, "", id="S_k"),
+    P(resumed(PREV), O.S_PREV, PREV, "", id="S_prev"),
+    P(resumed(2), O.OLDER, 2, "", id="older"),
+    P(resumed(None), O.FRESH, None, "returned None", id="fresh-start"),
+    P(run(rank(0).loaded(K), rank(1).loaded(PREV)), O.MIXED, None, "different steps", id="ranks-disagree"),
+    P(run(rank(0).loaded(K, state(K, 0, w=PREV / 8)), rank(1).loaded(K)), O.MIXED, K,
+      "rank 0 w come from step(s) [4]", id="key-of-prev-save"),
+    P(run(rank(0).loaded(K, state(K, 0, w=9.0)), rank(1).loaded(K)), O.PARTIAL, K, "rank 0 w not restored",
+      id="value-of-no-save"),
+    P(run(rank(0).loaded(K, state(K, 0, w=None)), rank(1).loaded(K)), O.PARTIAL, K, "not restored", id="key-missing"),
+    P(run(rank(0).loaded(K, state(K, 0, w=None)), rank(1).loaded(K)), O.PARTIAL, K, "rank 0 w",
+      id="key-missing-named"),
+    P(both(lambda b: b.loaded(K, state(9, 7))), O.GARBAGE, K, "matches no saved state", id="garbage"),
+    P(both(lambda b: b.failed(message=f"cannot read /ckpt/step{K}/model.pt")), O.REFUSED, None, "/ckpt/step6",
+      id="refused-naming-file"),
+    P(both(lambda b: b.failed(message=f"shard of rank {b.r} missing")), O.REFUSED, None, "rank 0",
+      id="refused-naming-rank"),
+    P(both(lambda b: b.failed(message="bad magic number")), O.REFUSED_UNNAMED, None, "bad magic", id="refused-unnamed"),
+    P(both(lambda b: b.failed(message=PICKLE, type="_pickle.UnpicklingError")), O.REFUSED_UNNAMED, None,
+      "invalid load key", id="refused-unnamed-sentence", marks=DOT_NAMES_A_FILE),
+    P(both(lambda b: b.crashed()), O.REFUSED_UNNAMED, None, "died", id="every-rank-died"),
+    P(run(rank(0).collective("barrier", 3).hung(), rank(1).hung(), timed_out=True), O.HANG, None,
+      "waiting in barrier #3", id="hang"),
+    P(run(rank(0).failed(), rank(1).loaded(K)), O.SOME_ERRORS, None, "rank 0 raised RuntimeError", id="one-raised"),
+    P(run(rank(0).failed(), rank(1).hung(), timed_out=True, stuck=True), O.SOME_ERRORS, None, "peers stuck",
+      id="peer-stuck-after-failure"),
+    P(both(lambda b: b), O.NO_LOAD, None, "never reported", id="no-load"),
+])
+def test_classify_resume(resume, kind, step, words):
+    outcome = classify_resume(resume, saved(), K, PREV)
+    assert (outcome.kind, outcome.step) == (kind, step), str(outcome)
+    assert words in outcome.detail
+
+
+@pytest.mark.parametrize("outcome, text", [(Outcome(O.S_K, 6), "S_k (step 6)"), (Outcome(O.FRESH), "fresh start"),
+                                           (Outcome(O.REFUSED, 6, "IOError: x"), "refused: IOError: x")])
+def test_outcome_text(outcome, text):
+    assert str(outcome) == text
+
+
+ACCEPTED = [
+    ("atomic", O.S_PREV, False, True, True), ("atomic", O.S_PREV, True, True, False),
+    ("atomic", O.S_K, True, True, True), ("atomic", O.FRESH, False, False, True),
+    ("atomic", O.FRESH, False, True, False), ("atomic", O.REFUSED, False, True, False),
+    ("durable", O.S_PREV, False, True, False), ("durable", O.S_K, True, True, True),
+    ("skew-safe", O.OLDER, False, True, False), ("preserving", O.FRESH, False, False, True),
+    ("preserving", O.S_PREV, False, True, True), ("preserving", O.GARBAGE, False, True, False),
+    ("detecting", O.REFUSED, False, True, True), ("detecting", O.REFUSED, True, True, True),
+    ("detecting", O.REFUSED_UNNAMED, False, True, False), ("detecting", O.PARTIAL, False, True, False),
+    ("detecting", O.S_PREV, True, True, True),
+]
+
+
+@pytest.mark.parametrize("prop, kind, save_returned, has_prev, ok", ACCEPTED, ids=[
+    f"{p}-{k.name}{'-returned' if r else ''}{'' if h else '-no-prev'}" for p, k, r, h, _ in ACCEPTED])
+def test_accepted(prop, kind, save_returned, has_prev, ok):
+    assert accepted(prop, Outcome(kind, 1), save_returned, has_prev) is ok
+
+
+@pytest.mark.parametrize("prop", ["live", "faithful", "no-such-property"])
+def test_accepted_refuses_a_property_without_resume_rule(prop):
+    with pytest.raises(ModelError, match=prop):
+        accepted(prop, Outcome(O.S_K, 1), False, True)
+
+
+@pytest.mark.parametrize("prop, save_returned, has_prev, text", [
+    ("durable", False, True, "S_k"),
+    ("atomic", True, True, "S_k (the save had returned on every rank)"),
+    ("atomic", False, True, "S_k or S_prev"),
+    ("preserving", False, False, "S_k or a fresh start (no earlier checkpoint)"),
+    ("detecting", True, True, "a refusal on every rank naming the file or rank, S_prev, or S_k intact"),
+])
+def test_expected(prop, save_returned, has_prev, text):
+    assert expected(prop, save_returned, has_prev) == text
+
+
+@pytest.mark.parametrize("kind, prop", [
+    ("crash", "atomic"), ("crash-mid", "atomic"), ("hang", "atomic"), ("power-loss", "atomic"),
+    ("error", "preserving"), ("eio", "preserving"), ("enospc", "preserving"), ("delay", "skew-safe"),
+    ("power-loss-after", "durable"), ("torn", "detecting"), ("bit-flip", "detecting"), ("delete", "detecting"),
+])
+def test_property_for(kind, prop):
+    assert property_for(kind) == prop
+
+
+# -- a resume after a fault --------------------------------------------------------------------
+EIO_STUCK = run(rank(0).fault("eio").failed(f"save {K}", "EIO"), rank(1).collective("barrier", 4).hung(),
+                timed_out=True, stuck=True, name="faulted")
+EIO_RAISED = both(lambda b: b.fault("eio").failed(f"save {K}", "EIO"), name="faulted")
+REFUSED = both(lambda b: b.failed(message=f"/ckpt/step{K}/model.pt: checksum mismatch"))
+HANG = run(rank(0).collective("barrier", 2).hung(), rank(1).hung(), timed_out=True)
+
+
+R, FIRST = reference(), reference(k=2, prev=None)
+GARBAGE = both(lambda b: b.loaded(K, state(9, 7)))
+ONE_RAISED = run(rank(0).failed(), rank(1).loaded(K))
+DELAY_DIED = run(rank(0).fault("delay").crashed(), rank(1))
+
+
+@pytest.mark.parametrize("kind, fault_run, resume, save_returned, ref, check, verdict, words", [
+    P("crash", faulted(), resumed(K), False, R, "atomic", V.PASS, "S_k", id="crash-S_k"),
+    P("crash", faulted(), resumed(PREV), False, R, "atomic", V.PASS, "S_prev", id="crash-S_prev"),
+    P("crash", faulted(), resumed(None), False, FIRST, "atomic", V.PASS, "fresh", id="first-save-fresh-start"),
+    P("crash", faulted(), resumed(K, w=0.3), False, R, "faithful", V.FAIL, "rank 0 w: 0.3, expected 1.0",
+      id="final-differs"),
+    P("crash", faulted(), resumed(PREV), True, R, "atomic", V.FAIL, "expected S_k (the save had returned",
+      id="S_prev-after-save-returned"),
+    P("crash", faulted(), resumed(None), False, R, "atomic", V.FAIL, "expected S_k or S_prev", id="fresh-despite-prev"),
+    P("crash", faulted(), resumed(2), False, R, "atomic", V.FAIL, "older", id="older"),
+    P("crash", faulted(), REFUSED, False, R, "atomic", V.FAIL, "refused", id="refused-under-atomic"),
+    P("bit-flip", None, REFUSED, True, R, "detecting", V.PASS, "refused", id="corrupt-refused"),
+    P("bit-flip", None, GARBAGE, True, R, "detecting", V.FAIL, "garbage", id="corrupt-loaded-silently"),
+    P("crash", faulted(fired=False), resumed(K), False, R, "atomic", V.UNKNOWN, "never fired", id="never-fired"),
+    P("eio", EIO_STUCK, resumed(PREV), False, R, "live", V.FAIL, "did not reach every rank", id="eio-peer-stuck"),
+    P("eio", EIO_RAISED, resumed(PREV), False, R, "preserving", V.PASS, "S_prev", id="eio-every-rank-raised"),
+    P("crash", faulted(), HANG, False, R, "live", V.FAIL, "waiting in barrier #2", id="resume-hangs"),
+    P("crash", faulted(), ONE_RAISED, False, R, "live", V.FAIL, "raised RuntimeError in load", id="resume-one-raised"),
+    P("delay", DELAY_DIED, resumed(K), False, R, "skew-safe", V.FAIL, "SIGKILL", id="delay-broke-run"),
+    P("power-loss-after", faulted(), resumed(PREV), True, R, "durable", V.FAIL, "expected S_k", id="durable-lost"),
+    P("power-loss-after", faulted(), resumed(K), True, R, "durable", V.PASS, "S_k", id="durable-kept"),
+])
+def test_judge_fault(kind, fault_run, resume, save_returned, ref, check, verdict, words):
+    result = judge_fault("case", kind, ref, fault_run, resume, save_returned=save_returned, detail="at #3",
+                         repro="REPRO", row=lambda outcome: (outcome.kind.value,))
+    expect(result, check, verdict, words)
+    assert result.summary.startswith("at #3 → ")
+    assert result.cells == (classify_resume(resume, ref.saved, ref.k, ref.prev).kind.value,)
+
+
+# -- runs: live, loads, states -------------------------------------------------------------------
+@pytest.mark.parametrize("r, words", [
+    P(run(rank(0).collective("barrier", 3).hung(), rank(1).hung(None), timed_out=True),
+      "hang: rank 0 waiting in barrier #3 called from train.py:40 in save() during save 6", id="hang"),
+    P(run(rank(0).failed("load", "no such file"), rank(1)),
+      "failure: rank 0 raised RuntimeError in load: no such file; rank 1 finished", id="raised"),
+    P(run(rank(0).crashed(), rank(1).hung(), timed_out=True, stuck=True),
+      "failure, and peers stuck after it: rank 0 died (signal SIGKILL)", id="died-peer-stuck"),
+    P(run(rank(0).fault("hang").hung(), rank(1).hung(), timed_out=True),
+      "blocked by the injected hang before operation #3 of save 6", id="injected-hang"),
+])
+def test_health_names_what_each_rank_did(r, words):
+    assert words in health(r).summary
+
+
+def test_health_details_keep_job_frames_and_logs():
+    assert health(resumed()) is None
+    problem = health(run(rank(0).hung(), rank(1).failed(), timed_out=True))
+    assert "/job/train.py" in problem.details and "launch/rank.py" not in problem.details
+    assert "builtins.RuntimeError: boom" in problem.details and "/nonexistent/rank1.log" in problem.details
+
+
+@pytest.mark.parametrize("r, verdict, words", [
+    P(resumed(), V.PASS, "all ranks finished", id="finished"),
+    P(HANG, V.FAIL, "hang", id="hung"),
+    P(run(rank(0), rank(1).crashed(6)), V.FAIL, "SIGABRT", id="died"),
+])
+def test_judge_live(r, verdict, words):
+    expect(judge_live("case", r, "REPRO"), "live", verdict, words)
+
+
+@pytest.mark.parametrize("r, verdict, words", [
+    P(resumed(None), V.PASS, "returned None", id="none-everywhere"),
+    P(run(rank(0).loaded(None), rank(1).loaded(4)), V.FAIL, "returned 4 on rank 1", id="a-rank-loads"),
+    P(both(lambda b: b), V.FAIL, "never reported", id="no-load"),
+    P(run(rank(0).loaded(None), rank(1).failed()), V.FAIL, "never reported", id="one-rank-silent"),
+])
+def test_judge_fresh_start(r, verdict, words):
+    expect(judge_fresh_start("case", r, "REPRO"), "fresh start", verdict, words)
+
+
+@pytest.mark.parametrize("r, verdict, words", [
+    P(resumed(4), V.PASS, "returned 4 on every rank", id="right-step"),
+    P(run(rank(0).loaded(4), rank(1).loaded(2)), V.FAIL, "returned 2 on rank 1; expected 4", id="wrong-step"),
+    P(run(rank(0).loaded(None), rank(1).loaded(4)), V.FAIL, "None (a silent fresh start) on rank 0", id="fresh"),
+    P(both(lambda b: b), V.FAIL, "never reported", id="no-load"),
+    P(run(rank(0).loaded(4), rank(1).failed()), V.FAIL, "rank 1", id="one-rank-silent"),
+])
+def test_judge_load_step(r, verdict, words):
+    expect(judge_load_step("case", r, 4, "REPRO"), "load step", verdict, words)
+
+
+FINAL = {r: final(r) for r in range(2)}
+
+
+@pytest.mark.parametrize("actual, verdict, words", [
+    P(FINAL, V.PASS, "bitwise equal on every rank (3 keys each)", id="equal"),
+    P({0: final(0), 1: final(1, w=0.25)}, V.FAIL, "final state differs: rank 1 w: 0.25, expected 1.0", id="value"),
+    P({0: final(0), 1: final(1, w=None)}, V.FAIL, "rank 1 w: missing", id="missing-key"),
+    P({0: final(0), 1: final(1, lr=0.1)}, V.FAIL, "rank 1 lr: unexpected key", id="extra-key"),
+    P({0: final(0)}, V.FAIL, "rank 1 rank: missing", id="missing-rank"),
+    P({0: final(0, w=0.5), 1: final(1, step=3)}, V.FAIL, "rank 0 w: 0.5, expected 1.0 (and 1 more keys)", id="two"),
+    P(None, V.FAIL, "no final state recorded on every rank", id="nothing"),
+])
+def test_judge_same_state(actual, verdict, words):
+    expect(judge_same_state("case", "faithful", FINAL, actual, "final state", "REPRO"), "faithful", verdict, words)
+
+
+def test_judge_deterministic():
+    golden = both(lambda b: b.saved(4))
+    assert judge_deterministic("c", golden, both(lambda b: b.saved(4)), 4) is None
+    assert judge_deterministic("c", golden, both(lambda b: b.saved(2)), 4) is None
+    result = judge_deterministic("c", golden, run(rank(0).saved(4, state(4, 0, w=0.7)), rank(1).saved(4)), 4)
+    assert (result.check, result.verdict) == ("deterministic", V.UNKNOWN)
+    assert "differ at save 4: rank 0 w: 0.7, expected 0.5" in result.summary
+
+
+NONDET = CaseResult("c", "deterministic", V.UNKNOWN, "differ")
+
+
+@pytest.mark.parametrize("nondeterminism, verdict, out", [
+    P(None, V.FAIL, V.FAIL, id="deterministic-fail-stands"),
+    P(NONDET, V.FAIL, V.UNKNOWN, id="nondeterministic-fail-undecided"),
+    P(NONDET, V.PASS, V.PASS, id="nondeterministic-pass-stands"),
+])
+def test_undecided_if(nondeterminism, verdict, out):
+    result = undecided_if(nondeterminism, CaseResult("c", "faithful", verdict, "s"))
+    assert result.verdict is out
+    assert result.summary.startswith("(job not deterministic)") is (out is not verdict)
+
+
+# -- the catalogue's own situations ------------------------------------------------------------------
+BEFORE = {"step4/model.pt": "d1", "step4/meta.json": "m1"}
+NEW = {"step4/model.pt": "d2", "step4/meta.json": "m2"}
+REFUSAL = both(lambda b: b.failed("save 4", "step4 exists"))
+EARLIER = {r: state(4, r) for r in range(2)}
+
+
+@pytest.mark.parametrize("r, dir_state, flag, after, committed, verdict, words", [
+    P(REFUSAL, "complete", False, BEFORE, {}, V.PASS, "directory untouched: RuntimeError: step4 exists", id="refused"),
+    P(REFUSAL, "complete", False, {**BEFORE, "step4/model.pt": "x"}, {}, V.FAIL,
+      "refused, but only after changing step4/model.pt", id="refused-after-change"),
+    P(REFUSAL, "complete", True, BEFORE, {}, V.FAIL, "overwrite=True ignored", id="flag-ignored"),
+    P(REFUSAL, "partial", True, BEFORE, {}, V.PASS, "directory untouched", id="flag-partial-refused"),
+    P(both(lambda b: b.saved(4)), "complete", True, {**NEW, "step4/old.pt": "o"}, NEW, V.FAIL,
+      "stale files of the earlier run left in place: step4/old.pt", id="stale-file"),
+    P(both(lambda b: b.saved(4)), "complete", True, {**NEW, "step4/meta.json": "m1"}, NEW, V.FAIL,
+      "stale files of the earlier run left in place: step4/meta.json", id="kept-old-file"),
+    P(both(lambda b: b.loaded(4)), "complete", False, BEFORE, {}, V.PASS, "resumed the complete checkpoint",
+      id="resumed-complete"),
+    P(both(lambda b: b.loaded(4, state(2, b.r))), "complete", False, BEFORE, {}, V.FAIL,
+      "resumed the checkpoint it found, wrongly", id="resumed-complete-wrongly"),
+    P(both(lambda b: b.loaded(4)), "partial", False, BEFORE, {}, V.FAIL, "resumed from the partial directory",
+      id="resumed-partial"),
+    P(run(rank(0).hung(), rank(1), timed_out=True), "complete", False, BEFORE, {}, V.FAIL, "hang", id="hang"),
+])
+def test_judge_overwriting_save(r, dir_state, flag, after, committed, verdict, words):
+    result = judge_overwriting_save("c", "overwrite-safe", r, label="into step4", state=dir_state, flag=flag,
+                                    earlier_saved=EARLIER, before=BEFORE, after=after, committed=committed,
+                                    tops=["step4"], repro="REPRO")
+    expect(result, "overwrite-safe", verdict, words)
+    assert result.summary.startswith("into step4: ")
+
+
+@pytest.mark.parametrize("after", [
+    P(NEW, id="replaced"),
+    P({**NEW, "step2/model.pt": "a"}, id="other-dir-ignored"),
+])
+def test_judge_overwriting_save_clean_replacement_leaves_the_resume_to_judge(after):
+    assert judge_overwriting_save("c", "overwrite-safe", both(lambda b: b.saved(4)), label="l", state="complete",
+                                  flag=True, earlier_saved=EARLIER, before=BEFORE, after=after, committed=NEW,
+                                  tops=["step4"], repro="REPRO") is None
+
+
+@pytest.mark.parametrize("resume, verdict, words", [
+    P(resumed(4), V.PASS, "replaced with no stale file", id="S_k"),
+    P(resumed(2), V.FAIL, "the resume gave older (step 2)", id="older"),
+    P(HANG, V.FAIL, "the resume gave hang", id="hang"),
+    P(resumed(4, w=0.1), V.FAIL, "replaced and resumed, then final state", id="final-differs"),
+])
+def test_judge_replaced(resume, verdict, words):
+    expect(judge_replaced("c", "overwrite-safe", resume, reference(k=4), label="l", repro="REPRO"),
+           "overwrite-safe", verdict, words)
+
+
+@pytest.mark.parametrize("r, verdict, words", [
+    P(run(rank(0).fault("delay").final(), rank(1).final()), V.PASS, "finished as without the delay", id="same"),
+    P(run(rank(0).final(), rank(1).final()), V.UNKNOWN, "never fired", id="not-fired"),
+    P(run(rank(0).fault("delay").final(final(0, w=0.2)), rank(1).final()), V.FAIL, "rank 0 w: 0.2", id="differs"),
+    P(run(rank(0).fault("delay").hung(), rank(1).collective("barrier", 5).hung(), timed_out=True), V.FAIL,
+      "waiting in barrier #5", id="hang"),
+])
+def test_judge_late(r, verdict, words):
+    expect(judge_late("c", "skew-safe", r, FINAL, label="l", repro="REPRO"), "skew-safe", verdict, words)
+
+
+@pytest.mark.parametrize("r, verdict, words", [
+    P(run(rank(0).fault("hang").hung(), rank(1).failed("save 6", "peer gone"), rank(2).crashed(), timed_out=True),
+      V.PASS, "every other rank raised within 5s: RuntimeError: peer gone", id="peers-raised"),
+    P(run(rank(0).fault("hang").hung(), rank(1).failed(), rank(2).collective("barrier", 5).hung(), timed_out=True),
+      V.FAIL, "rank 2 waiting in barrier #5", id="peer-hung"),
+    P(run(rank(0).hung(), rank(1).failed(), rank(2).failed(), timed_out=True), V.UNKNOWN, "never fired",
+      id="not-fired"),
+    P(run(rank(0).fault("hang").hung(None), rank(1).failed(), rank(2).failed(), timed_out=True), V.UNKNOWN,
+      "no stack from rank(s) [0]", id="no-stack"),
+])
+def test_judge_blocked(r, verdict, words):
+    expect(judge_blocked("c", "live", r, 0, 5.0, label="l", repro="REPRO"), "live", verdict, words)
+
+
+FULL, OTHER = capture({"w": [1.0, 2.0], "step": 4}), capture({"w": [1.0, 2.5], "step": 4})
+AT_2 = both(lambda b: b.saved_full(4, FULL), name="saved")
+
+
+@pytest.mark.parametrize("resume, verdict, words", [
+    P(both(lambda b: b.loaded(4).loaded_full(4, FULL).final(), 3), V.PASS, "save 4 at 2 ranks resumed at 3",
+      id="equal"),
+    P(run(*(rank(r).loaded(4).loaded_full(4, OTHER if r == 2 else FULL) for r in range(3))), V.FAIL,
+      "rank 2 w.1: 2.5, expected 2.0", id="differs"),
+    P(both(lambda b: b.loaded(2).loaded_full(4, FULL), 3), V.FAIL, "load() returned [2], expected 4", id="wrong-step"),
+    P(both(lambda b: b.failed(message="shape mismatch"), 3), V.FAIL, "raised RuntimeError in load: shape mismatch",
+      id="refused"),
+    P(run(rank(0).loaded(4).loaded_full(4, FULL), rank(1).loaded(4).loaded_full(4, FULL).failed("train")), V.FAIL,
+      "then failure", id="failed-after-load"),
+])
+def test_judge_reshard(resume, verdict, words):
+    expect(judge_reshard("c", "reshardable", AT_2, resume, 4, 2, 3, "REPRO"), "reshardable", verdict, words)
+
+
+def test_judge_reshard_save():
+    assert judge_reshard_save("c", "reshardable", AT_2, 2, "REPRO") is None
+    expect(judge_reshard_save("c", "reshardable", run(rank(0).crashed(), rank(1)), 2, "REPRO"), "reshardable",
+           V.FAIL, "the run at world size 2 failed")
