@@ -14,3 +14,7 @@ settings.register_profile(
 )
 settings.register_profile("dev", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+# tests/extension is a separate package with scenario files for a check only it
+# provides; tests/test_extension.py installs it and runs them itself.
+collect_ignore = ["tests/extension"]

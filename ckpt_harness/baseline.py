@@ -20,7 +20,7 @@ from ckpt_harness.inject import corrupt
 from ckpt_harness.inject.faults import OPS
 from ckpt_harness.inject.trace import Event, EventKind
 from ckpt_harness.records import Kind, Run
-from ckpt_harness.run import launch, repro
+from ckpt_harness.run import launch, repro, require_backend
 from ckpt_harness.verdict import CaseResult, Verdict
 
 
@@ -118,6 +118,7 @@ class Baseline:
 def prepare(config: ExploreConfig, root: Path) -> Baseline:
     """The golden run, its fault points and the committed save; raises
     `BaselineFailed` if the golden run did not finish."""
+    require_backend(config)
     golden = launch(config, "golden", root / "golden" / "ckpt", root / "golden" / "run")
     live = oracle.judge_live("golden", golden, repro("explore", config, "golden"))
     if live.verdict is not Verdict.PASS:

@@ -18,8 +18,8 @@ from typing import Any, Callable, Optional, Sequence, Union
 from ckpt_harness import baseline as baselines
 from ckpt_harness import checks
 from ckpt_harness.baseline import Baseline, BaselineFailed
-from ckpt_harness.config import SETTINGS, ExploreConfig, settings_of
-from ckpt_harness.errors import UsageError
+from ckpt_harness.config import SETTINGS, ExploreConfig, settings_of, shown
+from ckpt_harness.errors import ConfigError, UsageError
 from ckpt_harness.jobref import resolve
 from ckpt_harness.run import repro_line
 from ckpt_harness.scenario import Scenario, ScenarioResult, not_applicable, summarize
@@ -64,11 +64,11 @@ class Bench:
             try:
                 return baselines.prepare(config, self.root / f"ex{self._baselines - 1}")
             except BaselineFailed as failed:
-                return failed
+                return failed.result
 
         found = self.memo(("baseline", config.runs), prepare)
-        if isinstance(found, BaselineFailed):
-            raise found
+        if not isinstance(found, Baseline):
+            raise BaselineFailed(found)
         return found.with_config(config)
 
     def memo(self, key: Any, make: Callable[[], Any]) -> Any:
@@ -79,8 +79,8 @@ class Bench:
             return self._memo[key]
 
     def repro(self, scenario: Scenario, case: Optional[str] = None) -> str:
-        args = ["scenario", scenario.name, "--job", self.job, "--world-size", str(self.world_size),
-                "--timeout", f"{self.timeout:g}"]
+        args = ["scenario", scenario.name, "--job", self.job, "--world-size", shown(self.world_size),
+                "--timeout", shown(self.timeout)]
         if not scenario.builtin:
             args += ["--file", scenario.source]
         return repro_line(self.ref, args + (["--case", case] if case else []))
@@ -92,7 +92,7 @@ class Bench:
         check = checks.get(scenario.check)
         try:
             results = check.run(self, scenario, cases)
-        except checks.NotApplicable as exc:
+        except (checks.NotApplicable, ConfigError) as exc:  # e.g. nodes = 2 at world size 3
             result = not_applicable(self.job, scenario, str(exc))
         except BaselineFailed as failed:
             result = summarize(self.job, scenario, [failed.result])

@@ -19,7 +19,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from ckpt_harness import oracle
 from ckpt_harness.baseline import Baseline, Point
-from ckpt_harness.errors import HarnessError, UsageError
+from ckpt_harness.errors import UsageError
 from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import Fault, applicable_kinds, parse_plan, plan_label
 from ckpt_harness.inject.trace import fields
@@ -119,8 +119,9 @@ def run_case(baseline: Baseline, case: Case) -> CaseResult:
     """Run one case against `baseline` and judge it; a harness error is this case's ERROR."""
     try:
         return _run_case(baseline, case, fresh_dir(baseline.root / "cases", case.name))
-    except HarnessError as exc:
-        return oracle.harness_error(case.name, oracle.property_for(case.kind), exc, baseline.repro(case.name))
+    except Exception as exc:  # noqa: BLE001 - this case is an ERROR; the other cases go on
+        return oracle.harness_error(case.name, oracle.property_for(case.kind), exc, baseline.repro(case.name),
+                                    row=case.row)
 
 
 def run_cases(baseline: Baseline, cases: Sequence[Case],

@@ -165,10 +165,11 @@ def _split(value: str) -> list[str]:
 
 def _explore(args: argparse.Namespace) -> int:
     from ckpt_harness.config import ExploreConfig, values_from
+    from ckpt_harness.explore import explore
+    from ckpt_harness.jobref import resolve
     from ckpt_harness.launch import prestart
 
     settings = values_from(args, ExploreConfig)
-    from ckpt_harness.explore import explore
 
     def progress(done: int, total: int, result) -> None:
         if not args.quiet and sys.stderr.isatty():
@@ -176,7 +177,8 @@ def _explore(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
 
     def produce(workdir: Path):
-        prestart(settings.get("parallel", 2))
+        config = ExploreConfig.build(resolve(args.job)[0], **settings)  # bad settings fail before the fork server starts
+        prestart(config.parallel)
         return explore(args.job, workdir=workdir, cases=args.case, progress=progress, **settings)
 
     return _report_or_error(args, produce, newline_first=not args.quiet and sys.stderr.isatty())

@@ -51,6 +51,18 @@ class Setting:
     #: Extra rule for values the type and limits cannot express.
     rule: Optional[Callable[[Any], Optional[str]]] = None
 
+    def describe(self) -> str:
+        """Its help line with its range and default, as `--help` and `ckpt-harness list` show it."""
+        limits = []
+        if self.low is not None:
+            limits.append(f"{self.low:g}..{self.high:g}" if self.high is not None else f"at least {self.low:g}")
+        if self.kind is tuple:
+            limits.append(f"comma-separated, of {','.join(map(str, self.choices))}")
+        if "(default:" not in self.help:
+            shown = ",".join(map(str, self.default)) or "none" if isinstance(self.default, tuple) else self.default
+            limits.append(f"default: {'unset' if shown is None else shown}")
+        return f"{self.help} ({'; '.join(limits)})" if limits else self.help
+
     @property
     def option(self) -> str:
         return "--" + self.name.replace("_", "-")
@@ -241,9 +253,7 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, only: Optional[Seq
     for name, s in settings_of(cls).items():
         if only is not None and name not in only:
             continue
-        default = s.default if not isinstance(s.default, tuple) else ",".join(s.default) or "none"
-        shown = "unset" if default is None else default
-        kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": f"{s.help} (default: {shown})"}
+        kwargs: dict[str, Any] = {"dest": name, "default": argparse.SUPPRESS, "help": s.describe()}
         if s.kind is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
@@ -268,6 +278,11 @@ def values_from(args: argparse.Namespace, cls: type) -> dict[str, Any]:
     return {name: getattr(args, name) for name in settings_of(cls) if hasattr(args, name)}
 
 
+def shown(value: Any) -> str:
+    """A setting's value as the command line takes it back exactly."""
+    return repr(value) if isinstance(value, float) else str(value)
+
+
 def cli_args(config: RunConfig) -> list[str]:
     """Options that rebuild `config` from its class defaults (for repro lines)."""
     args = ["--job", config.job.display]
@@ -280,5 +295,5 @@ def cli_args(config: RunConfig) -> list[str]:
         elif s.kind is tuple:
             args += [s.option, ",".join(value)]
         else:
-            args += [s.option, f"{value:.17g}" if isinstance(value, float) else str(value)]
+            args += [s.option, shown(value)]
     return args

@@ -168,7 +168,7 @@ def run_matrix(
     """
     from ckpt_harness.errors import JobError
     from ckpt_harness.jobref import resolve
-    from ckpt_harness.jobs import BUILTIN_JOBS
+    from ckpt_harness.jobs import registry
 
     started = time.monotonic()
     root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-matrix-"))
@@ -177,7 +177,7 @@ def run_matrix(
         try:
             ref, _ = resolve(job)
         except JobError as exc:
-            if isinstance(job, str) and job in BUILTIN_JOBS and "No module named" in str(exc):
+            if isinstance(job, str) and job in registry() and "No module named" in str(exc):
                 skipped[job] = str(exc).splitlines()[0]
                 continue
             raise

@@ -9,7 +9,6 @@ only. Fault labels use the compact form without the space ("save4").
 from __future__ import annotations
 
 import re
-from typing import Optional
 
 SETUP = "setup"
 LOAD = "load"
@@ -18,7 +17,6 @@ STATE_AFTER_LOAD = "state after load"
 FINAL_STATE = "final state"
 TEARDOWN = "teardown"
 
-_STEPPED = re.compile(r"([a-z_]+) (\d+)")
 _COMPACT = re.compile(r"([a-z_]+?)(\d+)")
 
 
@@ -33,12 +31,6 @@ def train_step(step: int) -> str:
 
 def state_after_save(step: int) -> str:
     return f"state after save {step}"
-
-
-def save_step(phase: str) -> Optional[int]:
-    """The step of a save phase, or None for any other phase."""
-    match = _STEPPED.fullmatch(phase)
-    return int(match.group(2)) if match and match.group(1) == "save" else None
 
 
 def compact(phase: str) -> str:

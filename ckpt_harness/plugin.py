@@ -40,7 +40,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("ckpt_harness", "checkpoint verification (ckpt_harness)")
     group.addoption(
         "--ckpt-timeout", type=float, default=timeout.default, metavar="SECONDS",
-        help=f"{timeout.help} (default {timeout.default:g})",
+        help=timeout.describe(),
     )
     group.addoption(
         "--ckpt-world-sizes", default="2", metavar="N[,N...]",

@@ -184,3 +184,11 @@ def test_rotation_is_not_applicable_to_a_job_that_deletes_nothing(tmp_path):
     assert rotating.verdict == "pass" and rotating.cases >= 2, rotating.explain()
     keeps_all = _run("tests.planted.checkpointers:InPlaceOverwrite", rotation, tmp_path / "b")
     assert keeps_all.verdict == NOT_APPLICABLE and "the job does not rotate its checkpoints" in keeps_all.reason
+
+
+def test_a_scenario_whose_settings_do_not_fit_the_bench_is_not_applicable(tmp_path):
+    """nodes = 2 cannot split 3 ranks: that scenario is n/a at world size 3, decided before any run."""
+    (skew,) = select(builtin_catalogue(), ["multi-node-skew"])
+    result = Bench("torch_save", 3, tmp_path).run(skew)
+    assert result.verdict is Verdict.NA and "2 simulated nodes cannot share 3 ranks evenly" in result.reason
+    assert list(tmp_path.iterdir()) == []

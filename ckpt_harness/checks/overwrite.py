@@ -70,7 +70,8 @@ class Overwrite:
         if world > MAX_WORLD_SIZE:
             raise NotApplicable(f"needs an earlier run at world size {world} (at most {MAX_WORLD_SIZE})")
         seed = base.config.seed + (p["state"] != "complete")
-        earlier = bench.memo(("earlier run", world, seed), lambda: _earlier_run(bench, base, world, seed))
+        earlier = bench.memo(("earlier run", base.config.runs, world, seed),
+                             lambda: _earlier_run(bench, base, world, seed))
         if isinstance(earlier, CaseResult):
             return [earlier]
         template = bench.root / scenario.name / "template"

@@ -42,7 +42,7 @@ class Reshard:
         root = bench.root / scenario.name
         saved = launch(saver, "saving run", root / "ckpt", root / "save", stop_after_save=k, trace_files=False,
                        full_state=True)
-        failed = oracle.judge_reshard_save(case, scenario.property, saved, n, repro)
+        failed = oracle.judge_reshard_save(case, scenario.property, saved, k, n, repro)
         if failed is not None:
             return [failed]
         resumed = launch(saver.replace(world_size=m), "resumed run", root / "ckpt", root / "resume",

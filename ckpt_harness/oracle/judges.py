@@ -14,6 +14,8 @@ from typing import Callable, Mapping, Optional
 from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind, classify_resume
 from ckpt_harness.oracle.problems import health
 from ckpt_harness.oracle.properties import ERRORS, accepted, expected, property_for
+from ckpt_harness.errors import HarnessError
+from ckpt_harness.launch import RankStatus
 from ckpt_harness.records import Kind, Run
 from ckpt_harness.state import Record, diff
 from ckpt_harness.verdict import CaseResult, Verdict
@@ -91,10 +93,14 @@ def judge_same_state(case: str, check: str, expected_states: Optional[States], a
     return CaseResult(case, check, Verdict.FAIL, f"{what} differs: {_first(problems)}", _list(problems), repro)
 
 
-def harness_error(case: str, check: str, error: BaseException, repro: Optional[str] = None) -> CaseResult:
+def harness_error(case: str, check: str, error: BaseException, repro: Optional[str] = None,
+                  row: Callable[[Outcome], tuple[str, ...]] = lambda outcome: ()) -> CaseResult:
     """The harness could not run or model this case: ERROR, never FAIL."""
+    import traceback
+
+    details = "" if isinstance(error, HarnessError) else "".join(traceback.format_exception(error))
     return CaseResult(case, check, Verdict.ERROR, f"the harness could not run this case: {type(error).__name__}: "
-                                                   f"{error}", repro=repro)
+                                                   f"{error}", details, repro, row(Outcome(OutcomeKind.NO_LOAD)))
 
 
 def nothing_to_break(phase: str, repro: Optional[str]) -> CaseResult:
@@ -138,7 +144,7 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
         return result(prop, Verdict.UNKNOWN, "the fault never fired: the run took another path than the golden one")
     if faulted is not None and kind in ERRORS:
         stuck = faulted.outcome.stuck_after_failure or (
-            faulted.outcome.timed_out and any(r.status.ended_badly for r in faulted.ranks))
+            faulted.outcome.timed_out and any(r.status is RankStatus.FAILED for r in faulted.ranks))
         problem = health(faulted)
         if stuck:
             return result("live", Verdict.FAIL, "the error did not reach every rank: " + (problem.summary if problem else ""),

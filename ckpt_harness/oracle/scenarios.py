@@ -123,12 +123,16 @@ def judge_blocked(case: str, check: str, run: Run, blocked: int, budget: float, 
 
 
 # -- world-size change -----------------------------------------------------------------------
-def judge_reshard_save(case: str, check: str, saved: Run, n: int, repro: Optional[str]) -> Optional[CaseResult]:
+def judge_reshard_save(case: str, check: str, saved: Run, k: int, n: int, repro: Optional[str]) -> Optional[CaseResult]:
+    """The run that saves at `n` ranks; None if it left save k to resume from."""
     problem = health(saved)
-    if problem is None:
-        return None
-    return CaseResult(case, check, Verdict.FAIL, f"the run at world size {n} failed: {problem.summary}",
-                      problem.details, repro)
+    if problem is not None:
+        return CaseResult(case, check, Verdict.FAIL, f"the run at world size {n} failed: {problem.summary}",
+                          problem.details, repro)
+    if saved.states(Kind.SAVED_FULL, k) is None:
+        return CaseResult(case, check, Verdict.UNKNOWN, f"save {k} never returned on every rank at world size {n}: "
+                                                        "nothing to resume at another world size", repro=repro)
+    return None
 
 
 def judge_reshard(case: str, check: str, saved: Run, resumed: Run, k: int, n: int, m: int,

@@ -349,6 +349,8 @@ def test_judge_reshard(resume, verdict, words):
 
 
 def test_judge_reshard_save():
-    assert judge_reshard_save("c", "reshardable", AT_2, 2, "REPRO") is None
-    expect(judge_reshard_save("c", "reshardable", run(rank(0).crashed(), rank(1)), 2, "REPRO"), "reshardable",
+    assert judge_reshard_save("c", "reshardable", AT_2, 4, 2, "REPRO") is None
+    expect(judge_reshard_save("c", "reshardable", run(rank(0).crashed(), rank(1)), 4, 2, "REPRO"), "reshardable",
            V.FAIL, "the run at world size 2 failed")
+    expect(judge_reshard_save("c", "reshardable", AT_2, 6, 2, "REPRO"), "reshardable",
+           V.UNKNOWN, "save 6 never returned on every rank")
