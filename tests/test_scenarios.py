@@ -150,7 +150,7 @@ def test_final_save_blocked_passes_a_job_whose_peers_time_out(tmp_path):
 
 
 def test_final_save_late_flags_only_the_impatient_job(tmp_path):
-    late = {**STALL, "property": "skew-safe", "mode": "late", "seconds": 2.0}
+    late = {**STALL, "property": "skew-safe", "mode": "late", "delay": 2.0}
     assert _run("tests.planted.scenario_jobs:TimedBarrier", late, tmp_path / "a").verdict == "pass"
     impatient = _run("tests.planted.scenario_jobs:ImpatientBarrier", late, tmp_path / "b")
     assert impatient.verdict == "fail" and "2s late before collective barrier" in impatient.reason

@@ -57,9 +57,11 @@ class NotApplicable(Exception):
     """The scenario does not apply to this job; the message says why."""
 
 
-def run_settings(**defaults: Any) -> tuple[Setting, ...]:
-    """Shared run settings as a check's parameters, with the check's defaults."""
-    return tuple(SETTINGS[name].with_default(value) for name, value in defaults.items())
+def run_settings(*names: str, **defaults: Any) -> tuple[Setting, ...]:
+    """Shared run settings as a check's parameters: `names` with their own
+    defaults, `defaults` with the check's."""
+    return (*(SETTINGS[name] for name in names),
+            *(SETTINGS[name].with_default(value) for name, value in defaults.items()))
 
 
 @functools.lru_cache(maxsize=None)

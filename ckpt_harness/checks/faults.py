@@ -19,8 +19,9 @@ DELETIONS = ("unlink", "rmtree", "rmdir")
 
 class Faults:
     params = (
-        *run_settings(faults=(), corruptions=(), ops=(), after=False, save="second", steps=6, save_every=2,
-                      keep_last=None, nodes=1, durability="strict", delay=0.5, hang_timeout=3.0),
+        *run_settings(faults=(), corruptions=()),
+        *run_settings("ops", after=False),
+        *run_settings("save", "save_every", "keep_last", "nodes", "durability", "delay", "hang_timeout", steps=6),
         Setting("rotates", bool, False, "n/a unless the save deletes something (the job honours keep_last)"),
     )
 

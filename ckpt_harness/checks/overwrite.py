@@ -52,7 +52,7 @@ class Overwrite:
     params = (
         Setting("state", str, "complete", "what the earlier run left", choices=STATES),
         Setting("overwrite", tuple, (True, False), "the values of ctx.overwrite to save with", rule=_flags),
-        *run_settings(steps=6, save_every=2),
+        *run_settings("save_every", steps=6),
     )
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:

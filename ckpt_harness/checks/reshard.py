@@ -20,7 +20,7 @@ from ckpt_harness.verdict import CaseResult
 class Reshard:
     params = (
         Setting("resume_at", str, "double", "the world size to resume at, from the bench's", choices=("double", "half")),
-        *run_settings(steps=6, save_every=2),
+        *run_settings("save_every", steps=6),
     )
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:

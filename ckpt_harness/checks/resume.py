@@ -11,7 +11,7 @@ from ckpt_harness.verdict import CaseResult
 
 
 class Resume:
-    params = run_settings(steps=8, save_every=2)
+    params = run_settings("steps", "save_every")
     #: Its results are checks of a few cases.
     unit = "checks"
 

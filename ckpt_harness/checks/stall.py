@@ -27,8 +27,7 @@ from ckpt_harness.verdict import CaseResult
 class Stall:
     params = (
         Setting("mode", str, "block", "block a rank for good, or make it late", choices=("block", "late")),
-        Setting("seconds", float, 2.0, "how late a late rank is", positive=True),
-        *run_settings(hang_timeout=5.0, steps=6, save_every=2),
+        *run_settings("save_every", delay=2.0, hang_timeout=5.0, steps=6),
     )
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
@@ -47,7 +46,7 @@ class Stall:
         for rank in sorted({pt.rank for pt in base.points}):
             mine = [pt for pt in base.points if pt.rank == rank]
             point = next((pt for pt in mine if pt.op == "collective"), mine[0])
-            cases.append(Case.of((Fault(kind, rank, point.phase, point.index, p["seconds"]),), [point]))
+            cases.append(Case.of((Fault(kind, rank, point.phase, point.index, p["delay"]),), [point]))
         if only:
             cases = [c for c in cases if c.name in only] or [plan_of(base, name) for name in only]
         with concurrent.futures.ThreadPoolExecutor(bench.parallel) as pool:
@@ -61,7 +60,7 @@ def _stalled(bench, scenario, base, case) -> CaseResult:
     run_dir = bench.root / scenario.name / case.name
     run = launch(base.config, "stalled run", run_dir / "ckpt", run_dir / "run", faults=case.faults,
                  deadline=p["hang_timeout"] if blocked else None, failure_grace=PROPAGATION)
-    what = "blocked" if blocked else f"{p['seconds']:g}s late"
+    what = "blocked" if blocked else f"{p['delay']:g}s late"
     label = f"rank {fault.rank} {what} before {point.op} {point.target} of {fault.phase}"
     repro = bench.repro(scenario, case.name)
     if blocked:
