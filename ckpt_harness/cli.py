@@ -165,9 +165,10 @@ def _split(value: str) -> list[str]:
 
 def _explore(args: argparse.Namespace) -> int:
     from ckpt_harness.config import ExploreConfig, values_from
-    from ckpt_harness.explore import explore
+    from ckpt_harness.explore import run_exploration
     from ckpt_harness.jobref import resolve
     from ckpt_harness.launch import prestart
+    from ckpt_harness.run import prepare_workdir
 
     settings = values_from(args, ExploreConfig)
 
@@ -179,7 +180,7 @@ def _explore(args: argparse.Namespace) -> int:
     def produce(workdir: Path):
         config = ExploreConfig.build(resolve(args.job)[0], **settings)  # bad settings fail before the fork server starts
         prestart(config.parallel)
-        return explore(args.job, workdir=workdir, cases=args.case, progress=progress, **settings)
+        return run_exploration(config, prepare_workdir(workdir), args.case, progress)
 
     return _report_or_error(args, produce, newline_first=not args.quiet and sys.stderr.isatty())
 

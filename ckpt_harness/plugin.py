@@ -151,8 +151,10 @@ class CkptFixture:
 
 @pytest.fixture
 def ckpt(request: pytest.FixtureRequest, tmp_path: Path, _ckpt_world_size: Optional[int]) -> CkptFixture:
+    from ckpt_harness.config import SETTINGS
+
     defaults = {"timeout": request.config.getoption("--ckpt-timeout"), **_marker_kwargs(request.node)}
-    defaults["world_size"] = _ckpt_world_size or defaults.get("world_size") or 2
+    defaults["world_size"] = _ckpt_world_size or defaults.get("world_size") or SETTINGS["world_size"].default
     return CkptFixture(defaults, tmp_path)
 
 
