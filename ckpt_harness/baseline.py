@@ -120,7 +120,7 @@ def prepare(config: ExploreConfig, root: Path) -> Baseline:
     `BaselineFailed` if the golden run did not finish."""
     require_backend(config)
     golden = launch(config, "golden", root / "golden" / "ckpt", root / "golden" / "run")
-    live = oracle.judge_live("golden", golden, repro("explore", config, "golden"))
+    live = oracle.judge_golden("golden", golden, repro("explore", config, "golden"))
     if live.verdict is not Verdict.PASS:
         raise BaselineFailed(live)
     where = phase.save(config.k)

@@ -1,7 +1,11 @@
 """The `ckpt-harness` command.
 
-Exit codes: 0 every case passed, 1 a case failed or was undecided,
-2 the command line, the job or a setting was wrong (the message says how).
+Exit codes (`EXIT_CODES`): 0 every case passed (or did not apply); 1 the
+checkpointing under test broke a property; 2 the command line, the job, a
+setting or the machine was wrong (the message says what to change); 3 the
+harness could not run or judge some case, or the job cannot run at all
+(ERROR); 4 some case could not be decided (UNKNOWN, e.g. a job that is not
+deterministic). A run with several takes the first of fail, error, unknown.
 """
 
 from __future__ import annotations
@@ -17,9 +21,19 @@ from ckpt_harness.errors import UsageError
 from ckpt_harness.jobs import describe, registry
 from ckpt_harness.launch.group import LaunchError
 
-EXIT_OK, EXIT_FINDINGS, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_ERROR, EXIT_UNDECIDED = 0, 1, 2, 3, 4
+#: As a shell reports a command stopped by SIGINT.
+EXIT_INTERRUPTED = 130
 #: Errors that mean "the command could not do what was asked" (exit 2).
 _USER_ERRORS = (UsageError, LaunchError)
+
+
+def exit_code(verdict) -> int:
+    """The exit code of a run whose results fold to `verdict`."""
+    from ckpt_harness.verdict import Verdict
+
+    return {Verdict.FAIL: EXIT_FINDINGS, Verdict.ERROR: EXIT_ERROR, Verdict.UNKNOWN: EXIT_UNDECIDED}.get(
+        verdict, EXIT_OK)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -28,7 +42,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return EXIT_USAGE
-    return args.command(args)
+    try:
+        return args.command(args)
+    except _USER_ERRORS as exc:
+        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("\nckpt-harness: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -237,15 +258,21 @@ def _report_or_error(args: argparse.Namespace, produce, newline_first: bool = Fa
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         _discard(args, workdir)
         return EXIT_USAGE
+    except KeyboardInterrupt:
+        _discard(args, workdir)
+        kept = f"; the runs so far are in {workdir}" if args.workdir else ""
+        print(f"\nckpt-harness: interrupted{kept}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
         if newline_first:
             print(file=sys.stderr)
     print(report.explain())
-    if report.ok:
+    code = exit_code(report.verdict)
+    if code == EXIT_OK:
         _discard(args, workdir)
-        return EXIT_OK
+        return code
     print(f"\nruns, checkpoints and rank logs kept in {workdir}")
-    return EXIT_FINDINGS
+    return code
 
 
 def _discard(args: argparse.Namespace, workdir: Path) -> None:

@@ -266,16 +266,37 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, only: Optional[Seq
 
 
 def _parser_of(s: Setting) -> Callable[[str], Any]:
+    """Parse and check one option's text, so argparse refuses a bad value at
+    once (exit 2, naming the option) instead of after torch is imported."""
     if s.kind is tuple:
-        return lambda text: tuple(v.strip() for v in text.split(",") if v.strip())
-    if s.name == "save":
-        return lambda text: int(text) if text.isdigit() else text
-    return s.kind
+        parse: Callable[[str], Any] = lambda text: tuple(v.strip() for v in text.split(",") if v.strip())  # noqa: E731
+    elif s.name == "save":
+        parse = lambda text: int(text) if text.isdigit() else text  # noqa: E731
+    else:
+        parse = s.kind
+
+    def parse_and_check(text: str) -> Any:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {'an integer' if s.kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        try:
+            return s.check(value)
+        except ConfigError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    parse_and_check.__name__ = s.kind.__name__  # what argparse names in its own messages
+    return parse_and_check
 
 
 def values_from(args: argparse.Namespace, cls: type) -> dict[str, Any]:
-    """The settings of `cls` that were given on the command line."""
-    return {name: getattr(args, name) for name in settings_of(cls) if hasattr(args, name)}
+    """The settings of `cls` that were given on the command line, checked
+    together with the defaults of the rest (`save_every` against `steps`...)."""
+    known = settings_of(cls)
+    given = {name: getattr(args, name) for name in known if hasattr(args, name)}
+    check_run_settings({**{name: s.default for name, s in known.items()}, **given})
+    return given
 
 
 def shown(value: Any) -> str:

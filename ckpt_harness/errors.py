@@ -34,8 +34,18 @@ class ScenarioError(UsageError):
     """A scenario file that cannot be run; the message says which key to fix."""
 
 
-class BackendUnavailable(UsageError):
-    """The requested backend cannot run on this machine (the plugin skips)."""
+class Unavailable(UsageError):
+    """This machine cannot run it (no GPUs for nccl, a framework not
+    installed): the plugin skips, the matrix lists the job as not run, the
+    command exits 2 with what to install. Never a verdict on the job."""
+
+
+class BackendUnavailable(Unavailable):
+    """The requested backend cannot run on this machine."""
+
+
+class FrameworkMissing(Unavailable):
+    """A framework the job needs is not installed; the message names the extra to install."""
 
 
 class ModelError(HarnessError):

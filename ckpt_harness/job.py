@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Sequence
+
+if TYPE_CHECKING:
+    from ckpt_harness.jit import JitOp
 
 
 @dataclasses.dataclass
@@ -90,6 +93,11 @@ class Job:
     those imports need.
     """
 
+    #: Modules the job cannot run without, each with what installs it
+    #: ("deepspeed": "ckpt-harness[deepspeed]"). Checked before anything
+    #: starts, so a missing framework is a skip that names the fix, not a
+    #: traceback from a rank.
+    requires: ClassVar[Mapping[str, str]] = {}
     #: Modules the warm parent imports before forking ranks.
     preload: ClassVar[tuple[str, ...]] = ()
     #: Environment set in the warm parent before `preload` and in every rank.
@@ -147,6 +155,19 @@ class Job:
     @classmethod
     def reshardable(cls) -> bool:
         return _overrides(cls, "full_state")
+
+    @classmethod
+    def jit_ops(cls) -> Sequence["JitOp"]:
+        """Ops the job's framework compiles on first use: the harness builds
+        them once, before any deadline starts (see `ckpt_harness.jit`)."""
+        return ()
+
+    @classmethod
+    def missing_frameworks(cls) -> dict[str, str]:
+        """The modules of `requires` that are not installed, with their install hint."""
+        import importlib.util
+
+        return {m: hint for m, hint in cls.requires.items() if importlib.util.find_spec(m) is None}
 
     @classmethod
     def contract_errors(cls) -> list[str]:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Union
 
-from ckpt_harness.errors import JobError
+from ckpt_harness.errors import FrameworkMissing, JobError
 from ckpt_harness.job import Job
 from ckpt_harness.jobs import registry
 
@@ -84,6 +84,12 @@ def resolve(job: Union[str, type]) -> tuple[JobRef, type[Job]]:
     problems = cls.contract_errors()
     if problems:
         raise JobError(f"{ref.display} cannot run: " + "; ".join(problems))
+    missing = cls.missing_frameworks()
+    if missing:
+        hints = sorted(set(missing.values()))
+        raise FrameworkMissing(
+            f"job {ref.display} needs {', '.join(sorted(missing))}, which is not installed here: "
+            f"pip install {' '.join(repr(h) if '[' in h else h for h in hints)}")
     return ref, cls
 
 

@@ -166,9 +166,8 @@ def run_matrix(
     `progress(line)` gets a line as each scenario finishes, and a running
     count of cases while one is going (lines starting with "\\r").
     """
-    from ckpt_harness.errors import JobError
+    from ckpt_harness.errors import Unavailable
     from ckpt_harness.jobref import resolve
-    from ckpt_harness.jobs import registry
 
     started = time.monotonic()
     root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-matrix-"))
@@ -176,11 +175,9 @@ def run_matrix(
     for job in jobs:
         try:
             ref, _ = resolve(job)
-        except JobError as exc:
-            if isinstance(job, str) and job in registry() and "No module named" in str(exc):
-                skipped[job] = str(exc).splitlines()[0]
-                continue
-            raise
+        except Unavailable as exc:  # a framework not installed here: not run, and said why
+            skipped[job if isinstance(job, str) else job.__qualname__] = str(exc)
+            continue
         names.append(ref.display)
         plans.append((job, ref.display, [s for s in scenarios if s.applies_to(ref.display)]))
     total = sum(len(p[2]) for p in plans)

@@ -33,6 +33,13 @@ def state_after_save(step: int) -> str:
     return f"state after save {step}"
 
 
+def checkpointing(name: str) -> bool:
+    """Is `name` a phase of the checkpointing under test (a save, or the
+    load of a resume)? What fails in any other phase (setup, a train step,
+    the job's `state`) says nothing about checkpoints."""
+    return name == LOAD or name.startswith("save ")
+
+
 def compact(phase: str) -> str:
     """"save 4" -> "save4", for fault labels that must not contain spaces."""
     return phase.replace(" ", "")

@@ -59,7 +59,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     keys = ", ".join(f"{name}={s.default!r}" for name, s in _marker_keys().items())
     config.addinivalue_line("markers", f"ckpt({keys}): defaults for the ckpt fixture")
-    _world_sizes(config)  # a bad value fails now, with the option's name
+    _check_options(config)
+
+
+def _check_options(config: pytest.Config) -> None:
+    """Bad options fail the session at once, naming the option, instead of every test."""
+    from ckpt_harness.config import SETTINGS
+    from ckpt_harness.errors import ConfigError
+
+    _world_sizes(config)
+    try:
+        SETTINGS["timeout"].check(config.getoption("--ckpt-timeout"))
+    except ConfigError as exc:
+        raise pytest.UsageError(f"--ckpt-timeout: {exc}") from None
+    if config.getoption("--ckpt-scenarios") and not config.getoption("--ckpt-job"):
+        raise pytest.UsageError("--ckpt-scenarios narrows the catalogue that --ckpt-job runs: "
+                                "add --ckpt-job NAME (a built-in job or module:Class)")
 
 
 def _world_sizes(config: pytest.Config) -> list[int]:
@@ -137,7 +152,7 @@ class CkptFixture:
         """Marker defaults that `config` takes, then the call's own settings
         (all of them: a setting the call does not take is an error)."""
         from ckpt_harness.config import settings_of
-        from ckpt_harness.errors import BackendUnavailable
+        from ckpt_harness.errors import Unavailable
 
         takes = settings_of(config)
         kwargs = {**{k: v for k, v in self.defaults.items() if k in takes}, **settings}
@@ -145,7 +160,7 @@ class CkptFixture:
         kwargs.setdefault("workdir", self.tmp_path / f"ckpt-{self._runs}")
         try:
             return fn(job, **kwargs)
-        except BackendUnavailable as exc:
+        except Unavailable as exc:
             pytest.skip(str(exc))
 
 
@@ -203,12 +218,12 @@ class ScenarioItem(pytest.Item):
         self.world_size = world_size
 
     def runtest(self) -> None:
-        from ckpt_harness.errors import BackendUnavailable
+        from ckpt_harness.errors import Unavailable
         from ckpt_harness.verdict import Verdict
 
         try:
             result = _bench(self.config, self.job, self.world_size).run(self.scenario)
-        except BackendUnavailable as exc:
+        except Unavailable as exc:
             pytest.skip(str(exc))
         self.user_properties.append(("ckpt_verdict", result.verdict.value))
         if result.verdict is Verdict.NA:
@@ -249,12 +264,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     job = config.getoption("--ckpt-job")
     if not job:
         return
-    from ckpt_harness.errors import JobError, ScenarioError
+    from ckpt_harness.errors import JobError, ScenarioError, Unavailable
     from ckpt_harness.jobref import resolve
     from ckpt_harness.scenario import builtin_catalogue, builtin_dir, select
 
     try:
         resolve(job)
+    except Unavailable:
+        pass  # a framework not installed here: its items skip, saying what to install
     except JobError as exc:
         raise pytest.UsageError(f"--ckpt-job {job}: {exc}") from None
     patterns = [p.strip() for p in (config.getoption("--ckpt-scenarios") or "").split(",") if p.strip()]

@@ -121,6 +121,13 @@ class RankRun:
     def where(self) -> str:
         return trace.where(self.events)
 
+    @property
+    def phase(self) -> Optional[str]:
+        """The phase this rank was in when it ended: its error's, else the last it entered."""
+        if self.error is not None:
+            return self.error.phase
+        return self.events[-1].phase if self.events else None
+
     def fired(self) -> bool:
         """Did a fault armed in this rank fire?"""
         return any(e.fault for e in self.events)

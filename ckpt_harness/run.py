@@ -14,6 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
+from ckpt_harness import jit
 from ckpt_harness.config import RunConfig, cli_args
 from ckpt_harness.errors import BackendUnavailable, UsageError
 from ckpt_harness.inject.faults import Fault
@@ -42,6 +43,7 @@ def launch(config: RunConfig, name: str, ckpt_dir: Path, run_dir: Path, *,
     from ckpt_harness.runner import RunPlan  # the rank-side payload
 
     cls = load(config.job)
+    jit.ensure_built(cls.jit_ops())  # before the deadline starts: a build is not the job's time
     plan = RunPlan(
         job=config.job, ckpt_dir=str(ckpt_dir), seed=config.seed, total_steps=config.steps,
         save_every=config.save_every, keep_last=config.keep_last, overwrite=config.overwrite,
@@ -97,7 +99,13 @@ def prepare_workdir(workdir: Optional[Union[str, Path]]) -> Path:
         root = Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
     else:
         root = Path(workdir)
-        root.mkdir(parents=True, exist_ok=True)
+        if root.exists() and not root.is_dir():
+            raise UsageError(f"workdir {root} is a file; give a new or empty directory")
+        try:
+            root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UsageError(f"cannot create workdir {root}: {exc.strerror}; give a directory you can write to") \
+                from None
         entries = list(root.iterdir())
         if entries and not (root / MARKER).exists():
             raise UsageError(f"workdir {root} is not empty and was not made by ckpt-harness; "
@@ -107,7 +115,11 @@ def prepare_workdir(workdir: Optional[Union[str, Path]]) -> Path:
                 shutil.rmtree(entry)
             else:
                 entry.unlink()
-    (root / MARKER).write_text("made by ckpt-harness; its contents are replaced on the next run\n")
+    try:
+        (root / MARKER).write_text("made by ckpt-harness; its contents are replaced on the next run\n")
+    except OSError as exc:
+        raise UsageError(f"cannot write to workdir {root}: {exc.strerror}; give a directory you can write to") \
+            from None
     return root
 
 

@@ -50,7 +50,7 @@ def run_verification(config: RunConfig, root: Path, cases: Optional[Sequence[str
     require_backend(config)
     chosen = [c for c in known if not cases or c in cases]
     golden = launch(config, "golden", root / "golden" / "ckpt", root / "golden" / "run", trace_files=False)
-    results = [oracle.judge_live("golden", golden, repro("run", config, "golden"))]
+    results = [oracle.judge_golden("golden", golden, repro("run", config, "golden"))]
     if results[0].verdict is Verdict.PASS:  # else there is nothing to compare against
         results.append(oracle.judge_fresh_start("golden", golden, repro("run", config, "golden")))
         for case in chosen:
@@ -64,7 +64,7 @@ def resume_case(config: RunConfig, root: Path, case: str, golden: Run) -> list[C
     line = repro("run", config, case)
     ckpt = root / "ckpt"
     stopped = launch(config, "stopped run", ckpt, root / "stop", stop_after_save=step, trace_files=False)
-    live = oracle.judge_live(case, stopped, line)
+    live = oracle.judge_golden(case, stopped, line)
     if live.verdict is not Verdict.PASS:
         return [live]
     nondeterminism = oracle.judge_deterministic(case, golden, stopped, step)

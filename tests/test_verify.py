@@ -57,6 +57,7 @@ def test_setup_failing_on_one_rank_names_the_rank_error_and_log(ckpt):
     prestart(wait=True)
     report = ckpt.verify("tests.planted.jobs:SetupFailsOnRank1", world_size=2, steps=4, timeout=30)
     (live,) = report.results
+    assert live.verdict is Verdict.ERROR  # the job cannot start: nothing about its checkpoints
     assert "rank 1 raised RuntimeError in setup: dataset shard 1 is missing" in live.summary
     assert "rank1.log" in live.details
     assert report.elapsed < 15  # the stuck peer is cut after the failure grace, not at 30 s

@@ -83,6 +83,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Optional
 import torch
 from torch import nn
 
+from ckpt_harness.jit import JitOp
 from ckpt_harness.job import RankContext
 from ckpt_harness.jobs._common import (
     BATCH_SIZE,
@@ -244,6 +245,16 @@ class DeepSpeedJob(TinyJob):
 
     #: ZeRO stage (0–3).
     stage: ClassVar[int] = 1
+    requires = {"deepspeed": "ckpt-harness[deepspeed]"}
+
+    @classmethod
+    def jit_ops(cls) -> tuple[JitOp, ...]:
+        """The CPU comm op, built by `warm_deepspeed` in a process of its own."""
+        from importlib import metadata
+
+        key = f"deepspeed {metadata.version('deepspeed')}, torch {torch.__version__}, {sys.executable}"
+        return (JitOp("DeepSpeed's CPU comm op", Path(os.environ["TORCH_EXTENSIONS_DIR"]) / "deepspeed_shm_comm",
+                      f"{__name__}:warm_deepspeed", key, env={"DS_ACCELERATOR": "cpu"}),)
     env = {"DS_ACCELERATOR": "cpu", WARM_ENV: "1"}
     preload = ("numpy", "torch", "torch.distributed", "torch._dynamo", "deepspeed", *LAZY_MODULES)
 

@@ -171,6 +171,7 @@ class HFTrainerJob(Job):
     """`transformers.Trainer` (DDP over the harness's gloo group) with its own
     `checkpoint-N` saves and `get_last_checkpoint` resume."""
 
+    requires = {m: "ckpt-harness[hf]" for m in ("transformers", "accelerate", "safetensors")}
     preload = (
         "numpy", "torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo",
         "safetensors", "safetensors.torch",

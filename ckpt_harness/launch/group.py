@@ -339,9 +339,13 @@ class _GroupRun:
                 break  # every stack written, none still growing
             sizes = now
         for r in alive:
-            with open(r.log, "rb") as f:
-                f.seek(offsets[r.rank])
-                r.stack = f.read().decode(errors="replace").strip() or "(no stack: the rank did not answer)"
+            try:
+                with open(r.log, "rb") as f:
+                    f.seek(offsets[r.rank])
+                    r.stack = f.read().decode(errors="replace").strip()
+            except FileNotFoundError:  # cut before it opened its log: the deadline was shorter than a start
+                r.stack = ""
+            r.stack = r.stack or "(no stack: the rank did not answer)"
 
     def _teardown(self) -> None:
         for r in self.ranks:

@@ -33,6 +33,24 @@ def judge_live(case: str, run: Run, repro: Optional[str]) -> CaseResult:
     return CaseResult(case, "live", Verdict.FAIL, f"{run.name}: {problem.summary}", problem.details, repro)
 
 
+def judge_golden(case: str, run: Run, repro: Optional[str]) -> CaseResult:
+    """A run with nothing armed, that every other is judged against.
+
+    If it breaks in a save or a load, that is the checkpointing under test
+    (the final save that hangs): live FAIL. Anywhere else (setup, a train
+    step, the job's `state`, a deadline too short for the job) the job
+    cannot run at all, which says nothing about its checkpoints: ERROR.
+    """
+    problem = health(run)
+    if problem is None or problem.checkpointing:
+        return judge_live(case, run, repro)
+    return CaseResult(
+        case, "live", Verdict.ERROR,
+        f"{run.name}: the job fails with no fault armed, outside its saves and loads ({problem.summary}); "
+        "nothing can be judged until it runs: fix the job, or give it a longer timeout if it was only slow",
+        problem.details, repro)
+
+
 def judge_fresh_start(case: str, run: Run, repro: Optional[str]) -> CaseResult:
     steps = run.loaded_steps()
     wrong = {r: s for r, s in steps.items() if s is not None}

@@ -7,6 +7,7 @@ import os
 import signal
 from typing import Optional
 
+from ckpt_harness import phase
 from ckpt_harness.launch import RankStatus
 from ckpt_harness.records import RankRun, Run
 
@@ -19,6 +20,9 @@ class Problem:
     summary: str
     #: Each rank's stack, error and log, for the failure's full text.
     details: str
+    #: Some rank ended badly in a save or a load, i.e. inside the
+    #: checkpointing under test (see `phase.checkpointing`).
+    checkpointing: bool = False
 
 
 def health(run: Run) -> Optional[Problem]:
@@ -41,7 +45,8 @@ def health(run: Run) -> Optional[Problem]:
             details.append(f"rank {r.rank} {rank_state(r)}:\n{(error.traceback if error else '') or o.log_tail()}")
         if o.status is not RankStatus.OK:
             details.append(f"rank {r.rank} log: {o.log}")
-    return Problem(summary, "\n\n".join(details))
+    bad = [r for r in ranks if r.status is not RankStatus.OK]
+    return Problem(summary, "\n\n".join(details), any(r.phase and phase.checkpointing(r.phase) for r in bad))
 
 
 def rank_state(r: RankRun) -> str:

@@ -150,3 +150,36 @@ class ExpectsRotationAndOverwrite(TorchSaveJob):
             raise RuntimeError(f"expected keep_last=1 and overwrite=True, got keep_last={ctx.keep_last}, "
                                f"overwrite={ctx.overwrite}")
         super().setup(ctx)
+
+
+# -- jobs that cannot run: an ERROR or a skip, never a FAIL ------------------------
+class TrainStepFailsOnRank1(TorchSaveJob):
+    """A bug in the training code, not in checkpointing: no verdict on checkpoints."""
+
+    def train_step(self, ctx: RankContext, step: int) -> float:
+        if ctx.rank == 1 and step == 2:
+            raise ValueError("NaN loss at step 2")
+        return super().train_step(ctx, step)
+
+
+class NeedsAbsentFramework(TorchSaveJob):
+    """Declares a framework that is not installed (as deepspeed is without its extra)."""
+
+    requires = {"ckpt_harness_absent_framework": "ckpt-harness[absent]"}
+
+
+class SlowJitOp(TorchSaveJob):
+    """A framework op compiled on first use, slower than the job's deadline
+    (`CKPT_TEST_JIT_DIR`, `CKPT_TEST_BUILD_SECONDS`): built before it starts."""
+
+    @classmethod
+    def jit_ops(cls):
+        import os
+        from pathlib import Path
+
+        from ckpt_harness.jit import JitOp
+
+        seconds = os.environ["CKPT_TEST_BUILD_SECONDS"]
+        return (JitOp("the planted slow op", Path(os.environ["CKPT_TEST_JIT_DIR"]) / "slow_op",
+                      "tests.planted.jit:build", f"slow {seconds}",
+                      env={"CKPT_TEST_BUILD_SECONDS": seconds}),)

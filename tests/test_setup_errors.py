@@ -1,0 +1,150 @@
+"""What is not a finding about checkpoints never reads as one.
+
+A job that cannot run, a framework that is not installed, a deadline too
+short for the job, or bad input: each is an ERROR, a skip or exit 2 with one
+line saying what to change, never a FAIL, and bad input is refused before
+torch is imported.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ckpt_harness import Verdict
+from tests.test_cli import ROOT, cli
+
+PLANTED = {"PYTHONPATH": str(ROOT)}
+
+
+# -- B: setup problems are ERROR or skip ---------------------------------------------
+def test_a_job_failing_outside_its_saves_is_an_error_not_a_fail(tmp_path):
+    out = cli("run", "--job", "tests.planted.jobs:TrainStepFailsOnRank1", "--steps", "4", cwd=tmp_path,
+              env_extra=PLANTED)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "golden  live   ERROR" in out.stdout
+    assert "rank 1 raised ValueError in train_step 2: NaN loss at step 2" in out.stdout
+    assert "FAIL" not in out.stdout
+
+
+def test_a_fault_free_save_that_hangs_is_still_a_fail(ckpt):
+    """The other side: the final save that never returns is the checkpointing's own failure."""
+    report = ckpt.verify("tests.planted.jobs:Rank0BarrierInFinalSave", steps=2, timeout=10)
+    (live,) = report.results
+    assert live.verdict is Verdict.FAIL and "waiting in barrier" in live.summary
+
+
+def test_a_missing_framework_says_what_to_install_before_starting_anything(tmp_path):
+    started = time.monotonic()
+    out = cli("run", "--job", "tests.planted.jobs:NeedsAbsentFramework", cwd=tmp_path, env_extra=PLANTED)
+    assert out.returncode == 2
+    assert out.stderr.strip().splitlines() == [
+        "ckpt-harness: error: job tests.planted.jobs:NeedsAbsentFramework needs ckpt_harness_absent_framework, "
+        "which is not installed here: pip install 'ckpt-harness[absent]'"]
+    assert "Traceback" not in out.stderr
+    assert time.monotonic() - started < 60  # no group was started (a generous bound: it would hang otherwise)
+
+
+def test_the_matrix_lists_a_job_it_cannot_run_as_not_run(tmp_path):
+    out = cli("matrix", "--job", "torch_save", "--job", "tests.planted.jobs:NeedsAbsentFramework",
+              "--scenarios", "resume-every-save", "--out", "out", "--quiet", cwd=tmp_path, env_extra=PLANTED)
+    assert out.returncode == 0, out.stdout + out.stderr
+    md = (tmp_path / "out" / "matrix.md").read_text()
+    assert "Not run: tests.planted.jobs:NeedsAbsentFramework (job tests.planted.jobs:NeedsAbsentFramework needs " \
+           "ckpt_harness_absent_framework, which is not installed here: pip install 'ckpt-harness[absent]')" in md
+    assert "| tests.planted.jobs:NeedsAbsentFramework |" not in md
+    assert "Traceback" not in out.stdout + out.stderr
+
+
+def test_the_plugin_skips_a_job_whose_framework_is_missing(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    result = pytester.runpytest_subprocess("--ckpt-job", "tests.planted.jobs:NeedsAbsentFramework",
+                                           "--ckpt-scenarios", "resume-every-save", "-rs", "-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*pip install 'ckpt-harness[[]absent]'*"])
+
+
+def test_the_matrix_shows_a_job_that_cannot_run_as_error(tmp_path):
+    out = cli("matrix", "--job", "tests.planted.jobs:TrainStepFailsOnRank1", "--scenarios", "resume-every-save",
+              "--out", "out", "--quiet", cwd=tmp_path, env_extra=PLANTED)
+    cells = __import__("json").loads((tmp_path / "out" / "matrix.json").read_text())["cells"]
+    assert {c["verdict"] for c in cells if c["scenarios"]} == {"error"}, out.stdout
+
+
+# -- F: bad input is refused at once, before torch is imported -------------------------
+@pytest.fixture
+def no_torch(tmp_path):
+    """A PYTHONPATH on which importing torch fails: what is refused here was refused before torch."""
+    shadow = tmp_path / "shadow" / "torch"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('torch was imported before the input was checked')\n")
+    return {"PYTHONPATH": os.pathsep.join([str(shadow.parent), str(ROOT)])}
+
+
+@pytest.mark.parametrize("args, message", [
+    (["explore", "--job", "torch_save", "--world-size", "0"], "argument --world-size: world_size must be between 1 and 8, got 0"),
+    (["explore", "--job", "torch_save", "--hang-timeout", "-1"], "argument --hang-timeout: hang_timeout must be a positive number of seconds, got -1.0"),
+    (["run", "--job", "torch_save", "--timeout", "nan"], "argument --timeout: timeout must be a positive number of seconds, got nan"),
+    (["run", "--job", "torch_save", "--steps", "many"], "argument --steps: expected an integer, got 'many'"),
+    (["trace", "--job", "torch_save", "--save", "3"], "save 3 is not a save step; choose from 2, 4"),
+    (["run", "--job", "torch_save", "--steps", "2", "--save-every", "3"], "save_every (3) must not exceed steps (2)"),
+    (["explore", "--job", "torch_save", "--world-size", "3", "--nodes", "2"], "2 simulated nodes cannot share 3 ranks evenly"),
+])
+def test_bad_settings_exit_2_with_one_line_before_torch(tmp_path, no_torch, args, message):
+    out = cli(*args, cwd=tmp_path, env_extra=no_torch)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr and "torch was imported" not in out.stderr
+
+
+def test_a_workdir_that_is_a_file_or_cannot_be_made_is_one_line(tmp_path):
+    (tmp_path / "afile").write_text("")
+    out = cli("run", "--job", "torch_save", "--workdir", "afile", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "workdir afile is a file; give a new or empty directory" in out.stderr
+    out = cli("run", "--job", "torch_save", "--workdir", "afile/sub", cwd=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert "cannot create workdir afile/sub" in out.stderr
+
+
+def test_a_deadline_shorter_than_a_start_is_an_error_naming_the_timeout(tmp_path):
+    out = cli("run", "--job", "torch_save", "--timeout", "0.001", cwd=tmp_path)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "Traceback" not in out.stdout + out.stderr
+    assert "give it a longer timeout" in out.stdout
+
+
+def test_ctrl_c_of_explore_is_one_line_and_leaves_no_workdir(tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["TMPDIR"] = str(tmp)
+    proc = subprocess.Popen([sys.executable, "-m", "ckpt_harness.cli", "explore", "--job", "torch_save", "--quiet"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(tmp.glob("ckpt-harness-*/golden/run/rank0.log")):  # well into the work
+            assert time.monotonic() < deadline and proc.poll() is None, "explore never started a run"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip() == "ckpt-harness: interrupted", err
+    assert not list(tmp.glob("ckpt-harness-*")), "the temporary workdir was left behind"
+
+
+# -- F: the plugin's options --------------------------------------------------------------
+@pytest.mark.parametrize("args, message", [
+    (["--ckpt-timeout", "-1"], "--ckpt-timeout: timeout must be a positive number of seconds, got -1.0"),
+    (["--ckpt-scenarios", "crash-*"], "--ckpt-scenarios narrows the catalogue that --ckpt-job runs: add --ckpt-job NAME"),
+])
+def test_bad_plugin_options_are_one_usage_error(pytester, args, message):
+    pytester.makepyfile("def test_nothing(): pass")
+    result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*{message}*"])
