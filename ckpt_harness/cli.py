@@ -137,7 +137,7 @@ def _catalogue(args: argparse.Namespace):
 def _matrix(args: argparse.Namespace) -> int:
     from ckpt_harness.launch import prestart
     from ckpt_harness.matrix import run_matrix
-    from ckpt_harness.scenario import select
+    from ckpt_harness.scenario import default_jobs, select
 
     def progress(line: str) -> None:
         if args.quiet:
@@ -152,7 +152,7 @@ def _matrix(args: argparse.Namespace) -> int:
     try:
         scenarios = select(_catalogue(args), _split(args.scenarios))
         prestart(bench["parallel"])
-        matrix = run_matrix(args.job or list(registry()), scenarios, **bench, workdir=args.workdir,
+        matrix = run_matrix(args.job or default_jobs(scenarios), scenarios, **bench, workdir=args.workdir,
                             keep=args.workdir is not None, progress=progress)
     except _USER_ERRORS as exc:
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)

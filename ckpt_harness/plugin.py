@@ -198,10 +198,10 @@ class ScenarioFile(pytest.File):
 
 
 def _items(parent: pytest.Collector, scenario: Any, config: pytest.Config, prefix: str = ""):
-    from ckpt_harness.jobs import registry
+    from ckpt_harness.scenario import default_jobs
 
     job = config.getoption("--ckpt-job")
-    jobs = [job] if job else [j for j in registry() if scenario.applies_to(j)]
+    jobs = [job] if job else default_jobs([scenario])
     for name in jobs:
         for n in _world_sizes(config):
             yield ScenarioItem.from_parent(parent, name=f"{prefix}{scenario.name}[{name}-ws{n}]",
@@ -258,6 +258,17 @@ def _bench(config: pytest.Config, job: str, world_size: int):
     return benches[job, world_size]
 
 
+def _names_scenario_files(config: pytest.Config) -> bool:
+    """Did the command line name scenario files or directories (not just a
+    repo whose tests happen to hold a `scenarios/` directory)?"""
+    here = Path(config.invocation_params.dir)
+    for arg in config.args:
+        path = (here / arg.split("::")[0]).resolve()
+        if path.suffix == ".toml" or path.name == "scenarios" or path.parent.name == "scenarios":
+            return True
+    return False
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """--ckpt-job: the built-in catalogue against that job, unless the run
     collected scenario files of its own (then only with --ckpt-scenarios)."""
@@ -277,8 +288,8 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     patterns = [p.strip() for p in (config.getoption("--ckpt-scenarios") or "").split(",") if p.strip()]
     builtin = builtin_dir().resolve()
     files = {Path(i.scenario.source).resolve().parent for i in items if isinstance(i, ScenarioItem)}
-    if builtin in files or (files and not patterns):
-        return  # the run named its scenario files itself
+    if builtin in files or (_names_scenario_files(config) and not patterns):
+        return  # the catalogue was collected as files, or the command line named the scenario files to run
     try:
         scenarios = select(builtin_catalogue(), patterns)
     except ScenarioError as exc:

@@ -48,6 +48,20 @@ class Scenario:
         return any(fnmatch.fnmatchcase(job, pattern) for pattern in self.jobs)
 
     @property
+    def named_jobs(self) -> tuple[str, ...]:
+        """Jobs `jobs` names outright as module:Class (not patterns of registered names)."""
+        return tuple(j for j in self.jobs if ":" in j and not any(c in j for c in "*?["))
+
+
+def default_jobs(scenarios: Sequence[Scenario]) -> list[str]:
+    """The jobs scenarios run against when no job is given: every registered
+    job one of them applies to, then the jobs they name as module:Class."""
+    from ckpt_harness.jobs import registry
+
+    chosen = [j for j in registry() if any(s.applies_to(j) for s in scenarios)]
+    return chosen + [j for j in dict.fromkeys(j for s in scenarios for j in s.named_jobs) if j not in chosen]
+
+    @property
     def builtin(self) -> bool:
         return not Path(self.source).is_file() or Path(self.source).resolve().parent == builtin_dir().resolve()
 

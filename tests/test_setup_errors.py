@@ -148,3 +148,32 @@ def test_bad_plugin_options_are_one_usage_error(pytester, args, message):
     result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{message}*"])
+
+
+# -- F: scenario files that name their own jobs; a user's scenarios/ next to the catalogue --
+NAMED_JOB = ('[resume-named]\nproperty = "faithful"\ncheck = "resume"\ndescription = "resume from every save"\n'
+             'steps = 2\njobs = ["tests.planted.jobs:NoOptimizerState"]\n')
+
+
+def test_a_scenario_file_naming_a_job_by_module_collects_it(pytester, monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.mkdir("scenarios").joinpath("named.toml").write_text(NAMED_JOB)
+    result = pytester.runpytest_subprocess("scenarios", "--collect-only", "-q", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.OK
+    result.stdout.fnmatch_lines(["*named.toml::resume-named?tests.planted.jobs:NoOptimizerState-ws2?"])
+
+
+def test_matrix_of_a_file_runs_the_jobs_it_names_and_only_those(tmp_path):
+    (tmp_path / "named.toml").write_text(NAMED_JOB)
+    out = cli("matrix", "--file", "named.toml", "--out", "out", "--quiet", cwd=tmp_path, env_extra=PLANTED)
+    result = __import__("json").loads((tmp_path / "out" / "matrix.json").read_text())
+    assert result["jobs"] == ["tests.planted.jobs:NoOptimizerState"], out.stdout + out.stderr
+    assert [c["verdict"] for c in result["cells"] if c["scenarios"]] == ["fail"]
+
+
+def test_a_users_scenarios_directory_does_not_hide_the_catalogue(pytester):
+    pytester.mkdir("scenarios").joinpath("mine.toml").write_text(
+        '[crash-at-commit]\nproperty = "atomic"\ncheck = "faults"\ndescription = "crash at each rename"\n'
+        'faults = ["crash"]\nops = ["rename"]\n')
+    result = pytester.runpytest_subprocess("--ckpt-job=torch_save", "--collect-only", "-q", "-p", "no:cacheprovider")
+    result.stdout.fnmatch_lines(["*mine.toml::crash-at-commit?torch_save-ws2?", "*resume-every-save?torch_save-ws2?"])
