@@ -52,6 +52,10 @@ class Scenario:
         """Jobs `jobs` names outright as module:Class (not patterns of registered names)."""
         return tuple(j for j in self.jobs if ":" in j and not any(c in j for c in "*?["))
 
+    @property
+    def builtin(self) -> bool:
+        return not Path(self.source).is_file() or Path(self.source).resolve().parent == builtin_dir().resolve()
+
 
 def default_jobs(scenarios: Sequence[Scenario]) -> list[str]:
     """The jobs scenarios run against when no job is given: every registered
@@ -60,10 +64,6 @@ def default_jobs(scenarios: Sequence[Scenario]) -> list[str]:
 
     chosen = [j for j in registry() if any(s.applies_to(j) for s in scenarios)]
     return chosen + [j for j in dict.fromkeys(j for s in scenarios for j in s.named_jobs) if j not in chosen]
-
-    @property
-    def builtin(self) -> bool:
-        return not Path(self.source).is_file() or Path(self.source).resolve().parent == builtin_dir().resolve()
 
 
 @dataclasses.dataclass(frozen=True)
