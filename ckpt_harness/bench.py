@@ -23,16 +23,16 @@ from ckpt_harness.errors import ConfigError, UsageError
 from ckpt_harness.jobref import resolve
 from ckpt_harness.run import repro_line
 from ckpt_harness.scenario import Scenario, ScenarioResult, not_applicable, summarize
-from ckpt_harness.verdict import Verdict
+from ckpt_harness.verdict import CaseResult, Verdict
 
 
 class Bench:
-    """`progress(done, total)` is called as cases finish, with counts within
-    the current scenario."""
+    """`progress(done, total, result)` is called as cases finish, with counts
+    within the current scenario."""
 
     def __init__(self, job: Union[str, type], world_size: int, root: Path, *,
                  timeout: float = SETTINGS["timeout"].default, parallel: int = SETTINGS["parallel"].default,
-                 progress: Optional[Callable[[int, int], None]] = None):
+                 progress: Optional[Callable[[int, int, CaseResult], None]] = None):
         self.ref, self.job_class = resolve(job)
         self.world_size = SETTINGS["world_size"].check(world_size)
         self.timeout = SETTINGS["timeout"].check(timeout)

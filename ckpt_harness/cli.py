@@ -1,16 +1,18 @@
 """The `ckpt-harness` command.
 
-Exit codes (`EXIT_CODES`): 0 every case passed (or did not apply); 1 the
+Exit codes (`exit_code`): 0 every case passed (or did not apply); 1 the
 checkpointing under test broke a property; 2 the command line, the job, a
 setting or the machine was wrong (the message says what to change); 3 the
 harness could not run or judge some case, or the job cannot run at all
 (ERROR); 4 some case could not be decided (UNKNOWN, e.g. a job that is not
 deterministic). A run with several takes the first of fail, error, unknown.
+`matrix` counts only the cells whose verdicts `--fail-on` names.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 import tempfile
@@ -20,6 +22,7 @@ from typing import Optional, Sequence
 from ckpt_harness.errors import UsageError
 from ckpt_harness.jobs import describe, registry
 from ckpt_harness.launch.group import LaunchError
+from ckpt_harness.verdict import Verdict
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_ERROR, EXIT_UNDECIDED = 0, 1, 2, 3, 4
 #: As a shell reports a command stopped by SIGINT.
@@ -67,6 +70,7 @@ def _parser() -> argparse.ArgumentParser:
     add_arguments(run, RunConfig)
     run.add_argument("--case", action="append", help="only this case (golden, resume@K); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
+    _json_option(run)
     run.set_defaults(command=_run)
 
     explore = sub.add_parser("explore", help="break one save at every point with every fault kind; judge each resume")
@@ -74,7 +78,8 @@ def _parser() -> argparse.ArgumentParser:
     add_arguments(explore, ExploreConfig)
     explore.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
     explore.add_argument("--workdir", type=Path, help="keep every run's checkpoints, traces and logs here")
-    explore.add_argument("--quiet", action="store_true", help="no progress line")
+    explore.add_argument("--quiet", action="store_true", help="no progress lines")
+    _json_option(explore)
     explore.set_defaults(command=_explore)
 
     trace = sub.add_parser("trace", help="record a clean run and print the operations of one save per rank")
@@ -93,6 +98,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="directory for matrix.md and matrix.json (default: ./ckpt-matrix)")
     matrix.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     matrix.add_argument("--quiet", action="store_true", help="no progress lines")
+    matrix.add_argument("--fail-on", type=_verdicts, default=DEFAULT_FAIL_ON, metavar="VERDICT[,VERDICT...]",
+                        help="exit 1 if any cell has one of these verdicts: fail, unknown, error "
+                             f"(default: {','.join(v.value for v in DEFAULT_FAIL_ON)}: failing cells of a "
+                             "framework are findings to document; give fail,unknown,error to gate a build on them)")
     matrix.set_defaults(command=_matrix)
 
     scenario = sub.add_parser("scenario", help="run one catalogue scenario against a job (what matrix repro lines call)")
@@ -101,6 +110,8 @@ def _parser() -> argparse.ArgumentParser:
     _scenario_options(scenario)
     scenario.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
     scenario.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
+    scenario.add_argument("--quiet", action="store_true", help="no progress lines")
+    _json_option(scenario)
     scenario.set_defaults(command=_scenario)
 
     listing = sub.add_parser("list", help="list the registered jobs, checks, fault kinds, properties and scenarios")
@@ -112,6 +123,24 @@ def _parser() -> argparse.ArgumentParser:
 TRACE_SETTINGS = ("world_size", "steps", "save_every", "keep_last", "overwrite", "seed", "timeout", "nodes", "save")
 #: The settings of a bench (a job at a world size) that `matrix` and `scenario` take.
 BENCH_SETTINGS = ("world_size", "timeout", "parallel")
+#: Cell verdicts `matrix --fail-on` may name.
+GATED = (Verdict.FAIL, Verdict.UNKNOWN, Verdict.ERROR)
+#: An incomplete matrix is the command's own failure; a framework's failing
+#: cells are what it documents (every built-in framework has some).
+DEFAULT_FAIL_ON = (Verdict.UNKNOWN, Verdict.ERROR)
+
+
+def _verdicts(text: str) -> tuple[Verdict, ...]:
+    names = _split(text)
+    wrong = [n for n in names if n not in [v.value for v in GATED]]
+    if wrong or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated verdicts from fail, unknown, error")
+    return tuple(Verdict(n) for n in names)
+
+
+def _json_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", type=Path, metavar="PATH",
+                   help="also write the report as JSON here (schema: README, \"Output for CI\")")
 
 
 def _scenario_options(p: argparse.ArgumentParser) -> None:
@@ -137,18 +166,11 @@ def _catalogue(args: argparse.Namespace):
 def _matrix(args: argparse.Namespace) -> int:
     from ckpt_harness.launch import prestart
     from ckpt_harness.matrix import run_matrix
+    from ckpt_harness.progress import Progress
     from ckpt_harness.scenario import default_jobs, select
 
-    def progress(line: str) -> None:
-        if args.quiet:
-            return
-        if line.startswith("\r"):
-            if sys.stderr.isatty():
-                print(f"{line[:100]:100}", end="", file=sys.stderr, flush=True)
-        else:
-            print(f"\r{line}" if sys.stderr.isatty() else line, file=sys.stderr, flush=True)
-
     bench = _bench_settings(args)
+    progress = Progress(quiet=args.quiet)
     try:
         scenarios = select(_catalogue(args), _split(args.scenarios))
         prestart(bench["parallel"])
@@ -157,27 +179,45 @@ def _matrix(args: argparse.Namespace) -> int:
     except _USER_ERRORS as exc:
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    finally:
+        progress.close()
     md, js = matrix.write(args.out)
     print(matrix.markdown())
     print(f"wrote {md} and {js}")
-    if not matrix.complete:
-        print("some cells could not be judged (unknown or error): see their reasons above", file=sys.stderr)
-        return EXIT_FINDINGS
-    return EXIT_OK
+    return _matrix_exit(matrix, args.fail_on)
+
+
+def _matrix_exit(matrix, fail_on: Sequence[Verdict]) -> int:
+    """The exit code of the cells whose verdicts `--fail-on` names (saying which); 0 if none."""
+    from ckpt_harness.verdict import fold
+
+    hit = [c for c in matrix.cells() if c.verdict in fail_on]
+    if not hit:
+        return EXIT_OK
+    shown = ", ".join(f"{c.job} · {c.property}: {c.verdict.value}" for c in hit[:5])
+    more = f" and {len(hit) - 5} more" if len(hit) > 5 else ""
+    print(f"--fail-on {','.join(v.value for v in fail_on)}: {len(hit)} cell{'s' * (len(hit) > 1)} "
+          f"({shown}{more}); see their reasons above", file=sys.stderr)
+    return exit_code(fold(c.verdict for c in hit))
 
 
 def _scenario(args: argparse.Namespace) -> int:
     from ckpt_harness.bench import Bench
     from ckpt_harness.launch import prestart
+    from ckpt_harness.progress import Progress
     from ckpt_harness.scenario import select
+
+    settings = _bench_settings(args)
+    progress = Progress(quiet=args.quiet)
 
     def produce(workdir: Path):
         (scenario,) = select(_catalogue(args), [args.name])
-        bench = _bench_settings(args)
-        prestart(bench["parallel"])
-        return Bench(args.job, bench.pop("world_size"), workdir, **bench).run(scenario, args.case)
+        prestart(settings["parallel"])
+        bench = Bench(args.job, settings["world_size"], workdir, timeout=settings["timeout"],
+                      parallel=settings["parallel"], progress=progress)
+        return bench.run(scenario, args.case)
 
-    return _report_or_error(args, produce)
+    return _report_or_error(args, produce, progress, lambda result: result.report(settings["world_size"], settings))
 
 
 def _split(value: str) -> list[str]:
@@ -191,19 +231,17 @@ def _explore(args: argparse.Namespace) -> int:
     from ckpt_harness.launch import prestart
     from ckpt_harness.run import prepare_workdir
 
-    settings = values_from(args, ExploreConfig)
+    from ckpt_harness.progress import Progress
 
-    def progress(done: int, total: int, result) -> None:
-        if not args.quiet and sys.stderr.isatty():
-            print(f"\r[{done:>4}/{total}] {result.verdict.value.upper():7} {result.case[:60]:60}", end="",
-                  file=sys.stderr, flush=True)
+    settings = values_from(args, ExploreConfig)
+    progress = Progress(quiet=args.quiet)
 
     def produce(workdir: Path):
         config = ExploreConfig.build(resolve(args.job)[0], **settings)  # bad settings fail before the fork server starts
         prestart(config.parallel)
         return run_exploration(config, prepare_workdir(workdir), args.case, progress)
 
-    return _report_or_error(args, produce, newline_first=not args.quiet and sys.stderr.isatty())
+    return _report_or_error(args, produce, progress)
 
 
 def _trace(args: argparse.Namespace) -> int:
@@ -248,9 +286,10 @@ def _run(args: argparse.Namespace) -> int:
     return _report_or_error(args, produce)
 
 
-def _report_or_error(args: argparse.Namespace, produce, newline_first: bool = False) -> int:
-    """Run `produce(workdir)` and print its report (or scenario result); bad
-    input exits 2, findings 1."""
+def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report=lambda report: report) -> int:
+    """Run `produce(workdir)`, print its report (or scenario result) and write
+    it as JSON if asked (`as_report` makes a `Report` of it); bad input exits
+    2, findings 1."""
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
     try:
         report = produce(workdir)
@@ -264,15 +303,22 @@ def _report_or_error(args: argparse.Namespace, produce, newline_first: bool = Fa
         print(f"\nckpt-harness: interrupted{kept}", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        if newline_first:
-            print(file=sys.stderr)
+        if progress is not None:
+            progress.close()
     print(report.explain())
+    if args.json is not None:
+        _write_json(args.json, as_report(report).to_json())
     code = exit_code(report.verdict)
     if code == EXIT_OK:
         _discard(args, workdir)
         return code
     print(f"\nruns, checkpoints and rank logs kept in {workdir}")
     return code
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def _discard(args: argparse.Namespace, workdir: Path) -> None:

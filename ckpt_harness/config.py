@@ -204,6 +204,11 @@ class RunConfig:
     def replace(self, **changes: Any) -> "RunConfig":
         return dataclasses.replace(self, **changes)
 
+    @property
+    def values(self) -> dict[str, Any]:
+        """Every setting by name, defaults included (what a report records)."""
+        return {name: getattr(self, name) for name in settings_of(type(self))}
+
 
 @dataclasses.dataclass(frozen=True)
 class ExploreConfig(RunConfig):

@@ -46,7 +46,8 @@ def run_exploration(config: ExploreConfig, root: Path, only: Optional[Sequence[s
     note = f"save {config.k} broken; durability model {config.durability}"
 
     def report(results: list[CaseResult]) -> Report:
-        return Report(config.job.display, config.world_size, results, time.monotonic() - started, "explore", note)
+        return Report(config.job.display, config.world_size, results, time.monotonic() - started, "explore", note,
+                      config.values)
 
     try:
         base = baselines.prepare(config, root)

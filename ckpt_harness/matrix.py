@@ -16,11 +16,12 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 from ckpt_harness.bench import Bench
 from ckpt_harness.config import SETTINGS
 from ckpt_harness.oracle import PROPERTIES
+from ckpt_harness.progress import Progress
 from ckpt_harness.scenario import Scenario, ScenarioResult
 from ckpt_harness.verdict import Verdict, fold
 
@@ -65,6 +66,8 @@ class Matrix:
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
     date: str = dataclasses.field(default_factory=lambda: datetime.date.today().isoformat())
+    #: The bench settings besides the world size (timeout, parallel).
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def properties(self) -> list[str]:
@@ -111,18 +114,27 @@ class Matrix:
             lines.append(f"| {s.name} | {s.property} | {s.check} | {_md(s.description)} |")
         return "\n".join(lines) + "\n"
 
+    @property
+    def verdict(self) -> Verdict:
+        return fold(c.verdict for c in self.cells())
+
     def to_json(self) -> dict[str, Any]:
+        """The envelope of `Report.to_json` (kind ... versions), then the matrix's own."""
         return {
+            "kind": "matrix",
+            "verdict": self.verdict.value,
             "world_size": self.world_size,
-            "date": self.date,
+            "settings": {"world_size": self.world_size, **self.settings},
             "elapsed_seconds": round(self.elapsed, 1),
             "versions": self.versions,
+            "date": self.date,
             "jobs": self.jobs,
             "skipped": self.skipped,
             "properties": self.properties,
             "complete": self.complete,
             "cells": [dataclasses.asdict(c) for c in self.cells()],
-            "scenarios": [dataclasses.asdict(r) for r in self.results],
+            "scenarios": [{f.name: getattr(r, f.name) for f in dataclasses.fields(r) if f.name != "results"}
+                          for r in self.results],
         }
 
     def write(self, out: Path) -> tuple[Path, Path]:
@@ -159,13 +171,10 @@ def run_matrix(
     parallel: int = SETTINGS["parallel"].default,
     workdir: Optional[Path] = None,
     keep: bool = False,
-    progress: Optional[Callable[[str], None]] = None,
+    progress: Optional[Progress] = None,
 ) -> Matrix:
-    """Run every scenario that applies against every job.
-
-    `progress(line)` gets a line as each scenario finishes, and a running
-    count of cases while one is going (lines starting with "\\r").
-    """
+    """Run every scenario that applies against every job, showing cases as
+    they finish and a line per finished scenario on `progress`."""
     from ckpt_harness.errors import Unavailable
     from ckpt_harness.jobref import resolve
 
@@ -185,24 +194,20 @@ def run_matrix(
     done = 0
     try:
         for i, (job, name, mine) in enumerate(plans):
-            current = ""
-
-            def tick(n: int, of: int) -> None:
-                if progress:
-                    progress(f"\r[{done + 1:>3}/{total}] {name} {current}: {n}/{of} cases")
-
-            bench = Bench(job, world_size, root / f"job{i}", timeout=timeout, parallel=parallel, progress=tick)
+            bench = Bench(job, world_size, root / f"job{i}", timeout=timeout, parallel=parallel, progress=progress)
             for scenario in mine:
-                current = scenario.name
+                if progress:
+                    progress.begin(f"[{done + 1:>3}/{total}] {name} {scenario.name}")
                 result = bench.run(scenario)
                 results.append(result)
                 done += 1
                 if progress:
-                    progress(f"[{done:>3}/{total}] {name:16} {scenario.name:24} {result.verdict.value.upper():7} "
-                             f"{result.cases:>3} cases {result.elapsed:6.1f}s")
+                    progress.line(f"[{done:>3}/{total}] {name:16} {scenario.name:24} {result.verdict.value.upper():7} "
+                                  f"{result.cases:>3} cases {result.elapsed:6.1f}s")
             if not keep:
                 shutil.rmtree(root / f"job{i}", ignore_errors=True)
     finally:
         if workdir is None and not keep:
             shutil.rmtree(root, ignore_errors=True)
-    return Matrix(world_size, names, results, list(scenarios), time.monotonic() - started, versions(), skipped)
+    return Matrix(world_size, names, results, list(scenarios), time.monotonic() - started, versions(), skipped,
+                  settings={"timeout": timeout, "parallel": parallel})

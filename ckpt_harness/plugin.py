@@ -9,7 +9,9 @@
 - options ``--ckpt-timeout``, ``--ckpt-world-sizes`` (parametrizes tests that
   use ``ckpt`` and whose marker names no world size), ``--ckpt-job
   module:Class`` (adds the built-in scenario catalogue against that job, one
-  item per scenario and world size; ``--ckpt-scenarios`` narrows it);
+  item per scenario and world size, with node ids such as
+  ``ckpt-job::crash-every-phase[torch_save-ws2]`` that pytest takes back as
+  arguments to rerun just those; ``--ckpt-scenarios`` narrows it);
 - scenario files: any ``*.toml`` in a directory named ``scenarios`` is
   collected, one item per scenario, job and world size.
 
@@ -197,15 +199,29 @@ class ScenarioFile(pytest.File):
             yield from _items(self, scenario, self.config)
 
 
-def _items(parent: pytest.Collector, scenario: Any, config: pytest.Config, prefix: str = ""):
+def _items(parent: pytest.Collector, scenario: Any, config: pytest.Config):
     from ckpt_harness.scenario import default_jobs
 
     job = config.getoption("--ckpt-job")
     jobs = [job] if job else default_jobs([scenario])
     for name in jobs:
         for n in _world_sizes(config):
-            yield ScenarioItem.from_parent(parent, name=f"{prefix}{scenario.name}[{name}-ws{n}]",
+            yield ScenarioItem.from_parent(parent, name=f"{scenario.name}[{name}-ws{n}]",
                                            scenario=scenario, job=name, world_size=n)
+
+
+#: The first part of the node ids of the --ckpt-job catalogue: their JUnit class name.
+CATALOGUE = "ckpt-job"
+_WANTED = pytest.StashKey[list]()
+
+
+class Catalogue(pytest.Collector):
+    """The built-in catalogue against the --ckpt-job job. It has no file, so
+    it names itself: without an id of its own its items' ids would start with
+    "::" (and their JUnit class name with a dot)."""
+
+    def collect(self) -> list:
+        return []  # its items are made where the run's other items are known (pytest_collection_modifyitems)
 
 
 class ScenarioItem(pytest.Item):
@@ -269,10 +285,26 @@ def _names_scenario_files(config: pytest.Config) -> bool:
     return False
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection(session: pytest.Session) -> None:
+    """Take catalogue node ids (`ckpt-job::NAME[JOB-wsN]`) out of the arguments
+    before pytest looks for them as files; the catalogue's items are then
+    narrowed to them."""
+    args = session.config.args
+    wanted = [a for a in args if a == CATALOGUE or a.startswith(f"{CATALOGUE}::")]
+    if wanted:
+        session.config.stash[_WANTED] = wanted
+        args[:] = [a for a in args if a not in wanted]
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    """--ckpt-job: the built-in catalogue against that job, unless the run
-    collected scenario files of its own (then only with --ckpt-scenarios)."""
+    """--ckpt-job: the built-in catalogue against that job (only the items
+    named, if node ids of it were given), unless the run collected scenario
+    files of its own (then only with --ckpt-scenarios)."""
     job = config.getoption("--ckpt-job")
+    wanted = config.stash.get(_WANTED, [])
+    if wanted and not job:
+        raise pytest.UsageError(f"{wanted[0]}: catalogue node ids need --ckpt-job JOB, the job they run against")
     if not job:
         return
     from ckpt_harness.errors import JobError, ScenarioError, Unavailable
@@ -288,11 +320,21 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     patterns = [p.strip() for p in (config.getoption("--ckpt-scenarios") or "").split(",") if p.strip()]
     builtin = builtin_dir().resolve()
     files = {Path(i.scenario.source).resolve().parent for i in items if isinstance(i, ScenarioItem)}
-    if builtin in files or (_names_scenario_files(config) and not patterns):
+    if not wanted and (builtin in files or (_names_scenario_files(config) and not patterns)):
         return  # the catalogue was collected as files, or the command line named the scenario files to run
     try:
         scenarios = select(builtin_catalogue(), patterns)
     except ScenarioError as exc:
         raise pytest.UsageError(f"--ckpt-scenarios: {exc}") from None
-    for scenario in scenarios:
-        items.extend(_items(session, scenario, config, prefix="ckpt-job::"))
+    catalogue = Catalogue.from_parent(session, name=CATALOGUE, nodeid=CATALOGUE)
+    made = [item for scenario in scenarios for item in _items(catalogue, scenario, config)]
+    for arg in wanted:
+        if not any(_names(arg, item) for item in made):
+            raise pytest.UsageError(f"{arg}: no such item of the catalogue against {job}; "
+                                    f"list them with: pytest --ckpt-job {job} --collect-only -q")
+    items.extend(item for item in made if not wanted or any(_names(arg, item) for arg in wanted))
+
+
+def _names(arg: str, item: "ScenarioItem") -> bool:
+    """Whether node id `arg` selects `item`: its own id, its scenario at any job and world size, or all."""
+    return arg in (item.nodeid, f"{CATALOGUE}::{item.scenario.name}", CATALOGUE)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Iterable
+from typing import Any, Iterable
 
 from ckpt_harness.verdict import CaseResult, Verdict, fold
 
@@ -21,6 +21,8 @@ class Report:
     #: The command that made it ("verify", "explore"): the title, and which table.
     kind: str = "verify"
     note: str = ""
+    #: Every setting of the run's config, defaults included: what the JSON report records.
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -61,6 +63,31 @@ class Report:
 
     def __str__(self) -> str:
         return self.table()
+
+    def to_json(self) -> dict[str, Any]:
+        """The report for machines (`--json PATH`; schema in README, "Output for CI").
+
+        The envelope (kind, verdict, world_size, settings, elapsed_seconds,
+        versions) is the one `matrix.json` has too, so one reader takes both.
+        """
+        from ckpt_harness.matrix import versions
+
+        return {
+            "kind": self.kind,
+            "verdict": self.verdict.value,
+            "job": self.job,
+            "world_size": self.world_size,
+            "settings": {k: list(v) if isinstance(v, tuple) else v for k, v in self.settings.items()},
+            "elapsed_seconds": round(self.elapsed, 1),
+            "versions": versions(),
+            "note": self.note,
+            "cases": [
+                {"case": r.case, "check": r.check, "verdict": r.verdict.value, "summary": r.summary,
+                 "details": r.details, "repro": r.repro,
+                 **({"row": dict(zip(EXPLORE_COLUMNS, r.cells))} if r.cells else {})}
+                for r in self.results
+            ],
+        }
 
 
 def _format_table(header: tuple[str, ...], rows: Iterable[tuple[str, ...]], free_last: bool = True) -> str:

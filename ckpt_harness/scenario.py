@@ -21,7 +21,7 @@ import dataclasses
 import fnmatch
 import sys
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.errors import ConfigError, ScenarioError
 from ckpt_harness.verdict import CaseResult, Verdict, fold
@@ -30,6 +30,9 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
+
+if TYPE_CHECKING:
+    from ckpt_harness.report import Report
 
 _RESERVED = ("property", "check", "description", "jobs")
 
@@ -80,10 +83,21 @@ class ScenarioResult:
     details: str = ""
     cases: int = 0
     elapsed: float = 0.0
+    #: The judged cases behind the verdict (none when it was never run: n/a, a harness error).
+    results: tuple[CaseResult, ...] = dataclasses.field(default=(), repr=False)
 
     @property
     def ok(self) -> bool:
         return self.verdict.ok
+
+    def report(self, world_size: int, settings: Mapping[str, Any]) -> "Report":
+        """As a report of its cases; a scenario never run is one case of its own."""
+        from ckpt_harness.report import Report
+
+        cases = self.results or (CaseResult(self.scenario, self.property, self.verdict, self.reason, self.details,
+                                            self.repro),)
+        return Report(self.job, world_size, list(cases), self.elapsed, "scenario",
+                      f"{self.scenario} [{self.property}]", dict(settings))
 
     def explain(self) -> str:
         lines = [f"{self.scenario} [{self.job}] {self.property}: {self.verdict.value.upper()} — {self.reason}"]
@@ -106,7 +120,7 @@ def summarize(job: str, scenario: Scenario, results: Sequence[CaseResult], unit:
         shown = [r for r in results if not r.verdict.ok]
         return ScenarioResult(scenario.name, job, scenario.property, verdict, reason,
                               first.repro if first is not None and not verdict.ok else None,
-                              "\n\n".join(r.explain() for r in shown), cases)
+                              "\n\n".join(r.explain() for r in shown), cases, results=tuple(results))
 
     if first is None:
         return make(f"no {unit} to run")

@@ -55,7 +55,7 @@ def run_verification(config: RunConfig, root: Path, cases: Optional[Sequence[str
         results.append(oracle.judge_fresh_start("golden", golden, repro("run", config, "golden")))
         for case in chosen:
             results += resume_case(config, root / case, case, golden)
-    return Report(config.job.display, config.world_size, results, time.monotonic() - started)
+    return Report(config.job.display, config.world_size, results, time.monotonic() - started, settings=config.values)
 
 
 def resume_case(config: RunConfig, root: Path, case: str, golden: Run) -> list[CaseResult]:

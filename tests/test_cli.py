@@ -130,3 +130,79 @@ def test_scenario_that_does_not_apply_exits_zero_saying_why(tmp_path):
               env_extra={"PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stdout + out.stderr
     assert "reshardable: N/A — the job defines no full_state(ctx)" in out.stdout
+
+
+# -- output a CI can follow and gate on ------------------------------------------------------
+def test_explore_off_a_terminal_prints_progress_lines_and_json_matching_the_verdict(tmp_path):
+    import json
+    import re
+
+    out = cli("explore", "--job", "tests.planted.checkpointers:DeletesPreviousFirst", "--steps", "4",
+              "--faults", "eio", "--corruptions", "", "--json", "out/report.json",
+              cwd=tmp_path, env_extra={"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "\r" not in out.stderr  # stderr is a pipe here, as in a CI log
+    lines = [line for line in out.stderr.splitlines() if re.match(r"\[ *\d+/\d+ cases\] ", line)]
+    total = int(lines[0].split("/")[1].split()[0])
+    assert lines[0].startswith(f"[{1:>{len(str(total))}}/{total} cases] ")  # the first case
+    assert lines[-1].startswith(f"[{total}/{total} cases] ") and " fail" in lines[-1]  # the last, with counts
+
+    data = json.loads((tmp_path / "out" / "report.json").read_text())
+    assert (data["kind"], data["verdict"], data["job"]) == ("explore", "fail", "tests.planted.checkpointers:DeletesPreviousFirst")
+    assert data["world_size"] == 2 and data["settings"]["steps"] == 4 and data["settings"]["faults"] == ["eio"]
+    assert data["versions"]["torch"] and data["elapsed_seconds"] > 0
+    assert len(data["cases"]) == total
+    counts = {v: sum(c["verdict"] == v for c in data["cases"]) for v in ("pass", "fail")}
+    assert f"{total} cases: {counts['pass']} pass, {counts['fail']} fail" in out.stdout
+    assert lines[-1].endswith(f"{counts['pass']} pass, {counts['fail']} fail")
+    failing = [c for c in data["cases"] if c["verdict"] == "fail"]
+    for case in failing:
+        assert f"--- {case['case']} / {case['check']}: FAIL — {case['summary']}" in out.stdout
+        assert f"repro: {case['repro']}" in out.stdout
+        assert case["row"]["fault"] == "eio"
+
+
+def test_run_and_scenario_write_json_reports(tmp_path):
+    import json
+
+    run = cli("run", "--job", "tests.planted.jobs:NoSchedulerState", "--steps", "4", "--json", "run.json",
+              cwd=tmp_path, env_extra={"PYTHONPATH": str(ROOT)})
+    assert run.returncode == 1, run.stdout + run.stderr
+    data = json.loads((tmp_path / "run.json").read_text())
+    assert (data["kind"], data["verdict"], data["world_size"]) == ("verify", "fail", 2)
+    assert data["settings"]["steps"] == 4 and data["settings"]["save_every"] == 2  # defaults included
+    rows = run.stdout.split("\n\n")[0].splitlines()[3:]  # title, header, rule
+    assert [(c["case"], c["check"], c["verdict"].upper()) for c in data["cases"]] == [
+        (r[:10].strip(), r[10:28].strip(), r[28:37].strip()) for r in rows]
+    failed = [c for c in data["cases"] if c["verdict"] == "fail"]
+    assert failed and all("scheduler/" in c["details"] and f"repro: {c['repro']}" in run.stdout for c in failed)
+
+    na = cli("scenario", "world-size-grow", "--job", "tests.planted.checkpointers:ReferenceCheckpointer",
+             "--json", "scenario.json", cwd=tmp_path, env_extra={"PYTHONPATH": str(ROOT)})
+    assert na.returncode == 0, na.stdout + na.stderr
+    data = json.loads((tmp_path / "scenario.json").read_text())
+    assert (data["kind"], data["verdict"], data["note"]) == ("scenario", "n/a", "world-size-grow [reshardable]")
+    assert data["settings"] == {"world_size": 2, "timeout": 60.0, "parallel": 2}
+    (case,) = data["cases"]
+    assert case["summary"].startswith("the job defines no full_state(ctx)") and case["summary"] in na.stdout
+
+
+def test_matrix_fail_on_gates_the_exit_code(tmp_path):
+    import json
+
+    def matrix(*fail_on):
+        return cli("matrix", "--job", "tests.planted.scenario_jobs:MergesIntoExisting", "--scenarios",
+                   "overwrite-larger-world", "--out", "out", *fail_on, cwd=tmp_path, env_extra={"PYTHONPATH": str(ROOT)})
+
+    gated = matrix("--fail-on", "fail,unknown,error")
+    assert gated.returncode == 1, gated.stdout + gated.stderr
+    assert ("--fail-on fail,unknown,error: 1 cell (tests.planted.scenario_jobs:MergesIntoExisting · overwrite-safe: fail)"
+            in gated.stderr)
+    data = json.loads((tmp_path / "out" / "matrix.json").read_text())
+    assert (data["kind"], data["verdict"], data["world_size"]) == ("matrix", "fail", 2)
+    assert data["settings"] == {"world_size": 2, "timeout": 60.0, "parallel": 2} and data["complete"]
+    # the default: failing cells are findings to document, an incomplete matrix fails
+    assert matrix().returncode == 0
+
+    wrong = cli("matrix", "--fail-on", "pass", cwd=tmp_path, env_extra={"PYTHONPATH": str(ROOT)})
+    assert wrong.returncode == 2 and "give comma-separated verdicts from fail, unknown, error" in wrong.stderr

@@ -204,3 +204,25 @@ def test_fixture_passes_every_setting_to_explore(pytester, importable):
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
+
+
+def test_catalogue_items_rerun_by_node_id_with_sane_junit_names(pytester, importable):
+    import xml.etree.ElementTree as ET
+
+    pytester.makepyfile("def test_nothing(): pass")
+    listed = pytester.runpytest_subprocess("--ckpt-job=torch_save", "--collect-only", "-q", "-p", "no:cacheprovider")
+    ids = [line for line in listed.stdout.lines if line.startswith("ckpt-job::")]
+    assert "ckpt-job::crash-every-phase[torch_save-ws2]" in ids and len(ids) > 10
+    (nodeid,) = [i for i in ids if i.startswith("ckpt-job::resume-every-save[")]
+
+    # The id as -v prints it, given back: exactly that item runs, the run's own tests not collected.
+    again = pytester.runpytest_subprocess(nodeid, "--ckpt-job=torch_save", "-v", "--junitxml=out.xml",
+                                          "-p", "no:cacheprovider")
+    again.assert_outcomes(passed=1)
+    again.stdout.fnmatch_lines([f"{nodeid.replace('[', '?').replace(']', '?')} PASSED*"])
+    (case,) = ET.parse(pytester.path / "out.xml").iter("testcase")
+    assert (case.get("classname"), case.get("name")) == ("ckpt-job", "resume-every-save[torch_save-ws2]")
+
+    wrong = pytester.runpytest_subprocess("ckpt-job::resume-every-sav", "--ckpt-job=torch_save", "-p", "no:cacheprovider")
+    assert wrong.ret == pytest.ExitCode.USAGE_ERROR
+    wrong.stderr.fnmatch_lines(["*ckpt-job::resume-every-sav: no such item of the catalogue against torch_save*"])

@@ -45,8 +45,7 @@ class Faults:
         cases = plan_cases(base)
         if only:
             cases = named(base, only, cases)
-        progress = (lambda done, total, _: bench.progress(done, total)) if bench.progress else None
-        return run_cases(base, cases, progress)
+        return run_cases(base, cases, bench.progress)
 
 
 CHECK = Faults()
