@@ -130,3 +130,17 @@ def test_scenario_that_does_not_apply_exits_zero_saying_why(tmp_path):
               env_extra={"PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stdout + out.stderr
     assert "reshardable: N/A — the job defines no full_state(ctx)" in out.stdout
+
+
+def test_a_job_module_in_the_current_directory_is_importable(tmp_path):
+    """Started as a user starts it (the console script, which unlike `python -m`
+    puts nothing of the current directory on sys.path), from the job's own directory."""
+    (tmp_path / "mymod.py").write_text(
+        "from ckpt_harness.jobs.torch_save import TorchSaveJob\n\n\nclass MyJob(TorchSaveJob):\n    pass\n")
+    script = Path(sys.executable).parent / "ckpt-harness"
+    command = [str(script)] if script.exists() else [sys.executable, "-P", "-m", "ckpt_harness.cli"]
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([*command, "run", "--job", "mymod:MyJob", "--steps", "2", "--save-every", "2"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "resume@2  final state       PASS" in out.stdout
