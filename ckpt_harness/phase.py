@@ -9,6 +9,7 @@ only. Fault labels use the compact form without the space ("save4").
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 SETUP = "setup"
 LOAD = "load"
@@ -27,6 +28,12 @@ def save(step: int) -> str:
 
 def train_step(step: int) -> str:
     return f"train_step {step}"
+
+
+def step_of(phase: str, kind: str) -> Optional[int]:
+    """The step of a stepped phase of `kind` ("train_step 3" -> 3), None for any other phase."""
+    name, _, step = phase.partition(" ")
+    return int(step) if name == kind and step.isdigit() else None
 
 
 def state_after_save(step: int) -> str:

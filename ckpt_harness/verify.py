@@ -72,7 +72,10 @@ def resume_case(config: RunConfig, root: Path, case: str, golden: Run) -> list[C
     resumed = launch(config, "resumed run", ckpt, root / "resume", trace_files=False)
     live = oracle.judge_live(case, resumed, line)
     results.append(live)
-    if resumed.states(Kind.LOADED) is not None:  # a resume that loaded and then failed still tells what it loaded
+    if not resumed.loaded_steps():  # judged from what it did instead
+        inferred = oracle.judge_unreported_load(case, resumed, step, golden.saved_steps(), line)
+        results += [inferred] if inferred else []
+    elif resumed.states(Kind.LOADED) is not None:  # a resume that loaded and then failed still tells what it loaded
         results += [
             oracle.judge_load_step(case, resumed, step, line),
             oracle.judge_same_state(case, "state after load", stopped.states(Kind.SAVED, step),

@@ -147,3 +147,19 @@ def test_reference_rotation_survives_a_crash_at_every_point_of_it(tmp_path):
     report = explore(REF, world_size=2, keep_last=1, workdir=tmp_path, faults=("crash",), corruptions=())
     assert report.ok, report.explain()
     assert any(r.cells[2] == "rmtree" for r in report.results)  # the deletion of step 2 was a point
+
+
+def test_a_resume_no_rank_reports_is_judged_from_what_it_did(tmp_path):
+    """Crashes in save 4 of a job that resumes correctly but reports only fresh
+    starts: its first train step (or that it had none left) says where it resumed."""
+    report = explore("tests.planted.jobs:OwnLoopResumesSilently", world_size=2, workdir=tmp_path, faults=("crash",),
+                     corruptions=())
+    assert report.ok, report.explain()
+    assert [r.summary for r in report.results if "inferred, the job never reported its load" not in r.summary] == []
+
+
+def test_a_job_that_ignores_its_checkpoint_after_a_crash_is_a_fresh_start(tmp_path):
+    report = explore("tests.planted.jobs:OwnLoopIgnoresCheckpoints", world_size=2, workdir=tmp_path,
+                     after=True, faults=(), corruptions=())
+    (result,) = report.results
+    assert result.verdict is Verdict.FAIL and "it never resumed" in result.summary, result.summary

@@ -8,6 +8,7 @@ from a checkpointer the harness passes.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import torch
@@ -139,6 +140,46 @@ class OwnLoopForgetsToReport(OwnLoop):
     def run(self, ctx: RankContext) -> None:
         ctx.loaded = lambda step: None
         super().run(ctx)
+
+
+class OwnLoopIgnoresCheckpoints(OwnLoop):
+    """Reports its load from a hook of the framework's load, as a Trainer
+    callback does, and a fresh start when the directory is empty; but the
+    checkpoint never reaches the framework (`resume_from_checkpoint`
+    forgotten): a resume neither loads nor reports, and retrains from step 1
+    over the old saves to the same final state."""
+
+    def run(self, ctx: RankContext) -> None:
+        inner = self.inner = TorchSaveJob()
+        inner.setup(ctx)
+        if read_latest(ctx.ckpt_dir) is None:
+            ctx.loaded(None)
+        replacing = dataclasses.replace(ctx, overwrite=True)
+        for step in range(1, ctx.total_steps + 1):
+            inner.train_step(ctx, step)
+            if ctx.should_save(step):
+                ctx.phase(f"save {step}")
+                inner.save(replacing, step)
+                ctx.saved(step)
+
+
+class OwnLoopResumesSilently(OwnLoop):
+    """Resumes correctly and names its phases, but reports only a fresh
+    start: its resume is judged from the steps it trained."""
+
+    def run(self, ctx: RankContext) -> None:
+        inner = self.inner = TorchSaveJob()
+        inner.setup(ctx)
+        start = inner.load(ctx)
+        if start is None:
+            ctx.loaded(None)
+        for step in range((start or 0) + 1, ctx.total_steps + 1):
+            ctx.phase(f"train_step {step}")
+            inner.train_step(ctx, step)
+            if ctx.should_save(step):
+                ctx.phase(f"save {step}")
+                inner.save(ctx, step)
+                ctx.saved(step)
 
 
 class ExpectsRotationAndOverwrite(TorchSaveJob):
