@@ -49,10 +49,13 @@ def run_verification(config: RunConfig, root: Path, cases: Optional[Sequence[str
         raise UsageError(f"unknown case {', '.join(unknown)}: choose from golden, {', '.join(known)}")
     require_backend(config)
     chosen = [c for c in known if not cases or c in cases]
-    golden = launch(config, "golden", root / "golden" / "ckpt", root / "golden" / "run", trace_files=False)
+    rotates = config.keep_last is not None  # then the trace tells which entries each save made
+    golden = launch(config, "golden", root / "golden" / "ckpt", root / "golden" / "run", trace_files=rotates)
     results = [oracle.judge_golden("golden", golden, repro("run", config, "golden"))]
     if results[0].verdict is Verdict.PASS:  # else there is nothing to compare against
         results.append(oracle.judge_fresh_start("golden", golden, repro("run", config, "golden")))
+        if rotates:
+            results.append(oracle.judge_retention("golden", golden, config.keep_last, repro("run", config, "golden")))
         for case in chosen:
             results += resume_case(config, root / case, case, golden)
     return Report(config.job.display, config.world_size, results, time.monotonic() - started)

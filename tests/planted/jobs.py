@@ -9,13 +9,16 @@ from a checkpointer the harness passes.
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from typing import Optional
 
 import torch
 import torch.distributed as dist
 
 from ckpt_harness import Job, RankContext
-from ckpt_harness.jobs._common import capture_rng, commit, prepare_step_dir, read_latest, step_dir, torch_save_durable
+from ckpt_harness.jobs._common import (
+    LATEST, atomic_write_text, capture_rng, commit, prepare_step_dir, read_latest, step_dir, torch_save_durable,
+)
 from ckpt_harness.jobs.torch_save import TorchSaveJob
 
 
@@ -224,3 +227,51 @@ class SlowJitOp(TorchSaveJob):
         return (JitOp("the planted slow op", Path(os.environ["CKPT_TEST_JIT_DIR"]) / "slow_op",
                       "tests.planted.jit:build", f"slow {seconds}",
                       env={"CKPT_TEST_BUILD_SECONDS": seconds}),)
+
+
+class NumericRotation(TorchSaveJob):
+    """accelerate's `save_state` with `total_limit` (fixed in 0.17): saves go to
+    `checkpoint_<i>` (i counts saves from 0) and before each one rank 0 deletes
+    the oldest folders beyond `ctx.keep_last - 1`, ordered by their number."""
+
+    @staticmethod
+    def oldest_first(names: list[str]) -> list[str]:
+        return sorted(names, key=lambda name: int(name.rpartition("_")[2]))
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        path = ctx.ckpt_dir / f"checkpoint_{step // ctx.save_every - 1}"
+        if ctx.rank == 0 and ctx.keep_last is not None:
+            folders = self.oldest_first([p.name for p in ctx.ckpt_dir.iterdir() if p.name.startswith("checkpoint_")])
+            for name in folders[: max(0, len(folders) + 1 - ctx.keep_last)]:
+                shutil.rmtree(ctx.ckpt_dir / name)
+        prepare_step_dir(ctx, path)
+        if ctx.rank == 0:
+            for name, part in (("model", self.model.module), ("optimizer", self.optimizer),
+                               ("scheduler", self.scheduler)):
+                torch_save_durable(part.state_dict(), path / f"{name}.pt")
+        torch_save_durable(self._extra(ctx, step), path / f"rng_rank{ctx.rank}.pt")
+        dist.barrier()
+        if ctx.rank == 0:
+            atomic_write_text(ctx.ckpt_dir / LATEST, f"{step} {path.name}\n")
+        dist.barrier()
+
+    def _load(self, ctx: RankContext) -> Optional[int]:
+        pointer = ctx.ckpt_dir / LATEST
+        if not pointer.exists():
+            return None
+        step, name = pointer.read_text().split()
+        path = ctx.ckpt_dir / name
+        for part, obj in (("model", self.model.module), ("optimizer", self.optimizer), ("scheduler", self.scheduler)):
+            obj.load_state_dict(torch.load(path / f"{part}.pt", weights_only=True))
+        self._restore_extra(torch.load(path / f"rng_rank{ctx.rank}.pt", weights_only=False), int(step))
+        return int(step)
+
+
+class LexicographicRotation(NumericRotation):
+    """accelerate 0.16: `folders.sort()` orders "checkpoint_10" before
+    "checkpoint_8", so with total_limit=3 the twelfth save deletes the newest
+    before it: checkpoints 8, 9 and 11 remain instead of 9, 10 and 11."""
+
+    @staticmethod
+    def oldest_first(names: list[str]) -> list[str]:
+        return sorted(names)
