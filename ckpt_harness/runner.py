@@ -110,6 +110,7 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: _Recorder) -> None:
         if plan.stop_after_save == step:
             recorder.write(Kind.STOPPED, step=step)
             launch_rank.park()
+        probes.set_phase(phase.after_save(step))
 
     ctx = RankContext(
         rank=info.rank,

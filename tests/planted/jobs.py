@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from typing import Optional
 
 import torch
@@ -275,3 +276,45 @@ class LexicographicRotation(NumericRotation):
     @staticmethod
     def oldest_first(names: list[str]) -> list[str]:
         return sorted(names)
+
+
+class EveryRankDeletesOldCheckpoints(OwnLoop):
+    """transformers 4.25.1: at the end of `train()` every process, not only the
+    main one, lists the checkpoints it no longer needs and deletes them. On a
+    shared filesystem a rank that listed a directory its peer then removed
+    fails with FileNotFoundError. The other ranks first shut their data
+    loader workers down, so in an undisturbed run rank 0 is done before they
+    list anything, and the race shows only when rank 0 is late."""
+
+    #: How long the other ranks take to shut their data loader workers down.
+    WORKERS_SHUTDOWN = 0.2
+
+    def run(self, ctx: RankContext) -> None:
+        inner = self.inner = TorchSaveJob()
+        inner.setup(ctx)
+        start = inner.load(ctx)
+        ctx.loaded(start)
+        for step in range((start or 0) + 1, ctx.total_steps + 1):
+            ctx.phase(f"train_step {step}")
+            inner.train_step(ctx, step)
+            if ctx.should_save(step):
+                ctx.phase(f"save {step}")
+                inner.save(ctx, step)
+                ctx.saved(step)
+        if ctx.rank != 0:
+            time.sleep(self.WORKERS_SHUTDOWN)
+        self.delete_old_checkpoints(ctx)
+
+    def delete_old_checkpoints(self, ctx: RankContext) -> None:
+        newest = read_latest(ctx.ckpt_dir)
+        for path in [p for p in sorted(ctx.ckpt_dir.glob("step_*")) if newest is None or p != newest[1]]:
+            shutil.rmtree(path)
+
+
+class MainRankDeletesOldCheckpoints(EveryRankDeletesOldCheckpoints):
+    """The fix: the main process deletes, and the others wait for it."""
+
+    def delete_old_checkpoints(self, ctx: RankContext) -> None:
+        if ctx.rank == 0:
+            super().delete_old_checkpoints(ctx)
+        dist.barrier()
