@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Collection, Mapping, Optional, Sequence, Union
 
 from ckpt_harness import oracle, phase
 from ckpt_harness.config import ExploreConfig
@@ -38,21 +38,36 @@ class Point:
 
     def describe(self) -> str:
         target = self.target + (f" from {self.caller}" if self.caller else "")
-        return f"rank {self.rank} #{self.index} {self.op} {target}"
+        during = "" if self.phase.startswith("save ") else f" in {self.phase}"
+        return f"rank {self.rank} #{self.index} {self.op} {target}{during}"
 
 
-def fault_points(events_by_rank: Mapping[int, Sequence[Event]], where: str) -> list[Point]:
-    """Every operation of phase `where` on every rank, writes sampled per file.
+def broken_phases(events_by_rank: Mapping[int, Sequence[Event]], k: int, last: bool) -> set[str]:
+    """The phases a fault case of save `k` may break: that save, and if it is
+    the last one, every phase of the job after it to the end of the run (the
+    end-of-training deletion of old checkpoints) but the harness's own."""
+    where = phase.save(k)
+    phases = {where}
+    for events in events_by_rank.values() if last else ():
+        ends = [i for i, e in enumerate(events) if e.phase == where]
+        phases |= {e.phase for e in events[ends[-1] + 1 if ends else len(events):]
+                   if not phase.OBSERVING.fullmatch(e.phase) and phase.labelable(e.phase)}
+    return phases
+
+
+def fault_points(events_by_rank: Mapping[int, Sequence[Event]], where: Union[str, Collection[str]]) -> list[Point]:
+    """Every operation of phase(s) `where` on every rank, writes sampled per file.
 
     Of each run of consecutive writes to one file, the first, the middle and
     the last are points: torch.save alone issues hundreds of small writes per
     file, and a crash between two of them differs only in the length of the
     prefix left behind.
     """
+    phases = {where} if isinstance(where, str) else set(where)
     points = []
     for rank, events in sorted(events_by_rank.items()):
         ops = [(e, e.point + i) for e in events
-               if e.phase == where and e.point is not None and e.kind.value in OPS for i in range(e.count)]
+               if e.phase in phases and e.point is not None and e.kind.value in OPS for i in range(e.count)]
         runs: list[list[tuple[Event, int]]] = []
         for e, index in ops:
             first = runs[-1][0][0] if runs else None
@@ -64,7 +79,7 @@ def fault_points(events_by_rank: Mapping[int, Sequence[Event]], where: str) -> l
         for run in runs:
             chosen = run if run[0][0].kind is not EventKind.WRITE else sorted(
                 {i: (e, i) for e, i in (run[0], run[len(run) // 2], run[-1])}.values(), key=lambda ei: ei[1])
-            points += [Point(rank, where, i, e.kind.value, e.target, e.caller) for e, i in chosen]
+            points += [Point(rank, e.phase, i, e.kind.value, e.target, e.caller) for e, i in chosen]
     return points
 
 
@@ -126,7 +141,8 @@ def prepare(config: ExploreConfig, root: Path) -> Baseline:
     where = phase.save(config.k)
     saved = {s: golden.states(Kind.SAVED, s) for s in golden.saved_steps()}
     reference = oracle.Reference(saved, config.k, config.prev, golden.states(Kind.FINAL))
-    points = fault_points({r.rank: r.events for r in golden.ranks}, where)
+    events = {r.rank: r.events for r in golden.ranks}
+    points = fault_points(events, broken_phases(events, config.k, config.k == config.save_steps[-1]))
     committed = root / "committed" / "ckpt"
     stopped = launch(config, "committed", committed, root / "committed" / "run", stop_after_save=config.k)
     files: tuple[str, ...] = ()

@@ -167,7 +167,9 @@ def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> R
     kinds = {f.kind for f in case.faults} | {case.kind}
     power = bool(kinds & {"power-loss", POWER_LOSS_AFTER})
     deadline = config.hang_timeout if "hang" in kinds else None
-    run = launch(config, "faulted run", ckpt, run_dir, stop_after_save=baseline.k, faults=case.faults,
+    # A fault after save k (in the end of the run) needs the run to go on past it.
+    stop = baseline.k if all(f.phase == baseline.phase for f in case.faults) else None
+    run = launch(config, "faulted run", ckpt, run_dir, stop_after_save=stop, faults=case.faults,
                  log_data=power, deadline=deadline, failure_grace=PROPAGATION)
     if power:
         events = run.events()

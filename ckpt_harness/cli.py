@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -40,6 +41,7 @@ def exit_code(verdict) -> int:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    _import_from_cwd()
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
@@ -53,6 +55,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         print("\nckpt-harness: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+
+
+def _import_from_cwd() -> None:
+    """`--job mymod:MyJob` finds mymod.py in the current directory, as pytest
+    finds it in its rootdir: a console script, unlike `python -m`, does not
+    put the directory it was started from on sys.path. The absolute path, so
+    that the ranks (which get this process's sys.path) find it too."""
+    cwd = os.getcwd()
+    sys.path[:] = [p for p in sys.path if p not in ("", cwd)]
+    sys.path.insert(0, cwd)
 
 
 def _parser() -> argparse.ArgumentParser:

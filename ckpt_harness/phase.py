@@ -9,6 +9,7 @@ only. Fault labels use the compact form without the space ("save4").
 from __future__ import annotations
 
 import re
+from typing import Optional
 
 SETUP = "setup"
 LOAD = "load"
@@ -18,6 +19,9 @@ FINAL_STATE = "final state"
 TEARDOWN = "teardown"
 
 _COMPACT = re.compile(r"([a-z_]+?)(\d+)")
+_WORD = re.compile(r"[a-z_]+")
+#: Phases in which the harness, not the job, is at work (capturing state).
+OBSERVING = re.compile(r"state after (load|save \d+)|final state")
 
 
 def save(step: int) -> str:
@@ -29,6 +33,19 @@ def train_step(step: int) -> str:
     return f"train_step {step}"
 
 
+def step_of(phase: str, kind: str) -> Optional[int]:
+    """The step of a stepped phase of `kind` ("train_step 3" -> 3), None for any other phase."""
+    name, _, step = phase.partition(" ")
+    return int(step) if name == kind and step.isdigit() else None
+
+
+def after_save(step: int) -> str:
+    """What a job does once save `step` returned and was recorded, until it
+    names another phase: the rest of an owned loop's step, or its end of
+    training (deleting old checkpoints) after the last save."""
+    return f"after_save {step}"
+
+
 def state_after_save(step: int) -> str:
     return f"state after save {step}"
 
@@ -36,8 +53,18 @@ def state_after_save(step: int) -> str:
 def checkpointing(name: str) -> bool:
     """Is `name` a phase of the checkpointing under test (a save, or the
     load of a resume)? What fails in any other phase (setup, a train step,
-    the job's `state`) says nothing about checkpoints."""
-    return name == LOAD or name.startswith("save ")
+    the job's `state`) says nothing about checkpoints. Work right after a
+    save returned counts: there a job that owns its loop deletes old
+    checkpoints, at the end of training too."""
+    return name == LOAD or name.startswith(("save ", "after_save "))
+
+
+def labelable(phase: str) -> bool:
+    """Can a fault label name `phase` (and be read back to it)?"""
+    try:
+        return expand(compact(phase)) == phase
+    except ValueError:
+        return False
 
 
 def compact(phase: str) -> str:
@@ -46,7 +73,9 @@ def compact(phase: str) -> str:
 
 
 def expand(compact_phase: str) -> str:
-    """"save4" -> "save 4"; the inverse of `compact` for stepped phases."""
+    """"save4" -> "save 4"; the inverse of `compact` for stepped phases and one-word ones ("teardown")."""
+    if _WORD.fullmatch(compact_phase):
+        return compact_phase
     match = _COMPACT.fullmatch(compact_phase)
     if match is None:
         raise ValueError(f"not a stepped phase: {compact_phase!r} (expected e.g. save4)")

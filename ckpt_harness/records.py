@@ -168,6 +168,15 @@ class Run:
         per_rank = [[rec["step"] for rec in r.records if rec["event"] == Kind.SAVED] for r in self.ranks]
         return [s for s in per_rank[0] if all(s in steps for steps in per_rank[1:])]
 
+    def entries_after_save(self, step: int) -> Optional[set[str]]:
+        """What the checkpoint directory held right after save `step` returned,
+        as every rank saw it (rotation may still have been under way on one),
+        or None if it was not recorded (no keep-last)."""
+        seen = [r.find(Kind.SAVED, step) for r in self.ranks]
+        if any(record is None or record.get("entries") is None for record in seen):
+            return None
+        return set.intersection(*(set(record["entries"]) for record in seen))
+
     def events(self) -> list[Event]:
         return [e for r in self.ranks for e in r.events]
 

@@ -14,6 +14,7 @@ rank got there, the way a preemption ends a job.
 from __future__ import annotations
 
 import dataclasses
+import os
 import pickle
 import random
 import time
@@ -101,12 +102,15 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: _Recorder) -> None:
 
     def on_saved(step: int) -> None:
         probes.set_phase(phase.state_after_save(step))
-        recorder.write(Kind.SAVED, step=step, state=state_mod.capture(job.state(ctx)))
+        # With rotation on, what the directory holds now: the retention check's evidence.
+        entries = _entries(ckpt_dir) if plan.keep_last is not None else None
+        recorder.write(Kind.SAVED, step=step, state=state_mod.capture(job.state(ctx)), entries=entries)
         if plan.full_state:
             recorder.write(Kind.SAVED_FULL, step=step, state=state_mod.capture(job.full_state(ctx)))
         if plan.stop_after_save == step:
             recorder.write(Kind.STOPPED, step=step)
             launch_rank.park()
+        probes.set_phase(phase.after_save(step))
 
     ctx = RankContext(
         rank=info.rank,
@@ -145,6 +149,15 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: _Recorder) -> None:
     probes.set_phase(phase.TEARDOWN)
     job.teardown(ctx)
     recorder.write(Kind.FINISHED)
+
+
+def _entries(root: Path) -> list[str]:
+    """Every file and directory under `root`, relative, as the trace names them."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = Path(dirpath).relative_to(root)
+        out += [(rel / name).as_posix() for name in dirnames + filenames]
+    return sorted(out)
 
 
 def _seed_everything(seed: int) -> None:

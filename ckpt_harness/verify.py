@@ -49,10 +49,13 @@ def run_verification(config: RunConfig, root: Path, cases: Optional[Sequence[str
         raise UsageError(f"unknown case {', '.join(unknown)}: choose from golden, {', '.join(known)}")
     require_backend(config)
     chosen = [c for c in known if not cases or c in cases]
-    golden = launch(config, "golden", root / "golden" / "ckpt", root / "golden" / "run", trace_files=False)
+    rotates = config.keep_last is not None  # then the trace tells which entries each save made
+    golden = launch(config, "golden", root / "golden" / "ckpt", root / "golden" / "run", trace_files=rotates)
     results = [oracle.judge_golden("golden", golden, repro("run", config, "golden"))]
     if results[0].verdict is Verdict.PASS:  # else there is nothing to compare against
         results.append(oracle.judge_fresh_start("golden", golden, repro("run", config, "golden")))
+        if rotates:
+            results.append(oracle.judge_retention("golden", golden, config.keep_last, repro("run", config, "golden")))
         for case in chosen:
             results += resume_case(config, root / case, case, golden)
     return Report(config.job.display, config.world_size, results, time.monotonic() - started, settings=config.values)
@@ -72,7 +75,10 @@ def resume_case(config: RunConfig, root: Path, case: str, golden: Run) -> list[C
     resumed = launch(config, "resumed run", ckpt, root / "resume", trace_files=False)
     live = oracle.judge_live(case, resumed, line)
     results.append(live)
-    if resumed.states(Kind.LOADED) is not None:  # a resume that loaded and then failed still tells what it loaded
+    if not resumed.loaded_steps():  # judged from what it did instead
+        inferred = oracle.judge_unreported_load(case, resumed, step, golden.saved_steps(), line)
+        results += [inferred] if inferred else []
+    elif resumed.states(Kind.LOADED) is not None:  # a resume that loaded and then failed still tells what it loaded
         results += [
             oracle.judge_load_step(case, resumed, step, line),
             oracle.judge_same_state(case, "state after load", stopped.states(Kind.SAVED, step),

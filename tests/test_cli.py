@@ -206,3 +206,17 @@ def test_matrix_fail_on_gates_the_exit_code(tmp_path):
 
     wrong = cli("matrix", "--fail-on", "pass", cwd=tmp_path, env_extra={"PYTHONPATH": str(ROOT)})
     assert wrong.returncode == 2 and "give comma-separated verdicts from fail, unknown, error" in wrong.stderr
+
+
+def test_a_job_module_in_the_current_directory_is_importable(tmp_path):
+    """Started as a user starts it (the console script, which unlike `python -m`
+    puts nothing of the current directory on sys.path), from the job's own directory."""
+    (tmp_path / "mymod.py").write_text(
+        "from ckpt_harness.jobs.torch_save import TorchSaveJob\n\n\nclass MyJob(TorchSaveJob):\n    pass\n")
+    script = Path(sys.executable).parent / "ckpt-harness"
+    command = [str(script)] if script.exists() else [sys.executable, "-P", "-m", "ckpt_harness.cli"]
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "PYTHONPATH": str(ROOT)}
+    out = subprocess.run([*command, "run", "--job", "mymod:MyJob", "--steps", "2", "--save-every", "2"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "resume@2  final state       PASS" in out.stdout

@@ -147,3 +147,33 @@ def test_reference_rotation_survives_a_crash_at_every_point_of_it(tmp_path):
     report = explore(REF, world_size=2, keep_last=1, workdir=tmp_path, faults=("crash",), corruptions=())
     assert report.ok, report.explain()
     assert any(r.cells[2] == "rmtree" for r in report.results)  # the deletion of step 2 was a point
+
+
+def test_a_resume_no_rank_reports_is_judged_from_what_it_did(tmp_path):
+    """Crashes in save 4 of a job that resumes correctly but reports only fresh
+    starts: its first train step (or that it had none left) says where it resumed."""
+    report = explore("tests.planted.jobs:OwnLoopResumesSilently", world_size=2, workdir=tmp_path, faults=("crash",),
+                     corruptions=())
+    assert report.ok, report.explain()
+    assert [r.summary for r in report.results if "inferred, the job never reported its load" not in r.summary] == []
+
+
+def test_a_job_that_ignores_its_checkpoint_after_a_crash_is_a_fresh_start(tmp_path):
+    report = explore("tests.planted.jobs:OwnLoopIgnoresCheckpoints", world_size=2, workdir=tmp_path,
+                     after=True, faults=(), corruptions=())
+    (result,) = report.results
+    assert result.verdict is Verdict.FAIL and "it never resumed" in result.summary, result.summary
+
+
+@pytest.mark.parametrize("job, ok", [("EveryRankDeletesOldCheckpoints", False), ("MainRankDeletesOldCheckpoints", True)])
+def test_work_after_the_last_save_is_delayed_and_crashed_too(tmp_path, job, ok):
+    """The end-of-training deletion of old checkpoints comes after the last save:
+    rank 0 late there exposes two ranks removing the same directory."""
+    report = explore(f"tests.planted.jobs:{job}", world_size=2, workdir=tmp_path, faults=("crash", "delay"),
+                     ops=("rmtree",), corruptions=())
+    assert {r.case for r in report.results} == {"crash@r0:after_save4#0", "delay@r0:after_save4#0"}, report.explain()
+    assert report.ok is ok, report.explain()
+    if not ok:
+        (failed,) = [r for r in report.results if r.verdict is Verdict.FAIL]
+        assert failed.case.startswith("delay@r0:") and failed.check == "skew-safe", report.explain()
+        assert "FileNotFoundError" in failed.summary

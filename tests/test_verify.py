@@ -144,3 +144,37 @@ def test_simulated_multi_node_layout_runs_and_replays(ckpt):
     assert "--nodes 2" in failing.repro
     with pytest.raises(ValueError, match="3 simulated nodes cannot share 2 ranks evenly"):
         ckpt.verify("torch_save", world_size=2, nodes=3)
+
+
+def test_an_owned_loop_that_ignores_its_checkpoints_never_resumed(ckpt):
+    """It retrains from step 1 to the same final state and never calls ctx.loaded:
+    its repeated saves show that it started afresh on a directory holding a checkpoint."""
+    report = ckpt.verify("tests.planted.jobs:OwnLoopIgnoresCheckpoints", steps=4)
+    assert not report.ok
+    for case in ("resume@2", "resume@4"):
+        load = next(r for r in report.results if r.case == case and r.check == "load step")
+        assert load.verdict is Verdict.FAIL and "the job never resumed" in load.summary, load.summary
+        assert "its first save was step 2" in load.summary
+
+
+def test_an_owned_loop_that_resumes_without_reporting_it_passes_on_evidence(ckpt):
+    report = ckpt.verify("tests.planted.jobs:OwnLoopResumesSilently", steps=4)
+    report.assert_ok()
+    loads = {r.case: r for r in report.results if r.check == "load step"}
+    assert set(loads) == {"resume@2", "resume@4"}
+    assert "first train step was step 3" in loads["resume@2"].summary
+    assert "finished without saving" in loads["resume@4"].summary
+
+
+@pytest.mark.parametrize("job, verdict, words", [
+    ("LexicographicRotation", Verdict.FAIL, "after save 12: the checkpoints of steps 9, 10, 12 remain; expected "
+                                            "the checkpoints of steps 10, 11, 12"),
+    ("NumericRotation", Verdict.PASS, "after each of 12 saves exactly the newest 3 checkpoints remained"),
+])
+def test_keep_last_is_checked_after_every_fault_free_save(ckpt, job, verdict, words):
+    """accelerate 0.16's lexicographic sort deletes checkpoint_10 (step 11) at the
+    twelfth save; every resume still works, so only the retention check sees it."""
+    report = ckpt.verify(f"tests.planted.jobs:{job}", steps=12, save_every=1, keep_last=3, cases=["resume@12"])
+    retention = next(r for r in report.results if r.check == "retention")
+    assert retention.verdict is verdict and words in retention.summary, retention.summary
+    assert [r.verdict for r in report.results if r.check != "retention"] == [Verdict.PASS] * 6

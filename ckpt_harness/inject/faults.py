@@ -81,7 +81,7 @@ class Fault:
         return cls(kind, int(rank), phase.expand(where), int(index), float(seconds) if seconds else DEFAULT_DELAY)
 
 
-_LABEL = re.compile(r"([a-z-]+)@r(\d+):([a-z_]+?\d+)#(\d+)(?:~([0-9.]+))?")
+_LABEL = re.compile(r"([a-z-]+)@r(\d+):([a-z_]+?\d*)#(\d+)(?:~([0-9.]+))?")
 
 
 def plan_label(faults: "tuple[Fault, ...]") -> str:

@@ -22,6 +22,8 @@ from ckpt_harness.oracle.judges import (
 )
 from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind, classify_resume
 from ckpt_harness.oracle.problems import Problem, health
+from ckpt_harness.oracle.retention import judge_retention
+from ckpt_harness.oracle.resumed import Inferred, infer_start, judge_unreported_load
 from ckpt_harness.oracle.properties import PROPERTIES, accepted, expected, property_for
 from ckpt_harness.oracle.scenarios import (
     judge_blocked,
@@ -37,4 +39,5 @@ __all__ = [
     "harness_error", "health", "judge_blocked", "judge_deterministic", "judge_fault", "judge_finished",
     "judge_fresh_start", "judge_golden", "judge_late", "judge_live", "judge_load_step", "judge_overwriting_save", "judge_replaced",
     "judge_reshard", "judge_reshard_save", "judge_same_state", "nothing_to_break", "property_for", "undecided_if",
+    "Inferred", "infer_start", "judge_unreported_load", "judge_retention",
 ]

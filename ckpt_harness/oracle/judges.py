@@ -173,6 +173,8 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
     if outcome.kind in (OutcomeKind.HANG, OutcomeKind.SOME_ERRORS):
         problem = health(resumed)
         return result("live", Verdict.FAIL, "", problem.details if problem else "")
+    if outcome.kind is OutcomeKind.NO_LOAD:
+        return result(prop, Verdict.UNKNOWN)
     if not accepted(prop, outcome, save_returned, ref.prev is not None):
         return result(prop, Verdict.FAIL, "expected " + expected(prop, save_returned, ref.prev is not None))
     if outcome.kind.resumed:

@@ -7,6 +7,7 @@ import enum
 from typing import Mapping, Optional
 
 from ckpt_harness.oracle.problems import health
+from ckpt_harness.oracle.resumed import REPORT_IT, infer_start
 from ckpt_harness.records import Kind, RankRun, Run
 from ckpt_harness.state import Record
 
@@ -56,7 +57,10 @@ def classify_resume(resumed: Run, saved: Mapping[int, Mapping[int, Record]], k: 
     with every state the job ever saved (`saved`: step -> rank -> record)."""
     loaded = resumed.states(Kind.LOADED)
     if loaded is None:
-        return failure_outcome(resumed)
+        outcome = failure_outcome(resumed)
+        if outcome.kind is OutcomeKind.NO_LOAD and not resumed.loaded_steps():
+            return unreported_outcome(resumed, saved, k, prev)
+        return outcome
     steps = resumed.loaded_steps()
     claimed = steps.get(0)
     if any(s != claimed for s in steps.values()):
@@ -79,6 +83,19 @@ def classify_resume(resumed: Run, saved: Mapping[int, Mapping[int, Record]], k: 
     if any(claimed in sources for sources in origin.values()):
         return Outcome(OutcomeKind.PARTIAL, claimed, f"{_keys(unmatched + missing)} not restored")
     return Outcome(OutcomeKind.GARBAGE, claimed, "the state after load matches no saved state")
+
+
+def unreported_outcome(resumed: Run, saved: Mapping[int, object], k: int, prev: Optional[int]) -> Outcome:
+    """A resume no rank reported, named from what it did: a fresh start or a
+    resumed step (its state unchecked; the final state still is), else no load."""
+    inferred = infer_start(resumed, sorted(saved))
+    silent = f"the job never reported its load, and {inferred.evidence}"
+    if inferred.step is None:
+        return Outcome(OutcomeKind.NO_LOAD, None, f"{silent}; {REPORT_IT}")
+    if inferred.step == 0:
+        return Outcome(OutcomeKind.FRESH, None, f"{silent}: it never resumed")
+    kind = OutcomeKind.S_K if inferred.step == k else OutcomeKind.S_PREV if inferred.step == prev else OutcomeKind.OLDER
+    return Outcome(kind, inferred.step, f"inferred, {silent}")
 
 
 def failure_outcome(run: Run) -> Outcome:

@@ -8,13 +8,18 @@ from a checkpointer the harness passes.
 
 from __future__ import annotations
 
+import dataclasses
+import shutil
+import time
 from typing import Optional
 
 import torch
 import torch.distributed as dist
 
 from ckpt_harness import Job, RankContext
-from ckpt_harness.jobs._common import capture_rng, commit, prepare_step_dir, read_latest, step_dir, torch_save_durable
+from ckpt_harness.jobs._common import (
+    LATEST, atomic_write_text, capture_rng, commit, prepare_step_dir, read_latest, step_dir, torch_save_durable,
+)
 from ckpt_harness.jobs.torch_save import TorchSaveJob
 
 
@@ -141,6 +146,46 @@ class OwnLoopForgetsToReport(OwnLoop):
         super().run(ctx)
 
 
+class OwnLoopIgnoresCheckpoints(OwnLoop):
+    """Reports its load from a hook of the framework's load, as a Trainer
+    callback does, and a fresh start when the directory is empty; but the
+    checkpoint never reaches the framework (`resume_from_checkpoint`
+    forgotten): a resume neither loads nor reports, and retrains from step 1
+    over the old saves to the same final state."""
+
+    def run(self, ctx: RankContext) -> None:
+        inner = self.inner = TorchSaveJob()
+        inner.setup(ctx)
+        if read_latest(ctx.ckpt_dir) is None:
+            ctx.loaded(None)
+        replacing = dataclasses.replace(ctx, overwrite=True)
+        for step in range(1, ctx.total_steps + 1):
+            inner.train_step(ctx, step)
+            if ctx.should_save(step):
+                ctx.phase(f"save {step}")
+                inner.save(replacing, step)
+                ctx.saved(step)
+
+
+class OwnLoopResumesSilently(OwnLoop):
+    """Resumes correctly and names its phases, but reports only a fresh
+    start: its resume is judged from the steps it trained."""
+
+    def run(self, ctx: RankContext) -> None:
+        inner = self.inner = TorchSaveJob()
+        inner.setup(ctx)
+        start = inner.load(ctx)
+        if start is None:
+            ctx.loaded(None)
+        for step in range((start or 0) + 1, ctx.total_steps + 1):
+            ctx.phase(f"train_step {step}")
+            inner.train_step(ctx, step)
+            if ctx.should_save(step):
+                ctx.phase(f"save {step}")
+                inner.save(ctx, step)
+                ctx.saved(step)
+
+
 class ExpectsRotationAndOverwrite(TorchSaveJob):
     """Refuses to start unless the harness passed keep_last=1 and overwrite=True:
     a setting dropped on its way to the ranks fails the golden run."""
@@ -183,3 +228,93 @@ class SlowJitOp(TorchSaveJob):
         return (JitOp("the planted slow op", Path(os.environ["CKPT_TEST_JIT_DIR"]) / "slow_op",
                       "tests.planted.jit:build", f"slow {seconds}",
                       env={"CKPT_TEST_BUILD_SECONDS": seconds}),)
+
+
+class NumericRotation(TorchSaveJob):
+    """accelerate's `save_state` with `total_limit` (fixed in 0.17): saves go to
+    `checkpoint_<i>` (i counts saves from 0) and before each one rank 0 deletes
+    the oldest folders beyond `ctx.keep_last - 1`, ordered by their number."""
+
+    @staticmethod
+    def oldest_first(names: list[str]) -> list[str]:
+        return sorted(names, key=lambda name: int(name.rpartition("_")[2]))
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        path = ctx.ckpt_dir / f"checkpoint_{step // ctx.save_every - 1}"
+        if ctx.rank == 0 and ctx.keep_last is not None:
+            folders = self.oldest_first([p.name for p in ctx.ckpt_dir.iterdir() if p.name.startswith("checkpoint_")])
+            for name in folders[: max(0, len(folders) + 1 - ctx.keep_last)]:
+                shutil.rmtree(ctx.ckpt_dir / name)
+        prepare_step_dir(ctx, path)
+        if ctx.rank == 0:
+            for name, part in (("model", self.model.module), ("optimizer", self.optimizer),
+                               ("scheduler", self.scheduler)):
+                torch_save_durable(part.state_dict(), path / f"{name}.pt")
+        torch_save_durable(self._extra(ctx, step), path / f"rng_rank{ctx.rank}.pt")
+        dist.barrier()
+        if ctx.rank == 0:
+            atomic_write_text(ctx.ckpt_dir / LATEST, f"{step} {path.name}\n")
+        dist.barrier()
+
+    def _load(self, ctx: RankContext) -> Optional[int]:
+        pointer = ctx.ckpt_dir / LATEST
+        if not pointer.exists():
+            return None
+        step, name = pointer.read_text().split()
+        path = ctx.ckpt_dir / name
+        for part, obj in (("model", self.model.module), ("optimizer", self.optimizer), ("scheduler", self.scheduler)):
+            obj.load_state_dict(torch.load(path / f"{part}.pt", weights_only=True))
+        self._restore_extra(torch.load(path / f"rng_rank{ctx.rank}.pt", weights_only=False), int(step))
+        return int(step)
+
+
+class LexicographicRotation(NumericRotation):
+    """accelerate 0.16: `folders.sort()` orders "checkpoint_10" before
+    "checkpoint_8", so with total_limit=3 the twelfth save deletes the newest
+    before it: checkpoints 8, 9 and 11 remain instead of 9, 10 and 11."""
+
+    @staticmethod
+    def oldest_first(names: list[str]) -> list[str]:
+        return sorted(names)
+
+
+class EveryRankDeletesOldCheckpoints(OwnLoop):
+    """transformers 4.25.1: at the end of `train()` every process, not only the
+    main one, lists the checkpoints it no longer needs and deletes them. On a
+    shared filesystem a rank that listed a directory its peer then removed
+    fails with FileNotFoundError. The other ranks first shut their data
+    loader workers down, so in an undisturbed run rank 0 is done before they
+    list anything, and the race shows only when rank 0 is late."""
+
+    #: How long the other ranks take to shut their data loader workers down.
+    WORKERS_SHUTDOWN = 0.2
+
+    def run(self, ctx: RankContext) -> None:
+        inner = self.inner = TorchSaveJob()
+        inner.setup(ctx)
+        start = inner.load(ctx)
+        ctx.loaded(start)
+        for step in range((start or 0) + 1, ctx.total_steps + 1):
+            ctx.phase(f"train_step {step}")
+            inner.train_step(ctx, step)
+            if ctx.should_save(step):
+                ctx.phase(f"save {step}")
+                inner.save(ctx, step)
+                ctx.saved(step)
+        if ctx.rank != 0:
+            time.sleep(self.WORKERS_SHUTDOWN)
+        self.delete_old_checkpoints(ctx)
+
+    def delete_old_checkpoints(self, ctx: RankContext) -> None:
+        newest = read_latest(ctx.ckpt_dir)
+        for path in [p for p in sorted(ctx.ckpt_dir.glob("step_*")) if newest is None or p != newest[1]]:
+            shutil.rmtree(path)
+
+
+class MainRankDeletesOldCheckpoints(EveryRankDeletesOldCheckpoints):
+    """The fix: the main process deletes, and the others wait for it."""
+
+    def delete_old_checkpoints(self, ctx: RankContext) -> None:
+        if ctx.rank == 0:
+            super().delete_old_checkpoints(ctx)
+        dist.barrier()

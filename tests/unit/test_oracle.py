@@ -8,7 +8,7 @@ from ckpt_harness.errors import ModelError
 from ckpt_harness.oracle import (
     Outcome, accepted, classify_resume, expected, health, judge_blocked, judge_deterministic, judge_fault,
     judge_fresh_start, judge_late, judge_live, judge_load_step, judge_overwriting_save, judge_replaced,
-    judge_reshard, judge_reshard_save, judge_same_state, property_for, undecided_if,
+    judge_reshard, judge_reshard_save, judge_same_state, judge_unreported_load, property_for, undecided_if,
 )
 from ckpt_harness.oracle import OutcomeKind as O
 from ckpt_harness.state import capture
@@ -57,6 +57,11 @@ def expect(result, check, verdict, words=""):
     P(run(rank(0).failed(), rank(1).hung(), timed_out=True, stuck=True), O.SOME_ERRORS, None, "peers stuck",
       id="peer-stuck-after-failure"),
     P(both(lambda b: b), O.NO_LOAD, None, "never reported", id="no-load"),
+    P(both(lambda b: b.saved(2).final()), O.FRESH, None, "first save was step 2: it never resumed",
+      id="unreported-fresh-start"),
+    P(both(lambda b: b.event("phase", f"train_step {PREV + 1}").final()), O.S_PREV, PREV,
+      f"first train step was step {PREV + 1}", id="unreported-resume-of-prev"),
+    P(both(lambda b: b.final()), O.S_K, K, "finished without saving", id="unreported-resume-of-last-save"),
 ])
 def test_classify_resume(resume, kind, step, words):
     outcome = classify_resume(resume, saved(), K, PREV)
@@ -209,6 +214,25 @@ def test_judge_fresh_start(r, verdict, words):
 ])
 def test_judge_load_step(r, verdict, words):
     expect(judge_load_step("case", r, 4, "REPRO"), "load step", verdict, words)
+
+
+@pytest.mark.parametrize("r, step, verdict, words", [
+    P(both(lambda b: b.event("phase", "train_step 1").final()), 4, V.FAIL, "never resumed", id="trained-step-1"),
+    P(both(lambda b: b.saved(2).saved(4).final()), 4, V.FAIL, "first save was step 2, though the directory held",
+      id="saved-again"),
+    P(both(lambda b: b.event("phase", "train_step 3").final()), 4, V.FAIL, "resumed from step 2, expected 4",
+      id="older-step"),
+    P(both(lambda b: b.saved(6).final()), 4, V.PASS, "first save was step 6: it resumed from step 4",
+      id="next-save"),
+    P(both(lambda b: b.final()), 6, V.PASS, "finished without saving", id="no-save-after-the-last"),
+    P(both(lambda b: b), 4, V.UNKNOWN, "call ctx.loaded(step)", id="no-evidence"),
+])
+def test_judge_unreported_load(r, step, verdict, words):
+    expect(judge_unreported_load("case", r, step, (2, 4, 6), "REPRO"), "load step", verdict, words)
+
+
+def test_an_unreported_load_of_a_failed_run_adds_nothing_to_its_failure():
+    assert judge_unreported_load("case", both(lambda b: b.failed()), 4, (2, 4, 6), "REPRO") is None
 
 
 FINAL = {r: final(r) for r in range(2)}
