@@ -12,9 +12,10 @@ from typing import Optional
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from ckpt_harness import Job, RankContext
-from ckpt_harness.jobs._common import capture_rng, commit, prepare_step_dir, read_latest, step_dir, torch_save_durable
+from ckpt_harness.jobs._common import build_mlp, capture_rng, commit, prepare_step_dir, read_latest, step_dir, torch_save_durable
 from ckpt_harness.jobs.torch_save import TorchSaveJob
 
 
@@ -83,6 +84,23 @@ class Rank0BarrierInFinalSave(TorchSaveJob):
         super().save(ctx, step)
         if ctx.rank == 0 and step == ctx.total_steps:
             dist.barrier()
+
+
+class Rank1BarrierWhileRank0Backward(TorchSaveJob):
+    """Plain DDP, as most jobs use it (no comm hook: the C++ reducer issues
+    the gradient all-reduce inside `backward`). At step 3 rank 1 finds its
+    shard empty, skips the step and waits in a barrier for the others, while
+    rank 0 waits in the step's gradient all-reduce: a hang no Python-level
+    probe can see on rank 0."""
+
+    def setup(self, ctx: RankContext) -> None:
+        model = DistributedDataParallel(build_mlp(ctx.seed))
+        self._build_common(ctx, model, model.parameters())
+
+    def train_step(self, ctx: RankContext, step: int) -> float:
+        if ctx.rank == 1 and step == 3:
+            dist.barrier()
+        return super().train_step(ctx, step)
 
 
 class SetupFailsOnRank1(TorchSaveJob):
