@@ -86,21 +86,21 @@ class Rank0BarrierInFinalSave(TorchSaveJob):
             dist.barrier()
 
 
-class Rank1BarrierWhileRank0Backward(TorchSaveJob):
+class Rank1BarrierAfterSaveWhileRank0Trains(TorchSaveJob):
     """Plain DDP, as most jobs use it (no comm hook: the C++ reducer issues
-    the gradient all-reduce inside `backward`). At step 3 rank 1 finds its
-    shard empty, skips the step and waits in a barrier for the others, while
-    rank 0 waits in the step's gradient all-reduce: a hang no Python-level
-    probe can see on rank 0."""
+    the gradient all-reduce inside `backward`). Rank 1 alone waits in a
+    barrier at the end of save 2 ("let rank 0 finish uploading"), while
+    rank 0 trains on and waits in step 3's gradient all-reduce: a hang no
+    Python-level probe sees on rank 0, which looks like slow compute."""
 
     def setup(self, ctx: RankContext) -> None:
         model = DistributedDataParallel(build_mlp(ctx.seed))
         self._build_common(ctx, model, model.parameters())
 
-    def train_step(self, ctx: RankContext, step: int) -> float:
-        if ctx.rank == 1 and step == 3:
+    def save(self, ctx: RankContext, step: int) -> None:
+        super().save(ctx, step)
+        if ctx.rank == 1 and step == 2:
             dist.barrier()
-        return super().train_step(ctx, step)
 
 
 class SetupFailsOnRank1(TorchSaveJob):
