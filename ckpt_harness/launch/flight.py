@@ -20,9 +20,12 @@ What this changes in a rank:
   (only when a run is stopped at its deadline). A job's own SIGUSR2 handler
   would never run.
 
-The recorder is torch's own bookkeeping, on by default; the harness adds no
-work per collective. Measured on the built-in `torch_save` job (2 ranks, 8
-steps), see docs/findings.md.
+The recorder is torch's own bookkeeping, on by default: the harness adds no
+work per collective, it only keeps the recorder from being off. Its cost is
+capturing the issuing Python stack: on this 2-core box, one gloo rank's
+small all_reduce took 12.3 us with it and 10.9 us without (best of 5 x 2000,
+quietest pair); a `verify` of `torch_save` (2 ranks, 8 steps) took 8.96-12.5 s
+either way, the difference lost in the noise of a loaded machine.
 """
 
 from __future__ import annotations
