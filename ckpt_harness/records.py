@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import pickle
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from ckpt_harness.inject import trace
+from ckpt_harness.inject.collectives import Recording
 from ckpt_harness.inject.trace import Event
 from ckpt_harness.launch import GroupOutcome, RankOutcome, RankStatus
 from ckpt_harness.state import Record
@@ -118,8 +120,13 @@ class RankRun:
             return None
         return RankError(found["type"], found["message"], found["phase"], found["traceback"])
 
+    @functools.cached_property
+    def recording(self) -> Optional[Recording]:
+        """Its flight recorder when the run was stopped (hung runs only)."""
+        return Recording.parse(self.outcome.collectives)
+
     def where(self) -> str:
-        return trace.where(self.events)
+        return trace.where(self.events, self.recording.blocked if self.recording else None)
 
     @property
     def phase(self) -> Optional[str]:

@@ -21,6 +21,18 @@ def rank0_barrier(info, payload):
         dist.barrier()
 
 
+def ddp_backward_vs_barrier(info, payload):
+    """Rank 0's gradient all-reduce is issued by DDP's C++ reducer inside
+    backward; rank 1 sits in a barrier instead."""
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))
+    for _ in range(2):  # DDP rebuilds its buckets in the second forward (a broadcast)
+        model(torch.ones(2, 4)).sum().backward()
+    if info.rank == 0:
+        model(torch.ones(2, 4)).sum().backward()
+    else:
+        dist.barrier()
+
+
 def rank1_sigkill(info, payload):
     if info.rank == 1:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from ckpt_harness.inject.collectives import Recording, first_disagreement
 from ckpt_harness.launch import GroupSpec, LaunchError, prestart, run_group
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,6 +37,7 @@ def test_group_runs_a_real_collective(tmp_path, world_size):
     assert [r.status for r in outcome.ranks] == ["ok"] * world_size
     assert {(tmp_path / f"sum{r}").read_text() for r in range(world_size)} == {str(world_size)}
     assert not any(alive(r.pid) for r in outcome.ranks)
+    assert all(r.collectives is None for r in outcome.ranks)  # read only when a run is stopped
 
 
 def test_warm_launch_is_fast(tmp_path):
@@ -60,6 +62,28 @@ def test_hang_yields_every_rank_stack_within_the_deadline(tmp_path):
     assert "in barrier" in hung.stack and "rank0_barrier" in hung.stack
     assert "park" in finished.stack  # the finished rank's stack is shown too
     assert not any(alive(r.pid) for r in outcome.ranks)
+
+
+def test_hang_yields_the_collective_each_rank_waits_in_even_when_cpp_issued_it(tmp_path):
+    prestart(wait=True)
+    outcome = run_group(spec(tmp_path, "ddp_backward_vs_barrier", deadline=2.0))
+    assert outcome.timed_out
+    recordings = {r.rank: Recording.parse(r.collectives) for r in outcome.ranks}
+    in_backward, in_barrier = recordings[0].blocked, recordings[1].blocked
+    assert (in_backward.op, in_backward.library) == ("all_reduce", "DDP gradient bucket")
+    assert in_backward.caller.startswith("entries.py:") and "ddp_backward_vs_barrier" in in_backward.caller
+    assert in_barrier.op == "barrier" and in_barrier.library is None
+    assert in_backward.seq == in_barrier.seq  # numbered per group, alike on every rank
+    assert first_disagreement(recordings) == (
+        f"collectives part at #{in_barrier.seq}: rank 0 all_reduce, rank 1 barrier")
+
+
+def test_a_job_that_turns_the_flight_recorder_off_keeps_it_off(tmp_path):
+    prestart(wait=True)
+    outcome = run_group(spec(tmp_path, "ddp_backward_vs_barrier", deadline=2.0, env={"TORCH_FR_BUFFER_SIZE": "0"}))
+    assert outcome.timed_out
+    recordings = [Recording.parse(r.collectives) for r in outcome.ranks]
+    assert all(r is not None and r.collectives == () for r in recordings)
 
 
 def test_a_killed_rank_is_reported_as_crashed_and_its_peer_fails_fast(tmp_path):

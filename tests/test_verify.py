@@ -1,5 +1,7 @@
 """Fault-free verification: correct checkpointers pass, planted bugs are named."""
 
+import re
+
 import pytest
 
 from ckpt_harness import Job, Verdict, verify
@@ -51,6 +53,29 @@ def test_rank0_only_barrier_in_final_save_is_reported_as_a_hang(ckpt):
     assert "rank 1 finished" in live.summary
     assert "rank 0 stack" in live.details and "rank 1 stack" in live.details
     assert report.elapsed < 3 + 5  # deadline plus a few seconds
+
+
+def test_hang_in_ddps_cpp_all_reduce_names_both_collectives_and_where_the_ranks_part(ckpt):
+    prestart(wait=True)
+    report = ckpt.verify("tests.planted.jobs:Rank1BarrierAfterSaveWhileRank0Trains", world_size=2, steps=4,
+                         timeout=3)
+    (live,) = report.results
+    assert live.verdict is Verdict.FAIL and "hang" in live.summary, live.summary
+    seq = re.search(r"rank 1 waiting in barrier #(\d+) called from jobs.py:\d+ in save\(\) during save 2",
+                    live.summary)
+    assert seq, live.summary
+    assert (f"rank 0 waiting in all_reduce #{seq[1]} (DDP gradient bucket, from _common.py:" in live.summary
+            and "in train_step()) during train_step 3" in live.summary), live.summary
+    assert f"collectives part at #{seq[1]}: rank 0 all_reduce, rank 1 barrier" in live.summary
+    assert "sigwait" not in live.details  # the recorder's own thread is not the job's
+
+
+def test_a_run_without_a_hang_makes_no_collective_claims(tmp_path):
+    report = verify("torch_save", world_size=2, steps=2, save_every=2, workdir=tmp_path)
+    report.assert_ok()
+    text = report.explain() + "".join(r.summary + r.details for r in report.results)
+    assert "waiting in" not in text and "collectives part" not in text
+    assert not list(tmp_path.rglob("rank*.collectives"))
 
 
 def test_setup_failing_on_one_rank_names_the_rank_error_and_log(ckpt):

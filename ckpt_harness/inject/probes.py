@@ -171,17 +171,25 @@ def current_phase() -> str:
     return _tracer.phase if _tracer is not None else "start"
 
 
+def is_job_code(filename: str) -> bool:
+    """Whether a frame's file is the job's own code: not torch, not the harness."""
+    return not (
+        (filename.startswith(_HARNESS_DIR) and not filename.startswith(_JOBS_DIR))
+        or f"{os.sep}torch{os.sep}" in filename
+        or filename.startswith("<")
+    )
+
+
+def frame_name(filename: str, line: int, function: str) -> str:
+    return f"{os.path.basename(filename)}:{line} in {function}()"
+
+
 def caller() -> str:
     """The innermost frame outside torch and the harness: the job's own code."""
     frame = sys._getframe(2)
     while frame is not None:
-        filename = frame.f_code.co_filename
-        if not (
-            (filename.startswith(_HARNESS_DIR) and not filename.startswith(_JOBS_DIR))
-            or f"{os.sep}torch{os.sep}" in filename
-            or filename.startswith("<")
-        ):
-            return f"{os.path.basename(filename)}:{frame.f_lineno} in {frame.f_code.co_name}()"
+        if is_job_code(frame.f_code.co_filename):
+            return frame_name(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
         frame = frame.f_back
     return "?"
 

@@ -12,7 +12,10 @@ import dataclasses
 import enum
 import json
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
+
+if TYPE_CHECKING:
+    from ckpt_harness.inject.collectives import Collective
 
 
 class EventKind(str, enum.Enum):
@@ -119,12 +122,21 @@ def pending_collective(events: list[Event]) -> Optional[Event]:
     return max(open_calls.values(), key=lambda e: e.fields["n"]) if open_calls else None
 
 
-def where(events: list[Event]) -> str:
-    """One line: where a rank was when it stopped, for hang and crash reports."""
+def where(events: list[Event], blocked: Optional[Collective] = None) -> str:
+    """One line: where a rank was when it stopped, for hang and crash reports.
+
+    `blocked` is the collective the flight recorder says the rank waits in:
+    it is numbered as on every other rank, and seen even when C++ issued it.
+    """
     hang = next((e for e in events if e.fault == "hang"), None)
     if hang is not None:  # an injected hang never returns
         return f"blocked by the injected hang before operation #{hang.fields['index']} of {hang.phase}"
     pending = pending_collective(events)
+    if blocked is not None:
+        if pending is not None and pending.caller == blocked.caller:  # the job's own call, as probed
+            return f"waiting in {pending.collective} #{blocked.seq} called from {pending.caller} during {pending.phase}"
+        origin = f" ({blocked.origin})" if blocked.origin else ""
+        return f"waiting in {blocked.label}{origin} during {events[-1].phase if events else 'start'}"
     if pending is not None:
         return (f"waiting in {pending.collective} #{pending.fields['n']} called from {pending.caller}"
                 f" during {pending.phase}")

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness.errors import ConfigError, HarnessError
-from ckpt_harness.launch import _proc, _wire
+from ckpt_harness.launch import _proc, _wire, flight
 from ckpt_harness.launch.rank import STACK_SIGNAL
 
 MAX_WORLD_SIZE = 8
@@ -108,6 +108,9 @@ class RankOutcome:
     finished_at: Optional[float] = None
     #: All-threads Python stack taken at the deadline (every rank still alive).
     stack: Optional[str] = None
+    #: The flight recorder's collectives at the deadline (`flight.serve`'s
+    #: JSON), when the rank answered: what it waits in even below Python.
+    collectives: Optional[str] = None
 
     def log_text(self) -> str:
         try:
@@ -265,7 +268,7 @@ class _GroupRun:
             }
             ranks.append(
                 {"rank": r, "local_rank": r % per_node, "node": r // per_node,
-                 "log": str(run_dir / f"rank{r}.log"), "env": env}
+                 "log": str(run_dir / f"rank{r}.log"), "flight": str(_flight_path(run_dir, r)), "env": env}
             )
         return {
             "op": "spawn",
@@ -315,18 +318,22 @@ class _GroupRun:
         return True
 
     def _collect_stacks(self) -> None:
-        """Every live rank's stack, the finished ones too: "rank 1 is parked
-        after the run" is half of the explanation of a hang.
+        """Every live rank's stack and flight recorder, the finished ones too:
+        "rank 1 is parked after the run" is half of the explanation of a hang.
 
-        faulthandler dumps every thread even while a rank sits in native code.
+        faulthandler dumps every thread even while a rank sits in native code;
+        the recorder names the collective it sits in even when C++ issued it.
         """
         alive = [r for r in self.ranks if r.rank not in self.exited]
+        run_dir = Path(self.spec.run_dir)
         offsets = {}
         for r in alive:
             if r.status is RankStatus.RUNNING:
                 r.status = RankStatus.HUNG
             offsets[r.rank] = _size(r.log)
+            _flight_path(run_dir, r.rank).unlink(missing_ok=True)
             try:
+                os.kill(r.pid, flight.DUMP_SIGNAL)
                 os.kill(r.pid, STACK_SIGNAL)
             except ProcessLookupError:
                 pass
@@ -335,8 +342,9 @@ class _GroupRun:
         while time.monotonic() < until:
             time.sleep(0.05)
             now = {r.rank: _size(r.log) for r in alive}
-            if all(now[k] > offsets[k] and now[k] == sizes[k] for k in now):
-                break  # every stack written, none still growing
+            dumped = all(_flight_path(run_dir, k).exists() for k in now)
+            if dumped and all(now[k] > offsets[k] and now[k] == sizes[k] for k in now):
+                break  # every stack and recorder written, no stack still growing
             sizes = now
         for r in alive:
             try:
@@ -346,6 +354,7 @@ class _GroupRun:
             except FileNotFoundError:  # cut before it opened its log: the deadline was shorter than a start
                 r.stack = ""
             r.stack = r.stack or "(no stack: the rank did not answer)"
+            r.collectives = flight.read(str(_flight_path(run_dir, r.rank)))
 
     def _teardown(self) -> None:
         for r in self.ranks:
@@ -358,6 +367,10 @@ class _GroupRun:
                 break
             if message["op"] == "exit":
                 self.exited.add(message["rank"])
+
+
+def _flight_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"rank{rank}.collectives"
 
 
 def _size(path: Path) -> int:

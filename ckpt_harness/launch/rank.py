@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from ckpt_harness.launch import _proc
+from ckpt_harness.launch import _proc, flight
 
 #: The signal the harness sends for an all-threads stack dump.
 STACK_SIGNAL = signal.SIGUSR1
@@ -50,8 +50,10 @@ def become_rank(spec: dict, request: dict, status_fd: int, zygote_pid: int) -> N
         _redirect_output(spec["log"])
         faulthandler.enable(file=sys.stderr, all_threads=True)
         faulthandler.register(STACK_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+        flight.serve(spec["flight"])
         os.environ.clear()
         os.environ.update(spec["env"])
+        flight.enable()
         # Exactly the harness's import path: the zygote's accumulates entries
         # from every earlier request (old pytester directories among them).
         sys.path[:] = request["sys_path"] + [p for p in sys.path if p not in request["sys_path"]]

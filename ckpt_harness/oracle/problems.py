@@ -8,6 +8,7 @@ import signal
 from typing import Optional
 
 from ckpt_harness import phase
+from ckpt_harness.inject.collectives import first_disagreement
 from ckpt_harness.launch import RankStatus
 from ckpt_harness.records import RankRun, Run
 
@@ -35,6 +36,9 @@ def health(run: Run) -> Optional[Problem]:
     else:
         head = "hang" if run.outcome.timed_out else "failure"
     summary = f"{head}: " + "; ".join(f"rank {r.rank} {rank_state(r)}" for r in ranks)
+    parted = first_disagreement({r.rank: r.recording for r in ranks if r.recording is not None})
+    if parted:
+        summary += f"; {parted}"
     details = []
     for r in ranks:
         o = r.outcome
@@ -70,7 +74,9 @@ def rank_state(r: RankRun) -> str:
 def _job_frames(stack: str) -> str:
     """A faulthandler dump without the launcher's own frames below the job."""
     noise = (f"{os.sep}ckpt_harness{os.sep}launch{os.sep}", "<frozen runpy>")
-    lines = [line for line in stack.splitlines() if not any(n in line for n in noise)]
+    recorder = f"{os.sep}ckpt_harness{os.sep}launch{os.sep}flight.py"  # the thread that dumps collectives
+    threads = [block for block in stack.split("\n\n") if recorder not in block]
+    lines = [line for line in "\n\n".join(threads).splitlines() if not any(n in line for n in noise)]
     if not any(line.lstrip().startswith("File ") for line in lines):
         return "(only the harness's own frames: the rank is parked until the group is torn down)"
     return "\n".join(lines)

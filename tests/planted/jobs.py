@@ -15,10 +15,12 @@ from typing import Optional
 
 import torch
 import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
 
 from ckpt_harness import Job, RankContext
 from ckpt_harness.jobs._common import (
-    LATEST, atomic_write_text, capture_rng, commit, prepare_step_dir, read_latest, step_dir, torch_save_durable,
+    LATEST, atomic_write_text, build_mlp, capture_rng, commit, prepare_step_dir, read_latest, step_dir,
+    torch_save_durable,
 )
 from ckpt_harness.jobs.torch_save import TorchSaveJob
 
@@ -87,6 +89,23 @@ class Rank0BarrierInFinalSave(TorchSaveJob):
     def save(self, ctx: RankContext, step: int) -> None:
         super().save(ctx, step)
         if ctx.rank == 0 and step == ctx.total_steps:
+            dist.barrier()
+
+
+class Rank1BarrierAfterSaveWhileRank0Trains(TorchSaveJob):
+    """Plain DDP, as most jobs use it (no comm hook: the C++ reducer issues
+    the gradient all-reduce inside `backward`). Rank 1 alone waits in a
+    barrier at the end of save 2 ("let rank 0 finish uploading"), while
+    rank 0 trains on and waits in step 3's gradient all-reduce: a hang no
+    Python-level probe sees on rank 0, which looks like slow compute."""
+
+    def setup(self, ctx: RankContext) -> None:
+        model = DistributedDataParallel(build_mlp(ctx.seed))
+        self._build_common(ctx, model, model.parameters())
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        super().save(ctx, step)
+        if ctx.rank == 1 and step == 2:
             dist.barrier()
 
 

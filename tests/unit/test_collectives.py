@@ -1,0 +1,82 @@
+"""Reading flight recordings: what each rank waits in, and where the ranks part (no process)."""
+
+from __future__ import annotations
+
+import json
+
+from ckpt_harness.inject.collectives import Collective, Recording, first_disagreement
+from ckpt_harness.oracle import health
+from tests.unit.synthetic import rank, run
+
+TORCH = "/site/torch"
+BACKWARD = ((f"{TORCH}/autograd/graph.py", 9, "_engine_run_backward"), ("/job/train.py", 30, "train_step"))
+BARRIER = ((f"{TORCH}/distributed/distributed_c10d.py", 5, "barrier"), ("/job/train.py", 40, "save"))
+DCP = ((f"{TORCH}/distributed/distributed_c10d.py", 5, "all_gather_object"),
+       (f"{TORCH}/distributed/checkpoint/utils.py", 7, "gather_object"), ("/job/train.py", 50, "save"))
+
+
+def c(seq, op, retired=True, frames=(), group="default_pg"):
+    return Collective(seq, op, group, False, retired, frames)
+
+
+def rec(*collectives):
+    return Recording(tuple(collectives))
+
+
+def dump(*collectives):
+    """As `launch.flight` writes it."""
+    return json.dumps({"entries": [{"seq": x.seq, "op": x.op, "group": x.group, "p2p": x.p2p, "retired": x.retired,
+                                    "frames": [list(f) for f in x.frames]} for x in collectives]})
+
+
+def test_origin_names_the_library_and_the_jobs_frame():
+    assert c(4, "all_reduce", frames=BACKWARD).origin == "DDP gradient bucket, from train.py:30 in train_step()"
+    assert c(4, "all_gather", frames=DCP).origin == "DCP, from train.py:50 in save()"
+    assert c(4, "barrier", frames=BARRIER).origin == "from train.py:40 in save()"
+    assert c(4, "barrier").origin == "" and c(4, "barrier", group="7").label == "barrier #4 of group 7"
+
+
+def test_blocked_is_the_oldest_collective_not_completed():
+    assert rec(c(1, "broadcast"), c(2, "all_reduce", False), c(3, "all_reduce", False)).blocked.seq == 2
+    assert rec(c(1, "broadcast")).blocked is None
+    assert Recording.parse(dump(c(1, "barrier", False, BARRIER))).blocked == c(1, "barrier", False, BARRIER)
+    assert Recording.parse("{torn") is None and Recording.parse(None) is None
+
+
+def test_ranks_part_at_the_first_number_whose_ops_differ():
+    same = [c(1, "broadcast"), c(2, "all_reduce")]
+    assert first_disagreement({0: rec(*same, c(3, "all_reduce", False)), 1: rec(*same, c(3, "barrier", False))}) \
+        == "collectives part at #3: rank 0 all_reduce, rank 1 barrier"
+    assert first_disagreement({0: rec(*same, c(3, "barrier", False)), 1: rec(*same)}) \
+        == "collectives part at #3: rank 0 barrier, rank 1 none (its last was all_reduce #2)"
+    assert first_disagreement({0: rec(*same), 1: rec(*same)}) is None
+
+
+def test_numbers_a_rank_no_longer_remembers_are_not_compared():
+    """The recorder is a ring: rank 1 dropped #1-#2, which differ on rank 0 only in what it kept."""
+    assert first_disagreement({0: rec(c(1, "x"), c(2, "y"), c(3, "all_reduce", False)),
+                               1: rec(c(3, "all_reduce", False))}) is None
+
+
+def test_groups_are_numbered_apart():
+    sub = [c(1, "all_reduce", group="5")]
+    assert first_disagreement({0: rec(c(1, "barrier"), *sub, c(2, "broadcast", False, group="5")),
+                               1: rec(c(1, "barrier"), *sub, c(2, "all_gather", False, group="5"))}) \
+        == "collectives part at #2 of group 5: rank 0 broadcast, rank 1 all_gather"
+
+
+def test_hang_summary_names_a_collective_no_probe_saw():
+    r0, r1 = rank(0).event("phase", "train_step 3").hung(), rank(1).collective("barrier", 3, phase="save 2").hung()
+    hung = run(r0, r1, timed_out=True)
+    hung.ranks[0].outcome.collectives = dump(c(1, "barrier"), c(2, "all_reduce", False, BACKWARD))
+    hung.ranks[1].outcome.collectives = dump(c(1, "barrier"), c(2, "barrier", False, BARRIER))
+    assert health(hung).summary == (
+        "hang: rank 0 waiting in all_reduce #2 (DDP gradient bucket, from train.py:30 in train_step())"
+        " during train_step 3; rank 1 waiting in barrier #2 called from train.py:40 in save() during save 2;"
+        " collectives part at #2: rank 0 all_reduce, rank 1 barrier")
+
+
+def test_without_a_recording_the_probes_still_speak():
+    hung = run(rank(0).event("phase", "train_step 3").hung(), rank(1).collective("barrier", 3).hung(), timed_out=True)
+    assert health(hung).summary == ("hang: rank 0 in train_step 3, not in a collective; "
+                                    "rank 1 waiting in barrier #3 called from train.py:40 in save() during save 6")
