@@ -53,7 +53,12 @@ class Report:
     def explain(self) -> str:
         """The table, then every non-passing case in full with its repro line."""
         parts = [self.table()]
-        parts += [r.explain() for r in self.failures()]
+        first_with: dict[str, CaseResult] = {}  # details -> the failure that showed them first
+        for r in self.failures():
+            seen = first_with.setdefault(r.details, r) if r.details else r
+            if seen is not r:
+                r = dataclasses.replace(r, details=f"(the same differences as {seen.case} / {seen.check} above)")
+            parts.append(r.explain())
         return "\n\n".join(parts)
 
     def assert_ok(self) -> None:

@@ -41,6 +41,15 @@ def test_silent_partial_resume_also_breaks_the_final_state(ckpt):
     assert final and all(r.verdict is Verdict.FAIL for r in final)
 
 
+def test_a_forgotten_optimizer_reads_as_one_line_not_one_per_key_per_rank(ckpt):
+    report = ckpt.verify("tests.planted.jobs:NoOptimizerState", world_size=4, steps=4)
+    text = report.explain()
+    after_load = next(r for r in report.failures() if r.check == "state after load")
+    assert after_load.details.splitlines()[:2] == ["ranks 0-3:", "  optim/* (18 keys): missing"], after_load.details
+    assert "rank 1:" not in text
+    assert len(text.splitlines()) < 50, text  # 245 lines before folding
+
+
 def test_rank0_only_barrier_in_final_save_is_reported_as_a_hang(ckpt):
     prestart(wait=True)  # time the hang, not the fork server's torch import
     report = ckpt.verify("tests.planted.jobs:Rank0BarrierInFinalSave", world_size=2, steps=4, timeout=3)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Optional
 
+from ckpt_harness.oracle import diffs
 from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind, classify_resume
 from ckpt_harness.oracle.problems import health
 from ckpt_harness.oracle.properties import ERRORS, accepted, expected, property_for
@@ -19,9 +20,6 @@ from ckpt_harness.launch import RankStatus
 from ckpt_harness.records import Kind, Run
 from ckpt_harness.state import Record, diff
 from ckpt_harness.verdict import CaseResult, Verdict
-
-#: Differences listed per rank in details before "... and N more".
-MAX_LISTED = 12
 
 States = Mapping[int, Record]
 
@@ -202,20 +200,11 @@ def _diff_ranks(expected_states: States, actual: States) -> list[tuple[int, list
 
 
 def _first(problems: list[tuple[int, list]]) -> str:
-    rank, differences = problems[0]
-    keys = sorted({d.key for _, ds in problems for d in ds})
-    more = f" (and {len(keys) - 1} more keys)" if len(keys) > 1 else ""
-    return f"rank {rank} {differences[0]}{more}"
+    return diffs.summary(problems)
 
 
 def _list(problems: list[tuple[int, list]]) -> str:
-    lines = []
-    for rank, differences in problems:
-        lines.append(f"rank {rank}:")
-        lines += [f"  {d}" for d in differences[:MAX_LISTED]]
-        if len(differences) > MAX_LISTED:
-            lines.append(f"  ... and {len(differences) - MAX_LISTED} more")
-    return "\n".join(lines)
+    return diffs.listing(problems)
 
 
 def cannot_judge(case: str, check: str, why: str, details: str = "") -> CaseResult:

@@ -134,7 +134,7 @@ DELAY_DIED = run(rank(0).fault("delay").crashed(), rank(1))
     P("crash", faulted(), resumed(K), False, R, "atomic", V.PASS, "S_k", id="crash-S_k"),
     P("crash", faulted(), resumed(PREV), False, R, "atomic", V.PASS, "S_prev", id="crash-S_prev"),
     P("crash", faulted(), resumed(None), False, FIRST, "atomic", V.PASS, "fresh", id="first-save-fresh-start"),
-    P("crash", faulted(), resumed(K, w=0.3), False, R, "faithful", V.FAIL, "rank 0 w: 0.3, expected 1.0",
+    P("crash", faulted(), resumed(K, w=0.3), False, R, "faithful", V.FAIL, "ranks 0-1 w: 0.3, expected 1.0",
       id="final-differs"),
     P("crash", faulted(), resumed(PREV), True, R, "atomic", V.FAIL, "expected S_k (the save had returned",
       id="S_prev-after-save-returned"),
