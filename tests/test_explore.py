@@ -147,3 +147,14 @@ def test_reference_rotation_survives_a_crash_at_every_point_of_it(tmp_path):
     report = explore(REF, world_size=2, keep_last=1, workdir=tmp_path, faults=("crash",), corruptions=())
     assert report.ok, report.explain()
     assert any(r.cells[2] == "rmtree" for r in report.results)  # the deletion of step 2 was a point
+
+
+def test_power_loss_says_which_fsync_was_missing(tmp_path):
+    report = explore("tests.planted.checkpointers:RenameWithoutFsync", world_size=2, workdir=tmp_path,
+                     faults=("power-loss",), corruptions=(),
+                     cases=["power-loss-after"])
+    durable = next(r for r in report.results if r.check == "durable")
+    assert durable.verdict is Verdict.FAIL
+    assert "power loss lost" in durable.summary and "was never fsynced" in durable.summary, durable.summary
+    assert "did not keep, and why:" in durable.details
+    assert "renamed from tmp.step_" in durable.details, durable.details
