@@ -120,6 +120,9 @@ class Difference:
     kind: str = "values"
     #: For numeric values: the largest absolute difference (NaN if not a number).
     max_abs: Optional[float] = None
+    #: For floating-point values: `max_abs` relative to the largest expected
+    #: magnitude; tells last-bit noise (~1e-7 for float32) from a real change.
+    max_rel: Optional[float] = None
 
     def __str__(self) -> str:
         return f"{self.key}: {self.detail}"
@@ -145,11 +148,17 @@ def _explain(key: str, expected: Leaf, actual: Leaf) -> Difference:
         if expected.shape != actual.shape:
             return Difference(key, f"shape {list(actual.shape)}, expected {list(expected.shape)}", "shape")
         return _tensor_values_differ(key, expected, actual)
-    worst = None
+    worst = rel = None
     if isinstance(expected, ValueLeaf) and isinstance(actual, ValueLeaf) and {expected.type, actual.type} <= {"int", "float"}:
         number = lambda leaf: float.fromhex(leaf.value) if leaf.type == "float" else float(leaf.value)  # noqa: E731
         worst = abs(number(actual) - number(expected))
-    return Difference(key, f"{actual.describe()}, expected {expected.describe()}", "values", worst)
+        if "float" in (expected.type, actual.type):
+            rel = _relative(worst, abs(number(expected)))
+    return Difference(key, f"{actual.describe()}, expected {expected.describe()}", "values", worst, rel)
+
+
+def _relative(worst: float, scale: float) -> float:
+    return worst / scale if scale > 0 else (0.0 if worst == 0 else math.inf)
 
 
 def _tensor_values_differ(key: str, expected: TensorLeaf, actual: TensorLeaf) -> Difference:
@@ -174,10 +183,14 @@ def _tensor_values_differ(key: str, expected: TensorLeaf, actual: TensorLeaf) ->
     with np.errstate(invalid="ignore", over="ignore"):
         delta = np.abs(a.astype(np.float64) - b.astype(np.float64))
     worst = float(np.nanmax(delta)) if not np.all(np.isnan(delta)) else math.nan
+    rel = None
+    if a.dtype.kind == "f" and not math.isnan(worst):
+        with np.errstate(invalid="ignore"):
+            rel = _relative(worst, float(np.nanmax(np.abs(a.astype(np.float64)), initial=0.0)))
     return Difference(key, (
         f"{unequal.size} of {a.size} elements differ; first at index {index}: "
         f"{b[first].item()!r}, expected {a[first].item()!r}; max abs diff {worst:.6g}"
-    ), "values", worst)
+    ), "values", worst, rel)
 
 
 #: torch dtype name -> numpy dtype for diffs; others are compared as bytes.

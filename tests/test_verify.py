@@ -50,6 +50,19 @@ def test_a_forgotten_optimizer_reads_as_one_line_not_one_per_key_per_rank(ckpt):
     assert len(text.splitlines()) < 50, text  # 245 lines before folding
 
 
+def test_plain_ddp_drift_after_a_bitwise_load_is_explained_not_failed(ckpt):
+    report = ckpt.verify("tests.planted.jobs:PlainDDP", world_size=3, steps=4)
+    final = {r.case: r for r in report.results if r.check == "final state"}
+    assert final["resume@2"].verdict is Verdict.UNKNOWN, report.explain()
+    assert "float noise after a bitwise resume" in final["resume@2"].summary
+    assert "find_unused_parameters=True" in final["resume@2"].details
+    assert Verdict.FAIL not in {r.verdict for r in report.results}, report.explain()
+
+
+def test_plain_ddp_without_a_bucket_rebuild_resumes_bitwise(ckpt):
+    ckpt.verify("tests.planted.jobs:PlainDDPNoRebuild", world_size=3, steps=4).assert_ok()
+
+
 def test_rank0_only_barrier_in_final_save_is_reported_as_a_hang(ckpt):
     prestart(wait=True)  # time the hang, not the fork server's torch import
     report = ckpt.verify("tests.planted.jobs:Rank0BarrierInFinalSave", world_size=2, steps=4, timeout=3)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ckpt_harness.oracle import diffs, judge_same_state
+from ckpt_harness.oracle import diffs, float_noise, judge_same_state
 from ckpt_harness.report import Report
 from ckpt_harness.state import capture, diff
 from ckpt_harness.verdict import Verdict
@@ -60,3 +60,38 @@ def test_a_report_does_not_repeat_the_same_differences():
     assert text.count("\n  optim/* (18 keys): missing") == 1  # listed once; each summary still names it
     assert "(the same differences as resume@8 / state after load above)" in text
     assert len(text.splitlines()) < 15, text
+
+
+# -- float noise after a bitwise load --------------------------------------------------------
+def final_states(shift: float = 0.0, dtype=np.float32) -> dict:
+    return {r: capture({"model/w": np.array([0.25, -1.5, 3.0], dtype) + np.asarray(shift, dtype), "step": 8})
+            for r in range(3)}
+
+
+def judged_final(actual: dict, loaded_bitwise: bool = True):
+    expected = final_states()
+    result = judge_same_state("resume@2", "final state", expected, actual, "final state", "REPRO")
+    return float_noise(result, expected, actual, loaded_bitwise=loaded_bitwise)
+
+
+def test_last_bit_drift_after_a_bitwise_load_is_unknown_with_the_ddp_note():
+    result = judged_final(final_states(shift=np.float32(3.0) * np.finfo(np.float32).eps))
+    assert result.verdict is Verdict.UNKNOWN
+    assert result.summary.startswith("(float noise after a bitwise resume, at most ")
+    assert "find_unused_parameters=True" in result.details and "rebuilds its gradient buckets" in result.details
+
+
+def test_real_differences_stay_failures():
+    assert judged_final(final_states(shift=1e-3)).verdict is Verdict.FAIL  # a lost state moves values far more
+    drift = final_states(shift=np.float32(3.0) * np.finfo(np.float32).eps)
+    assert judged_final(drift, loaded_bitwise=False).verdict is Verdict.FAIL  # the load was wrong already
+    steps = {r: capture({"model/w": np.array([0.25, -1.5, 3.0], np.float32), "step": 7}) for r in range(3)}
+    assert judged_final(steps).verdict is Verdict.FAIL  # an integer is never noise
+    ints = {r: capture({"model/w": np.array([1, 2, 4], np.int64), "step": 8}) for r in range(3)}
+    assert judged_final(ints).verdict is Verdict.FAIL
+    assert judged_final(final_states()).verdict is Verdict.PASS
+
+
+def test_relative_difference_is_against_the_largest_expected_value():
+    (d,) = diff(capture({"w": np.array([0.0, 4.0], np.float32)}), capture({"w": np.array([1e-6, 4.0], np.float32)}))
+    assert d.max_rel is not None and abs(d.max_rel - 1e-6 / 4) < 1e-9
