@@ -56,16 +56,31 @@ def fold(problems: Sequence[tuple[int, Sequence[Difference]]]) -> list[Block]:
 
 def fold_keys(differences: Sequence[Difference]) -> tuple[Line, ...]:
     """One line per key, or per group of more than FOLD_AT keys under one
-    top-level name that differ the same way ("optim/* (18 keys): missing")."""
+    top-level name that differ the same way ("optim/* (18 keys): missing").
+    Within a group, keys of one leaf name that differ identically keep their
+    own line, so the fact is not averaged away ("optim/*/step (6 keys): 5.0,
+    expected 4.0")."""
     groups: dict[tuple[str, str], list[Difference]] = {}
     for d in differences:
         groups.setdefault((_top(d.key), d.kind), []).append(d)
-    lines = []
+    lines: list[Line] = []
     for (top, kind), ds in groups.items():
         if len(ds) <= FOLD_AT:
             lines += [Line(str(d), (d.key,)) for d in ds]
+            continue
+        by_leaf: dict[str, list[Difference]] = {}
+        for d in ds:
+            by_leaf.setdefault(_leaf(d.key), []).append(d)
+        alike = {leaf: group for leaf, group in by_leaf.items()
+                 if kind not in ("missing", "unexpected")  # their lines say no more than the kind
+                 and len(group) > 1 and len({d.detail for d in group}) == 1 and len(group) < len(ds)}
+        for leaf, group in alike.items():
+            lines.append(Line(f"{top}*{leaf} ({len(group)} keys): {group[0].detail}", tuple(d.key for d in group)))
+        rest = [d for d in ds if _leaf(d.key) not in alike]
+        if len(rest) <= FOLD_AT:
+            lines += [Line(str(d), (d.key,)) for d in rest]
         else:
-            lines.append(Line(f"{top}* ({len(ds)} keys): {_what(kind, ds)}", tuple(d.key for d in ds)))
+            lines.append(Line(f"{top}* ({len(rest)} keys): {_what(kind, rest)}", tuple(d.key for d in rest)))
     return tuple(lines)
 
 
@@ -106,6 +121,12 @@ def _top(key: str) -> str:
     """The key's top-level name with its separator ("optim/", "model."), or the key."""
     cut = min((i for i in (key.find("/"), key.find(".")) if i > 0), default=-1)
     return key[: cut + 1] if cut > 0 else key
+
+
+def _leaf(key: str) -> str:
+    """The key's last name with its separator ("/step"), or "" if it has one part."""
+    cut = max(key.rfind("/"), key.rfind("."))
+    return key[cut:] if cut > 0 else ""
 
 
 def _what(kind: str, ds: Sequence[Difference]) -> str:

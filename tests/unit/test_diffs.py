@@ -95,3 +95,17 @@ def test_real_differences_stay_failures():
 def test_relative_difference_is_against_the_largest_expected_value():
     (d,) = diff(capture({"w": np.array([0.0, 4.0], np.float32)}), capture({"w": np.array([1e-6, 4.0], np.float32)}))
     assert d.max_rel is not None and abs(d.max_rel - 1e-6 / 4) < 1e-9
+
+
+def test_keys_of_one_leaf_name_that_differ_alike_keep_their_own_line():
+    """An optimizer that took one step too many: every `step` is 5.0 where 4.0 was expected."""
+    def adam(step: float, drift: float) -> dict:
+        return capture({f"optim/{i}.{p}/{s}": np.full(1 if s == "step" else 4, step if s == "step" else i + drift,
+                                                      np.float32)
+                        for i in range(3) for p in ("weight", "bias") for s in ("exp_avg", "step")})
+
+    (block,) = diffs.fold([(0, diff(adam(4.0, 0.0), adam(5.0, 0.5)))])
+    assert [line.text for line in block.lines] == [
+        "optim/*/step (6 keys): 1 of 1 elements differ; first at index [0]: 5.0, expected 4.0; max abs diff 1",
+        "optim/* (6 keys): values differ, max abs diff 0.5",
+    ]
