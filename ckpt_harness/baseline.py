@@ -18,7 +18,7 @@ from ckpt_harness import oracle, phase
 from ckpt_harness.config import ExploreConfig
 from ckpt_harness.inject import corrupt
 from ckpt_harness.inject.faults import OPS
-from ckpt_harness.inject.trace import Event, EventKind
+from ckpt_harness.inject.trace import Event, EventKind, unseen_writes
 from ckpt_harness.records import Kind, Run
 from ckpt_harness.run import launch, repro, require_backend
 from ckpt_harness.verdict import CaseResult, Verdict
@@ -103,6 +103,8 @@ class Baseline:
     committed: Optional[Path]
     #: Files of save k in it (relative), the targets of corruption cases.
     committed_files: tuple[str, ...]
+    #: Files in it with bytes no probe saw written (see `trace.unseen_writes`).
+    unseen: tuple[str, ...] = ()
 
     @property
     def k(self) -> int:
@@ -146,10 +148,22 @@ def prepare(config: ExploreConfig, root: Path) -> Baseline:
     committed = root / "committed" / "ckpt"
     stopped = launch(config, "committed", committed, root / "committed" / "run", stop_after_save=config.k)
     files: tuple[str, ...] = ()
+    unseen: tuple[str, ...] = ()
     if stopped.ok:
         written = stopped.created_in(where)
-        files = tuple(f for f in corrupt.committed_files(committed) if _covered(f, written))
-    return Baseline(config, root, golden, reference, tuple(points), committed if stopped.ok else None, files)
+        present = corrupt.committed_files(committed)
+        files = tuple(f for f in present if _covered(f, written))
+        unseen = tuple(unseen_writes(stopped.events(), {f: (committed / f).stat().st_size for f in present}))
+    return Baseline(config, root, golden, reference, tuple(points), committed if stopped.ok else None, files,
+                    unseen)
+
+
+def unseen_warning(unseen: Sequence[str], limit: int = 3) -> str:
+    """What a person must know when a save wrote past the probes."""
+    shown = ", ".join(unseen[:limit]) + (f" and {len(unseen) - limit} more" if len(unseen) > limit else "")
+    return (f"exploration did not see writes to {shown}: written through a channel the probes cannot see "
+            "(os.write on a raw descriptor, mmap or native code), so no fault or power loss touched those "
+            "bytes; write them through open()/torch.save to have them explored")
 
 
 def _covered(path: str, written: set[str]) -> bool:

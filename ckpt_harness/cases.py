@@ -149,20 +149,34 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
     ckpt = case_dir / "ckpt"
     save_returned = True
     faulted: Optional[Run] = None
+    lost: Optional[durability.PowerLoss] = None
     if case.path is not None:  # corruption of the committed save
         shutil.copytree(baseline.committed, ckpt)
         detail = f"{case.path} {corrupt.CORRUPTIONS[case.kind](ckpt / case.path)}"
     else:
-        faulted = _faulted_run(baseline, case, ckpt, case_dir / "fault")
+        faulted, lost = _faulted_run(baseline, case, ckpt, case_dir / "fault")
         save_returned = faulted.saved_steps()[-1:] == [baseline.k]
         detail = case.describe()
     resumed = launch(config, "resumed run", ckpt, case_dir / "resume", trace_files=False, failure_grace=PROPAGATION)
-    return oracle.judge_fault(case.name, case.kind, baseline.reference, faulted if case.faults else None, resumed,
-                              save_returned=save_returned, detail=detail, repro=baseline.repro(case.name),
-                              row=case.row)
+    result = oracle.judge_fault(case.name, case.kind, baseline.reference, faulted if case.faults else None, resumed,
+                                save_returned=save_returned, detail=detail, repro=baseline.repro(case.name),
+                                row=case.row)
+    return _explain_power_loss(result, lost, config.durability)
 
 
-def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> Run:
+def _explain_power_loss(result: CaseResult, lost: Optional[durability.PowerLoss], mode: str) -> CaseResult:
+    """Say why the power loss dropped what it dropped: the resume's outcome
+    alone ("refused", "S_prev") does not tell which fsync was missing."""
+    if lost is None or not lost.losses:
+        return result
+    listing = "\n".join(f"  {loss}" for loss in lost.losses)
+    details = f"what the power loss ({mode} durability model) did not keep, and why:\n{listing}"
+    summary = result.summary if result.verdict.ok else f"{result.summary}; power loss lost {lost.explain(1)}"
+    return dataclasses.replace(result, summary=summary,
+                               details=f"{details}\n\n{result.details}" if result.details else details)
+
+
+def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> tuple[Run, Optional[durability.PowerLoss]]:
     config = baseline.config
     kinds = {f.kind for f in case.faults} | {case.kind}
     power = bool(kinds & {"power-loss", POWER_LOSS_AFTER})
@@ -177,6 +191,7 @@ def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> R
         moment = min((e.t for e in events if e.fault == "power-loss"), default=None)
         if moment is not None:  # the machine stopped there: nothing after it happened
             records = durability.events_before(records, moment)
-        durability.apply_power_loss(ckpt, durability.Snapshot(), records, data_reader(run_dir), config.durability)
-    return run
+        return run, durability.apply_power_loss(ckpt, durability.Snapshot(), records, data_reader(run_dir),
+                                                config.durability)
+    return run, None
 

@@ -45,21 +45,22 @@ def run_exploration(config: ExploreConfig, root: Path, only: Optional[Sequence[s
     started = time.monotonic()
     note = f"save {config.k} broken; durability model {config.durability}"
 
-    def report(results: list[CaseResult]) -> Report:
+    def report(results: list[CaseResult], warnings: tuple[str, ...] = ()) -> Report:
         return Report(config.job.display, config.world_size, results, time.monotonic() - started, "explore", note,
-                      config.values)
+                      config.values, warnings)
 
     try:
         base = baselines.prepare(config, root)
     except BaselineFailed as failed:
         return report([failed.result])
+    warnings = (baselines.unseen_warning(base.unseen),) if base.unseen else ()
     nothing = base.nothing_to_break()
     if nothing is not None:
-        return report([nothing])
+        return report([nothing], warnings)
     cases = plan_cases(base)
     if only:
         cases = named(base, only, cases)
-    return report(run_cases(base, cases, progress))
+    return report(run_cases(base, cases, progress), warnings)
 
 
 def baseline(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None, **settings: Any) -> Baseline:

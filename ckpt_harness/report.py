@@ -23,6 +23,8 @@ class Report:
     note: str = ""
     #: Every setting of the run's config, defaults included: what the JSON report records.
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: What the reader must know beyond the verdicts (e.g. writes the probes could not see).
+    warnings: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -45,15 +47,23 @@ class Report:
             rows = [(*r.cells, r.check, r.verdict.value.upper()) for r in self.results]
             counts = {v: sum(r.verdict is v for r in self.results) for v in Verdict}
             tally = ", ".join(f"{n} {v.value}" for v, n in counts.items() if n)
-            return f"{title}\n{_format_table(header, rows, free_last=False)}\n{len(rows)} cases: {tally}"
+            return f"{title}\n{_format_table(header, rows, free_last=False)}\n{len(rows)} cases: {tally}{self._warned()}"
         header = ("case", "check", "verdict", "detail")
         rows = [(r.case, r.check, r.verdict.value.upper(), r.summary) for r in self.results]
-        return title + "\n" + _format_table(header, rows)
+        return title + "\n" + _format_table(header, rows) + self._warned()
+
+    def _warned(self) -> str:
+        return "".join(f"\nwarning: {w}" for w in self.warnings)
 
     def explain(self) -> str:
         """The table, then every non-passing case in full with its repro line."""
         parts = [self.table()]
-        parts += [r.explain() for r in self.failures()]
+        first_with: dict[str, CaseResult] = {}  # details -> the failure that showed them first
+        for r in self.failures():
+            seen = first_with.setdefault(r.details, r) if r.details else r
+            if seen is not r:
+                r = dataclasses.replace(r, details=f"(the same differences as {seen.case} / {seen.check} above)")
+            parts.append(r.explain())
         return "\n\n".join(parts)
 
     def assert_ok(self) -> None:
@@ -81,6 +91,7 @@ class Report:
             "elapsed_seconds": round(self.elapsed, 1),
             "versions": versions(),
             "note": self.note,
+            "warnings": list(self.warnings),
             "cases": [
                 {"case": r.case, "check": r.check, "verdict": r.verdict.value, "summary": r.summary,
                  "details": r.details, "repro": r.repro,

@@ -115,6 +115,14 @@ def _bytes_leaf(dtype: str, shape: tuple, raw: bytes) -> TensorLeaf:
 class Difference:
     key: str
     detail: str
+    #: What differs, for folding many keys into one line: "missing",
+    #: "unexpected", "dtype", "shape" or "values".
+    kind: str = "values"
+    #: For numeric values: the largest absolute difference (NaN if not a number).
+    max_abs: Optional[float] = None
+    #: For floating-point values: `max_abs` relative to the largest expected
+    #: magnitude; tells last-bit noise (~1e-7 for float32) from a real change.
+    max_rel: Optional[float] = None
 
     def __str__(self) -> str:
         return f"{self.key}: {self.detail}"
@@ -125,33 +133,43 @@ def diff(expected: Record, actual: Record) -> list[Difference]:
     out = []
     for key in sorted(expected.keys() | actual.keys()):
         if key not in actual:
-            out.append(Difference(key, f"missing (expected {expected[key].describe()})"))
+            out.append(Difference(key, f"missing (expected {expected[key].describe()})", "missing"))
         elif key not in expected:
-            out.append(Difference(key, f"unexpected key ({actual[key].describe()})"))
+            out.append(Difference(key, f"unexpected key ({actual[key].describe()})", "unexpected"))
         elif expected[key] != actual[key]:
-            out.append(Difference(key, _explain(expected[key], actual[key])))
+            out.append(_explain(key, expected[key], actual[key]))
     return out
 
 
-def _explain(expected: Leaf, actual: Leaf) -> str:
+def _explain(key: str, expected: Leaf, actual: Leaf) -> Difference:
     if isinstance(expected, TensorLeaf) and isinstance(actual, TensorLeaf):
         if expected.dtype != actual.dtype:
-            return f"dtype {actual.dtype}, expected {expected.dtype}"
+            return Difference(key, f"dtype {actual.dtype}, expected {expected.dtype}", "dtype")
         if expected.shape != actual.shape:
-            return f"shape {list(actual.shape)}, expected {list(expected.shape)}"
-        return _tensor_values_differ(expected, actual)
-    return f"{actual.describe()}, expected {expected.describe()}"
+            return Difference(key, f"shape {list(actual.shape)}, expected {list(expected.shape)}", "shape")
+        return _tensor_values_differ(key, expected, actual)
+    worst = rel = None
+    if isinstance(expected, ValueLeaf) and isinstance(actual, ValueLeaf) and {expected.type, actual.type} <= {"int", "float"}:
+        number = lambda leaf: float.fromhex(leaf.value) if leaf.type == "float" else float(leaf.value)  # noqa: E731
+        worst = abs(number(actual) - number(expected))
+        if "float" in (expected.type, actual.type):
+            rel = _relative(worst, abs(number(expected)))
+    return Difference(key, f"{actual.describe()}, expected {expected.describe()}", "values", worst, rel)
 
 
-def _tensor_values_differ(expected: TensorLeaf, actual: TensorLeaf) -> str:
+def _relative(worst: float, scale: float) -> float:
+    return worst / scale if scale > 0 else (0.0 if worst == 0 else math.inf)
+
+
+def _tensor_values_differ(key: str, expected: TensorLeaf, actual: TensorLeaf) -> Difference:
     import numpy as np
 
     a, b = _as_numbers(expected), _as_numbers(actual)
     if a is None or b is None:
         if expected.data is None or actual.data is None:
-            return "bytes differ (too large to keep values for a diff)"
+            return Difference(key, "bytes differ (too large to keep values for a diff)")
         first = next(i for i, (x, y) in enumerate(zip(expected.data, actual.data)) if x != y)
-        return f"bytes differ, first at byte {first}"
+        return Difference(key, f"bytes differ, first at byte {first}")
     width = a.dtype.itemsize
     unequal = np.flatnonzero(
         np.any(
@@ -165,10 +183,14 @@ def _tensor_values_differ(expected: TensorLeaf, actual: TensorLeaf) -> str:
     with np.errstate(invalid="ignore", over="ignore"):
         delta = np.abs(a.astype(np.float64) - b.astype(np.float64))
     worst = float(np.nanmax(delta)) if not np.all(np.isnan(delta)) else math.nan
-    return (
+    rel = None
+    if a.dtype.kind == "f" and not math.isnan(worst):
+        with np.errstate(invalid="ignore"):
+            rel = _relative(worst, float(np.nanmax(np.abs(a.astype(np.float64)), initial=0.0)))
+    return Difference(key, (
         f"{unequal.size} of {a.size} elements differ; first at index {index}: "
         f"{b[first].item()!r}, expected {a[first].item()!r}; max abs diff {worst:.6g}"
-    )
+    ), "values", worst, rel)
 
 
 #: torch dtype name -> numpy dtype for diffs; others are compared as bytes.

@@ -177,3 +177,25 @@ def test_work_after_the_last_save_is_delayed_and_crashed_too(tmp_path, job, ok):
         (failed,) = [r for r in report.results if r.verdict is Verdict.FAIL]
         assert failed.case.startswith("delay@r0:") and failed.check == "skew-safe", report.explain()
         assert "FileNotFoundError" in failed.summary
+
+
+def test_power_loss_says_which_fsync_was_missing(tmp_path):
+    report = explore("tests.planted.checkpointers:RenameWithoutFsync", world_size=2, workdir=tmp_path,
+                     faults=("power-loss",), corruptions=(),
+                     cases=["power-loss-after"])
+    durable = next(r for r in report.results if r.check == "durable")
+    assert durable.verdict is Verdict.FAIL
+    assert "power loss lost" in durable.summary and "was never fsynced" in durable.summary, durable.summary
+    assert "did not keep, and why:" in durable.details
+    assert "renamed from tmp.step_" in durable.details, durable.details
+
+
+def test_writes_the_probes_cannot_see_are_warned_about(tmp_path):
+    report = explore("tests.planted.checkpointers:RawDescriptorWrites", world_size=2, workdir=tmp_path,
+                     faults=("crash",), corruptions=(), cases=["golden"])
+    assert len(report.warnings) == 1, report.table()
+    assert report.warnings[0].startswith("exploration did not see writes to step_000002/raw.bin, step_000004/raw.bin:")
+    assert "os.write on a raw descriptor, mmap or native code" in report.table()
+    reference = explore("tests.planted.checkpointers:ReferenceCheckpointer", world_size=2, workdir=tmp_path / "ref",
+                        faults=("crash",), corruptions=(), cases=["golden"])
+    assert reference.warnings == ()

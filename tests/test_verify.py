@@ -43,6 +43,28 @@ def test_silent_partial_resume_also_breaks_the_final_state(ckpt):
     assert final and all(r.verdict is Verdict.FAIL for r in final)
 
 
+def test_a_forgotten_optimizer_reads_as_one_line_not_one_per_key_per_rank(ckpt):
+    report = ckpt.verify("tests.planted.jobs:NoOptimizerState", world_size=4, steps=4)
+    text = report.explain()
+    after_load = next(r for r in report.failures() if r.check == "state after load")
+    assert after_load.details.splitlines()[:2] == ["ranks 0-3:", "  optim/* (18 keys): missing"], after_load.details
+    assert "rank 1:" not in text
+    assert len(text.splitlines()) < 50, text  # 249 lines before folding, 36 after
+
+
+def test_plain_ddp_drift_after_a_bitwise_load_is_explained_not_failed(ckpt):
+    report = ckpt.verify("tests.planted.jobs:PlainDDP", world_size=3, steps=4)
+    final = {r.case: r for r in report.results if r.check == "final state"}
+    assert final["resume@2"].verdict is Verdict.UNKNOWN, report.explain()
+    assert "float noise after a bitwise resume" in final["resume@2"].summary
+    assert "find_unused_parameters=True" in final["resume@2"].details
+    assert Verdict.FAIL not in {r.verdict for r in report.results}, report.explain()
+
+
+def test_plain_ddp_without_a_bucket_rebuild_resumes_bitwise(ckpt):
+    ckpt.verify("tests.planted.jobs:PlainDDPNoRebuild", world_size=3, steps=4).assert_ok()
+
+
 def test_rank0_only_barrier_in_final_save_is_reported_as_a_hang(ckpt):
     prestart(wait=True)  # time the hang, not the fork server's torch import
     report = ckpt.verify("tests.planted.jobs:Rank0BarrierInFinalSave", world_size=2, steps=4, timeout=3)

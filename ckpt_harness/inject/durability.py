@@ -83,6 +83,10 @@ trace cannot tie to it), a data log shorter than a write, and bytes that were
 never logged (`data` None) but end up in the durable tree. A wrong model
 would silently pass or fail real jobs.
 
+Every path the power loss drops or reverts comes with its reason (`Loss`):
+which entry operation or write had not been made durable, and which fsync
+was missing, so a refused or older resume points at the line to fix.
+
 One tolerance: a durable graph with a directory cycle (reachable only
 through strict-mode rename halves) drops the entry that closes the cycle.
 Not modelled: hard links, symlinks, ftruncate, `os.write` on raw descriptors.
@@ -91,6 +95,7 @@ Not modelled: hard links, symlinks, ftruncate, `os.write` on raw descriptors.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import heapq
 import os
 import shutil
@@ -195,6 +200,41 @@ def write_snapshot(ckpt_dir: Path, snap: Snapshot) -> None:
         (root / rel).write_bytes(data)
 
 
+class LossKind(str, enum.Enum):
+    #: A name the job created (or renamed into place) is gone.
+    ENTRY = "entry not durable"
+    #: A name the job removed (or renamed away) is back.
+    REMOVAL = "removal not durable"
+    #: The file is there with other bytes than the job wrote.
+    DATA = "data not durable"
+
+
+@dataclasses.dataclass(frozen=True)
+class Loss:
+    """Why the durable tree differs from what the job left at one path."""
+
+    path: str
+    kind: LossKind
+    why: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.why}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PowerLoss:
+    """What a machine crash leaves, and why each difference from the live tree."""
+
+    durable: Snapshot
+    losses: tuple[Loss, ...] = ()
+
+    def explain(self, limit: int = 3) -> str:
+        """The first losses in one line, for a case's summary."""
+        shown = "; ".join(str(loss) for loss in self.losses[:limit])
+        more = len(self.losses) - limit
+        return shown + (f"; and {more} more" if more > 0 else "")
+
+
 # -- event order -------------------------------------------------------------
 def merge_events(events: Iterable[dict]) -> list[dict]:
     """All ranks' events in one order: each rank by `seq`, ranks interleaved by
@@ -217,7 +257,7 @@ def events_before(events: Iterable[dict], t: float) -> list[dict]:
 # -- the model ----------------------------------------------------------------
 class _Inode:
     __slots__ = ("is_dir", "label", "data", "unknown", "durable_data", "durable_unknown",
-                 "entries", "durable_entries")
+                 "entries", "durable_entries", "how", "synced")
 
     def __init__(self, is_dir: bool, label: str, data: bytes = b"", durable: bool = False):
         self.is_dir = is_dir
@@ -230,6 +270,10 @@ class _Inode:
         # directories: current and durable name -> inode
         self.entries: dict[str, _Inode] = {}
         self.durable_entries: dict[str, _Inode] = {}
+        # directories: name -> the last entry operation on it, in words (for `Loss`)
+        self.how: dict[str, str] = {}
+        # whether this run fsynced it (a directory's entries, a file's data)
+        self.synced = False
 
     def commit_entries(self) -> None:
         self.durable_entries = dict(self.entries)
@@ -265,6 +309,8 @@ class _Model:
         self.fids: dict[str, _Inode] = {}
         #: rank -> (phase, point) of an operation a fault stopped before it ran
         self.faulted: dict[int, tuple[str, int]] = {}
+        #: whether any fsync happened (ordered mode commits every entry at one)
+        self.any_fsync = False
         self._load(start)
 
     # -- start state: fully durable ------------------------------------------
@@ -364,6 +410,7 @@ class _Model:
                 return  # ENOENT
             node = _Inode(False, e["path"])
             parent.entries[name] = node
+            parent.how[name] = "created"
         elif node.is_dir or "x" in e.get("mode", ""):
             return  # EISDIR, EEXIST
         if e["trunc"]:
@@ -412,6 +459,7 @@ class _Model:
                 f"fsync says is_dir={e['is_dir']} but the path is a "
                 f"{'directory' if node.is_dir else 'file'}: {_describe(e)}"
             )
+        self.any_fsync = node.synced = True
         if self.mode == "ordered":
             for d in self.dirs:  # the journal commit: every entry operation so far
                 d.commit_entries()
@@ -431,6 +479,7 @@ class _Model:
             return  # ENOENT, EEXIST (what makedirs(exist_ok=True) swallows)
         node = _Inode(True, e["path"])
         parent.entries[name] = node
+        parent.how[name] = "created (mkdir)"
         self.dirs.append(node)
 
     def on_unlink(self, e: dict) -> None:
@@ -440,18 +489,21 @@ class _Model:
         node = parent.entries.get(name) if parent is not None else None
         if node is not None and not node.is_dir:
             del parent.entries[name]
+            parent.how[name] = "unlinked"
 
     def on_rmdir(self, e: dict) -> None:
         parent, name = self.place(e["path"], e)
         node = parent.entries.get(name) if parent is not None else None
         if node is not None and node.is_dir and not node.entries:
             del parent.entries[name]
+            parent.how[name] = "removed (rmdir)"
 
     def on_rmtree(self, e: dict) -> None:
         parent, name = self.place(e["path"], e)
         node = parent.entries.get(name) if parent is not None else None
         if node is not None and node.is_dir:
             del parent.entries[name]  # the subtree goes with its one entry
+            parent.how[name] = "removed (rmtree)"
 
     def on_rename(self, e: dict) -> None:
         if e["src"] is None:
@@ -465,6 +517,7 @@ class _Model:
             return  # ENOENT
         if e["dst"] is None:  # moved out of the checkpoint directory: gone from it
             del src_parent.entries[src_name]
+            src_parent.how[src_name] = "moved out of the checkpoint directory"
             return
         dst_parent, dst_name = self.place(e["dst"], e)
         if dst_parent is None:
@@ -478,6 +531,8 @@ class _Model:
             return  # EISDIR, ENOTDIR, ENOTEMPTY
         del src_parent.entries[src_name]
         dst_parent.entries[dst_name] = node
+        src_parent.how[src_name] = f"renamed to {e['dst']}"
+        dst_parent.how[dst_name] = f"renamed from {e['src']}" + (" (replacing a file)" if target is not None else "")
 
     def _inside(self, directory: _Inode, ancestor: _Inode) -> bool:
         """Whether `directory` is `ancestor` or below it, in the current namespace."""
@@ -521,24 +576,69 @@ class _Model:
         return Snapshot(files=files, dirs=frozenset(dirs))
 
 
-def durable_state(start: Snapshot, events: Iterable[dict], read_data: ReadData,
-                  mode: str = "strict") -> Snapshot:
+    # -- why the durable tree differs from the live one ------------------------------
+    def losses(self) -> list[Loss]:
+        """Each path where the live tree (what the job left) and the durable
+        tree part, with the missing fsync; a lost directory stands for its subtree."""
+        out: list[Loss] = []
+
+        def walk(node: _Inode, prefix: str) -> None:
+            where = f"`{prefix.rstrip('/')}`" if prefix else "the checkpoint directory"
+            for name in sorted(node.entries.keys() | node.durable_entries.keys()):
+                rel = f"{prefix}{name}"
+                now, then = node.entries.get(name), node.durable_entries.get(name)
+                how = node.how.get(name)
+                if now is not None and then is not now:
+                    comes_back = "; the old one comes back" if then is not None else ""
+                    out.append(Loss(rel, LossKind.ENTRY,
+                                    f"{how or 'created'}, but {self._unsynced(node, where)}{comes_back}"))
+                elif now is None and then is not None:
+                    out.append(Loss(rel, LossKind.REMOVAL,
+                                    f"{how or 'removed'}, but {self._unsynced(node, where)}: it comes back"))
+                elif now is not None and now.is_dir:
+                    walk(now, rel + "/")
+                elif now is not None and bytes(now.data) != now.durable_data:
+                    out.append(Loss(rel, LossKind.DATA, _data_lost(now)))
+
+        walk(self.root, "")
+        return out
+
+    def _unsynced(self, directory: _Inode, where: str) -> str:
+        if self.mode == "ordered":
+            return "nothing was fsynced after that (ordered mode: the journal commits at the next fsync)"
+        return f"{where} was {'not fsynced after that' if directory.synced else 'never fsynced'}"
+
+
+def _data_lost(node: _Inode) -> str:
+    written, kept = len(node.data), len(node.durable_data)
+    if not node.synced:
+        return f"{written} bytes written but never fsynced: it comes back with {kept} bytes"
+    return f"written after its last fsync ({written} bytes now, {kept} bytes as of that fsync)"
+
+
+def power_loss(start: Snapshot, events: Iterable[dict], read_data: ReadData, mode: str = "strict") -> PowerLoss:
     """The tree a machine crash right after `events` leaves, from a fully
-    durable `start` (pure: touches no disk)."""
+    durable `start`, with the reason for every path it loses (pure: touches no disk)."""
     model = _Model(start, mode, read_data)
     for event in merge_events(events):
         model.apply(event)
-    return model.durable()
+    return PowerLoss(model.durable(), tuple(model.losses()))
+
+
+def durable_state(start: Snapshot, events: Iterable[dict], read_data: ReadData,
+                  mode: str = "strict") -> Snapshot:
+    """The tree a machine crash right after `events` leaves (see `power_loss`)."""
+    return power_loss(start, events, read_data, mode).durable
 
 
 def apply_power_loss(ckpt_dir: Path, start: Snapshot, events: Iterable[dict],
-                     read_data: ReadData, mode: str = "strict") -> Snapshot:
+                     read_data: ReadData, mode: str = "strict") -> PowerLoss:
     """Rebuild `ckpt_dir` as a power loss after `events` (every rank's events
-    before the moment) leaves it; returns what it now holds.
+    before the moment) leaves it; returns what it now holds and why.
 
     Everything is computed before the directory is touched, so an event the
     model cannot interpret leaves the directory as it was.
     """
-    durable = durable_state(start, events, read_data, mode)
-    write_snapshot(ckpt_dir, durable)
-    return durable
+    result = power_loss(start, events, read_data, mode)
+    write_snapshot(ckpt_dir, result.durable)
+    return result

@@ -13,7 +13,9 @@ directory are unbuffered, so a write the job made is in the kernel when the
 next operation starts and a crash point means exactly what it names; other
 ranks keep the job's own buffering. Everything outside the checkpoint
 directory, and every read, takes the original path untouched.
-Not seen: `os.write` on raw descriptors and `mmap`.
+`shutil.copyfile` copies through the probed file object, not `os.sendfile`.
+Not seen: `os.write` on raw descriptors and `mmap` (an exploration warns
+about files holding bytes no probe saw: `trace.unseen_writes`).
 """
 
 from __future__ import annotations
@@ -225,6 +227,10 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str]) -> None:
     rmtree = path_op("rmtree", shutil.rmtree, argnames=("path",))
     rmtree.avoids_symlink_attacks = shutil.rmtree.avoids_symlink_attacks  # type: ignore[attr-defined]
     shutil.rmtree = rmtree
+    # shutil.copyfile's Linux fast path copies descriptor to descriptor with
+    # os.sendfile, past the probed file object (DeepSpeed copies its
+    # zero_to_fp32.py into every checkpoint so); off, it copies through write().
+    shutil._USE_CP_SENDFILE = False  # type: ignore[attr-defined]
 
     original_os_open, original_close = os.open, os.close
 

@@ -149,6 +149,39 @@ def created_in(events: Iterable[Event], phase: str) -> set[str]:
     return {e.path for e in events if e.phase == phase and e.kind in CREATING and e.path}
 
 
+def unseen_writes(events: Iterable[Event], sizes: Mapping[str, int]) -> list[str]:
+    """Files of `sizes` (relative path -> bytes on disk now) holding more bytes
+    than any traced write put there: written through a channel the probes
+    cannot see (`os.write` on a raw descriptor, `mmap`, native code), so no
+    fault or power loss ever touched them.
+
+    Replays opens, writes, renames and removals of every rank; a file is an
+    inode-like cell shared by its descriptors and names, so data written
+    through a descriptor after a rename still counts."""
+    names: dict[str, list[int]] = {}  # path -> [bytes traced]; one list per file
+    fids: dict[str, list[int]] = {}
+    for e in sorted(events, key=lambda e: (e.t, e.rank, e.fields.get("seq", 0))):
+        f = e.fields
+        if e.kind is EventKind.OPEN:
+            cell = names.get(f["path"]) if not f.get("trunc") else None
+            names[f["path"]] = fids[f["fid"]] = cell if cell is not None else [0]
+        elif e.kind is EventKind.WRITE and f.get("fid") in fids:
+            cell = fids[f["fid"]]
+            cell[0] = max(cell[0], f["offset"] + f["n"])
+        elif e.kind is EventKind.RENAME and f.get("src") is not None:
+            moved = {p: names.pop(p) for p in _under(names, f["src"])}
+            if f.get("dst") is not None:
+                names.update({f["dst"] + p[len(f["src"]):]: cell for p, cell in moved.items()})
+        elif e.kind in (EventKind.UNLINK, EventKind.RMDIR, EventKind.RMTREE):
+            for p in _under(names, f.get("path", "")):
+                del names[p]
+    return sorted(p for p, size in sizes.items() if size > names.get(p, [0])[0])
+
+
+def _under(names: Mapping[str, Any], path: str) -> list[str]:
+    return [p for p in names if p == path or p.startswith(path + "/")]
+
+
 def describe_phase(events: list[Event], phase: str) -> str:
     """One line of a rank's operations in `phase`, in order (`ckpt-harness trace`)."""
     parts: list[str] = []

@@ -8,6 +8,7 @@ builds a verdict.
 from ckpt_harness.oracle.judges import (
     Reference,
     cannot_judge,
+    float_noise,
     harness_error,
     judge_deterministic,
     judge_fault,
@@ -36,8 +37,9 @@ from ckpt_harness.oracle.scenarios import (
 
 __all__ = [
     "PROPERTIES", "Outcome", "OutcomeKind", "Problem", "Reference", "accepted", "cannot_judge", "classify_resume", "expected",
-    "harness_error", "health", "judge_blocked", "judge_deterministic", "judge_fault", "judge_finished",
-    "judge_fresh_start", "judge_golden", "judge_late", "judge_live", "judge_load_step", "judge_overwriting_save", "judge_replaced",
+    "float_noise", "harness_error", "health", "judge_blocked", "judge_deterministic", "judge_fault", "judge_finished",
+    "judge_fresh_start", "judge_golden", "judge_late", "judge_live", "judge_load_step", "judge_overwriting_save",
+    "judge_replaced",
     "judge_reshard", "judge_reshard_save", "judge_same_state", "nothing_to_break", "property_for", "undecided_if",
     "Inferred", "infer_start", "judge_unreported_load", "judge_retention",
 ]

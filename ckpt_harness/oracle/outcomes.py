@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from typing import Mapping, Optional
 
 from ckpt_harness.oracle.problems import health
@@ -130,7 +131,11 @@ def _names_a_file_or_rank(r: RankRun) -> bool:
         return False
     last = error.traceback.strip().splitlines()[-1] if error.traceback.strip() else ""
     text = f"{error.message}\n{last}"
-    return "rank" in text.lower() or "/" in text or "." in error.message
+    return "rank" in text.lower() or "/" in text or _FILE_NAME.search(error.message) is not None
+
+
+#: A file name in a message ("model.pt", "__0_0.distcp", ".metadata"), not a sentence's full stop.
+_FILE_NAME = re.compile(r"\w\.\w|(?:^|[\s'\"`(])\.\w")
 
 
 def _one(text: str, limit: int = 200) -> str:

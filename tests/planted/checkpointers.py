@@ -422,3 +422,23 @@ class LoadErrorBlocksPeers(ReferenceCheckpointer):
     def _discover(self, ctx: RankContext) -> Optional[tuple[int, Path]]:
         committed = step_dirs(ctx.ckpt_dir)
         return committed[-1] if committed else None
+
+
+class RawDescriptorWrites(ReferenceCheckpointer):
+    """The reference, plus a file each save writes with `os.open`/`os.write`
+    into its committed directory (as native writers and mmap-based savers do).
+
+    Not a checkpoint bug: the loader never reads it. What must show is the
+    harness's own blind spot: the probes see no write to `raw.bin`, so the
+    exploration warns that faults and power loss never touched it.
+    """
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        super().save(ctx, step)
+        if ctx.rank == 0:
+            fd = os.open(step_dir(ctx.ckpt_dir, step) / "raw.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.write(fd, b"written past the probes")
+            finally:
+                os.close(fd)
+        dist.barrier()

@@ -9,11 +9,13 @@ import pytest
 
 from ckpt_harness.inject.durability import (
     DurabilityError,
+    LossKind,
     Snapshot,
     apply_power_loss,
     durable_state,
     events_before,
     merge_events,
+    power_loss,
     snapshot,
 )
 
@@ -461,7 +463,7 @@ def test_preexisting_files_survive_untouched(tmp_path):
     (ckpt / "step_2" / "model.pt").write_bytes(b"new")
     (ckpt / "latest").write_text("garbage")
     result = apply_power_loss(ckpt, start, run.events, run.read_data, "strict")  # after the run
-    assert result == start
+    assert result.durable == start
     assert snapshot(ckpt) == start
 
 
@@ -629,3 +631,55 @@ def test_rename_out_of_the_checkpoint_directory_is_a_removal(mode):
 def test_unknown_mode():
     with pytest.raises(ValueError, match="strict, ordered"):
         durable_state(Snapshot(), [], lambda *a: b"", "writeback")
+
+
+# -- why a path is lost ----------------------------------------------------------------
+def losses(run: Run, start=Snapshot(), mode="strict") -> dict[str, tuple[LossKind, str]]:
+    return {loss.path: (loss.kind, loss.why) for loss in power_loss(start, run.events, run.read_data, mode).losses}
+
+
+def test_a_rename_without_a_directory_fsync_is_explained():
+    r0 = Run().rank(0)
+    r0.mkdir("step4")
+    r0.fsync_dir(".")
+    r0.write_file("step4/.metadata.tmp", b"meta")
+    r0.fsync_dir("step4")
+    r0.rename("step4/.metadata.tmp", "step4/.metadata")
+    assert losses(r0.run) == {"step4/.metadata": (
+        LossKind.ENTRY, "renamed from step4/.metadata.tmp, but `step4` was not fsynced after that"),
+        "step4/.metadata.tmp": (LossKind.REMOVAL, "renamed to step4/.metadata, but `step4` was not fsynced after "
+                                                  "that: it comes back")}
+
+
+def test_data_written_but_never_fsynced_is_explained():
+    r0 = Run().rank(0)
+    r0.write_file("model.pt", b"weights", fsync=False)
+    r0.fsync_dir(".")
+    assert losses(r0.run) == {"model.pt": (LossKind.DATA, "7 bytes written but never fsynced: it comes back with 0 bytes")}
+
+
+def test_a_directory_never_fsynced_takes_its_subtree_as_one_loss():
+    r0 = Run().rank(0)
+    r0.mkdir("tmp.step_2")
+    r0.write_file("tmp.step_2/rank0.pt", b"x")
+    r0.fsync_dir("tmp.step_2")
+    r0.rename("tmp.step_2", "step_2")
+    assert losses(r0.run) == {"step_2": (
+        LossKind.ENTRY, "renamed from tmp.step_2, but the checkpoint directory was never fsynced")}
+
+
+def test_ordered_mode_names_the_missing_fsync_of_anything():
+    r0 = Run().rank(0)
+    r0.write_file("latest", b"2")
+    r0.rename("latest", "latest.old")
+    found = losses(r0.run, mode="ordered")
+    assert found["latest.old"] == (LossKind.ENTRY, "renamed from latest, but nothing was fsynced after that "
+                                                   "(ordered mode: the journal commits at the next fsync)")
+    assert found["latest"][0] is LossKind.REMOVAL
+
+
+@BOTH
+def test_a_durable_save_loses_nothing(mode):
+    run = Run()
+    run.rank(0).atomic_write("latest", b"step_1")
+    assert power_loss(Snapshot(), run.events, run.read_data, mode).losses == ()

@@ -18,8 +18,6 @@ from tests.unit.synthetic import K, PREV, both, faulted, final, rank, reference,
 
 P = pytest.param
 PICKLE = "invalid load key, '\\x00'."
-DOT_NAMES_A_FILE = pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    "outcomes.py:114 any '.' in the message counts as a file name, so pickle's 'invalid load key, ...' names a file"))
 
 
 def expect(result, check, verdict, words=""):
@@ -49,7 +47,10 @@ def expect(result, check, verdict, words=""):
       id="refused-naming-rank"),
     P(both(lambda b: b.failed(message="bad magic number")), O.REFUSED_UNNAMED, None, "bad magic", id="refused-unnamed"),
     P(both(lambda b: b.failed(message=PICKLE, type="_pickle.UnpicklingError")), O.REFUSED_UNNAMED, None,
-      "invalid load key", id="refused-unnamed-sentence", marks=DOT_NAMES_A_FILE),
+      "invalid load key", id="refused-unnamed-sentence"),
+    P(both(lambda b: b.failed(message="checksum mismatch in model.pt")), O.REFUSED, None, "model.pt",
+      id="refused-naming-file-without-directory"),
+    P(both(lambda b: b.failed(message="missing .metadata")), O.REFUSED, None, ".metadata", id="refused-naming-dotfile"),
     P(both(lambda b: b.crashed()), O.REFUSED_UNNAMED, None, "died", id="every-rank-died"),
     P(run(rank(0).collective("barrier", 3).hung(), rank(1).hung(), timed_out=True), O.HANG, None,
       "waiting in barrier #3", id="hang"),
@@ -138,7 +139,7 @@ DELAY_DIED = run(rank(0).fault("delay").crashed(), rank(1))
     P("crash", faulted(), resumed(K), False, R, "atomic", V.PASS, "S_k", id="crash-S_k"),
     P("crash", faulted(), resumed(PREV), False, R, "atomic", V.PASS, "S_prev", id="crash-S_prev"),
     P("crash", faulted(), resumed(None), False, FIRST, "atomic", V.PASS, "fresh", id="first-save-fresh-start"),
-    P("crash", faulted(), resumed(K, w=0.3), False, R, "faithful", V.FAIL, "rank 0 w: 0.3, expected 1.0",
+    P("crash", faulted(), resumed(K, w=0.3), False, R, "faithful", V.FAIL, "ranks 0-1 w: 0.3, expected 1.0",
       id="final-differs"),
     P("crash", faulted(), resumed(PREV), True, R, "atomic", V.FAIL, "expected S_k (the save had returned",
       id="S_prev-after-save-returned"),

@@ -1,0 +1,142 @@
+"""State differences folded for a person: one line per differing key or key
+group, identical ranks once.
+
+A forgotten optimizer differs in the same dozens of keys on every rank; listed
+key by key and rank by rank that is hundreds of lines in which the one fact
+("optim/* missing everywhere") is hard to find. Keys that differ the same way
+under one top-level name fold into one line, and ranks whose folded lines are
+identical share one block.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Sequence
+
+from ckpt_harness.state import Difference
+
+#: Keys of one group and kind listed one by one up to this many; more fold into one line.
+FOLD_AT = 3
+#: Lines listed per block of ranks before "... and N more".
+MAX_LISTED = 12
+
+#: What a folded line says for each kind of difference.
+_KIND_WORDS = {"missing": "missing", "unexpected": "unexpected keys", "dtype": "dtype differs",
+               "shape": "shape differs", "values": "values differ"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """One line of a folded diff and the keys it stands for."""
+
+    text: str
+    keys: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Block:
+    """Ranks whose differences fold to the same lines."""
+
+    ranks: tuple[int, ...]
+    lines: tuple[Line, ...]
+
+    @property
+    def label(self) -> str:
+        return ranks_label(self.ranks)
+
+
+def fold(problems: Sequence[tuple[int, Sequence[Difference]]]) -> list[Block]:
+    """Per-rank differences (rank order) as blocks of ranks with identical lines."""
+    blocks: dict[tuple[Line, ...], list[int]] = {}
+    for rank, differences in problems:
+        blocks.setdefault(fold_keys(differences), []).append(rank)
+    return [Block(tuple(ranks), lines) for lines, ranks in blocks.items()]
+
+
+def fold_keys(differences: Sequence[Difference]) -> tuple[Line, ...]:
+    """One line per key, or per group of more than FOLD_AT keys under one
+    top-level name that differ the same way ("optim/* (18 keys): missing").
+    Within a group, keys of one leaf name that differ identically keep their
+    own line, so the fact is not averaged away ("optim/*/step (6 keys): 5.0,
+    expected 4.0")."""
+    groups: dict[tuple[str, str], list[Difference]] = {}
+    for d in differences:
+        groups.setdefault((_top(d.key), d.kind), []).append(d)
+    lines: list[Line] = []
+    for (top, kind), ds in groups.items():
+        if len(ds) <= FOLD_AT:
+            lines += [Line(str(d), (d.key,)) for d in ds]
+            continue
+        by_leaf: dict[str, list[Difference]] = {}
+        for d in ds:
+            by_leaf.setdefault(_leaf(d.key), []).append(d)
+        alike = {leaf: group for leaf, group in by_leaf.items()
+                 if kind not in ("missing", "unexpected")  # their lines say no more than the kind
+                 and len(group) > 1 and len({d.detail for d in group}) == 1 and len(group) < len(ds)}
+        for leaf, group in alike.items():
+            lines.append(Line(f"{top}*{leaf} ({len(group)} keys): {group[0].detail}", tuple(d.key for d in group)))
+        rest = [d for d in ds if _leaf(d.key) not in alike]
+        if len(rest) <= FOLD_AT:
+            lines += [Line(str(d), (d.key,)) for d in rest]
+        else:
+            lines.append(Line(f"{top}* ({len(rest)} keys): {_what(kind, rest)}", tuple(d.key for d in rest)))
+    return tuple(lines)
+
+
+def summary(problems: Sequence[tuple[int, Sequence[Difference]]]) -> str:
+    """The first folded line with its ranks, and how many keys the others add."""
+    blocks = fold(problems)
+    first = blocks[0].lines[0]
+    keys = {d.key for _, ds in problems for d in ds}
+    more = len(keys - set(first.keys))
+    return f"{blocks[0].label} {first.text}" + (f" (and {more} more keys)" if more else "")
+
+
+def listing(problems: Sequence[tuple[int, Sequence[Difference]]]) -> str:
+    """Every block: "ranks 0-3:" then its lines."""
+    out = []
+    for block in fold(problems):
+        out.append(f"{block.label}:")
+        out += [f"  {line.text}" for line in block.lines[:MAX_LISTED]]
+        if len(block.lines) > MAX_LISTED:
+            out.append(f"  ... and {len(block.lines) - MAX_LISTED} more")
+    return "\n".join(out)
+
+
+def ranks_label(ranks: Sequence[int]) -> str:
+    """"rank 2", "ranks 0-3", "ranks 0, 2, 5-7"."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    spans: list[list[int]] = []
+    for r in sorted(ranks):
+        if spans and r == spans[-1][1] + 1:
+            spans[-1][1] = r
+        else:
+            spans.append([r, r])
+    return "ranks " + ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in spans)
+
+
+def _top(key: str) -> str:
+    """The key's top-level name with its separator ("optim/", "model."), or the key."""
+    cut = min((i for i in (key.find("/"), key.find(".")) if i > 0), default=-1)
+    return key[: cut + 1] if cut > 0 else key
+
+
+def _leaf(key: str) -> str:
+    """The key's last name with its separator ("/step"), or "" if it has one part."""
+    cut = max(key.rfind("/"), key.rfind("."))
+    return key[cut:] if cut > 0 else ""
+
+
+def _what(kind: str, ds: Sequence[Difference]) -> str:
+    details = {d.detail for d in ds}
+    if len(details) == 1:
+        return ds[0].detail
+    words = _KIND_WORDS.get(kind, kind)
+    worst = [d.max_abs for d in ds if d.max_abs is not None and not math.isnan(d.max_abs)]
+    if kind == "values" and worst:
+        return f"{words}, max abs diff {max(worst):.6g}"
+    if kind in ("missing", "unexpected"):
+        return words
+    return f"{words} (first: {ds[0]})"

@@ -1,0 +1,43 @@
+"""Files holding bytes no probe saw written, from hand-built traces."""
+
+from __future__ import annotations
+
+import itertools
+
+from ckpt_harness.inject.trace import Event, unseen_writes
+
+_seq = itertools.count(1)
+
+
+def ev(kind: str, rank: int = 0, **fields) -> Event:
+    seq = next(_seq)
+    return Event.parse({"kind": kind, "rank": rank, "phase": "save 2", "t": float(seq), "seq": seq, **fields})
+
+
+def written(path: str, n: int, fid: str = "f0", rank: int = 0) -> list[Event]:
+    return [ev("open", rank, path=path, fid=fid, trunc=True, create=True),
+            ev("write", rank, fid=fid, path=path, offset=0, n=n, data=None), ev("close", rank, fid=fid)]
+
+
+def test_a_file_no_probe_saw_is_unseen():
+    assert unseen_writes(written("model.pt", 10), {"model.pt": 10, "raw.bin": 5}) == ["raw.bin"]
+
+
+def test_more_bytes_than_traced_writes_is_unseen():
+    """shutil.copyfile's sendfile, or a native writer on a descriptor of a probed open."""
+    assert unseen_writes(written("model.pt", 10), {"model.pt": 4096}) == ["model.pt"]
+
+
+def test_renames_of_files_and_directories_carry_what_was_seen():
+    events = [*written("tmp/a.pt", 3, "f0"), *written("tmp/.metadata.tmp", 2, "f1"),
+              ev("rename", src="tmp/.metadata.tmp", dst="tmp/.metadata"), ev("rename", rank=1, src="tmp", dst="step_2")]
+    assert unseen_writes(events, {"step_2/a.pt": 3, "step_2/.metadata": 2}) == []
+
+
+def test_a_removed_file_recreated_past_the_probes_is_unseen():
+    events = [*written("latest", 1), ev("unlink", path="latest")]
+    assert unseen_writes(events, {"latest": 1}) == ["latest"]
+
+
+def test_empty_files_say_nothing():
+    assert unseen_writes([], {"empty": 0}) == []
