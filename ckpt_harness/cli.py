@@ -6,7 +6,9 @@ setting or the machine was wrong (the message says what to change); 3 the
 harness could not run or judge some case, or the job cannot run at all
 (ERROR); 4 some case could not be decided (UNKNOWN, e.g. a job that is not
 deterministic). A run with several takes the first of fail, error, unknown.
-`matrix` counts only the cells whose verdicts `--fail-on` names.
+`matrix` counts only the cells whose verdicts `--fail-on` names. With
+`--baseline` (`matrix`, `scenario`) only what the baseline does not expect
+counts (`ckpt_harness.gating`).
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="exit 1 if any cell has one of these verdicts: fail, unknown, error "
                              f"(default: {','.join(v.value for v in DEFAULT_FAIL_ON)}: failing cells of a "
                              "framework are findings to document; give fail,unknown,error to gate a build on them)")
+    _baseline_options(matrix, write=True)
     matrix.set_defaults(command=_matrix)
 
     scenario = sub.add_parser("scenario", help="run one catalogue scenario against a job (what matrix repro lines call)")
@@ -124,6 +127,7 @@ def _parser() -> argparse.ArgumentParser:
     scenario.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     scenario.add_argument("--quiet", action="store_true", help="no progress lines")
     _json_option(scenario)
+    _baseline_options(scenario)
     scenario.set_defaults(command=_scenario)
 
     listing = sub.add_parser("list", help="list the registered jobs, checks, fault kinds, properties and scenarios")
@@ -184,7 +188,9 @@ def _matrix(args: argparse.Namespace) -> int:
     bench = _bench_settings(args)
     progress = Progress(quiet=args.quiet)
     try:
-        scenarios = select(_catalogue(args), _split(args.scenarios))
+        baseline = _load_baseline(args)
+        catalogue = _catalogue(args)
+        scenarios = select(catalogue, _split(args.scenarios))
         prestart(bench["parallel"])
         matrix = run_matrix(args.job or default_jobs(scenarios), scenarios, **bench, workdir=args.workdir,
                             keep=args.workdir is not None, progress=progress)
@@ -196,7 +202,8 @@ def _matrix(args: argparse.Namespace) -> int:
     md, js = matrix.write(args.out)
     print(matrix.markdown())
     print(f"wrote {md} and {js}")
-    return _matrix_exit(matrix, args.fail_on)
+    gated = _gate_matrix(args, matrix, baseline, catalogue)
+    return _matrix_exit(matrix, args.fail_on) if gated is None else gated
 
 
 def _matrix_exit(matrix, fail_on: Sequence[Verdict]) -> int:
@@ -223,13 +230,61 @@ def _scenario(args: argparse.Namespace) -> int:
     progress = Progress(quiet=args.quiet)
 
     def produce(workdir: Path):
-        (scenario,) = select(_catalogue(args), [args.name])
+        baseline = _load_baseline(args)
+        catalogue = _catalogue(args)
+        (scenario,) = select(catalogue, [args.name])
         prestart(settings["parallel"])
         bench = Bench(args.job, settings["world_size"], workdir, timeout=settings["timeout"],
                       parallel=settings["parallel"], progress=progress)
-        return bench.run(scenario, args.case)
+        result = bench.run(scenario, args.case)
+        if baseline is None:
+            return result
+        from ckpt_harness.gating import Checked
 
-    return _report_or_error(args, produce, progress, lambda result: result.report(settings["world_size"], settings))
+        return Checked(result, baseline.gate([result], scenarios=[scenario.name], catalogue=[s.name for s in catalogue]))
+
+    def as_report(out):
+        return getattr(out, "result", out).report(settings["world_size"], settings)
+
+    return _report_or_error(args, produce, progress, as_report)
+
+
+# -- regression gating (ckpt_harness.gating) ----------------------------------------
+def _baseline_options(p: argparse.ArgumentParser, write: bool = False) -> None:
+    p.add_argument("--baseline", type=Path, metavar="FILE",
+                   help="a previous matrix.json or an expectations .toml: the failures it expects are shown as "
+                        "expected and do not fail the command; a new or worse one does (exit 1, 3 or 4 as its "
+                        "verdict)" + (", whatever --fail-on says" if write else ""))
+    if write:
+        p.add_argument("--write-baseline", type=Path, metavar="FILE",
+                       help="write an expectations .toml expecting every failure of this run (to start a baseline)")
+
+
+def _load_baseline(args: argparse.Namespace):
+    from ckpt_harness.gating import load
+
+    return load(args.baseline) if args.baseline else None
+
+
+def _gate_matrix(args: argparse.Namespace, matrix, baseline, catalogue) -> Optional[int]:
+    """Write the expectations file asked for; with a baseline, its word is the
+    exit code (None: no baseline, `--fail-on` decides)."""
+    from ckpt_harness.gating import expectations_toml
+
+    if args.write_baseline:
+        note = (f"from `ckpt-harness matrix` at world size {matrix.world_size} on {matrix.date}: "
+                + ", ".join(f"{k} {v}" for k, v in matrix.versions.items()))
+        args.write_baseline.parent.mkdir(parents=True, exist_ok=True)
+        args.write_baseline.write_text(expectations_toml(matrix.results, note, keep=baseline))
+        failures = sum(not r.verdict.ok for r in matrix.results)
+        print(f"wrote {args.write_baseline}: {failures} expected failure{'s' * (failures != 1)}; "
+              "replace each reason with why it is known")
+    if baseline is None:
+        return None
+    gating = baseline.gate(matrix.results, jobs=matrix.jobs, scenarios=[s.name for s in matrix.scenarios],
+                           catalogue=[s.name for s in catalogue])
+    print(gating.explain())
+    return exit_code(gating.verdict)
 
 
 def _split(value: str) -> list[str]:

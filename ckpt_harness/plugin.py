@@ -13,7 +13,11 @@
   ``ckpt-job::crash-every-phase[torch_save-ws2]`` that pytest takes back as
   arguments to rerun just those; ``--ckpt-scenarios`` narrows it);
 - scenario files: any ``*.toml`` in a directory named ``scenarios`` is
-  collected, one item per scenario, job and world size.
+  collected, one item per scenario, job and world size;
+- ``--ckpt-baseline FILE`` (or ini ``ckpt_baseline``): a previous
+  ``matrix.json`` or an expectations file; a scenario failure it expects is
+  xfail with its reason, one that now passes is XPASS and listed at the end
+  for the baseline to be updated, a new or worse one fails.
 
 Importing this module must stay cheap: pytest imports every plugin at start,
 for every run, including runs that never touch a checkpoint.
@@ -56,12 +60,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--ckpt-scenarios", default=None, metavar="NAME[,NAME...]",
         help="with --ckpt-job: only these catalogue scenarios (names or fnmatch patterns; see ckpt-harness list)",
     )
+    baseline = ("a previous matrix.json or an expectations .toml: scenario failures it expects are xfail, "
+                "new ones fail")
+    group.addoption("--ckpt-baseline", default=None, metavar="FILE", help=f"{baseline} (ini: ckpt_baseline)")
+    parser.addini("ckpt_baseline", f"{baseline} (path relative to the ini file)", default=None)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     keys = ", ".join(f"{name}={s.default!r}" for name, s in _marker_keys().items())
     config.addinivalue_line("markers", f"ckpt({keys}): defaults for the ckpt fixture")
     _check_options(config)
+    _load_baseline(config)
 
 
 def _check_options(config: pytest.Config) -> None:
@@ -232,6 +241,7 @@ class ScenarioItem(pytest.Item):
         self.scenario = scenario
         self.job = job
         self.world_size = world_size
+        _expect(self)
 
     def runtest(self) -> None:
         from ckpt_harness.errors import Unavailable
@@ -242,10 +252,12 @@ class ScenarioItem(pytest.Item):
         except Unavailable as exc:
             pytest.skip(str(exc))
         self.user_properties.append(("ckpt_verdict", result.verdict.value))
+        gated = _gate(self.config, result)
         if result.verdict is Verdict.NA:
             pytest.skip(f"n/a: {result.reason}")
         if result.verdict is not Verdict.PASS:
-            raise ScenarioFailed(result.explain())
+            gate = f"\n{gated.line()}" if gated is not None and gated.expectation is not None else ""
+            raise (KnownFailure if gated is not None and gated.expected else ScenarioFailed)(result.explain() + gate)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
         if isinstance(excinfo.value, ScenarioFailed):
@@ -258,6 +270,66 @@ class ScenarioItem(pytest.Item):
 
 class ScenarioFailed(AssertionError):
     """A scenario judged fail or unknown; the message is its explanation."""
+
+
+class KnownFailure(ScenarioFailed):
+    """A scenario failing as the baseline expects: the item's xfail (and only
+    this) is what its xfail marker accepts, so another failure still fails."""
+
+
+# -- regression gating (ckpt_harness.gating) ----------------------------------------
+_BASELINE = pytest.StashKey[Any]()
+_GATED = pytest.StashKey[list]()
+
+
+def _load_baseline(config: pytest.Config) -> None:
+    from ckpt_harness.errors import UsageError
+    from ckpt_harness.gating import load
+
+    path = config.getoption("--ckpt-baseline")
+    if path is None and config.getini("ckpt_baseline"):
+        path = (config.inipath.parent if config.inipath else config.rootpath) / config.getini("ckpt_baseline")
+    if path is None:
+        return
+    try:
+        config.stash[_BASELINE] = load(path)
+    except UsageError as exc:
+        raise pytest.UsageError(f"--ckpt-baseline: {exc}") from None
+
+
+def _expect(item: "ScenarioItem") -> None:
+    """A failure the baseline expects is xfail; non-strict, so a pass is XPASS."""
+    baseline = item.config.stash.get(_BASELINE, None)
+    e = baseline.expected(item.job, item.scenario.name) if baseline is not None else None
+    if e is not None and not e.verdict.ok:
+        item.add_marker(pytest.mark.xfail(reason=f"expected {e.verdict.value}: {e.reason} ({e.where})",
+                                          raises=KnownFailure, strict=False))
+
+
+def _gate(config: pytest.Config, result: Any) -> Any:
+    """The result against the baseline (None without one), kept for the summary."""
+    baseline = config.stash.get(_BASELINE, None)
+    if baseline is None:
+        return None
+    config.stash.setdefault(_GATED, []).append(result)
+    return baseline.judge(result.job, result.scenario, result.verdict, result.reason)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    """What the run means against the baseline, fixed and stale entries included."""
+    baseline = config.stash.get(_BASELINE, None)
+    results = config.stash.get(_GATED, [])
+    if baseline is None or not results:
+        return
+    from ckpt_harness.scenario import builtin_catalogue
+
+    catalogue = {s.name for s in builtin_catalogue()} | {r.scenario for r in results}
+    gating = baseline.gate(results, catalogue=catalogue)
+    terminalreporter.write_sep("-", "ckpt baseline")
+    for line in gating.explain().splitlines():
+        terminalreporter.write_line(line)
+    if gating.outdated:
+        terminalreporter.write_line(f"update the baseline {baseline.source}: drop its fixed and stale entries")
 
 
 _BENCHES = pytest.StashKey[dict]()

@@ -1,6 +1,7 @@
 """The `ckpt-harness` command as a user runs it: a real process, real exit codes."""
 
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -220,3 +221,51 @@ def test_a_job_module_in_the_current_directory_is_importable(tmp_path):
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "resume@2  final state       PASS" in out.stdout
+
+
+def test_matrix_with_a_baseline_fails_only_on_a_new_failure(tmp_path):
+    """A planted bug fails the build until a baseline expects it; then the run
+    passes, showing it as expected with its reason, and a known failure that
+    no longer happens is reported for the baseline to be updated."""
+    env = {"PYTHONPATH": str(ROOT)}
+    merges = "tests.planted.scenario_jobs:MergesIntoExisting"
+    matrix = ("matrix", "--scenarios", "overwrite-larger-world", "--out", "out", "--quiet")
+    (tmp_path / "empty.toml").write_text("# nothing is known to fail\n")
+
+    new = cli(*matrix, "--job", merges, "--baseline", "empty.toml", "--write-baseline", "expect.toml",
+              cwd=tmp_path, env_extra=env)
+    assert new.returncode == 1, new.stdout + new.stderr
+    assert f"  NEW      {merges} · overwrite-larger-world: fail: 2 of 2 cases fail (overwrite-safe)" in new.stdout
+    assert "1 new failure, 0 expected, 0 fixed, 0 stale" in new.stdout
+    assert "wrote expect.toml: 1 expected failure; replace each reason with why it is known" in new.stdout
+
+    # The bootstrapped file, its reason edited, plus an entry for a bug torch_save does not have (any more).
+    written = (tmp_path / "expect.toml").read_text()
+    assert f'job = "{merges}"\nscenario = "overwrite-larger-world"\nverdict = "fail"\nreason = "2 of 2 cases' in written
+    edited = re.sub(r'reason = ".*"', 'reason = "keeps the shards of a larger run, issue #12"', written)
+    (tmp_path / "expect.toml").write_text(edited + '\n[[expect]]\njob = "torch_save"\nscenario = "overwrite-*"\n'
+                                                   'verdict = "fail"\nreason = "issue #7"\n')
+    known = cli(*matrix, "--job", "torch_save", "--job", merges, "--baseline", "expect.toml", cwd=tmp_path, env_extra=env)
+    assert known.returncode == 0, known.stdout + known.stderr
+    assert "| tests.planted.scenario_jobs:MergesIntoExisting | ❌ fail |" in known.stdout  # the table says what it is
+    assert (f"  expected {merges} · overwrite-larger-world: fail, expected: keeps the shards of a larger run, "
+            "issue #12 (expect.toml:6)") in known.stdout
+    assert ("  fixed    torch_save · overwrite-larger-world: pass, the baseline expects fail (expect.toml:12): "
+            "fixed, update the baseline") in known.stdout
+    assert "no new failure, 1 expected, 1 fixed, 0 stale" in known.stdout
+
+    # A matrix.json is a baseline too, for one scenario as for the matrix.
+    one = cli("scenario", "overwrite-larger-world", "--job", merges, "--baseline", "out/matrix.json",
+              cwd=tmp_path, env_extra=env)
+    assert one.returncode == 0, one.stdout + one.stderr
+    assert f"overwrite-larger-world [{merges}] overwrite-safe: FAIL" in one.stdout
+    assert "(out/matrix.json: scenarios[1])" in one.stdout and "no new failure, 1 expected" in one.stdout
+
+
+@pytest.mark.parametrize("command", [["matrix"], ["scenario", "crash-every-phase", "--job", "dcp"]])
+def test_a_bad_baseline_exits_2_before_anything_runs(tmp_path, command):
+    (tmp_path / "expect.toml").write_text('[[expect]]\njob = "dcp"\nscenario = "x"\nverdict = "failed"\nreason = "r"\n')
+    out = cli(*command, "--baseline", "expect.toml", cwd=tmp_path, env_extra={"PYTHONPATH": str(ROOT)}, timeout=60)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert "ckpt-harness: error: expect.toml:1: verdict 'failed' is not one of fail, error, unknown, pass, n/a" in out.stderr
+    assert sorted(os.listdir(tmp_path)) == ["expect.toml"]

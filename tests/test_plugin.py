@@ -226,3 +226,71 @@ def test_catalogue_items_rerun_by_node_id_with_sane_junit_names(pytester, import
     wrong = pytester.runpytest_subprocess("ckpt-job::resume-every-sav", "--ckpt-job=torch_save", "-p", "no:cacheprovider")
     assert wrong.ret == pytest.ExitCode.USAGE_ERROR
     wrong.stderr.fnmatch_lines(["*ckpt-job::resume-every-sav: no such item of the catalogue against torch_save*"])
+
+
+def test_baseline_makes_known_failures_xfail_and_reports_fixed_and_new_ones(pytester, importable):
+    pytester.makepyfile("def test_nothing(): pass")
+    forgets = "tests.planted.jobs:NoOptimizerState"
+    pytester.makefile(".toml", expect=f"""
+        [[expect]]
+        job = "{forgets}"
+        scenario = "resume-every-save"
+        verdict = "fail"
+        reason = "forgets the optimizer, issue #3"
+
+        [[expect]]
+        job = "torch_save"
+        scenario = "resume-*"
+        verdict = "fail"
+        reason = "issue #4"
+
+        [[expect]]
+        job = "{forgets}"
+        scenario = "resume-every-save-renamed"
+        verdict = "fail"
+        reason = "issue #5"
+        """)
+    pytester.makeini("[pytest]\nckpt_baseline = expect.toml\n")
+    scenario = ("--ckpt-scenarios=resume-every-save", "-p", "no:cacheprovider", "-rxX")
+
+    known = pytester.runpytest_subprocess(f"--ckpt-job={forgets}", *scenario)  # the baseline from the ini file
+    known.assert_outcomes(passed=1, xfailed=1)
+    assert known.ret == pytest.ExitCode.OK
+    known.stdout.fnmatch_lines([
+        "*- ckpt baseline -*",
+        f"  expected {forgets} · resume-every-save: fail, expected: forgets the optimizer, issue #3 (*expect.toml:1)",
+        f'  stale    *expect.toml:13 job="{forgets}" scenario="resume-every-save-renamed" verdict="fail": '
+        "matches nothing this run covered; remove it",
+        "no new failure, 1 expected, 0 fixed, 1 stale",
+        "update the baseline *expect.toml: drop its fixed and stale entries",
+        f"XFAIL *resume-every-save?{forgets}-ws2? - expected fail: forgets the optimizer, issue #3 (*expect.toml:1)",
+    ])
+
+    fixed = pytester.runpytest_subprocess("--ckpt-job=torch_save", "--ckpt-baseline=expect.toml", *scenario)
+    fixed.assert_outcomes(passed=1, xpassed=1)
+    assert fixed.ret == pytest.ExitCode.OK
+    fixed.stdout.fnmatch_lines([
+        "  fixed    torch_save · resume-every-save: pass, the baseline expects fail (expect.toml:7): "
+        "fixed, update the baseline",
+        "XPASS *resume-every-save?torch_save-ws2? - expected fail: issue #4 (expect.toml:7)",
+    ])
+
+    # The baseline expects another verdict than the one given: not the known state, so it fails.
+    pytester.makefile(".toml", other=f'[[expect]]\njob = "{forgets}"\nscenario = "resume-every-save"\n'
+                                     'verdict = "error"\nreason = "golden run crashed"\n')
+    worse = pytester.runpytest_subprocess(f"--ckpt-job={forgets}", "--ckpt-baseline=other.toml", *scenario)
+    worse.assert_outcomes(passed=1, failed=1)
+    worse.stdout.fnmatch_lines([
+        "*faithful: FAIL*",
+        f"{forgets} · resume-every-save: fail, the baseline expects error (other.toml:1): *",
+        f"  WORSE    {forgets} · resume-every-save: fail, the baseline expects error (other.toml:1): *",
+        "1 new failure, 0 expected, 0 fixed, 0 stale",
+    ])
+
+
+def test_a_bad_baseline_is_a_usage_error(pytester, importable):
+    pytester.makepyfile("def test_nothing(): pass")
+    pytester.makefile(".toml", expect='[[expect]]\njob = "dcp"\nscenario = "x"\nverdict = "fail"\n')
+    result = pytester.runpytest_subprocess("--ckpt-baseline=expect.toml", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(['*--ckpt-baseline: expect.toml:1: set reason = "..." (why the verdict is known*'])

@@ -1,0 +1,329 @@
+"""Regression gating: judge a run against what a baseline says it should give.
+
+A framework whose saves are not atomic fails some scenarios on every
+version, so "exit 1 on any failure" cannot tell a regression from the
+known state. A baseline names the verdicts a team already knows about,
+each with its reason; against it, a run fails only on what changed:
+
+- a failure the baseline expects is an expected failure, shown with its reason;
+- a new failure, or a verdict worse than the baseline's, fails;
+- a known failure that now passes is reported so the baseline can be updated;
+- an entry that matches nothing the run could have produced is stale.
+
+A baseline is either a `matrix.json` written by `ckpt-harness matrix` (every
+scenario verdict of that run) or an expectations file checked into the
+user's repo:
+
+    [[expect]]
+    job = "dcp"                          # job name, fnmatch patterns allowed
+    scenario = "power-loss-after-save"   # scenario name, patterns allowed
+    verdict = "fail"                     # pass, fail, unknown, error or n/a
+    reason = "metadata not fsynced before the rename, pytorch#NNN"
+
+The first entry that matches a result decides it. Torch-free: the CLI and
+the pytest plugin load a baseline before anything runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import fnmatch
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any, Collection, Iterable, Optional, Sequence, Union
+
+from ckpt_harness.errors import UsageError
+from ckpt_harness.verdict import PRECEDENCE, Verdict, fold
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+_KEYS = ("job", "scenario", "verdict", "reason")
+_HEADER = re.compile(r"^[ \t]*\[\[[ \t]*expect[ \t]*\]\]", re.MULTILINE)
+
+
+class BaselineError(UsageError):
+    """A baseline file that cannot be used; the message names the entry and key to fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Expectation:
+    job: str
+    scenario: str
+    verdict: Verdict
+    reason: str
+    #: Where it was written ("ckpt-expect.toml:12"), for messages that say what to edit.
+    where: str = ""
+
+    def matches(self, job: str, scenario: str) -> bool:
+        return fnmatch.fnmatchcase(job, self.job) and fnmatch.fnmatchcase(scenario, self.scenario)
+
+    def describe(self) -> str:
+        return f'job="{self.job}" scenario="{self.scenario}" verdict="{self.verdict.value}"'
+
+
+class Outcome(str, enum.Enum):
+    #: Passed (or n/a) as the baseline says, or passed with no entry.
+    OK = "ok"
+    #: Not ok, with the verdict the baseline expects: known, not a regression.
+    EXPECTED = "expected"
+    #: The baseline expects a failure and it no longer happens: update the baseline.
+    FIXED = "fixed"
+    #: Not ok, and the baseline has no entry for it.
+    NEW = "new"
+    #: Not ok, and the baseline expects something else: a pass (pass → error), or
+    #: another failure (fail → error: the harness can no longer tell whether it still fails).
+    WORSE = "worse"
+
+    @property
+    def fails(self) -> bool:
+        """This outcome fails the build."""
+        return self in (Outcome.NEW, Outcome.WORSE)
+
+
+@dataclasses.dataclass(frozen=True)
+class Gated:
+    """One result (a scenario against a job) judged against the baseline."""
+
+    job: str
+    scenario: str
+    verdict: Verdict
+    outcome: Outcome
+    expectation: Optional[Expectation]
+    #: The result's own one-line reason.
+    reason: str = ""
+
+    @property
+    def expected(self) -> bool:
+        return self.outcome is Outcome.EXPECTED
+
+    def line(self) -> str:
+        what = f"{self.job} · {self.scenario}: {self.verdict.value}"
+        e = self.expectation
+        if self.outcome is Outcome.EXPECTED:
+            return f"{what}, expected: {e.reason} ({e.where})"
+        if self.outcome is Outcome.FIXED:
+            return f"{what}, the baseline expects {e.verdict.value} ({e.where}): fixed, update the baseline"
+        if self.outcome is Outcome.WORSE:
+            return f"{what}, the baseline expects {e.verdict.value} ({e.where}): {self.reason}"
+        return f"{what}: {self.reason}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Gating:
+    """A whole run against a baseline; `ok` is the build's verdict."""
+
+    source: str
+    gated: tuple[Gated, ...]
+    stale: tuple[Expectation, ...] = ()
+
+    def of(self, outcome: Outcome) -> list[Gated]:
+        return [g for g in self.gated if g.outcome is outcome]
+
+    @property
+    def ok(self) -> bool:
+        return not any(g.outcome.fails for g in self.gated)
+
+    @property
+    def verdict(self) -> Verdict:
+        """What the build gets: pass unless something fails it, then the fold of
+        what does (so a new error exits as an error, a new failure as a failure)."""
+        return fold(g.verdict for g in self.gated if g.outcome.fails) if not self.ok else Verdict.PASS
+
+    @property
+    def outdated(self) -> bool:
+        """The baseline has entries to drop: fixed failures or stale entries."""
+        return bool(self.of(Outcome.FIXED) or self.stale)
+
+    def explain(self) -> str:
+        lines = [f"against the baseline {self.source}:"]
+        for outcome, label in ((Outcome.NEW, "NEW"), (Outcome.WORSE, "WORSE"), (Outcome.EXPECTED, "expected"),
+                               (Outcome.FIXED, "fixed")):
+            lines += [f"  {label:8} {g.line()}" for g in self.of(outcome)]
+        lines += [f"  {'stale':8} {e.where} {e.describe()}: matches nothing this run covered; remove it"
+                  for e in self.stale]
+        counts = {o: len(self.of(o)) for o in Outcome}
+        regressions = counts[Outcome.NEW] + counts[Outcome.WORSE]
+        summary = (f"{regressions} new failure{'s' * (regressions != 1)}" if regressions else "no new failure")
+        summary += f", {counts[Outcome.EXPECTED]} expected, {counts[Outcome.FIXED]} fixed, {len(self.stale)} stale"
+        lines.append(summary)
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    """A result (anything with `explain()`, e.g. a `ScenarioResult`) whose
+    verdict for the command is the baseline's word rather than its own."""
+
+    result: Any
+    gating: Gating
+
+    @property
+    def ok(self) -> bool:
+        return self.gating.ok
+
+    @property
+    def verdict(self) -> Verdict:
+        return self.gating.verdict
+
+    def explain(self) -> str:
+        return f"{self.result.explain()}\n\n{self.gating.explain()}"
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    expectations: tuple[Expectation, ...]
+    source: str
+
+    def expected(self, job: str, scenario: str) -> Optional[Expectation]:
+        return next((e for e in self.expectations if e.matches(job, scenario)), None)
+
+    def judge(self, job: str, scenario: str, verdict: Verdict, reason: str = "") -> Gated:
+        e = self.expected(job, scenario)
+        return Gated(job, scenario, verdict, outcome(verdict, e.verdict if e else None), e, reason)
+
+    def gate(
+        self,
+        results: Iterable,
+        *,
+        jobs: Optional[Collection[str]] = None,
+        scenarios: Optional[Collection[str]] = None,
+        catalogue: Collection[str] = (),
+    ) -> Gating:
+        """Judge `results` (anything with job, scenario, verdict and reason,
+        e.g. `ScenarioResult`).
+
+        An entry matching no result is stale only if this run covered it:
+        its job was run (`jobs`, default the results' jobs), and its scenario
+        was run (`scenarios`) or is not in the `catalogue` at all (renamed or
+        removed). Entries about scenarios a narrowed run skipped are not stale.
+        """
+        gated = tuple(self.judge(r.job, r.scenario, r.verdict, r.reason) for r in results)
+        jobs = {g.job for g in gated} if jobs is None else set(jobs)
+        scenarios = {g.scenario for g in gated} if scenarios is None else set(scenarios)
+        used = {id(g.expectation) for g in gated}
+
+        def covered(e: Expectation) -> bool:
+            def hit(names: Collection[str], pattern: str) -> bool:
+                return any(fnmatch.fnmatchcase(n, pattern) for n in names)
+
+            return hit(jobs, e.job) and (hit(scenarios, e.scenario) or not hit(catalogue, e.scenario))
+
+        return Gating(self.source, gated, tuple(e for e in self.expectations if id(e) not in used and covered(e)))
+
+
+def outcome(verdict: Verdict, expected: Optional[Verdict]) -> Outcome:
+    """What a verdict means for the build, given the baseline's (None: no entry)."""
+    if verdict.ok:
+        return Outcome.FIXED if expected is not None and not expected.ok else Outcome.OK
+    if expected is None:
+        return Outcome.NEW
+    return Outcome.EXPECTED if verdict is expected else Outcome.WORSE
+
+
+# -- loading ------------------------------------------------------------------------
+def load(path: Union[str, Path]) -> Baseline:
+    """A baseline from a `matrix.json` (by its suffix) or an expectations TOML file."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise BaselineError(f"{path}: cannot read the baseline ({exc.strerror or exc}); give a matrix.json "
+                            "written by `ckpt-harness matrix` or an expectations .toml file") from None
+    return from_matrix_json(text, str(path)) if path.suffix == ".json" else from_toml(text, str(path))
+
+
+def from_toml(text: str, source: str = "<expectations>") -> Baseline:
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise BaselineError(f"{source}: not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"expect"})
+    if unknown:
+        raise BaselineError(f"{source}: unknown top-level key {unknown[0]!r}; write each expectation as an "
+                            "[[expect]] table with job, scenario, verdict and reason")
+    entries = data.get("expect", [])
+    if not isinstance(entries, list):
+        raise BaselineError(f"{source}: expect must be a list of tables; write [[expect]], not [expect]")
+    lines = [text.count("\n", 0, m.start()) + 1 for m in _HEADER.finditer(text)]
+    out = []
+    for i, entry in enumerate(entries):
+        where = f"{source}:{lines[i]}" if len(lines) == len(entries) else f"{source}: [[expect]] #{i + 1}"
+        out.append(_entry(entry, where, need_reason=True))
+    return Baseline(_unique(out), source)
+
+
+def from_matrix_json(text: str, source: str = "<matrix.json>") -> Baseline:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise BaselineError(f"{source}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("scenarios"), list):
+        raise BaselineError(f"{source}: no 'scenarios' list; give a matrix.json written by `ckpt-harness matrix`, "
+                            "or an expectations file ending in .toml")
+    out = [_entry(r, f"{source}: scenarios[{i}]", need_reason=False) for i, r in enumerate(data["scenarios"])]
+    return Baseline(_unique(out), source)
+
+
+def _entry(entry: object, where: str, need_reason: bool) -> Expectation:
+    if not isinstance(entry, dict):
+        raise BaselineError(f"{where}: an expectation must be a table with job, scenario, verdict and reason")
+    if need_reason:
+        unknown = sorted(set(entry) - set(_KEYS))
+        if unknown:
+            raise BaselineError(f"{where}: unknown key {unknown[0]!r}; an expectation takes {', '.join(_KEYS)}")
+    for key in _KEYS if need_reason else _KEYS[:3]:
+        if not isinstance(entry.get(key), str) or not entry[key].strip():
+            raise BaselineError(f'{where}: set {key} = "..."' + (" (why the verdict is known, e.g. an issue link)"
+                                                                 if key == "reason" else ""))
+    try:
+        verdict = Verdict(entry["verdict"])
+    except ValueError:
+        raise BaselineError(f"{where}: verdict {entry['verdict']!r} is not one of "
+                            f"{', '.join(v.value for v in PRECEDENCE)}") from None
+    return Expectation(entry["job"], entry["scenario"], verdict, str(entry.get("reason") or ""), where)
+
+
+def _unique(entries: Sequence[Expectation]) -> tuple[Expectation, ...]:
+    seen: dict[tuple[str, str], Expectation] = {}
+    for e in entries:
+        first = seen.setdefault((e.job, e.scenario), e)
+        if first is not e:
+            raise BaselineError(f"{e.where}: job {e.job!r} scenario {e.scenario!r} is also expected at "
+                                f"{first.where}; keep one")
+    return tuple(entries)
+
+
+# -- writing ------------------------------------------------------------------------
+def expectations_toml(results: Iterable, note: str = "", keep: Optional[Baseline] = None) -> str:
+    """An expectations file that expects every result that is not ok, as it
+    is: the start of a baseline, each reason to be replaced by why it is known.
+    A failure `keep` already expects as it is keeps that entry's reason, so
+    rewriting a baseline after a fix keeps what people wrote."""
+    lines = ["# Expected verdicts for `ckpt-harness matrix --baseline` and `pytest --ckpt-baseline`.",
+             "# A failure listed here does not fail the build; a new one does. Replace each reason",
+             "# with why the failure is known (an issue link); delete an entry once it is fixed."]
+    if note:
+        lines.append(f"# {note}")
+    for r in results:
+        if r.verdict.ok:
+            continue
+        known = keep.expected(r.job, r.scenario) if keep is not None else None
+        if known is not None and known.verdict is r.verdict:
+            reason = known.reason
+        else:
+            reason = " ".join(r.reason.split())
+            reason = reason if len(reason) <= 200 else reason[:199] + "…"
+        lines += ["", "[[expect]]", f"job = {_string(r.job)}", f"scenario = {_string(r.scenario)}",
+                  f"verdict = {_string(r.verdict.value)}", f"reason = {_string(reason)}"]
+    return "\n".join(lines) + "\n"
+
+
+def _string(value: str) -> str:
+    """A TOML basic string (JSON's escapes are TOML's)."""
+    return json.dumps(value, ensure_ascii=False)
