@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Optional, Sequence
 
-from ckpt_harness.errors import UsageError
+from ckpt_harness.errors import HarnessError, UsageError
 from ckpt_harness.jobs import describe, registry
 from ckpt_harness.launch.group import LaunchError
 from ckpt_harness.verdict import Verdict
@@ -34,10 +34,8 @@ EXIT_INTERRUPTED = 130
 _USER_ERRORS = (UsageError, LaunchError)
 
 
-def exit_code(verdict) -> int:
+def exit_code(verdict: Verdict) -> int:
     """The exit code of a run whose results fold to `verdict`."""
-    from ckpt_harness.verdict import Verdict
-
     return {Verdict.FAIL: EXIT_FINDINGS, Verdict.ERROR: EXIT_ERROR, Verdict.UNKNOWN: EXIT_UNDECIDED}.get(
         verdict, EXIT_OK)
 
@@ -54,6 +52,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except _USER_ERRORS as exc:
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except HarnessError as exc:  # e.g. a framework's JIT op that would not build: nothing could be judged
+        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print("\nckpt-harness: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -113,7 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     matrix.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     matrix.add_argument("--quiet", action="store_true", help="no progress lines")
     matrix.add_argument("--fail-on", type=_verdicts, default=DEFAULT_FAIL_ON, metavar="VERDICT[,VERDICT...]",
-                        help="exit 1 if any cell has one of these verdicts: fail, unknown, error "
+                        help="exit non-zero if a cell has one of these verdicts: fail, unknown, error (1, 4, 3) "
                              f"(default: {','.join(v.value for v in DEFAULT_FAIL_ON)}: failing cells of a "
                              "framework are findings to document; give fail,unknown,error to gate a build on them)")
     _baseline_options(matrix, write=True)
@@ -189,6 +190,9 @@ def _matrix(args: argparse.Namespace) -> int:
     progress = Progress(quiet=args.quiet)
     try:
         baseline = _load_baseline(args)
+        _check_writable(args.out, directory=True)
+        if args.write_baseline:
+            _check_writable(args.write_baseline)
         catalogue = _catalogue(args)
         scenarios = select(catalogue, _split(args.scenarios))
         prestart(bench["parallel"])
@@ -357,13 +361,25 @@ def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report
     """Run `produce(workdir)`, print its report (or scenario result) and write
     it as JSON if asked (`as_report` makes a `Report` of it); bad input exits
     2, findings 1."""
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
+    from ckpt_harness.run import prepare_workdir
+
+    try:  # a workdir or output path that cannot be used is refused before anything starts
+        workdir = prepare_workdir(args.workdir)
+        if args.json is not None:
+            _check_writable(args.json)
+    except UsageError as exc:
+        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     try:
         report = produce(workdir)
     except _USER_ERRORS as exc:
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         _discard(args, workdir)
         return EXIT_USAGE
+    except HarnessError as exc:
+        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
+        _discard(args, workdir)
+        return EXIT_ERROR
     except KeyboardInterrupt:
         _discard(args, workdir)
         kept = f"; the runs so far are in {workdir}" if args.workdir else ""
@@ -381,6 +397,17 @@ def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report
         return code
     print(f"\nruns, checkpoints and rank logs kept in {workdir}")
     return code
+
+
+def _check_writable(path: Path, directory: bool = False) -> None:
+    """Refuse an output path before the runs, not after them."""
+    target = path if directory else path.parent
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=target):
+            pass
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}; give a path you can write to") from None
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -73,10 +73,21 @@ class JitOp:
         return self.build_dir / "lock"
 
     def built(self) -> bool:
+        """Stamped for this key, and the build is still there (an op the
+        framework shipped prebuilt leaves no build directory: its stamp says so)."""
         try:
-            return self.stamp.read_text() == self.key and not self.torch_lock.exists()
+            stamp = self.stamp.read_text()
         except OSError:
             return False
+        if self.torch_lock.exists():
+            return False
+        return stamp == self._stamp_text(prebuilt=True) or (stamp == self._stamp_text() and self.build_dir.is_dir())
+
+    def _stamp_text(self, prebuilt: bool = False) -> str:
+        return self.key + ("\n(prebuilt: no build directory)" if prebuilt else "")
+
+    def write_stamp(self) -> None:
+        self.stamp.write_text(self._stamp_text(prebuilt=not self.build_dir.is_dir()))
 
 
 Say = Callable[[str], None]
@@ -111,7 +122,7 @@ def _build(op: JitOp, say: Say, timeout: float) -> None:
         _clear_stale_lock(op, say, started + timeout)
         say(f"building {op.what} (first use with these versions; can take minutes, done once) ...")
         _run_builder(op, started + timeout, timeout)
-        op.stamp.write_text(op.key)
+        op.write_stamp()
         say(f"built {op.what} in {time.monotonic() - started:.0f}s")
 
 

@@ -110,7 +110,11 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: _Recorder) -> None:
         if plan.stop_after_save == step:
             recorder.write(Kind.STOPPED, step=step)
             launch_rank.park()
-        probes.set_phase(phase.after_save(step))
+        # After the last save: the end-of-training work on checkpoints (deleting
+        # old ones), a phase of its own. After any other save an owned loop
+        # trains on, which is not checkpointing.
+        last = plan.total_steps - plan.total_steps % plan.save_every
+        probes.set_phase(phase.after_save(step) if step == last else phase.RUN)
 
     ctx = RankContext(
         rank=info.rank,

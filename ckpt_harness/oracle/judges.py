@@ -172,12 +172,15 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
         problem = health(resumed)
         return result("live", Verdict.FAIL, "", problem.details if problem else "")
     if outcome.kind is OutcomeKind.NO_LOAD:
-        return result(prop, Verdict.UNKNOWN)
+        if resumed.loaded_steps():  # some ranks reported a load and others not
+            return result(prop, Verdict.FAIL, "some ranks never reported their load")
+        return result(prop, Verdict.UNKNOWN)  # no rank did, and nothing it did says where it resumed
     if not accepted(prop, outcome, save_returned, ref.prev is not None):
         return result(prop, Verdict.FAIL, "expected " + expected(prop, save_returned, ref.prev is not None))
     if outcome.kind.resumed:
         faithful = judge_finished(case, ref.final, resumed, "final state vs. uninterrupted run")
-        faithful = float_noise(faithful, ref.final, resumed.states(Kind.FINAL), loaded_bitwise=True)
+        faithful = float_noise(faithful, ref.final, resumed.states(Kind.FINAL),
+                               loaded_bitwise=resumed.states(Kind.LOADED) is not None)
         if faithful.verdict is not Verdict.PASS:
             return result("faithful", faithful.verdict, faithful.summary, faithful.details)
     return result(prop, Verdict.PASS)

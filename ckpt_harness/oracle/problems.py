@@ -49,8 +49,17 @@ def health(run: Run) -> Optional[Problem]:
             details.append(f"rank {r.rank} {rank_state(r)}:\n{(error.traceback if error else '') or o.log_tail()}")
         if o.status is not RankStatus.OK:
             details.append(f"rank {r.rank} log: {o.log}")
-    bad = [r for r in ranks if r.status is not RankStatus.OK]
-    return Problem(summary, "\n\n".join(details), any(r.phase and phase.checkpointing(r.phase) for r in bad))
+    return Problem(summary, "\n\n".join(details), _in_checkpointing(ranks))
+
+
+def _in_checkpointing(ranks: list[RankRun]) -> bool:
+    """Did the run go wrong in a save or a load? The ranks that raised or
+    died say where; peers only wait for them (rank 0 in `load`'s collective
+    because rank 1 raised in `setup` is a setup failure). Only when no rank
+    failed do the hung ranks' phases say it."""
+    failed = [r for r in ranks if r.status.ended_badly]
+    blamed = failed or [r for r in ranks if r.status is not RankStatus.OK]
+    return any(r.phase is not None and phase.checkpointing(r.phase) for r in blamed)
 
 
 def rank_state(r: RankRun) -> str:
