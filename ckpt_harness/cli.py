@@ -203,7 +203,10 @@ def _matrix(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     finally:
         progress.close()
-    md, js = matrix.write(args.out)
+    try:
+        md, js = matrix.write(args.out)
+    except OSError as exc:
+        raise UsageError(f"cannot write the matrix to {args.out}: {exc.strerror or exc}") from None
     print(matrix.markdown())
     print(f"wrote {md} and {js}")
     gated = _gate_matrix(args, matrix, baseline, catalogue)
@@ -400,19 +403,23 @@ def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report
 
 
 def _check_writable(path: Path, directory: bool = False) -> None:
-    """Refuse an output path before the runs, not after them."""
-    target = path if directory else path.parent
-    try:
-        target.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=target):
-            pass
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}; give a path you can write to") from None
+    """Refuse an output path before the runs, not after them (without
+    creating anything: bad input further on must leave no trace)."""
+    if path.exists() and path.is_dir() != directory:
+        raise UsageError(f"{path} is a {'file' if directory else 'directory'}; give a {'directory' if directory else 'file'} path")
+    existing = path if directory else path.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {path}: {existing} is not a directory you can write to")
 
 
 def _write_json(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1) + "\n")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data, indent=1) + "\n")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def _discard(args: argparse.Namespace, workdir: Path) -> None:
