@@ -61,7 +61,8 @@ def one_run(command: list[str], log: Path) -> tuple[int, str, float]:
         for line in proc.stdout:
             sys.stdout.write(line)
             out.write(line)
-            if re.match(r"=+ .*\b(passed|failed|error|errors|no tests ran)\b.* in [\d.]+s", line):
+            # the last such line is pytest's own (earlier ones come from failures' output)
+            if re.match(r"=* ?\d+ (passed|failed|errors?|skipped|deselected|xfailed)\b.* in [\d.]+s", line):
                 summary = line.strip(" =\n")
         code = proc.wait()
     if code == 0:
