@@ -109,9 +109,14 @@ def test_an_entry_that_does_not_import_is_a_launch_error(tmp_path):
     assert run_group(spec(tmp_path / "after", "all_reduce")).ok  # the server survived
 
 
+# Ctrl-C raises KeyboardInterrupt as in a terminal, even when the suite was
+# started in the background (`make test &`, nohup, some CI runners): those
+# start it with SIGINT ignored, every child inherits that, and a harness that
+# ignores SIGINT rightly never ends on one.
 HARNESS = textwrap.dedent(
     """
-    import sys
+    import signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from ckpt_harness.launch import GroupSpec, run_group
     print("harness up", flush=True)
     run_group(GroupSpec(world_size=2, entry="tests.entries:hang_forever", payload=None,
