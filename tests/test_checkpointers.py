@@ -31,8 +31,8 @@ def test_checkpointer_resumes_bitwise_without_faults(ckpt, job):
 
 
 @pytest.mark.ckpt(world_size=2)
-def test_rank0_only_barrier_in_every_save_is_a_hang(ckpt):
-    report = ckpt.verify("tests.planted.checkpointers:Rank0OnlyBarrier", steps=4, timeout=3)
+def test_rank0_only_barrier_in_every_save_is_a_hang(ckpt, pace):
+    report = ckpt.verify("tests.planted.checkpointers:Rank0OnlyBarrier", steps=4, timeout=pace(3.0))
     live = report.results[0]
     assert live.verdict is Verdict.FAIL, report.explain()
     assert "hang" in live.summary, report.explain()

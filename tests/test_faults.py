@@ -8,11 +8,12 @@ import pytest
 from ckpt_harness.inject.faults import Fault, parse_plan, plan_label
 from ckpt_harness.inject.trace import read_events
 from ckpt_harness.launch import GroupSpec, run_group
+from ckpt_harness.launch.group import STARTUP_TIMEOUT
 
 
 def run(tmp_path, *faults):
     spec = GroupSpec(world_size=1, entry="tests.entries:file_ops_with_fault", run_dir=tmp_path / "run",
-                     payload={"ckpt": str(tmp_path / "ckpt"), "faults": list(faults)}, deadline=20)
+                     payload={"ckpt": str(tmp_path / "ckpt"), "faults": list(faults)}, deadline=STARTUP_TIMEOUT)
     start = time.monotonic()
     outcome = run_group(spec)
     result_file = tmp_path / "run" / "result.json"
@@ -89,9 +90,9 @@ def test_delay_sleeps_then_goes_on(tmp_path):
     assert rank.status == "ok" and result["finished"] and elapsed >= 1.0
 
 
-def test_hang_blocks_until_the_deadline(tmp_path):
+def test_hang_blocks_until_the_deadline(tmp_path, pace):
     spec = GroupSpec(world_size=1, entry="tests.entries:file_ops_with_fault", run_dir=tmp_path / "run",
-                     payload={"ckpt": str(tmp_path / "ckpt"), "faults": [at("hang", 3)]}, deadline=1.5)
+                     payload={"ckpt": str(tmp_path / "ckpt"), "faults": [at("hang", 3)]}, deadline=pace(1.5))
     outcome = run_group(spec)
     assert outcome.timed_out and outcome.ranks[0].status == "hung"
     assert "file_ops_with_fault" in outcome.ranks[0].stack

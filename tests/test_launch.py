@@ -2,6 +2,7 @@
 
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import textwrap
@@ -12,6 +13,7 @@ import pytest
 
 from ckpt_harness.inject.collectives import Recording, first_disagreement
 from ckpt_harness.launch import GroupSpec, LaunchError, prestart, run_group
+from ckpt_harness.launch.group import STACK_GRACE, STARTUP_TIMEOUT
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,22 +43,29 @@ def test_group_runs_a_real_collective(tmp_path, world_size):
 
 
 def test_warm_launch_is_fast(tmp_path):
+    """A whole warm group costs less than one fresh interpreter importing torch
+    (~40 ms against 1.5 s on a quiet box), timed side by side so that load
+    slows both alike."""
     prestart(wait=True)
     run_group(spec(tmp_path / "warm", "all_reduce"))  # the server is up
-    start = time.monotonic()
-    for i in range(5):
+    warm, cold = [], []
+    for i in range(3):
+        start = time.monotonic()
         assert run_group(spec(tmp_path / str(i), "all_reduce")).ok
-    # ~40 ms per group here; a fresh interpreter per rank costs 1.5 s or more.
-    assert (time.monotonic() - start) / 5 < 1.0
+        warm.append(time.monotonic() - start)
+        start = time.monotonic()
+        subprocess.run([sys.executable, "-c", "import torch"], check=True)
+        cold.append(time.monotonic() - start)
+    assert statistics.median(warm) < statistics.median(cold), (warm, cold)
 
 
-def test_hang_yields_every_rank_stack_within_the_deadline(tmp_path):
-    prestart(wait=True)  # time the hang, not the fork server's torch import
+def test_hang_yields_every_rank_stack_within_the_deadline(tmp_path, pace):
+    deadline = pace(2.0)  # long enough for rank 1 to finish first
     start = time.monotonic()
-    outcome = run_group(spec(tmp_path, "rank0_barrier", deadline=2.0))
+    outcome = run_group(spec(tmp_path, "rank0_barrier", deadline=deadline))
     elapsed = time.monotonic() - start
     assert outcome.timed_out and not outcome.stuck_after_failure
-    assert elapsed < 2.0 + 4.0, elapsed
+    assert elapsed < deadline + STACK_GRACE + pace(2.0), (elapsed, pace)
     hung, finished = outcome.ranks
     assert hung.status == "hung" and finished.status == "ok"
     assert "in barrier" in hung.stack and "rank0_barrier" in hung.stack
@@ -64,9 +73,9 @@ def test_hang_yields_every_rank_stack_within_the_deadline(tmp_path):
     assert not any(alive(r.pid) for r in outcome.ranks)
 
 
-def test_hang_yields_the_collective_each_rank_waits_in_even_when_cpp_issued_it(tmp_path):
+def test_hang_yields_the_collective_each_rank_waits_in_even_when_cpp_issued_it(tmp_path, pace):
     prestart(wait=True)
-    outcome = run_group(spec(tmp_path, "ddp_backward_vs_barrier", deadline=2.0))
+    outcome = run_group(spec(tmp_path, "ddp_backward_vs_barrier", deadline=pace(2.0)))
     assert outcome.timed_out
     recordings = {r.rank: Recording.parse(r.collectives) for r in outcome.ranks}
     in_backward, in_barrier = recordings[0].blocked, recordings[1].blocked
@@ -78,38 +87,37 @@ def test_hang_yields_the_collective_each_rank_waits_in_even_when_cpp_issued_it(t
         f"collectives part at #{in_barrier.seq}: rank 0 all_reduce, rank 1 barrier")
 
 
-def test_a_job_that_turns_the_flight_recorder_off_keeps_it_off(tmp_path):
+def test_a_job_that_turns_the_flight_recorder_off_keeps_it_off(tmp_path, pace):
     prestart(wait=True)
-    outcome = run_group(spec(tmp_path, "ddp_backward_vs_barrier", deadline=2.0, env={"TORCH_FR_BUFFER_SIZE": "0"}))
+    outcome = run_group(spec(tmp_path, "ddp_backward_vs_barrier", deadline=pace(2.0), env={"TORCH_FR_BUFFER_SIZE": "0"}))
     assert outcome.timed_out
     recordings = [Recording.parse(r.collectives) for r in outcome.ranks]
     assert all(r is not None and r.collectives == () for r in recordings)
 
 
-def test_a_killed_rank_is_reported_as_crashed_and_its_peer_fails_fast(tmp_path):
-    outcome = run_group(spec(tmp_path, "rank1_sigkill", deadline=30.0))
+def test_a_killed_rank_is_reported_as_crashed_and_its_peer_fails_fast(tmp_path, pace):
+    outcome = run_group(spec(tmp_path, "rank1_sigkill", deadline=pace(30.0)))
     peer, killed = outcome.ranks
     assert killed.status == "crashed" and killed.signal == signal.SIGKILL
     assert peer.status == "failed"  # gloo: "connection reset by peer"
-    assert outcome.elapsed < 10
+    assert outcome.elapsed < pace(10.0), (outcome.elapsed, pace)
 
 
-def test_a_raising_rank_fails_and_a_stuck_peer_is_cut_after_the_grace(tmp_path):
-    outcome = run_group(spec(tmp_path, "rank1_raises", deadline=60.0, failure_grace=1.0))
+def test_a_raising_rank_fails_and_a_stuck_peer_is_cut_after_the_grace(tmp_path, pace):
+    outcome = run_group(spec(tmp_path, "rank1_raises", deadline=pace(60.0), failure_grace=1.0))
     stuck, raised = outcome.ranks
     assert raised.status == "failed" and "planted failure on rank 1" in raised.log_text()
     # The raising rank stays alive like a real process would, so its peer
     # stays blocked in the barrier instead of being rescued by a socket reset.
     assert stuck.status == "hung" and outcome.stuck_after_failure
-    assert outcome.elapsed < 10
+    assert outcome.elapsed < pace(10.0), (outcome.elapsed, pace)
 
 
-def test_grandchildren_die_with_their_rank(tmp_path):
-    outcome = run_group(spec(tmp_path, "spawn_sleeper_and_hang", deadline=3.0))
+def test_grandchildren_die_with_their_rank(tmp_path, pace):
+    outcome = run_group(spec(tmp_path, "spawn_sleeper_and_hang", deadline=pace(3.0)))
     assert outcome.timed_out
     children = [int((tmp_path / f"child{r}").read_text()) for r in range(2)]
-    time.sleep(0.2)
-    assert not any(alive(pid) for pid in children)
+    assert survivors(children, within=pace(1.0)) == []
 
 
 @pytest.mark.parametrize("world_size", [0, 9])
@@ -125,9 +133,14 @@ def test_an_entry_that_does_not_import_is_a_launch_error(tmp_path):
     assert run_group(spec(tmp_path / "after", "all_reduce")).ok  # the server survived
 
 
+# Ctrl-C raises KeyboardInterrupt as in a terminal, even when the suite was
+# started in the background (`make test &`, nohup, some CI runners): those
+# start it with SIGINT ignored, every child inherits that, and a harness that
+# ignores SIGINT rightly never ends on one.
 HARNESS = textwrap.dedent(
     """
-    import sys
+    import signal, sys
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from ckpt_harness.launch import GroupSpec, run_group
     print("harness up", flush=True)
     run_group(GroupSpec(world_size=2, entry="tests.entries:hang_forever", payload=None,
@@ -138,28 +151,57 @@ HARNESS = textwrap.dedent(
 
 @pytest.mark.parametrize("how", [signal.SIGKILL, signal.SIGINT])
 def test_no_rank_outlives_its_harness(tmp_path, how):
-    """SIGKILL runs no cleanup at all: the kernel's parent-death signal does it."""
+    """SIGKILL runs no cleanup at all: the kernel's parent-death signal does it.
+
+    Going may take the harness as long as starting its ranks took it (a fresh
+    interpreter, a fork server importing torch), twice over: on a quiet box
+    that is 0.3 s against 3 s, and load slows both alike.
+    """
+    start = time.monotonic()
     harness = subprocess.Popen(
         [sys.executable, "-c", HARNESS, str(tmp_path)],
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
-        deadline = time.monotonic() + 60
         while not all((tmp_path / f"started{r}").exists() for r in range(2)):
-            assert time.monotonic() < deadline, "ranks never started"
+            assert time.monotonic() < start + STARTUP_TIMEOUT, "ranks never started"
             assert harness.poll() is None, "harness died early"
             time.sleep(0.05)
+        budget = 2 * (time.monotonic() - start)
         ranks = [int((tmp_path / f"started{r}").read_text()) for r in range(2)]
         server = next(p for p in _processes_mentioning(str(harness.pid)) if p not in ranks)
         harness.send_signal(how)
-        harness.wait(timeout=15)
-        deadline = time.monotonic() + 5
-        while any(alive(p) for p in [*ranks, server]):
-            assert time.monotonic() < deadline, f"left running: {[p for p in [*ranks, server] if alive(p)]}"
-            time.sleep(0.05)
+        assert survivors([harness.pid], within=budget) == [], f"harness still running {budget:.1f} s after {how!r}"
+        assert survivors([*ranks, server], within=budget) == []
     finally:
         harness.kill()
         harness.wait()
+
+
+def test_the_harness_never_imports_torch(tmp_path):
+    """Torch is the fork server's and the ranks': the harness stays quick to
+    start, and to end, which is what a Ctrl-C waits for."""
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from ckpt_harness.launch import GroupSpec, run_group
+        assert run_group(GroupSpec(world_size=2, entry="tests.entries:all_reduce", payload=None,
+                                   run_dir={str(tmp_path)!r}, deadline={STARTUP_TIMEOUT})).ok
+        print(sorted(m for m in sys.modules if m.partition(".")[0] == "torch")[:3])
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=2 * STARTUP_TIMEOUT)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def survivors(pids: list[int], within: float) -> list[int]:
+    """Those of `pids` still alive after waiting up to `within` seconds for them to go."""
+    until = time.monotonic() + within
+    while (left := [p for p in pids if alive(p)]) and time.monotonic() < until:
+        time.sleep(0.05)
+    return left
 
 
 def _processes_mentioning(word: str) -> list[int]:

@@ -79,16 +79,17 @@ def test_world_sizes_option_parametrizes_tests_without_a_marker(pytester, import
     result.stdout.fnmatch_lines(["*test_sizes?ws1?*", "*test_sizes?ws3?*"])
 
 
-def test_timeout_option_reaches_the_fixture(pytester, importable):
+def test_timeout_option_reaches_the_fixture(pytester, importable, pace):
+    timeout = pace(2.0)  # long enough to reach the final save
     pytester.makepyfile(
-        """
+        f"""
         def test_hang(ckpt):
             report = ckpt.verify("tests.planted.jobs:Rank0BarrierInFinalSave", steps=2)
             assert "hang" in report.results[0].summary
-            assert report.elapsed < 20  # the default of 60 s did not apply
+            assert "--timeout {timeout!r}" in report.results[0].repro  # the default of 60 s did not apply
         """
     )
-    pytester.runpytest_subprocess("--ckpt-timeout=2", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    pytester.runpytest_subprocess(f"--ckpt-timeout={timeout!r}", "-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
 def test_ckpt_job_runs_the_builtin_catalogue_against_a_users_job(pytester, importable):

@@ -6,7 +6,6 @@ import pytest
 
 from ckpt_harness import Job, Verdict, verify
 from ckpt_harness.errors import ConfigError, JobError
-from ckpt_harness.launch import prestart
 
 
 @pytest.mark.ckpt(world_size=[1, 2, 4], steps=6, save_every=2)
@@ -65,22 +64,21 @@ def test_plain_ddp_without_a_bucket_rebuild_resumes_bitwise(ckpt):
     ckpt.verify("tests.planted.jobs:PlainDDPNoRebuild", world_size=3, steps=4).assert_ok()
 
 
-def test_rank0_only_barrier_in_final_save_is_reported_as_a_hang(ckpt):
-    prestart(wait=True)  # time the hang, not the fork server's torch import
-    report = ckpt.verify("tests.planted.jobs:Rank0BarrierInFinalSave", world_size=2, steps=4, timeout=3)
+def test_rank0_only_barrier_in_final_save_is_reported_as_a_hang(ckpt, pace):
+    timeout = pace(3.0)  # long enough to reach the final save
+    report = ckpt.verify("tests.planted.jobs:Rank0BarrierInFinalSave", world_size=2, steps=4, timeout=timeout)
     (live,) = report.results
     assert live.verdict is Verdict.FAIL
     assert "hang" in live.summary
     assert "rank 0 waiting in barrier" in live.summary and "in save()" in live.summary
     assert "rank 1 finished" in live.summary
     assert "rank 0 stack" in live.details and "rank 1 stack" in live.details
-    assert report.elapsed < 3 + 5  # deadline plus a few seconds
+    assert report.elapsed < timeout + pace(5.0)  # the deadline and a few seconds
 
 
-def test_hang_in_ddps_cpp_all_reduce_names_both_collectives_and_where_the_ranks_part(ckpt):
-    prestart(wait=True)
+def test_hang_in_ddps_cpp_all_reduce_names_both_collectives_and_where_the_ranks_part(ckpt, pace):
     report = ckpt.verify("tests.planted.jobs:Rank1BarrierAfterSaveWhileRank0Trains", world_size=2, steps=4,
-                         timeout=3)
+                         timeout=pace(3.0))
     (live,) = report.results
     assert live.verdict is Verdict.FAIL and "hang" in live.summary, live.summary
     seq = re.search(r"rank 1 waiting in barrier #(\d+) called from jobs.py:\d+ in save\(\) during save 2",
@@ -100,14 +98,14 @@ def test_a_run_without_a_hang_makes_no_collective_claims(tmp_path):
     assert not list(tmp_path.rglob("rank*.collectives"))
 
 
-def test_setup_failing_on_one_rank_names_the_rank_error_and_log(ckpt):
-    prestart(wait=True)
-    report = ckpt.verify("tests.planted.jobs:SetupFailsOnRank1", world_size=2, steps=4, timeout=30)
+def test_setup_failing_on_one_rank_names_the_rank_error_and_log(ckpt, pace):
+    timeout = pace(30.0)
+    report = ckpt.verify("tests.planted.jobs:SetupFailsOnRank1", world_size=2, steps=4, timeout=timeout)
     (live,) = report.results
     assert live.verdict is Verdict.ERROR  # the job cannot start: nothing about its checkpoints
     assert "rank 1 raised RuntimeError in setup: dataset shard 1 is missing" in live.summary
     assert "rank1.log" in live.details
-    assert report.elapsed < 15  # the stuck peer is cut after the failure grace, not at 30 s
+    assert report.elapsed < pace(15.0)  # the stuck peer is cut after the failure grace, not at the deadline
 
 
 def test_nondeterministic_job_is_unknown_not_blamed_on_the_checkpoint(ckpt):

@@ -246,8 +246,18 @@ def main(argv: list[str]) -> None:
     # What is imported now lives as long as the server: out of the collector's
     # sight, so no forked rank pays for (or copies pages by) walking it.
     gc.freeze()
-    _wire.send(sock, {"op": "ready", "pid": os.getpid(), "torch": torch.__version__})
+    # str(): torch.__version__ is a TorchVersion, and unpickling one imports
+    # torch into the harness (a second of CPU there, and as much again in
+    # its finalization, which is what a Ctrl-C waits for).
+    _wire.send(sock, {"op": "ready", "pid": os.getpid(), "torch": str(torch.__version__)})
     Zygote(sock).serve()
+    # The ranks are killed; nothing of ours is left to clean up. Finalizing an
+    # interpreter that holds torch costs a second of CPU or more, and the
+    # harness waits for it on every exit, Ctrl-C included: on a loaded
+    # machine that wait made Ctrl-C take longer than a user will sit through.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
