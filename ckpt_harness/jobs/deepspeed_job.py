@@ -64,13 +64,13 @@ on a bare `AssertionError` in DeepSpeed's checkpoint loader that names no file
 (atomic FAIL). This job passes such errors through as a DeepSpeed user sees
 them rather than smoothing them over.
 
-Importing this module is cheap: deepspeed is imported in `setup`. The warm
-fork server imports it once (`preload`), and also loads DeepSpeed's CPU
-shared-memory comm op, which `deepspeed.comm` builds with gcc on first use (a
-few minutes on a cold machine, cached under ~/.cache/torch_extensions after
-that): the zygote imports this module with `CKPT_HARNESS_DEEPSPEED_WARM=1`
-from `env`, so forked ranks find the op loaded instead of each loading (or
-building) it inside their deadline.
+Importing this module is cheap: deepspeed is imported in `setup`. DeepSpeed's
+CPU shared-memory comm op is built with gcc on first use (a few minutes on a
+cold machine, under `TORCH_EXTENSIONS_DIR`, one per interpreter): `jit_ops`
+names it, so the harness builds it in a process of its own before any
+deadline starts (`ckpt_harness.jit`). The warm fork server then imports this
+module (`preload`) with `CKPT_HARNESS_DEEPSPEED_WARM=1` from `env` and loads
+the built op once, so forked ranks find it loaded.
 """
 
 from __future__ import annotations
