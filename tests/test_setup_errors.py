@@ -122,8 +122,10 @@ def test_ctrl_c_of_explore_is_one_line_and_leaves_no_workdir(tmp_path):
     tmp.mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["TMPDIR"] = str(tmp)
+    # As a terminal starts it: a suite started in the background inherits SIGINT ignored.
     proc = subprocess.Popen([sys.executable, "-m", "ckpt_harness.cli", "explore", "--job", "torch_save", "--quiet"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not list(tmp.glob("ckpt-harness-*/golden/run/rank0.log")):  # well into the work
