@@ -149,7 +149,8 @@ class Run:
 
     @classmethod
     def collect(cls, name: str, run_dir: Path, outcome: GroupOutcome) -> "Run":
-        ranks = [RankRun(r, read_records(run_dir, r.rank), trace.read_events(trace_path(run_dir, r.rank)))
+        ranks = [RankRun(r, read_records(run_dir, r.rank), _until(trace.read_events(trace_path(run_dir, r.rank)),
+                                                                   outcome.stopped_at))
                  for r in outcome.ranks]
         return cls(name, run_dir, outcome, ranks)
 
@@ -193,3 +194,11 @@ class Run:
     def created_in(self, phase: str) -> set[str]:
         """Paths any rank created or renamed into place during `phase`."""
         return trace.created_in(self.events(), phase)
+
+
+def _until(events: list[Event], stopped_at: Optional[float]) -> list[Event]:
+    """The events of a rank up to when the harness stopped watching it: a
+    deadline is judged by where each rank was then, not by how far it got
+    while dumping its stack (a run cut at once must not read as a hang in a
+    save it reached during the stack grace)."""
+    return events if stopped_at is None else [e for e in events if e.t <= stopped_at]

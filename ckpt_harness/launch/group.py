@@ -136,6 +136,10 @@ class GroupOutcome:
     timed_out: bool
     elapsed: float
     stuck_after_failure: bool = False
+    #: When the watch ended (`time.monotonic()`, one clock for every process
+    #: here): ranks run on while they dump their stacks, so what they did
+    #: after it is not where the harness found them.
+    stopped_at: Optional[float] = None
 
     @property
     def ok(self) -> bool:
@@ -240,15 +244,16 @@ class _GroupRun:
             for r, pid in enumerate(spawned["pids"])
         ]
         start = time.monotonic()
-        timed_out = False
+        timed_out, stopped_at = False, None
         try:
             timed_out = not self._watch(start, start + spec.deadline)
             if timed_out:
+                stopped_at = time.monotonic()
                 self._collect_stacks()
         finally:
             self._teardown()
-        stuck = timed_out and time.monotonic() - start < spec.deadline
-        return GroupOutcome(self.ranks, timed_out, time.monotonic() - start, stuck)
+        stuck = timed_out and (stopped_at or 0) - start < spec.deadline
+        return GroupOutcome(self.ranks, timed_out, time.monotonic() - start, stuck, stopped_at)
 
     def _spawn_request(self, run_dir: Path, store: Path) -> dict:
         spec = self.spec
