@@ -309,8 +309,6 @@ class _Model:
         self.fids: dict[str, _Inode] = {}
         #: rank -> (phase, point) of an operation a fault stopped before it ran
         self.faulted: dict[int, tuple[str, int]] = {}
-        #: whether any fsync happened (ordered mode commits every entry at one)
-        self.any_fsync = False
         self._load(start)
 
     # -- start state: fully durable ------------------------------------------
@@ -459,7 +457,7 @@ class _Model:
                 f"fsync says is_dir={e['is_dir']} but the path is a "
                 f"{'directory' if node.is_dir else 'file'}: {_describe(e)}"
             )
-        self.any_fsync = node.synced = True
+        node.synced = True
         if self.mode == "ordered":
             for d in self.dirs:  # the journal commit: every entry operation so far
                 d.commit_entries()
