@@ -59,9 +59,9 @@ def fault_points(events_by_rank: Mapping[int, Sequence[Event]], where: Union[str
     """Every operation of phase(s) `where` on every rank, writes sampled per file.
 
     Of each run of consecutive writes to one file, the first, the middle and
-    the last are points: torch.save alone issues hundreds of small writes per
-    file, and a crash between two of them differs only in the length of the
-    prefix left behind.
+    the last of the job's buffered writes and of the kernel writes are
+    points: torch.save alone issues hundreds of small writes per file, and a
+    crash between two of them differs only in how much of the file is left.
     """
     phases = {where} if isinstance(where, str) else set(where)
     points = []
@@ -71,16 +71,20 @@ def fault_points(events_by_rank: Mapping[int, Sequence[Event]], where: Union[str
         runs: list[list[tuple[Event, int]]] = []
         for e, index in ops:
             first = runs[-1][0][0] if runs else None
-            if e.kind is EventKind.WRITE and first is not None and first.kind is EventKind.WRITE \
+            if e.kind in _WRITES and first is not None and first.kind in _WRITES \
                     and first.fields["fid"] == e.fields["fid"]:
                 runs[-1].append((e, index))
             else:
                 runs.append([(e, index)])
         for run in runs:
-            chosen = run if run[0][0].kind is not EventKind.WRITE else sorted(
-                {i: (e, i) for e, i in (run[0], run[len(run) // 2], run[-1])}.values(), key=lambda ei: ei[1])
+            chosen = run if run[0][0].kind not in _WRITES else sorted(
+                {i: (e, i) for kind in _WRITES for same in [[ei for ei in run if ei[0].kind is kind]] if same
+                 for e, i in (same[0], same[len(same) // 2], same[-1])}.values(), key=lambda ei: ei[1])
             points += [Point(rank, e.phase, i, e.kind.value, e.target, e.caller) for e, i in chosen]
     return points
+
+
+_WRITES = (EventKind.BUFFERED_WRITE, EventKind.WRITE)
 
 
 class BaselineFailed(Exception):
@@ -162,7 +166,7 @@ def unseen_warning(unseen: Sequence[str], limit: int = 3) -> str:
     """What a person must know when a save wrote past the probes."""
     shown = ", ".join(unseen[:limit]) + (f" and {len(unseen) - limit} more" if len(unseen) > limit else "")
     return (f"exploration did not see writes to {shown}: written through a channel the probes cannot see "
-            "(os.write on a raw descriptor, mmap or native code), so no fault or power loss touched those "
+            "(mmap, sendfile, or native code not routed through Python), so no fault or power loss touched those "
             "bytes; write them through open()/torch.save to have them explored")
 
 

@@ -74,6 +74,7 @@ def file_ops_with_fault(info, payload):
         os.makedirs(ckpt / "step", exist_ok=True)
         with open(ckpt / "step" / "blob.tmp", "wb") as f:
             result["written"] = f.write(b"x" * 1000)
+            f.flush()
             os.fsync(f.fileno())
         os.replace(ckpt / "step" / "blob.tmp", ckpt / "step" / "blob")
         torch.save({"w": torch.ones(3)}, ckpt / "step" / "model.pt")  # a path: routed through open()
@@ -90,3 +91,110 @@ def report_layout(info, payload):
     Path(info.run_dir, f"layout{info.rank}").write_text(
         " ".join(os.environ[k] for k in keys) + f" {info.local_rank} {info.node}"
     )
+
+
+# -- probes keep the job's buffering (tests/test_probe_fidelity.py) ---------------------------
+def _install_probes(info, payload):
+    from ckpt_harness.inject import probes
+
+    ckpt = Path(payload["ckpt"])
+    ckpt.mkdir(parents=True, exist_ok=True)
+    probes.install(str(Path(info.run_dir, f"rank{info.rank}.trace")), info.rank, ckpt_dir=str(ckpt),
+                   faults=tuple(payload.get("faults", ())),
+                   data_log=str(Path(info.run_dir, f"rank{info.rank}.data")))
+    probes.set_phase("save 1")
+    return ckpt
+
+
+def _write_patterns(directory: Path) -> dict:
+    """Each pattern's file size after every call: when the kernel got bytes."""
+    import io
+
+    def sizes(name, mode, calls, **kwargs):
+        path = directory / name
+        seen = []
+        f = open(path, mode, **kwargs)
+        kinds = [type(f).__mro__[i].__name__ for i in range(len(type(f).__mro__))]
+        for call in calls:
+            call(f)
+            seen.append(os.stat(path).st_size)
+        f.close()
+        seen.append(os.stat(path).st_size)
+        return {"sizes": seen, "io": [k for k in kinds if k in ("BufferedWriter", "BufferedRandom", "TextIOWrapper",
+                                                                "FileIO")],
+                "buffered": isinstance(f, (io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper))}
+
+    small = [lambda f: f.write(b"s" * 100)] * 50
+    return {
+        "default": sizes("default.bin", "wb", [*small, lambda f: f.write(b"L" * 10000), lambda f: f.write(b"t" * 10),
+                                               lambda f: f.flush()]),
+        "sized": sizes("sized.bin", "wb", [lambda f: f.write(b"a" * 10), lambda f: f.write(b"b" * 60),
+                                           lambda f: f.write(b"c" * 100)], buffering=64),
+        "unbuffered": sizes("raw.bin", "wb", [lambda f: f.write(b"r" * 10)] * 3, buffering=0),
+        "text": sizes("text.txt", "w", [lambda f: f.write("x" * 3000), lambda f: f.write("y" * 9000),
+                                        lambda f: f.write("z\n")]),
+        "lines": sizes("lines.txt", "w", [lambda f: f.write("one"), lambda f: f.write(" line\n")], buffering=1),
+        "random": sizes("random.bin", "w+b", [lambda f: f.write(b"q" * 100), lambda f: f.seek(0),
+                                              lambda f: f.read(10), lambda f: f.write(b"Q" * 10)]),
+    }
+
+
+def buffering_as_unprobed(info, payload):
+    """The same writes outside the checkpoint dir (unprobed) and under it."""
+    import json
+
+    ckpt = _install_probes(info, payload)
+    outside = Path(info.run_dir, "outside")
+    outside.mkdir()
+    result = {"unprobed": _write_patterns(outside), "probed": _write_patterns(ckpt)}
+    Path(info.run_dir, "result.json").write_text(json.dumps(result))
+
+
+def fsync_before_flush(info, payload):
+    """DCP's metadata commit: pickle into a buffered file, fsync, close,
+    rename, fsync the directory; `flush` adds the flush it lacks, `reopen`
+    an fsync of the renamed file through a read-only descriptor."""
+    import pickle
+
+    ckpt = _install_probes(info, payload)
+    with open(ckpt / "meta.tmp", "wb") as f:
+        pickle.dump({"shards": list(range(100))}, f)
+        if payload.get("flush"):
+            f.flush()
+        os.fsync(f.fileno())
+    os.rename(ckpt / "meta.tmp", ckpt / "meta")
+    if payload.get("reopen"):  # vouch for the file after the fact, through a descriptor opened to read
+        with open(ckpt / "meta", "rb") as f:
+            os.fsync(f.fileno())
+    fd = os.open(ckpt, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+
+
+def raw_descriptor_writes(info, payload):
+    """`os.open`/`os.write`/`os.pwrite` on a descriptor, as native-minded savers write."""
+    ckpt = _install_probes(info, payload)
+    fd = os.open(ckpt / "raw.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.write(fd, b"a" * 1000)
+    os.pwrite(fd, b"b" * 10, 2000)
+    os.fsync(fd)
+    os.close(fd)
+
+
+def native_savers(info, payload):
+    """torch.save and safetensors' save_file to a path, outside the checkpoint dir and under it."""
+    ckpt = _install_probes(info, payload)
+    outside = Path(info.run_dir, "outside")
+    outside.mkdir()
+    torch.manual_seed(0)
+    state = {"big": torch.randn(64, 64), "small": torch.arange(10), "empty": torch.zeros(0)}
+    for directory in (outside, ckpt):
+        torch.save(state, directory / "model.pt")
+    with open(outside / "through-python.pt", "wb") as f:
+        torch.save(state, f)
+    try:
+        from safetensors.torch import save_file
+    except ImportError:
+        return
+    for directory in (outside, ckpt):
+        save_file(state, directory / "model.safetensors", metadata={"step": "1"})

@@ -30,10 +30,11 @@ def test_probes_record_file_operations_relative_to_the_checkpoint_dir(tmp_path):
     rank, result, events, _ = run(tmp_path)
     assert rank.status == "ok" and result == {"written": 1000, "finished": True}
     ops = [(e["kind"], e.get("path") or f"{e['src']} -> {e['dst']}") for e in events if "point" in e]
-    assert ops[:5] == [
+    assert ops[:6] == [
         ("mkdir", "step"),
         ("open", "step/blob.tmp"),
-        ("write", "step/blob.tmp"),
+        ("buffered-write", "step/blob.tmp"),  # the job's write(), into its buffer
+        ("write", "step/blob.tmp"),  # the flush: the bytes reach the kernel
         ("fsync", "step/blob.tmp"),
         ("rename", "step/blob.tmp -> step/blob"),
     ]
@@ -44,26 +45,26 @@ def test_probes_record_file_operations_relative_to_the_checkpoint_dir(tmp_path):
 
 
 def test_crash_before_an_operation_leaves_it_undone(tmp_path):
-    rank, result, events, _ = run(tmp_path, at("crash", 4))  # the rename
+    rank, result, events, _ = run(tmp_path, at("crash", 5))  # the rename
     assert rank.status == "crashed" and rank.signal == 9 and not result
     assert (tmp_path / "ckpt/step/blob.tmp").exists() and not (tmp_path / "ckpt/step/blob").exists()
     assert any(e["kind"] == "fault" for e in events)
 
 
 def test_crash_after_an_operation_leaves_it_done(tmp_path):
-    rank, _, _, _ = run(tmp_path, at("crash-after", 4))
+    rank, _, _, _ = run(tmp_path, at("crash-after", 5))
     assert rank.status == "crashed"
     assert (tmp_path / "ckpt/step/blob").exists()
 
 
 def test_crash_mid_write_leaves_a_prefix(tmp_path):
-    rank, _, _, _ = run(tmp_path, at("crash-mid", 2))
+    rank, _, _, _ = run(tmp_path, at("crash-mid", 3))
     assert rank.status == "crashed"
     assert (tmp_path / "ckpt/step/blob.tmp").read_bytes() == b"x" * 500
 
 
 def test_torn_write_reports_success_but_lands_a_prefix(tmp_path):
-    rank, result, events, _ = run(tmp_path, at("torn", 2))
+    rank, result, events, _ = run(tmp_path, at("torn", 3))
     assert rank.status == "ok" and result["written"] == 1000
     assert (tmp_path / "ckpt/step/blob").read_bytes() == b"x" * 500
     write = next(e for e in events if e["kind"] == "write")
@@ -71,16 +72,17 @@ def test_torn_write_reports_success_but_lands_a_prefix(tmp_path):
     assert (tmp_path / "run/rank0.data").read_bytes()[:500] == b"x" * 500
 
 
-@pytest.mark.parametrize("kind, index, code", [("eio", 2, "EIO"), ("enospc", 2, "ENOSPC"), ("enospc", 0, "ENOSPC"),
-                                               ("eio", 3, "EIO"), ("eio", 4, "EIO")])
+@pytest.mark.parametrize("kind, index, code", [("eio", 3, "EIO"), ("enospc", 3, "ENOSPC"), ("enospc", 0, "ENOSPC"),
+                                               ("eio", 4, "EIO"), ("eio", 5, "EIO")])
 def test_errno_faults_raise_with_the_right_errno(tmp_path, kind, index, code):
     rank, result, _, _ = run(tmp_path, at(kind, index))
+    # a kernel write's error surfaces where the job flushes, after its write() returned
     assert rank.status == "ok" and result == {"errno": code, "finished": True} | (
         {"written": 1000} if index > 2 else {})
 
 
 def test_error_raises_an_exception_naming_the_operation(tmp_path):
-    rank, _, _, _ = run(tmp_path, at("error", 4))
+    rank, _, _, _ = run(tmp_path, at("error", 5))
     assert rank.status == "failed"
     assert "ckpt_harness injected an error into rename step/blob.tmp -> step/blob" in rank.log_text()
 
@@ -92,14 +94,14 @@ def test_delay_sleeps_then_goes_on(tmp_path):
 
 def test_hang_blocks_until_the_deadline(tmp_path, pace):
     spec = GroupSpec(world_size=1, entry="tests.entries:file_ops_with_fault", run_dir=tmp_path / "run",
-                     payload={"ckpt": str(tmp_path / "ckpt"), "faults": [at("hang", 3)]}, deadline=pace(1.5))
+                     payload={"ckpt": str(tmp_path / "ckpt"), "faults": [at("hang", 4)]}, deadline=pace(1.5))
     outcome = run_group(spec)
     assert outcome.timed_out and outcome.ranks[0].status == "hung"
     assert "file_ops_with_fault" in outcome.ranks[0].stack
 
 
 def test_two_faults_fire_in_one_run(tmp_path):
-    rank, result, events, _ = run(tmp_path, at("torn", 2), at("eio", 4))
+    rank, result, events, _ = run(tmp_path, at("torn", 3), at("eio", 5))
     assert [e["fault"] for e in events if e["kind"] == "fault"] == ["torn", "eio"]
     assert result["errno"] == "EIO"
 

@@ -89,7 +89,7 @@ was missing, so a refused or older resume points at the line to fix.
 
 One tolerance: a durable graph with a directory cycle (reachable only
 through strict-mode rename halves) drops the entry that closes the cycle.
-Not modelled: hard links, symlinks, ftruncate, `os.write` on raw descriptors.
+Not modelled: hard links, symlinks, ftruncate, mmap.
 """
 
 from __future__ import annotations
@@ -121,6 +121,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "close": ("fid",),
 }
 FS_KINDS = tuple(FIELDS)
+#: Recorded operations with no file-system effect of their own: the job's
+#: write() into its buffer; its bytes reach the file, if ever, as a later "write".
+NO_EFFECT = ("buffered-write",)
 
 #: Fault kinds (trace "fault" events) after which the faulted operation, recorded
 #: right after the fault, still takes place (as recorded: a torn write records
@@ -371,6 +374,8 @@ class _Model:
                 if field not in event:
                     raise DurabilityError(f"{kind} event without field {field!r}: {_describe(event)}")
             getattr(self, "on_" + kind)(event)
+        elif kind in NO_EFFECT:
+            return
         elif any(field in event for field in _FS_FIELDS):
             raise DurabilityError(
                 f"file-system event of a kind the durability model does not know: {_describe(event)}"

@@ -20,14 +20,17 @@ from typing import Optional
 from ckpt_harness import phase
 
 #: Operations that are fault points, by trace event kind.
-FILE_OPS = ("open", "write", "fsync", "rename", "unlink", "mkdir", "rmdir", "rmtree")
+#: "write" is a write(2), "buffered-write" the job's write() into its buffer
+#: (see `inject.files`); the kinds below that name "write" act on the bytes
+#: that reach the file.
+FILE_OPS = ("open", "buffered-write", "write", "fsync", "rename", "unlink", "mkdir", "rmdir", "rmtree")
 OPS = ("collective", *FILE_OPS)
 
 #: kind -> operations it applies to, and a line for `--help` and reports.
 KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     "crash": (OPS, "SIGKILL the rank just before the operation"),
     "crash-after": (OPS, "SIGKILL the rank right after the operation"),
-    "crash-mid": (("write",), "SIGKILL the rank halfway through a write: a prefix stays on disk"),
+    "crash-mid": (("write",), "SIGKILL the rank halfway through a kernel write: a prefix stays on disk"),
     # Not at collectives: a collective that raises on one rank only is not
     # physical (a broken transport fails the peers too), and a rank that
     # dies there is `crash`.

@@ -1,21 +1,43 @@
 """File-operation probes under the checkpoint directory.
 
-Wrapped: `open`/`io.open` for writing (so `pathlib` too) and each write,
-`os.fsync`/`os.fdatasync`, `os.rename`/`os.replace` (so `Path.rename` and
-`Path.replace`), `os.unlink`/`os.remove`, `os.mkdir` (so `os.makedirs` and
-`Path.mkdir`), `os.rmdir`, `shutil.rmtree`, and the savers that write from
-native code — `torch.save` to a path and `safetensors.torch.save_file` — which
-are routed through a Python file object so every byte is seen, can be torn,
-and can be tracked for durability.
+The probes observe; they do not change how the job writes. A file opened for
+writing under the checkpoint directory gets the same stack `open` would
+build — a raw file, the buffer of the size `open` would pick, a text layer —
+with two observation points:
 
-In a rank with faults armed, files opened for writing under the checkpoint
-directory are unbuffered, so a write the job made is in the kernel when the
-next operation starts and a crash point means exactly what it names; other
-ranks keep the job's own buffering. Everything outside the checkpoint
-directory, and every read, takes the original path untouched.
-`shutil.copyfile` copies through the probed file object, not `os.sendfile`.
-Not seen: `os.write` on raw descriptors and `mmap` (an exploration warns
-about files holding bytes no probe saw: `trace.unseen_writes`).
+* **the job's `write()` calls** (``buffered-write``), on the object handed to
+  the job: a crash there loses what is still in the buffer, as it would;
+* **the kernel writes** (``write``), on the raw file under the buffer and on
+  `os.write`/`os.pwrite` to a descriptor from `os.open`: the bytes, in the
+  order and sizes the kernel gets them. Only these change the file, so only
+  these are what the durability model replays and what a power loss keeps.
+
+An fsync therefore lands in the trace where it really runs: `pickle.dump`
+into a buffered file followed by `os.fsync` records the fsync *before* the
+write that reaches the kernel at `close()`, which is the bug it is.
+
+Also wrapped: `os.fsync`/`os.fdatasync` of any descriptor under the
+checkpoint directory (a directory, or a file opened only to read is found
+where it is now through `/proc/self/fd`), `os.rename`/`os.replace` (so
+`Path.rename` and `Path.replace`), `os.unlink`/`os.remove`, `os.mkdir` (so
+`os.makedirs` and `Path.mkdir`), `os.rmdir`, `shutil.rmtree`.
+
+The savers that write from native code are routed through a probed Python
+file of their native buffer size (8 KiB), so every byte is seen:
+- `safetensors.torch.save_file` (natively a Rust `BufWriter` fed the header
+  length, the header and each tensor) gets the same pieces: the same bytes;
+- `torch.save` to a path (natively a libstdc++ `ofstream`) writes what torch
+  writes to any Python file: the same records, named `archive/…` instead of
+  after the file's stem, which `torch.load` does not read.
+Where a large record follows buffered bytes, the native writers hand both
+to the kernel in one call and the probed file in two, so a crash in the
+middle of a kernel write cuts within one buffer of where it would natively.
+`shutil.copyfile` copies through `write()`, not `os.sendfile`.
+
+Not seen: `mmap`, `sendfile`, `os.writev`, `ftruncate` (an exploration warns
+about files holding bytes no probe saw: `trace.unseen_writes`). Everything
+outside the checkpoint directory, and every read, takes the original path
+untouched.
 """
 
 from __future__ import annotations
@@ -26,12 +48,21 @@ import io
 import itertools
 import os
 import shutil
+import stat
+import warnings
 from typing import Any, Callable, Optional
 
-from ckpt_harness.inject.faults import Fault, Injector, die
+from ckpt_harness.inject.faults import Injector, die
 from ckpt_harness.inject.probes import Tracer
+from ckpt_harness.inject.trace import EventKind
 
 _WRITE_MODES = frozenset("wax+")
+_WRITE = EventKind.WRITE.value
+_BUFFERED_WRITE = EventKind.BUFFERED_WRITE.value
+#: Bound before `install` wraps it: the data log is not the job's I/O.
+_os_write = os.write
+#: The buffer of libstdc++'s `ofstream` (BUFSIZ) and of Rust's `BufWriter`.
+NATIVE_BUFFER = 8192
 
 
 class _Files:
@@ -40,7 +71,11 @@ class _Files:
         self.root = os.path.abspath(root)
         self.real_root = os.path.realpath(root)
         self.fids = itertools.count()
-        self.by_fd: dict[int, tuple[Optional[str], str]] = {}  # fd -> (fid, relpath); fid None: a directory
+        #: Descriptors of files opened for writing: fd -> (fid, relpath). An
+        #: fsync of any other descriptor is located by `_path_of`.
+        self.by_fd: dict[int, tuple[str, str]] = {}
+        #: Descriptors from `os.open` for writing: fd -> the handle `os.write` reports through.
+        self.raw_fds: dict[int, _Handle] = {}
         self.data_fd = os.open(data_log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) if data_log else None
         self.data_size = 0
 
@@ -58,121 +93,170 @@ class _Files:
         return None
 
     def exact(self) -> bool:
-        """Whether writes must reach the kernel and the trace one by one: in a
-        rank with faults armed (a crash point must mean what it says) or
-        whose bytes the durability model will replay. Other ranks keep the
-        job's own buffering, as a real process would."""
+        """Whether each write must be its own trace event: in a rank with a
+        fault still armed (the write may be the one it fires at) or whose
+        bytes the durability model will replay. Other ranks record runs of
+        writes as one event (`Tracer.record_write`)."""
         return self.data_fd is not None or bool(self.tracer.injector.pending)
 
     def log_data(self, data: memoryview) -> Optional[list[int]]:
         if self.data_fd is None:
             return None
         offset = self.data_size
-        os.write(self.data_fd, data)
+        rest = data
+        while rest:  # one write(2) moves at most ~2 GiB
+            rest = rest[_os_write(self.data_fd, rest):]
         self.data_size += len(data)
         return [offset, len(data)]
 
+    def new_fid(self) -> str:
+        return f"r{self.tracer.rank}f{next(self.fids)}"
 
-class ProbedFile:
-    """A write-mode file under the checkpoint directory: each write is a point."""
 
-    def __init__(self, raw: Any, files: _Files, fid: str, rel: str):
-        self._raw = raw
-        self._files = files
-        self._fid = fid
-        self._rel = rel
-        self._exact = files.exact()
-        self._pos = raw.tell()
-        files.by_fd[raw.fileno()] = (fid, rel)
+class _Handle:
+    """One open file under the checkpoint directory, as both its layers report it."""
 
-    def write(self, data: Any) -> int:
-        if not self._exact:  # the fast path: count the point, extend the run
+    def __init__(self, files: _Files, fid: str, rel: str, append: bool):
+        self.files = files
+        self.fid = fid
+        self.rel = rel
+        self.append = append
+
+    def kernel_write(self, fd: int, data: Any, write: Callable[[memoryview], Optional[int]],
+                     offset: Optional[int] = None) -> Optional[int]:
+        """Record and perform one write(2) of `data` through `write`; a fault
+        armed here acts on the bytes that reach the file."""
+        if offset is None:
+            offset = os.fstat(fd).st_size if self.append else os.lseek(fd, 0, os.SEEK_CUR)
+        tracer, files = self.files.tracer, self.files
+        if not files.exact():  # the fast path: count the point, extend the run
             n = len(data) if type(data) is bytes else memoryview(data).nbytes
-            self._files.tracer.record_write(
-                {"fid": self._fid, "path": self._rel, "offset": self._pos, "n": n, "data": None}, batch=True
-            )
-            self._raw.write(data)
-            self._pos += n
-            return n
+            tracer.record_write(_WRITE, {"fid": self.fid, "path": self.rel, "offset": offset, "n": n, "data": None},
+                                batch=True)
+            return write(data)
         view = memoryview(data).cast("B")
         n = len(view)
-        tracer, files = self._files.tracer, self._files
         with tracer.lock:
             index = tracer.injector.point(tracer.phase)
-            fault = tracer.injector.armed(tracer.phase, index, "write")
+            fault = tracer.injector.armed(tracer.phase, index, _WRITE)
         lands = n // 2 if fault is not None and fault.kind in ("crash-mid", "torn") else n
-        tracer.record_write(
-            {"point": index, "fid": self._fid, "path": self._rel, "offset": self._pos, "n": lands,
-             "data": files.log_data(view[:lands])},
-            batch=False,
-        )
+        tracer.record_write(_WRITE, {"point": index, "fid": self.fid, "path": self.rel, "offset": offset,
+                                     "n": lands, "data": files.log_data(view[:lands])}, batch=False)
         if fault is not None and fault.kind not in ("crash-mid", "torn", "crash-after"):
-            Injector.before(fault, "write", self._rel)
-        self._write_all(view[:lands])
-        self._pos += lands
+            Injector.before(fault, _WRITE, self.rel)
+        if fault is not None and fault.kind == "torn":
+            while lands:
+                lands -= write(view[n // 2 - lands:n // 2]) or 0
+            return n  # the call reports success for bytes that never landed
+        written = write(view[:lands])
         if fault is not None and fault.kind in ("crash-mid", "crash-after"):
             die()
-        return n
+        return written
 
-    def seek(self, *args: Any) -> int:
-        position = self._raw.seek(*args)
-        self._pos = position
-        return position
+    def job_write(self, data: Any, write: Callable[[Any], int]) -> int:
+        """Record and perform the job's `write()` on a buffered or text file:
+        where the job acts, before any byte may reach the kernel."""
+        tracer, files = self.files.tracer, self.files
+        n = len(data) if type(data) in (bytes, str) else memoryview(data).nbytes
+        if not files.exact():
+            tracer.record_write(_BUFFERED_WRITE, {"fid": self.fid, "path": self.rel, "n": n}, batch=True)
+            return write(data)
+        with tracer.lock:
+            index = tracer.injector.point(tracer.phase)
+            fault = tracer.injector.armed(tracer.phase, index, _BUFFERED_WRITE)
+        tracer.record_write(_BUFFERED_WRITE, {"point": index, "fid": self.fid, "path": self.rel, "n": n},
+                            batch=False)
+        if fault is not None and fault.kind != "crash-after":
+            Injector.before(fault, _BUFFERED_WRITE, self.rel)
+        result = write(data)
+        if fault is not None and fault.kind == "crash-after":  # what sits in the buffer dies with it
+            die()
+        return result
 
-    def _write_all(self, view: memoryview) -> None:
-        while view:
-            written = self._raw.write(view)
-            view = view[written:]
+    def closed(self, fd: int) -> None:
+        self.files.by_fd.pop(fd, None)
+        self.files.tracer.emit("close", fid=self.fid, path=self.rel)
 
-    def writelines(self, lines: Any) -> None:
-        for line in lines:
-            self.write(line)
+
+class ProbedRaw(io.FileIO):
+    """The raw file under the job's buffer: each `write` here is a write(2)."""
+
+    def __init__(self, file: Any, mode: str, closefd: bool, opener: Any, handle: _Handle):
+        super().__init__(file, mode, closefd, opener=opener)
+        self._handle = handle
+        handle.files.by_fd[self.fileno()] = (handle.fid, handle.rel)
+
+    def write(self, data: Any) -> Optional[int]:
+        return self._handle.kernel_write(self.fileno(), data, super().write)
 
     def close(self) -> None:
-        if not self._raw.closed:
-            self._files.by_fd.pop(self._raw.fileno(), None)
-            self._files.tracer.emit("close", fid=self._fid, path=self._rel)
-        self._raw.close()
+        if not self.closed:
+            self._handle.closed(self.fileno())
+        super().close()
 
-    def flush(self) -> None:
-        self._raw.flush()
 
-    # io protocol: what TextIOWrapper, torch.save and zipfile ask of a file
-    def writable(self) -> bool:
-        return True
+class _JobWrites:
+    """The job's own `write()` on the object `open` handed it."""
 
-    def readable(self) -> bool:
-        return self._raw.readable()
+    _handle: _Handle
 
-    def seekable(self) -> bool:
-        return self._raw.seekable()
+    def write(self, data: Any) -> int:
+        return self._handle.job_write(data, super().write)  # type: ignore[misc]
 
-    @property
-    def closed(self) -> bool:
-        return self._raw.closed
 
-    @property
-    def name(self) -> Any:
-        return self._raw.name
+class ProbedBufferedWriter(_JobWrites, io.BufferedWriter):
+    pass
 
-    @property
-    def mode(self) -> str:
-        return self._raw.mode
 
-    def __getattr__(self, name: str) -> Any:  # fileno, tell, seek, read, truncate, ...
-        return getattr(self._raw, name)
+class ProbedBufferedRandom(_JobWrites, io.BufferedRandom):
+    pass
 
-    def __enter__(self) -> "ProbedFile":
-        return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+class ProbedTextWrapper(_JobWrites, io.TextIOWrapper):
+    pass
 
-    def __del__(self) -> None:
-        try:
-            self.close()
-        except Exception:
-            pass
+
+def _buffer_size(raw: io.FileIO, buffering: int, binary: bool) -> tuple[int, bool]:
+    """(buffer size, line buffering) as `io.open` picks them for `raw`."""
+    line_buffering = False
+    if buffering == 1 and binary:
+        warnings.warn("line buffering (buffering=1) isn't supported in binary mode, the default buffer size "
+                      "will be used", RuntimeWarning, stacklevel=4)
+        buffering = -1
+    elif buffering == 1 or buffering < 0 and raw.isatty():
+        buffering, line_buffering = -1, True
+    if buffering < 0:
+        buffering = getattr(raw, "_blksize", 0)
+        buffering = buffering if buffering > 1 else io.DEFAULT_BUFFER_SIZE
+    return buffering, line_buffering
+
+
+def _open_probed(files: _Files, handle: _Handle, file: Any, mode: str, buffering: int, encoding: Any,
+                 errors: Any, newline: Any, closefd: bool, opener: Any) -> Any:
+    """What `io.open` returns for these arguments, with the probes in its layers."""
+    binary = "b" in mode
+    raw_mode = "".join(c for c in "xrwa+" if c in mode) + "b"
+    raw = ProbedRaw(file, raw_mode, closefd, opener, handle)
+    try:
+        if buffering == 0:
+            if binary:
+                return raw
+            raise ValueError("can't have unbuffered text I/O")
+        size, line_buffering = _buffer_size(raw, buffering, binary)
+        buffered_cls = ProbedBufferedRandom if "+" in mode else ProbedBufferedWriter
+        if not binary:
+            buffered_cls = io.BufferedRandom if "+" in mode else io.BufferedWriter
+        buffer = buffered_cls(raw, size)
+        if binary:
+            buffer._handle = handle
+            return buffer
+        text = ProbedTextWrapper(buffer, encoding, errors, newline, line_buffering)
+        text._handle = handle
+        text.mode = mode
+        return text
+    except BaseException:
+        raw.close()
+        raise
 
 
 def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str]) -> None:
@@ -187,19 +271,13 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str]) -> None:
         rel = files.rel(file)
         if rel is None:
             return original_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
-        fid = f"r{tracer.rank}f{next(files.fids)}"
-        raw_mode = mode.replace("b", "").replace("t", "") + "b"
-
-        def run(fault: Optional[Fault]) -> Any:
-            raw = original_open(file, raw_mode, 0 if files.exact() else buffering, None, None, None, closefd, opener)
-            probed = ProbedFile(raw, files, fid, rel)
-            if "b" in mode:
-                return probed
-            return io.TextIOWrapper(probed, encoding=encoding, errors=errors, newline=newline, write_through=True)
-
+        fid = files.new_fid()
+        handle = _Handle(files, fid, rel, append="a" in mode)
         return tracer.operation(
-            "open", rel, run, path=rel, fid=fid, mode=mode,
-            trunc="w" in mode, create="r" not in mode, append="a" in mode,
+            "open", rel,
+            lambda fault: _open_probed(files, handle, file, mode, buffering, encoding, errors, newline, closefd,
+                                       opener),
+            path=rel, fid=fid, mode=mode, trunc="w" in mode, create="r" not in mode, append="a" in mode,
         )
 
     builtins.open = io.open = probed_open
@@ -233,31 +311,60 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str]) -> None:
     shutil._USE_CP_SENDFILE = False  # type: ignore[attr-defined]
 
     original_os_open, original_close = os.open, os.close
+    original_write, original_pwrite = os.write, os.pwrite
 
     @functools.wraps(original_os_open)
     def probed_os_open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: Any = None) -> int:
-        fd = original_os_open(path, flags, mode, dir_fd=dir_fd)
         rel = files.rel(path) if dir_fd is None else None
-        if rel is not None and os.path.isdir(path):
-            files.by_fd[fd] = (None, rel)  # a directory opened to be fsynced
+        if rel is None or tracer.nested() or not flags & (os.O_WRONLY | os.O_RDWR):
+            return original_os_open(path, flags, mode, dir_fd=dir_fd)
+        handle = _Handle(files, files.new_fid(), rel, append=bool(flags & os.O_APPEND))
+        fd = tracer.operation("open", rel, lambda fault: original_os_open(path, flags, mode),
+                              path=rel, fid=handle.fid, mode=_mode_of(flags), trunc=bool(flags & os.O_TRUNC),
+                              create=bool(flags & os.O_CREAT), append=handle.append)
+        files.by_fd[fd] = (handle.fid, rel)
+        files.raw_fds[fd] = handle
         return fd
 
     @functools.wraps(original_close)
     def probed_close(fd: int) -> None:
+        handle = files.raw_fds.pop(fd, None)
+        if handle is not None:
+            handle.closed(fd)
         files.by_fd.pop(fd, None)
         original_close(fd)
 
-    os.open, os.close = probed_os_open, probed_close
+    @functools.wraps(original_write)
+    def probed_write(fd: int, data: Any) -> int:
+        handle = files.raw_fds.get(fd)
+        if handle is None or tracer.nested():
+            return original_write(fd, data)
+        return handle.kernel_write(fd, data, lambda view: original_write(fd, view))
+
+    @functools.wraps(original_pwrite)
+    def probed_pwrite(fd: int, data: Any, offset: int) -> int:
+        handle = files.raw_fds.get(fd)
+        if handle is None or tracer.nested():
+            return original_pwrite(fd, data, offset)
+        return handle.kernel_write(fd, data, lambda view: original_pwrite(fd, view, offset), offset=offset)
+
+    os.open, os.close, os.write, os.pwrite = probed_os_open, probed_close, probed_write, probed_pwrite
 
     def sync_op(original: Callable) -> Callable:
         @functools.wraps(original)
         def probe(fd: Any) -> None:
             number = fd if isinstance(fd, int) else fd.fileno()
-            known = files.by_fd.get(number)
-            if known is None or tracer.nested():
+            if tracer.nested():
                 return original(fd)
-            fid, rel = known
-            return tracer.operation("fsync", rel, lambda fault: original(fd), path=rel, fid=fid, is_dir=fid is None)
+            known = files.by_fd.get(number)
+            if known is not None:  # a file opened for writing: its fid follows the inode
+                fid, rel = known
+                return tracer.operation("fsync", rel, lambda fault: original(fd), path=rel, fid=fid, is_dir=False)
+            rel = files.rel(_path_of(number))  # a directory, or a file opened to read
+            if rel is None:
+                return original(fd)
+            is_dir = stat.S_ISDIR(os.fstat(number).st_mode)
+            return tracer.operation("fsync", rel, lambda fault: original(fd), path=rel, fid=None, is_dir=is_dir)
 
         return probe
 
@@ -267,7 +374,10 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str]) -> None:
 
 
 def _route_native_savers(files: _Files) -> None:
-    """torch.save(obj, "path") writes from C++; give it a probed file object."""
+    """torch.save(obj, "path") and safetensors' save_file write from native
+    code; give them a probed file of their native buffer size."""
+    import importlib
+    import importlib.util
     import sys
 
     import torch
@@ -278,13 +388,15 @@ def _route_native_savers(files: _Files) -> None:
     @functools.wraps(original_save)
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
         if isinstance(f, (str, os.PathLike)) and files.rel(f) is not None:
-            with open(f, "wb") as handle:
+            with open(f, "wb", buffering=NATIVE_BUFFER) as handle:
                 return original_save(obj, handle, *args, **kwargs)
         return original_save(obj, f, *args, **kwargs)
 
     torch.save = torch.serialization.save = save
 
-    st = sys.modules.get("safetensors.torch")
+    # imported here if installed: a job that imports it later would write past the probes
+    st = sys.modules.get("safetensors.torch") or (
+        importlib.import_module("safetensors.torch") if importlib.util.find_spec("safetensors") else None)
     if st is not None:
         original_save_file = st.save_file
 
@@ -292,10 +404,42 @@ def _route_native_savers(files: _Files) -> None:
         def save_file(tensors: Any, filename: Any, metadata: Any = None) -> None:
             if files.rel(filename) is None:
                 return original_save_file(tensors, filename, metadata)
-            with open(filename, "wb") as handle:
-                handle.write(st.save(tensors, metadata=metadata))
+            data = memoryview(st.save(tensors, metadata=metadata))
+            with open(filename, "wb", buffering=NATIVE_BUFFER) as handle:
+                for piece in _safetensors_pieces(data):
+                    handle.write(piece)
 
         _rebind(original_save_file, save_file)
+
+
+def _safetensors_pieces(data: memoryview) -> list[memoryview]:
+    """A serialized safetensors file cut as its Rust writer writes it: the
+    header's length, the header, then each tensor's bytes in file order."""
+    import json
+
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(bytes(data[8:8 + n]))
+    spans = sorted(tuple(v["data_offsets"]) for k, v in header.items() if k != "__metadata__")
+    body = 8 + n
+    return [data[:8], data[8:body], *(data[body + begin:body + end] for begin, end in spans if end > begin)]
+
+
+def _path_of(fd: int) -> Optional[str]:
+    """Where a descriptor's file or directory is now (renames followed), or None."""
+    try:
+        path = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:  # not Linux, or a closed descriptor
+        return None
+    return None if path.endswith(" (deleted)") or not path.startswith("/") else path
+
+
+def _mode_of(flags: int) -> str:
+    """The `open` mode an `os.open` of `flags` amounts to, as the durability model reads modes."""
+    if flags & os.O_CREAT and flags & os.O_EXCL:
+        return "xb"
+    if flags & os.O_APPEND:
+        return "ab"
+    return "wb" if flags & os.O_TRUNC else "r+b"
 
 
 def _rebind(original: Any, replacement: Any) -> None:

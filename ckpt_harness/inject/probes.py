@@ -51,6 +51,9 @@ COLLECTIVES = (
     "recv_object_list",
 )
 
+#: Bound before the file probes wrap `os.write`: the trace is not the job's I/O.
+_write = os.write
+
 _HARNESS_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: The built-in jobs live in the package but are job code, to be named.
 _JOBS_DIR = os.path.join(_HARNESS_DIR, "jobs")
@@ -81,38 +84,42 @@ class Tracer:
         self.seq += 1
         event = {"seq": self.seq, "rank": self.rank, "kind": kind, "phase": self.phase,
                  "t": time.monotonic(), **fields}
-        os.write(self.fd, (json.dumps(event, default=str) + "\n").encode())
+        _write(self.fd, (json.dumps(event, default=str) + "\n").encode())
         return self.seq
 
-    def record_write(self, fields: dict, batch: bool) -> None:
-        """Record one write. With `batch` (the caller numbers nothing; a rank
-        with no fault armed and no bytes to log), extend the current run of
-        writes to the same file instead: torch.save issues hundreds of small
-        writes per file. Each write keeps its point: a run records where it
-        starts and how many it holds."""
+    def record_write(self, kind: str, fields: dict, batch: bool) -> None:
+        """Record one write (`kind`: the job's buffered write or the kernel
+        write under it). With `batch` (the caller numbers nothing; a rank with
+        no fault armed and no bytes to log), extend the current run of writes
+        of that kind to the same file instead: torch.save issues hundreds of
+        small writes per file. Each write keeps its point: a run records
+        where it starts and how many it holds. A run of kernel writes is
+        contiguous in the file, since readers take it as one range."""
         with self.lock:
             run = self.write_run
             if batch:
                 index = self.injector.point(self.phase)
-                if run is not None and run["fid"] == fields["fid"] and run["end"] == fields["offset"] \
-                        and run["phase"] == self.phase:
+                if run is not None and run["kind"] == kind and run["fid"] == fields["fid"] \
+                        and run["phase"] == self.phase and run["end"] == fields.get("offset"):
                     run["count"] += 1
                     run["n"] += fields["n"]
-                    run["end"] += fields["n"]
+                    if run["end"] is not None:
+                        run["end"] += fields["n"]
                     return
                 self._flush_writes()
-                self.write_run = {"point": index, **fields, "count": 1, "phase": self.phase,
-                                  "end": fields["offset"] + fields["n"]}
+                offset = fields.get("offset")
+                self.write_run = {"point": index, **fields, "count": 1, "phase": self.phase, "kind": kind,
+                                  "end": None if offset is None else offset + fields["n"]}
             else:
                 self._flush_writes()
-                self._emit("write", {**fields, "count": 1})
+                self._emit(kind, {**fields, "count": 1})
 
     def _flush_writes(self) -> None:
         run, self.write_run = self.write_run, None
         if run is not None:
             del run["end"]
             phase, self.phase = self.phase, run.pop("phase")
-            self._emit("write", run)
+            self._emit(run.pop("kind"), run)
             self.phase = phase
 
     def set_phase(self, phase: str) -> None:

@@ -22,7 +22,12 @@ class EventKind(str, enum.Enum):
     PHASE = "phase"
     COLLECTIVE = "collective"
     OPEN = "open"
+    #: Bytes reaching the kernel: a write(2) under the job's buffer, or
+    #: `os.write`. What changes a file, and what a power loss may keep.
     WRITE = "write"
+    #: The job's own `write()` on a buffered or text file: its bytes may sit
+    #: in the process's buffer until a later `write` (flush, close).
+    BUFFERED_WRITE = "buffered-write"
     CLOSE = "close"
     FSYNC = "fsync"
     RENAME = "rename"
@@ -152,7 +157,7 @@ def created_in(events: Iterable[Event], phase: str) -> set[str]:
 def unseen_writes(events: Iterable[Event], sizes: Mapping[str, int]) -> list[str]:
     """Files of `sizes` (relative path -> bytes on disk now) holding more bytes
     than any traced write put there: written through a channel the probes
-    cannot see (`os.write` on a raw descriptor, `mmap`, native code), so no
+    cannot see (`mmap`, `sendfile`, native code), so no
     fault or power loss ever touched them.
 
     Replays opens, writes, renames and removals of every rank; a file is an
@@ -185,16 +190,22 @@ def _under(names: Mapping[str, Any], path: str) -> list[str]:
 def describe_phase(events: list[Event], phase: str) -> str:
     """One line of a rank's operations in `phase`, in order (`ckpt-harness trace`)."""
     parts: list[str] = []
-    written: Optional[tuple[str, int]] = None  # the file of the last part and its bytes so far
+    # writes to one file in a row are one part: bytes the job wrote, bytes the kernel got
+    written: Optional[tuple[str, int, int]] = None
     for e in events:
         if e.phase != phase or e.point is None or e.kind is EventKind.OPEN:
             continue  # an open is told by the write that follows it
-        if e.kind is EventKind.WRITE:
-            size = e.fields["n"] + (written[1] if written and written[0] == e.path else 0)
-            if written and written[0] == e.path:
+        if e.kind in (EventKind.WRITE, EventKind.BUFFERED_WRITE):
+            path, job, kernel = written if written is not None and written[0] == e.path else (e.path, 0, 0)
+            if written is not None and written[0] == e.path:
                 parts.pop()
-            parts.append(f"write {e.path} ({size} bytes)")
-            written = (e.path, size)
+            if e.kind is EventKind.WRITE:
+                kernel += e.fields["n"]
+            else:
+                job += e.fields["n"]
+            pending = f", {job - kernel} buffered" if job > kernel else ""
+            parts.append(f"write {path} ({kernel} bytes{pending})")
+            written = (path, job, kernel)
             continue
         written = None
         if e.kind is EventKind.COLLECTIVE:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import mmap
 import os
 import shutil
 import warnings
@@ -424,9 +425,9 @@ class LoadErrorBlocksPeers(ReferenceCheckpointer):
         return committed[-1] if committed else None
 
 
-class RawDescriptorWrites(ReferenceCheckpointer):
-    """The reference, plus a file each save writes with `os.open`/`os.write`
-    into its committed directory (as native writers and mmap-based savers do).
+class MmapWrites(ReferenceCheckpointer):
+    """The reference, plus a file each save writes through `mmap` into its
+    committed directory (as memory-mapped savers do).
 
     Not a checkpoint bug: the loader never reads it. What must show is the
     harness's own blind spot: the probes see no write to `raw.bin`, so the
@@ -436,9 +437,12 @@ class RawDescriptorWrites(ReferenceCheckpointer):
     def save(self, ctx: RankContext, step: int) -> None:
         super().save(ctx, step)
         if ctx.rank == 0:
-            fd = os.open(step_dir(ctx.ckpt_dir, step) / "raw.bin", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            payload = b"written past the probes"
+            fd = os.open(step_dir(ctx.ckpt_dir, step) / "raw.bin", os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
             try:
-                os.write(fd, b"written past the probes")
+                os.ftruncate(fd, len(payload))
+                with mmap.mmap(fd, len(payload)) as mapped:
+                    mapped[:] = payload
             finally:
                 os.close(fd)
         dist.barrier()
