@@ -446,3 +446,107 @@ class MmapWrites(ReferenceCheckpointer):
             finally:
                 os.close(fd)
         dist.barrier()
+
+
+# -- buffering bugs: what the probes hid while they made every file unbuffered ----------
+class FsyncBeforeFlush(ReferenceCheckpointer):
+    """The reference, except that the manifest is fsynced while `json.dump`'s
+    bytes are still in the file's Python buffer: `os.fsync(f.fileno())` with
+    no `f.flush()` first, as torch 2.13's DCP does for `.metadata`
+    (`_FileSystemWriter.finish`: `pickle.dump` into `Path.open("wb")`, then
+    `os.fsync`). The bytes reach the kernel only at `close()`, after the
+    fsync, and are renamed into place (the tmp dir's rename, then a `ckpt_dir`
+    fsync) without ever being synced.
+
+    Flagged as not **durable**: a power loss right after the save returned
+    keeps `step_N/` with an empty manifest, so the resume falls back to the
+    previous checkpoint although the job had reported step N saved.
+    """
+
+    #: False: the bug; True: `FlushThenFsync`.
+    flushes_manifest = False
+
+    def _sync_file(self, f: Any) -> None:
+        if Path(f.name).name == MANIFEST and not self.flushes_manifest:
+            os.fsync(f.fileno())  # syncs what the kernel has: not the manifest, still in f's buffer
+        else:
+            super()._sync_file(f)
+
+
+class FlushThenFsync(FsyncBeforeFlush):
+    """`FsyncBeforeFlush` with the `f.flush()` before the manifest's fsync (the
+    fix for DCP's `.metadata`): must pass **durable**, so that what flags its
+    twin is the missing flush, not the manifest's buffering or its rename."""
+
+    flushes_manifest = True
+
+
+class CloseBeforePointer(_Checkpointer):
+    """Step directories and a `latest` pointer, each file streamed out in
+    4 KiB pieces (as a serializer that writes as it goes does), so that the
+    last piece of each waits in the file's Python buffer until it is flushed.
+    Every file is flushed, fsynced and closed, the step dir fsynced, and only
+    then, after a barrier, rank 0 commits `latest` (written, flushed, fsynced,
+    renamed, `ckpt_dir` fsynced). Correct: must pass **atomic** at every crash.
+    """
+
+    #: False: `PointerBeforeClose`.
+    closes_before_pointer = True
+    CHUNK = 4096
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        path = step_dir(ctx.ckpt_dir, step)
+        self._make_dir(ctx, path)
+        files = self._stream_files(ctx, path, step)
+        try:
+            if self.closes_before_pointer:
+                self._close(files)
+            self._sync_dir(path)
+            dist.barrier()
+            if ctx.rank == 0:
+                atomic_write_text(Path(ctx.ckpt_dir) / LATEST, path.name + "\n")
+                self._rotate(ctx, step)
+        finally:
+            self._close(files)
+        dist.barrier()
+
+    def _stream_files(self, ctx: RankContext, path: Path, step: int) -> list[Any]:
+        """This rank's files, written and left open."""
+        parts = {rank_file(ctx.rank): self._extra(ctx, step)}
+        if ctx.rank == 0:
+            parts = {name: obj.state_dict() for name, obj in self._targets().items()} | parts
+        files = []
+        for name, obj in parts.items():
+            buffer = BytesIO()
+            torch.save(obj, buffer)
+            data = memoryview(buffer.getvalue())
+            files.append(open(path / name, "wb"))
+            for begin in range(0, len(data), self.CHUNK):
+                files[-1].write(data[begin:begin + self.CHUNK])
+        return files
+
+    def _close(self, files: list[Any]) -> None:
+        for f in files:
+            if not f.closed:
+                self._sync_file(f)
+                f.close()
+
+    def _discover(self, ctx: RankContext) -> Optional[tuple[int, Path]]:
+        return read_latest(ctx.ckpt_dir)
+
+
+class PointerBeforeClose(CloseBeforePointer):
+    """`CloseBeforePointer` with its files still open when `latest` is
+    committed (the pointer is written inside the `with open(...)` block, or
+    the files are closed by a writer's `finally`): the pointer itself is
+    committed correctly, but the last piece of each data file is still in the
+    process's buffer and reaches the kernel only at the close after it.
+
+    Flagged as not **atomic**: a crash between the pointer's rename and the
+    close leaves `latest` naming files whose tails were never written, and
+    the resume refuses (or crashes on) a checkpoint that was committed. The
+    old probes, which made every file unbuffered, wrote each piece through at
+    once and passed this bug.
+    """
+
+    closes_before_pointer = False
