@@ -65,7 +65,6 @@ def test_a_pointer_committed_before_its_files_are_closed_is_not_atomic(tmp_path)
     sizes = {p.name: p.stat().st_size for p in (crashed / "step_000004").iterdir()}
     full = {p.name: p.stat().st_size for p in (tmp_path / "committed" / "ckpt" / "step_000004").iterdir()}
     assert (crashed / "latest").read_text() == "step_000004\n"
-    assert sizes["rank1.pt"] == full["rank1.pt"]  # rank 1 closed its file and lived
     for name in ("model.pt", "optimizer.pt", "scheduler.pt", "rank0.pt"):
         assert sizes[name] < full[name] and sizes[name] % 4096 == 0, (name, sizes, full)
 
@@ -80,9 +79,9 @@ def test_closing_the_files_before_the_pointer_is_atomic(tmp_path):
 
 def test_a_crash_after_a_buffered_write_is_judged_on_the_shorter_file(tmp_path):
     """`InPlaceOverwrite` rewrites `current/scheduler.pt` (1389 bytes in one
-    `write()`, less than the buffer `open` gives it) under the old `meta.json`. Killed right
-    after that write() returned, the bytes die in the buffer: the file the
-    resume reads is empty and the resume refuses it. (When the probes made
+    `write()`, less than the buffer `open` gives it) under the old
+    `meta.json`. Killed right after that write() returned, the bytes die in
+    the buffer: the file the resume reads is empty and the resume refuses it. (When the probes made
     every file unbuffered, the bytes reached the file and the resume loaded a
     mix of steps 2 and 4: the same FAIL, judged on a file no real crash leaves.)"""
     base = baseline(f"{PLANTED}InPlaceOverwrite", world_size=2, workdir=tmp_path)
