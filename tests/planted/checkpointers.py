@@ -1,5 +1,6 @@
-"""Checkpointers written from scratch on the tiny DDP job: one correct
-reference and seven that each ship one classic bug.
+"""Checkpointers written from scratch on the tiny DDP job: correct ones
+(the reference and the twins of the buffering bugs) and ones that each ship
+one classic bug.
 
 They share the model, data and training of the built-in jobs (`TinyJob`, DDP
 with the rank-ordered gradient mean) and the file set below; they differ only
