@@ -46,7 +46,7 @@ DEFAULT_BEFORE = "de96d55"
 MODES = ("none", "trace", "exact")
 #: name -> (saves timed per run, description)
 WORKLOADS = {
-    "dcp": (15, "dcp.save of the dcp job's state, ws=2"),
+    "dcp": (20, "dcp.save of the dcp job's state, ws=2"),
     "torch_save": (8, "torch.save, 2000 small tensors, open(p, 'wb')"),
     "json": (50, "json.dump of a ~6 KB dict to a text file"),
 }
@@ -185,10 +185,11 @@ class Worker:
 
     def __init__(self, tree: Path, scratch: Path):
         self.tree, self.scratch = tree, scratch
-        self.log = open(scratch / "worker.log", "w+")
-        self.proc = subprocess.Popen([sys.executable, __file__, "--worker"], cwd=scratch,
-                                     env={**os.environ, "PYTHONPATH": str(tree)},
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.log = scratch / "worker.log"
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--worker"], cwd=scratch,
+                                         env={**os.environ, "PYTHONPATH": str(tree)},
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True)
         self.runs = 0
 
     def answer(self) -> dict:
@@ -196,9 +197,8 @@ class Worker:
         line = self.proc.stdout.readline() if ready else ""
         if not line:
             self.close()
-            self.log.seek(0)
             sys.exit(f"the benchmark worker on {self.tree} failed or hung "
-                     f"(exit {self.proc.returncode}):\n{self.log.read()[-4000:]}")
+                     f"(exit {self.proc.returncode}):\n{self.log.read_text()[-4000:]}")
         return json.loads(line)
 
     def check_tree(self, module: str) -> None:
@@ -223,7 +223,6 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        self.log.close()
 
 
 def compare(before: str = DEFAULT_BEFORE, repeat: int = 5) -> None:
