@@ -23,7 +23,10 @@ single-file writers where buffering matters: `torch.save` of many small
 tensors to `open(path, "wb")` and `json.dump` of a few-KB dict.
 
 With `--before HEAD` on a clean tree both sides run the same code, and the
-after/before ratios show the noise of the method (about 1).
+after/before ratios show the noise of the method (about 1). Wall time is what
+a user waits, but other processes on the box stretch it; CPU time (user+sys
+of the measuring ranks) holds within a few percent even at a load of 10 on 2
+cores, so compare CPU when the box is shared.
 """
 
 from __future__ import annotations
@@ -259,7 +262,8 @@ def _compare(before: str, repeat: int, tmp: Path) -> None:
     finally:
         for w in workers.values():
             w.close()
-    print(f"   ({time.perf_counter() - start:.0f} s)")
+    print(f"   ({time.perf_counter() - start:.0f} s; load average now {os.getloadavg()[0]:.1f} on "
+          f"{os.cpu_count()} cores: if the box is shared, trust the CPU table over the wall table)")
     _print(runs, trees)
 
 
