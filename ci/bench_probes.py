@@ -1,6 +1,6 @@
 """Probe overhead of two source trees, measured in one run.
 
-    python ci/bench_probes.py [--before REV] [--repeat N]
+    python ci/bench_probes.py [--before REV] [--after REV] [--repeat N]
     python ci/benchmark.py probes [--before REV]
 
 The file probes change what a save costs in two ways: each probed operation
@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 #: main before issue 13 (probes that make exact-mode files unbuffered).
@@ -172,7 +173,7 @@ def export(rev: str, into: Path) -> str:
         short = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", f"{rev}^{{commit}}"],
                                capture_output=True, text=True, check=True).stdout.strip()
     except subprocess.CalledProcessError:
-        sys.exit(f"--before {rev!r} is not a commit of {ROOT}; pass a revision `git rev-parse` knows")
+        sys.exit(f"{rev!r} is not a commit of {ROOT}; pass a revision `git rev-parse` knows")
     archive = subprocess.Popen(["git", "-C", str(ROOT), "archive", short], stdout=subprocess.PIPE)
     subprocess.run(["tar", "-x", "-C", str(into)], stdin=archive.stdout, check=True)
     if archive.wait() != 0:
@@ -228,21 +229,28 @@ class Worker:
             self.proc.wait()
 
 
-def compare(before: str = DEFAULT_BEFORE, repeat: int = 5) -> None:
+def compare(before: str = DEFAULT_BEFORE, repeat: int = 5, after: Optional[str] = None) -> None:
+    """`after` None: the working tree, uncommitted changes included."""
     tmp = Path(tempfile.mkdtemp(prefix="ckpt-harness-bench-trees-"))
     try:
-        _compare(before, repeat, tmp)
+        _compare(before, after, repeat, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _compare(before: str, repeat: int, tmp: Path) -> None:
+def _compare(before: str, after: Optional[str], repeat: int, tmp: Path) -> None:
     (tmp / "before").mkdir()
     short = export(before, tmp / "before")
-    head = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
-                          capture_output=True, text=True).stdout.strip()
-    trees = {"before": tmp / "before", "after": ROOT}
-    print(f"   before = {short} (git archive), after = working tree {head}; {repeat} repetitions, "
+    if after is None:
+        trees = {"before": tmp / "before", "after": ROOT}
+        head = subprocess.run(["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+                              capture_output=True, text=True).stdout.strip()
+        label = f"working tree {head}"
+    else:
+        (tmp / "after").mkdir()
+        trees = {"before": tmp / "before", "after": tmp / "after"}
+        label = f"{export(after, tmp / 'after')} (git archive)"
+    print(f"   before = {short} (git archive), after = {label}; {repeat} repetitions, "
           f"each mode on both trees back to back (ABBA order); medians of every save", flush=True)
     start = time.perf_counter()
     workers = {}
@@ -302,13 +310,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", default=DEFAULT_BEFORE,
                         help=f"revision to compare the working tree with (default {DEFAULT_BEFORE})")
+    parser.add_argument("--after", help="revision to measure instead of the working tree")
     parser.add_argument("--repeat", type=int, default=5, help="repetitions per tree and mode (default 5)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         worker()
     else:
-        compare(args.before, args.repeat)
+        compare(args.before, args.repeat, args.after)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
     python ci/benchmark.py            # everything (~8 min on 2 cores)
     python ci/benchmark.py --quick    # skip the full exploration
-    python ci/benchmark.py probes [--before REV]   # section 2 alone (1-2 min on 2 idle cores)
+    python ci/benchmark.py probes [--before REV] [--after REV]   # section 2 alone (1-2 min on 2 idle cores)
 
 1. Launching a process group: forked from the warm server vs. a fresh
    interpreter per rank (what torch's MultiProcessTestCase and torchrun do).
@@ -92,10 +92,11 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="skip the full exploration")
     parser.add_argument("--before", default=bench_probes.DEFAULT_BEFORE,
                         help=f"tree the probe overhead is compared with (default {bench_probes.DEFAULT_BEFORE})")
+    parser.add_argument("--after", help="revision whose probe overhead is measured (default: the working tree)")
     args = parser.parse_args()
     if args.only == "probes":
         print(PROBES_TITLE)
-        bench_probes.compare(args.before)
+        bench_probes.compare(args.before, after=args.after)
         return
     prestart(2)
     tmp = Path(tempfile.mkdtemp(prefix="ckpt-harness-bench-"))
@@ -110,7 +111,7 @@ def main() -> None:
               f"ratio {statistics.median(naive) / statistics.median(warm):.0f}x")
 
     print("\n" + PROBES_TITLE)
-    bench_probes.compare(args.before)
+    bench_probes.compare(args.before, after=args.after)
 
     from ckpt_harness.cases import plan_cases, run_cases
     from ckpt_harness.explore import baseline, explore
