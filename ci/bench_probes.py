@@ -13,8 +13,10 @@ interpreter with only its own tree on `PYTHONPATH`: both go through the
 harness code of their own tree (launcher, probes, trace), nothing is shared.
 
 Per tree, mode and workload: wall time per save (medians over repetitions),
-and the trace a save leaves on rank 0 (events, write events, bytes), since
-buffering decides how many writes the trace sees. The modes are what a rank
+and the trace a save leaves on rank 0 (events, `write` events, bytes), since
+buffering decides how many writes the trace sees. From e824b3a on, `write`
+is a write that reached the kernel and the job's own write() calls are
+`buffered-write` events, counted among the events only. The modes are what a rank
 runs under: no probes, probes as in a golden run (trace only) and probes as
 in a faulted run (`data_log`, every byte logged for the durability model).
 The workloads are plain `dcp.save` of the built-in `dcp` job's state (torch's
