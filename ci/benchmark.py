@@ -1,11 +1,14 @@
 """How fast the harness is, against the naive way, measured in the same run.
 
-    python ci/benchmark.py            # everything (~6 min on 2 cores)
+    python ci/benchmark.py            # everything (~8 min on 2 cores)
     python ci/benchmark.py --quick    # skip the full exploration
+    python ci/benchmark.py probes [--before REV] [--after REV]   # section 2 alone (1-2 min on 2 idle cores)
 
 1. Launching a process group: forked from the warm server vs. a fresh
    interpreter per rank (what torch's MultiProcessTestCase and torchrun do).
-2. Probe overhead: a DCP save with and without the file/collective probes.
+2. Probe overhead: saves with no probes, with the probes of a golden run and
+   with those of a faulted run (every byte logged), in a past tree (`--before`)
+   and the working tree, interleaved in one run (`bench_probes.py`).
 3. `verify` of the built-in jobs at world size 2 and 4.
 4. Exploring every single fault of one save of `dcp` at world size 2: with
    the warmed per-rank templates and two cases at once, vs. one case at a
@@ -29,7 +32,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import bench_probes  # noqa: E402
 from ckpt_harness.launch import GroupSpec, prestart, run_group  # noqa: E402
+
+PROBES_TITLE = "2. probe overhead, before and after: no probes / golden run (trace) / faulted run (exact)"
 
 
 def timed(fn, repeat: int) -> list[float]:
@@ -80,42 +86,18 @@ def all_reduce(info, payload):
     dist.all_reduce(t)
 
 
-# -- 2. probes --------------------------------------------------------------------------
-def dcp_saves(info, payload):
-    """Ten DCP saves of the built-in job's state, probes installed or not."""
-    import json
-
-    from ckpt_harness.inject import probes
-    from ckpt_harness.job import RankContext
-    from ckpt_harness.jobs.dcp import DcpJob
-
-    ckpt = Path(payload["ckpt"])
-    if payload["probes"]:
-        probes.install(str(Path(info.run_dir, f"rank{info.rank}.trace")), info.rank, ckpt_dir=str(ckpt))
-    ctx = RankContext(rank=info.rank, world_size=info.world_size, local_rank=info.rank, node=0, seed=0,
-                      ckpt_dir=ckpt, total_steps=10, save_every=1, overwrite=True)
-    job = DcpJob()
-    job.setup(ctx)
-    job.train_step(ctx, 1)
-    job.save(ctx, 1)  # first-call costs out of the measurement
-    start = time.perf_counter()
-    for step in range(2, 12):
-        job.save(ctx, step)
-    Path(info.run_dir, f"t{info.rank}").write_text(json.dumps(time.perf_counter() - start))
-
-
-def probe_overhead(tmp: Path, probes_on: bool) -> float:
-    run_dir = tmp / f"probes-{probes_on}-{time.monotonic_ns()}"
-    outcome = run_group(GroupSpec(world_size=2, entry="benchmark:dcp_saves", run_dir=run_dir, deadline=120,
-                                  payload={"ckpt": str(run_dir / "ckpt"), "probes": probes_on}))
-    assert outcome.ok, [r.log_tail() for r in outcome.ranks]
-    return max(float((run_dir / f"t{r}").read_text()) for r in range(2)) / 10
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("only", nargs="?", choices=["probes"], help="run this section alone")
     parser.add_argument("--quick", action="store_true", help="skip the full exploration")
+    parser.add_argument("--before", default=bench_probes.DEFAULT_BEFORE,
+                        help=f"tree the probe overhead is compared with (default {bench_probes.DEFAULT_BEFORE})")
+    parser.add_argument("--after", help="revision whose probe overhead is measured (default: the working tree)")
     args = parser.parse_args()
+    if args.only == "probes":
+        print(PROBES_TITLE)
+        bench_probes.compare(args.before, after=args.after)
+        return
     prestart(2)
     tmp = Path(tempfile.mkdtemp(prefix="ckpt-harness-bench-"))
     print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
@@ -128,11 +110,8 @@ def main() -> None:
         print(f"   ws={ws}: warm fork {fmt(warm)}; fresh interpreter per rank {fmt(naive)}; "
               f"ratio {statistics.median(naive) / statistics.median(warm):.0f}x")
 
-    print("\n2. probe overhead: one DCP save of the built-in dcp job, ws=2 (mean of 10 saves)")
-    off = [probe_overhead(tmp, False) for _ in range(3)]
-    on = [probe_overhead(tmp, True) for _ in range(3)]
-    print(f"   without probes {fmt(off)}; with probes {fmt(on)}; "
-          f"overhead {100 * (statistics.median(on) / statistics.median(off) - 1):+.0f}%")
+    print("\n" + PROBES_TITLE)
+    bench_probes.compare(args.before, after=args.after)
 
     from ckpt_harness.cases import plan_cases, run_cases
     from ckpt_harness.explore import baseline, explore
