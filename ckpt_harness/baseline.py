@@ -66,25 +66,25 @@ def fault_points(events_by_rank: Mapping[int, Sequence[Event]], where: Union[str
     phases = {where} if isinstance(where, str) else set(where)
     points = []
     for rank, events in sorted(events_by_rank.items()):
-        ops = [(e, e.point + i) for e in events
-               if e.phase in phases and e.point is not None and e.kind.value in OPS for i in range(e.count)]
-        runs: list[list[tuple[Event, int]]] = []
-        for e, index in ops:
-            first = runs[-1][0][0] if runs else None
-            if e.kind in _WRITES and first is not None and first.kind in _WRITES \
-                    and first.fields["fid"] == e.fields["fid"]:
-                runs[-1].append((e, index))
+        ops = [(e, e.point + i, op) for e in events
+               if e.phase in phases and e.point is not None and e.kind.value in OPS for i, op in enumerate(e.ops)]
+        runs: list[list[tuple[Event, int, str]]] = []
+        for e, index, op in ops:
+            first = runs[-1][0] if runs else None
+            if op in _WRITES and first is not None and first[2] in _WRITES \
+                    and first[0].fields["fid"] == e.fields["fid"]:
+                runs[-1].append((e, index, op))
             else:
-                runs.append([(e, index)])
+                runs.append([(e, index, op)])
         for run in runs:
-            chosen = run if run[0][0].kind not in _WRITES else sorted(
-                {i: (e, i) for kind in _WRITES for same in [[ei for ei in run if ei[0].kind is kind]] if same
-                 for e, i in (same[0], same[len(same) // 2], same[-1])}.values(), key=lambda ei: ei[1])
-            points += [Point(rank, e.phase, i, e.kind.value, e.target, e.caller) for e, i in chosen]
+            chosen = run if run[0][2] not in _WRITES else sorted(
+                {i: (e, i, op) for kind in _WRITES for same in [[w for w in run if w[2] == kind]] if same
+                 for e, i, op in (same[0], same[len(same) // 2], same[-1])}.values(), key=lambda w: w[1])
+            points += [Point(rank, e.phase, i, op, e.target, e.caller) for e, i, op in chosen]
     return points
 
 
-_WRITES = (EventKind.BUFFERED_WRITE, EventKind.WRITE)
+_WRITES = (EventKind.BUFFERED_WRITE.value, EventKind.WRITE.value)
 
 
 class BaselineFailed(Exception):

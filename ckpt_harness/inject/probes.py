@@ -73,7 +73,7 @@ class Tracer:
         self.injector = Injector(rank, faults, self.emit)
         #: Consecutive writes to one file, recorded as one event when nothing
         #: needs them one by one (see `record_write`).
-        self.write_run: Optional[dict] = None
+        self.write_run: Optional[_WriteRun] = None
 
     def emit(self, kind: str, **fields: Any) -> int:
         with self.lock:
@@ -88,38 +88,29 @@ class Tracer:
         return self.seq
 
     def record_write(self, kind: str, fields: dict, batch: bool) -> None:
-        """Record one write (`kind`: the job's buffered write or the kernel
-        write under it). With `batch` (the caller numbers nothing; a rank with
-        no fault armed and no bytes to log), extend the current run of writes
-        of that kind to the same file instead: torch.save issues hundreds of
-        small writes per file. Each write keeps its point: a run records
-        where it starts and how many it holds. A run of kernel writes is
-        contiguous in the file, since readers take it as one range."""
+        """Record one write: the job's write() into its buffer or a kernel
+        write (`kind`). With `batch` (the caller numbers nothing: a rank with
+        no fault armed and no bytes to log), extend the current run of
+        writes to the same file instead: torch.save issues hundreds of small
+        writes per file, and its buffer interleaves them with the kernel
+        writes they cause. Each write keeps its point: a run records where
+        it starts, and its `ops` when it mixes kinds (see `trace.Event.ops`)."""
         with self.lock:
-            run = self.write_run
-            if batch:
-                index = self.injector.point(self.phase)
-                if run is not None and run["kind"] == kind and run["fid"] == fields["fid"] \
-                        and run["phase"] == self.phase and run["end"] == fields.get("offset"):
-                    run["count"] += 1
-                    run["n"] += fields["n"]
-                    if run["end"] is not None:
-                        run["end"] += fields["n"]
-                    return
-                self._flush_writes()
-                offset = fields.get("offset")
-                self.write_run = {"point": index, **fields, "count": 1, "phase": self.phase, "kind": kind,
-                                  "end": None if offset is None else offset + fields["n"]}
-            else:
+            if not batch:
                 self._flush_writes()
                 self._emit(kind, {**fields, "count": 1})
+                return
+            index = self.injector.point(self.phase)
+            run = self.write_run
+            if run is None or not run.extend(kind, fields, self.phase):
+                self._flush_writes()
+                self.write_run = _WriteRun(index, kind, fields, self.phase)
 
     def _flush_writes(self) -> None:
         run, self.write_run = self.write_run, None
         if run is not None:
-            del run["end"]
-            phase, self.phase = self.phase, run.pop("phase")
-            self._emit(run.pop("kind"), run)
+            phase, self.phase = self.phase, run.phase
+            self._emit(*run.event())
             self.phase = phase
 
     def set_phase(self, phase: str) -> None:
@@ -151,6 +142,48 @@ class Tracer:
             die()
         return result
 
+
+class _WriteRun:
+    """Consecutive writes to one file in one phase, recorded as one event.
+
+    Kernel writes of a run are contiguous in the file (`offset`, `n`), since
+    readers take them as one range; the job's buffered writes add to
+    `job_n`. A run of one kind is an event of that kind; a mixed run is a
+    `write` event whose `ops` spells each point's kind."""
+
+    def __init__(self, point: int, kind: str, fields: dict, phase: str):
+        self.point, self.phase = point, phase
+        self.fid, self.path = fields["fid"], fields["path"]
+        self.ops = ""
+        self.offset: Optional[int] = None
+        self.n = self.job_n = 0
+        self.extend(kind, fields, phase)
+
+    def extend(self, kind: str, fields: dict, phase: str) -> bool:
+        if fields["fid"] != self.fid or phase != self.phase:
+            return False
+        if kind == "write":
+            if self.offset is None:
+                self.offset = fields["offset"]
+            elif fields["offset"] != self.offset + self.n:
+                return False
+            self.n += fields["n"]
+        else:
+            self.job_n += fields["n"]
+        self.ops += _OP_LETTERS[kind]
+        return True
+
+    def event(self) -> tuple[str, dict]:
+        fields = {"point": self.point, "fid": self.fid, "path": self.path, "count": len(self.ops)}
+        if "w" not in self.ops:
+            return "buffered-write", {**fields, "n": self.job_n}
+        fields.update(offset=self.offset, n=self.n, data=None)
+        if "b" in self.ops:
+            fields.update(ops=self.ops, job_n=self.job_n)
+        return "write", fields
+
+
+_OP_LETTERS = {"write": "w", "buffered-write": "b"}
 
 _tracer: Optional[Tracer] = None
 

@@ -63,6 +63,16 @@ class Event:
                    record.get("point"), record.get("count", 1), record)
 
     @property
+    def ops(self) -> tuple[str, ...]:
+        """The operation at each point this event stands for: a run of
+        writes to one file may interleave the job's buffered writes with
+        the kernel writes they cause (`ops` spells them, b and w)."""
+        letters = self.fields.get("ops")
+        if letters is None:
+            return (self.kind.value,) * self.count
+        return tuple(EventKind.BUFFERED_WRITE.value if c == "b" else EventKind.WRITE.value for c in letters)
+
+    @property
     def path(self) -> str:
         """The file or directory (relative to the checkpoint dir); a rename's destination."""
         return self.fields.get("dst") if self.kind is EventKind.RENAME else self.fields.get("path", "")
@@ -201,6 +211,7 @@ def describe_phase(events: list[Event], phase: str) -> str:
                 parts.pop()
             if e.kind is EventKind.WRITE:
                 kernel += e.fields["n"]
+                job += e.fields.get("job_n", 0)
             else:
                 job += e.fields["n"]
             pending = f", {job - kernel} buffered" if job > kernel else ""
