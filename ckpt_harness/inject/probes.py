@@ -149,12 +149,14 @@ class _WriteRun:
     Kernel writes of a run are contiguous in the file (`offset`, `n`), since
     readers take them as one range; the job's buffered writes add to
     `job_n`. A run of one kind is an event of that kind; a mixed run is a
-    `write` event whose `ops` spells each point's kind."""
+    `write` event whose `ops` spells the kinds of its points, run-length
+    encoded ("b2w1b1": two buffered writes, a kernel write, a buffered one)."""
 
     def __init__(self, point: int, kind: str, fields: dict, phase: str):
         self.point, self.phase = point, phase
         self.fid, self.path = fields["fid"], fields["path"]
-        self.ops = ""
+        self.ops: list[list] = []  # [[letter, how many in a row], ...]
+        self.count = 0
         self.offset: Optional[int] = None
         self.n = self.job_n = 0
         self.extend(kind, fields, phase)
@@ -170,16 +172,22 @@ class _WriteRun:
             self.n += fields["n"]
         else:
             self.job_n += fields["n"]
-        self.ops += _OP_LETTERS[kind]
+        letter = _OP_LETTERS[kind]
+        if self.ops and self.ops[-1][0] == letter:
+            self.ops[-1][1] += 1
+        else:
+            self.ops.append([letter, 1])
+        self.count += 1
         return True
 
     def event(self) -> tuple[str, dict]:
-        fields = {"point": self.point, "fid": self.fid, "path": self.path, "count": len(self.ops)}
-        if "w" not in self.ops:
+        fields = {"point": self.point, "fid": self.fid, "path": self.path, "count": self.count}
+        letters = {letter for letter, _ in self.ops}
+        if "w" not in letters:
             return "buffered-write", {**fields, "n": self.job_n}
         fields.update(offset=self.offset, n=self.n, data=None)
-        if "b" in self.ops:
-            fields.update(ops=self.ops, job_n=self.job_n)
+        if "b" in letters:
+            fields.update(ops="".join(f"{letter}{n}" for letter, n in self.ops), job_n=self.job_n)
         return "write", fields
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
@@ -66,11 +67,13 @@ class Event:
     def ops(self) -> tuple[str, ...]:
         """The operation at each point this event stands for: a run of
         writes to one file may interleave the job's buffered writes with
-        the kernel writes they cause (`ops` spells them, b and w)."""
-        letters = self.fields.get("ops")
-        if letters is None:
+        the kernel writes they cause (`ops` spells them, "b2w1": two buffered
+        writes, then a kernel write)."""
+        spelled = self.fields.get("ops")
+        if spelled is None:
             return (self.kind.value,) * self.count
-        return tuple(EventKind.BUFFERED_WRITE.value if c == "b" else EventKind.WRITE.value for c in letters)
+        return tuple(op for letter, n in re.findall(r"([bw])(\d+)", spelled)
+                     for op in [EventKind.BUFFERED_WRITE.value if letter == "b" else EventKind.WRITE.value] * int(n))
 
     @property
     def path(self) -> str:

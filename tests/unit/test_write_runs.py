@@ -25,7 +25,7 @@ def test_a_buffer_interleaving_job_and_kernel_writes_is_one_event(tmp_path):
                                ("write", "f0", 0, 4030), ("buffered-write", "f0", None, 9000),
                                ("write", "f0", 4030, 9000), ("buffered-write", "f0", None, 10)])
     run, close = events
-    assert run.kind is EventKind.WRITE and run.point == 0 and run.count == 6
+    assert run.kind is EventKind.WRITE and run.point == 0 and run.count == 6 and run.fields["ops"] == "b2w1b1w1b1"
     assert run.ops == ("buffered-write", "buffered-write", "write", "buffered-write", "write", "buffered-write")
     assert (run.fields["offset"], run.fields["n"], run.fields["job_n"]) == (0, 13030, 13040)
     assert describe_phase(events, "save 2") == "write f0.bin (13030 bytes, 10 buffered)"
