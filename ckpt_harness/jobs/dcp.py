@@ -15,9 +15,10 @@ Layout under `ctx.ckpt_dir`:
     latest                       rank 0, after a barrier: "step_000004"
 
 Rank 0 fsyncs every file of the step directory before it publishes `latest`:
-DCP fsyncs `.metadata` before the pickle in its buffer reaches the kernel
-(torch 2.13, `_FileSystemWriter.finish`), so DCP alone can return from a
-save whose `.metadata` a power loss leaves empty (docs/findings.md).
+DCP fsyncs `.metadata` before flushing it (torch 2.13,
+`_FileSystemWriter.finish`), so whenever the pickle, or its last 64 KiB
+frame, fits in the file's buffer, DCP alone returns from a save whose
+`.metadata` a power loss leaves empty (docs/findings.md).
 """
 
 from __future__ import annotations
