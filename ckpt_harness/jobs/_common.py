@@ -133,6 +133,17 @@ def atomic_write_text(path: Path, text: str) -> None:
     fsync_dir(path.parent)
 
 
+def fsync_files(path: Path) -> None:
+    """Make every file directly in `path` durable, whoever wrote it and
+    however: its data is on disk only if an fsync ran after its last byte
+    reached the kernel, and a writer may fsync before it flushes (DCP's
+    `.metadata` in torch 2.13, docs/findings.md). An fsync through any
+    descriptor reaches the file, so one rank can vouch for its peers' files."""
+    for file in sorted(p for p in path.iterdir() if p.is_file()):
+        with open(file, "rb") as f:
+            os.fsync(f.fileno())
+
+
 def torch_save_durable(obj: Any, path: Path) -> None:
     """Through a Python file object (so the harness's write probes see every
     byte) and fsynced, because the `latest` pointer will vouch for it."""
@@ -179,14 +190,17 @@ def _committed(ckpt_dir: Path, path: Path) -> bool:
     return found is not None and match is not None and int(match.group(1)) <= found[0]
 
 
-def commit(ctx: RankContext, path: Path, step: int) -> None:
+def commit(ctx: RankContext, path: Path, step: int, *, sync_files: bool = False) -> None:
     """Publish `path` once every rank's files are in it, then rotate.
 
-    The trailing barrier makes a returned save mean a committed one on every
-    rank, which is the promise the oracle's S_k relies on.
+    `sync_files` fsyncs the files first, for writers whose own fsyncs cannot
+    be trusted. The trailing barrier makes a returned save mean a committed
+    one on every rank, which is the promise the oracle's S_k relies on.
     """
     dist.barrier()
     if ctx.rank == 0:
+        if sync_files:
+            fsync_files(path)
         fsync_dir(path)
         atomic_write_text(Path(ctx.ckpt_dir) / LATEST, path.name + "\n")
         if ctx.keep_last is not None:

@@ -13,6 +13,12 @@ Layout under `ctx.ckpt_dir`:
                                  its `extra.rank{r}` entry (step, rank, world
                                  size, RNG states, data position, scheduler)
     latest                       rank 0, after a barrier: "step_000004"
+
+Rank 0 fsyncs every file of the step directory before it publishes `latest`:
+DCP fsyncs `.metadata` before flushing it (torch 2.13,
+`_FileSystemWriter.finish`), so whenever the pickle, or its last 64 KiB
+frame, fits in the file's buffer, DCP alone returns from a save whose
+`.metadata` a power loss leaves empty (docs/findings.md).
 """
 
 from __future__ import annotations
@@ -43,6 +49,9 @@ class DcpJob(TinyJob):
     """FSDP2 over gloo with DCP checkpoints and a `latest` pointer."""
 
     warm_start = True
+    #: Whether the commit fsyncs the files DCP wrote (False: trust DCP's own
+    #: fsyncs, which a power loss can prove wrong).
+    sync_files = True
     preload = (
         "numpy",
         "torch",
@@ -85,7 +94,7 @@ class DcpJob(TinyJob):
             "extra": {self._extra_key(ctx): blob.getvalue()},
         }
         dcp.save(payload, checkpoint_id=path)
-        commit(ctx, path, step)
+        commit(ctx, path, step, sync_files=self.sync_files)
 
     def load(self, ctx: RankContext) -> Optional[int]:
         # Split around dcp.load: it is a collective that already raises on
