@@ -20,6 +20,7 @@ from ckpt_harness.inject import corrupt
 from ckpt_harness.inject.faults import OPS
 from ckpt_harness.inject.trace import Event, EventKind, unseen_writes
 from ckpt_harness.records import Kind, Run
+from ckpt_harness.resumes import Resumes
 from ckpt_harness.run import launch, repro, require_backend
 from ckpt_harness.verdict import CaseResult, Verdict
 
@@ -109,6 +110,8 @@ class Baseline:
     committed_files: tuple[str, ...]
     #: Files in it with bytes no probe saw written (see `trace.unseen_writes`).
     unseen: tuple[str, ...] = ()
+    #: The resume of each post-fault directory state, shared by its cases.
+    resumes: Resumes = dataclasses.field(default_factory=Resumes, compare=False, repr=False)
 
     @property
     def k(self) -> int:

@@ -24,6 +24,7 @@ from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import Fault, applicable_kinds, parse_plan, plan_label
 from ckpt_harness.inject.trace import fields
 from ckpt_harness.records import Run, data_reader
+from ckpt_harness.resumes import DirState
 from ckpt_harness.run import PROPAGATION, fresh_dir, launch
 from ckpt_harness.verdict import CaseResult
 
@@ -157,11 +158,26 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
         faulted, lost = _faulted_run(baseline, case, ckpt, case_dir / "fault")
         save_returned = faulted.saved_steps()[-1:] == [baseline.k]
         detail = case.describe()
-    resumed = launch(config, "resumed run", ckpt, case_dir / "resume", trace_files=False, failure_grace=PROPAGATION)
+    resumed, shares = _resume(baseline, case, ckpt, case_dir / "resume")
     result = oracle.judge_fault(case.name, case.kind, baseline.reference, faulted if case.faults else None, resumed,
                                 save_returned=save_returned, detail=detail, repro=baseline.repro(case.name),
                                 row=case.row)
+    if shares is not None:
+        note = f"judged against the resume of case {shares}: both left the same checkpoint directory"
+        result = dataclasses.replace(result, shares=shares,
+                                     details=f"{note}\n\n{result.details}" if result.details else note)
     return _explain_power_loss(result, lost, config.durability)
+
+
+def _resume(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> tuple[Run, Optional[str]]:
+    """The resume from `ckpt`, shared with every case that left the same
+    directory (`resumes`); and the case it is shared with, if not this one."""
+    def resume() -> Run:
+        return launch(baseline.config, "resumed run", ckpt, run_dir, trace_files=False, failure_grace=PROPAGATION)
+
+    if not baseline.config.share_resumes:
+        return resume(), None
+    return baseline.resumes.resume(DirState.of(ckpt), case.name, resume)
 
 
 def _explain_power_loss(result: CaseResult, lost: Optional[durability.PowerLoss], mode: str) -> CaseResult:

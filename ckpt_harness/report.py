@@ -94,7 +94,7 @@ class Report:
             "warnings": list(self.warnings),
             "cases": [
                 {"case": r.case, "check": r.check, "verdict": r.verdict.value, "summary": r.summary,
-                 "details": r.details, "repro": r.repro,
+                 "details": r.details, "repro": r.repro, "shares_resume_with": r.shares,
                  **({"row": dict(zip(EXPLORE_COLUMNS, r.cells))} if r.cells else {})}
                 for r in self.results
             ],

@@ -69,6 +69,9 @@ class CaseResult:
     repro: Optional[str] = None
     #: Row of an exploration table (see `report.EXPLORE_COLUMNS`).
     cells: tuple[str, ...] = ()
+    #: The case whose resume this one was judged against: both left the same
+    #: checkpoint directory (`resumes`).
+    shares: Optional[str] = None
 
     def explain(self) -> str:
         block = [f"--- {self.case} / {self.check}: {self.verdict.value.upper()} — {self.summary}"]

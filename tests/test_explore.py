@@ -4,6 +4,7 @@ bad as a miss)."""
 
 import collections
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -208,3 +209,25 @@ def test_writes_the_probes_cannot_see_are_warned_about(tmp_path):
     reference = explore("tests.planted.checkpointers:ReferenceCheckpointer", world_size=2, workdir=tmp_path / "ref",
                         faults=("crash",), corruptions=(), cases=["golden"])
     assert reference.warnings == ()
+
+
+@pytest.mark.parametrize("job", ["torch_save", "tests.planted.checkpointers:LatestBeforeShards"])
+def test_cases_that_leave_the_same_directory_share_one_resume_and_get_the_same_verdicts(tmp_path, job):
+    """The reduction may only save time: with it and without, every case
+    gets the same verdict and the same outcome, on a job that passes and on
+    one whose `latest` goes up before its shards (atomic fails)."""
+    settings = dict(world_size=2, faults=("crash", "crash-after"), corruptions=(), ops=("rename", "fsync", "mkdir"))
+    shared = explore(job, workdir=tmp_path / "shared", **settings)
+    alone = explore(job, workdir=tmp_path / "alone", share_resumes=False, **settings)
+    def verdicts(report, workdir):  # the resume's own directory shows in a refusal's message
+        return [(r.case, r.check, r.verdict, re.sub(r"cases/[^/]+/", "cases/*/", r.summary.replace(workdir, "W")))
+                for r in report.results]
+
+    assert verdicts(shared, str(tmp_path / "shared")) == verdicts(alone, str(tmp_path / "alone"))
+    sharing = [r for r in shared.results if r.shares]
+    names = {r.case for r in shared.results}
+    assert sharing and all(r.shares in names and r.shares != r.case for r in sharing), shared.table()
+    assert all(r.details.startswith(f"judged against the resume of case {r.shares}:") for r in sharing)
+    assert not any(r.shares for r in alone.results)
+    if job != "torch_save":
+        assert any(r.verdict is Verdict.FAIL for r in sharing), shared.table()  # failures are shared too
