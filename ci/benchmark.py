@@ -3,6 +3,7 @@
     python ci/benchmark.py            # everything (~8 min on 2 cores)
     python ci/benchmark.py --quick    # skip the full exploration
     python ci/benchmark.py probes [--before REV] [--after REV]   # section 2 alone (1-2 min on 2 idle cores)
+    python ci/benchmark.py sharing   # section 6 alone (~6 min on 2 idle cores)
 
 1. Launching a process group: forked from the warm server vs. a fresh
    interpreter per rank (what torch's MultiProcessTestCase and torchrun do).
@@ -15,6 +16,9 @@
    time with cold ranks, on the same sample of cases (and the full run).
 5. Catalogue scenarios of one job: on one bench, sharing the golden and
    committed runs of equal settings, vs. a fresh bench per scenario.
+6. Exploring `torch_save` and `dcp` (default fault kinds and corruptions):
+   one resume per distinct post-fault directory (`share_resumes`) vs. a
+   resume per case, with the verdicts of both compared case by case.
 """
 
 from __future__ import annotations
@@ -88,7 +92,7 @@ def all_reduce(info, payload):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("only", nargs="?", choices=["probes"], help="run this section alone")
+    parser.add_argument("only", nargs="?", choices=["probes", "sharing"], help="run this section alone")
     parser.add_argument("--quick", action="store_true", help="skip the full exploration")
     parser.add_argument("--before", default=bench_probes.DEFAULT_BEFORE,
                         help=f"tree the probe overhead is compared with (default {bench_probes.DEFAULT_BEFORE})")
@@ -100,6 +104,9 @@ def main() -> None:
         return
     prestart(2)
     tmp = Path(tempfile.mkdtemp(prefix="ckpt-harness-bench-"))
+    if args.only == "sharing":
+        shared_resumes(tmp)
+        return
     print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
 
     print("\n1. launch a group and run one all_reduce")
@@ -165,6 +172,25 @@ def main() -> None:
         print(f"   {label}: {timings[label]:.1f} s for {len(chosen)} scenarios")
     first, second = timings.values()
     print(f"   ratio {second / first:.1f}x")
+    shared_resumes(tmp)
+
+
+def shared_resumes(tmp: Path) -> None:
+    from ckpt_harness.explore import explore
+
+    print("\n6. explore ws=2, every single fault of save 4: a resume per distinct directory vs. per case")
+    for job in ("torch_save", "dcp"):
+        reports, seconds = {}, {}
+        for share in (False, True):
+            start = time.perf_counter()
+            reports[share] = explore(job, world_size=2, share_resumes=share, workdir=tmp / f"share-{job}-{share}")
+            seconds[share] = time.perf_counter() - start
+        alone, shared = reports[False].results, reports[True].results
+        differ = sum((a.case, a.verdict) != (b.case, b.verdict) for a, b in zip(alone, shared))
+        print(f"   {job}: {len(shared)} cases, {sum(r.shares is not None for r in shared)} judged on a shared "
+              f"resume; {seconds[False]:.0f} s -> {seconds[True]:.0f} s "
+              f"({seconds[False] / len(alone):.2f} -> {seconds[True] / len(shared):.2f} s per case, "
+              f"ratio {seconds[False] / seconds[True]:.2f}x); verdicts that differ: {differ}")
 
 
 if __name__ == "__main__":
