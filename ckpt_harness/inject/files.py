@@ -231,8 +231,8 @@ def _buffer_size(raw: io.FileIO, buffering: int, binary: bool) -> tuple[int, boo
     return buffering, line_buffering
 
 
-def _open_probed(files: _Files, handle: _Handle, file: Any, mode: str, buffering: int, encoding: Any,
-                 errors: Any, newline: Any, closefd: bool, opener: Any) -> Any:
+def _open_probed(handle: _Handle, file: Any, mode: str, buffering: int, encoding: Any, errors: Any, newline: Any,
+                 closefd: bool, opener: Any) -> Any:
     """What `io.open` returns for these arguments, with the probes in its layers."""
     binary = "b" in mode
     raw_mode = "".join(c for c in "xrwa+" if c in mode) + "b"
@@ -271,13 +271,11 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str]) -> None:
         rel = files.rel(file)
         if rel is None:
             return original_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
-        fid = files.new_fid()
-        handle = _Handle(files, fid, rel, append="a" in mode)
+        handle = _Handle(files, files.new_fid(), rel, append="a" in mode)
         return tracer.operation(
             "open", rel,
-            lambda fault: _open_probed(files, handle, file, mode, buffering, encoding, errors, newline, closefd,
-                                       opener),
-            path=rel, fid=fid, mode=mode, trunc="w" in mode, create="r" not in mode, append="a" in mode,
+            lambda fault: _open_probed(handle, file, mode, buffering, encoding, errors, newline, closefd, opener),
+            path=rel, fid=handle.fid, mode=mode, trunc="w" in mode, create="r" not in mode, append=handle.append,
         )
 
     builtins.open = io.open = probed_open
