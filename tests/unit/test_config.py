@@ -37,6 +37,7 @@ BAD = {
     "delay": ([0.5], -0.5),
     "hang_timeout": (None, 0),
     "parallel": (2.0, 0),
+    "share_resumes": ("no", ...),
 }
 CASES = [P(name, value, id=f"{name}-{label}") for name, pair in BAD.items()
          for label, value in zip(("type", "range"), pair) if value is not ...]
