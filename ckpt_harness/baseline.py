@@ -143,7 +143,8 @@ def prepare(config: ExploreConfig, root: Path) -> Baseline:
     """The golden run, its fault points and the committed save; raises
     `BaselineFailed` if the golden run did not finish."""
     require_backend(config)
-    golden = launch(config, "golden", root / "golden" / "ckpt", root / "golden" / "run")
+    # every byte logged: power-loss cases are cut from this trace (`cases._derived_power_loss`)
+    golden = launch(config, "golden", root / "golden" / "ckpt", root / "golden" / "run", log_data=True)
     live = oracle.judge_golden("golden", golden, repro("explore", config, "golden"))
     if live.verdict is not Verdict.PASS:
         raise BaselineFailed(live)

@@ -22,7 +22,7 @@ from ckpt_harness.baseline import Baseline, Point
 from ckpt_harness.errors import UsageError
 from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import Fault, applicable_kinds, parse_plan, plan_label
-from ckpt_harness.inject.trace import fields
+from ckpt_harness.inject.trace import Event, fields
 from ckpt_harness.records import Run, data_reader
 from ckpt_harness.resumes import DirState
 from ckpt_harness.run import PROPAGATION, fresh_dir, launch
@@ -151,22 +151,62 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
     save_returned = True
     faulted: Optional[Run] = None
     lost: Optional[durability.PowerLoss] = None
+    derived = None
     if case.path is not None:  # corruption of the committed save
         shutil.copytree(baseline.committed, ckpt)
         detail = f"{case.path} {corrupt.CORRUPTIONS[case.kind](ckpt / case.path)}"
     else:
-        faulted, lost = _faulted_run(baseline, case, ckpt, case_dir / "fault")
-        save_returned = faulted.saved_steps()[-1:] == [baseline.k]
+        derived = _derived_power_loss(baseline, case, ckpt) if config.derive_states else None
+        if derived is not None:
+            save_returned, lost = derived
+        else:
+            faulted, lost = _faulted_run(baseline, case, ckpt, case_dir / "fault")
+            save_returned = faulted.saved_steps()[-1:] == [baseline.k]
         detail = case.describe()
     resumed, shares = _resume(baseline, case, ckpt, case_dir / "resume")
     result = oracle.judge_fault(case.name, case.kind, baseline.reference, faulted if case.faults else None, resumed,
                                 save_returned=save_returned, detail=detail, repro=baseline.repro(case.name),
                                 row=case.row)
+    notes = []
+    if derived is not None:
+        notes.append("the directory the power loss left is derived from the golden run's trace, cut at this point "
+                     "(every rank stops at once; --no-derive-states runs the faulted save instead)")
     if shares is not None:
-        note = f"judged against the resume of case {shares}: both left the same checkpoint directory"
-        result = dataclasses.replace(result, shares=shares,
-                                     details=f"{note}\n\n{result.details}" if result.details else note)
+        notes.append(f"judged against the resume of case {shares}: both left the same checkpoint directory")
+        result = dataclasses.replace(result, shares=shares)
+    if notes:
+        note = "\n".join(notes)
+        result = dataclasses.replace(result, details=f"{note}\n\n{result.details}" if result.details else note)
     return _explain_power_loss(result, lost, config.durability)
+
+
+def _derived_power_loss(baseline: Baseline, case: Case, ckpt: Path) -> Optional[tuple[bool, durability.PowerLoss]]:
+    """What a power loss leaves, from the golden run's trace instead of a
+    faulted run: every rank stops at that moment, so nothing any rank would
+    do next matters, and the golden run logged every byte. Returns whether
+    save k had returned on every rank, and the loss applied to `ckpt`; None
+    for a case the trace does not decide (several faults, another kind)."""
+    ranks = {r.rank: r.events for r in baseline.golden.ranks}
+    if case.kind == POWER_LOSS_AFTER:  # each rank as it parks once save k returned
+        records = [e.fields for events in ranks.values() for e in _through(events, baseline.phase)]
+        returned = True
+    elif len(case.faults) == 1 and case.faults[0].kind == "power-loss":
+        fault = case.faults[0]
+        at = next((e for e in ranks.get(fault.rank, ()) if e.phase == fault.phase and e.point == fault.index), None)
+        if at is None or at.count != 1:
+            return None
+        records = durability.events_before([e.fields for events in ranks.values() for e in events], at.t)
+        returned = fault.phase != baseline.phase
+    else:
+        return None
+    return returned, durability.apply_power_loss(ckpt, durability.Snapshot(), records,
+                                                 data_reader(baseline.golden.run_dir), baseline.config.durability)
+
+
+def _through(events: Sequence[Event], phase: str) -> Sequence[Event]:
+    """A rank's events up to the end of `phase`."""
+    last = max((i for i, e in enumerate(events) if e.phase == phase), default=-1)
+    return events[:last + 1]
 
 
 def _resume(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> tuple[Run, Optional[str]]:

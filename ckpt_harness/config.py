@@ -138,6 +138,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("delay", float, 0.5, "seconds of a delay fault", positive=True),
     Setting("hang_timeout", float, 3.0, "deadline of a run with a hang fault", positive=True),
     Setting("parallel", int, 2, "cases run at once", low=1, replayed=False),
+    Setting("derive_states", bool, True, "take the directory a power loss leaves from the golden run's trace "
+                                         "instead of running the faulted save", replayed=False),
     Setting("share_resumes", bool, True, "resume each distinct post-fault directory once: cases that leave "
                                          "the same one are judged against one resume", replayed=False),
 )}
@@ -226,6 +228,7 @@ class ExploreConfig(RunConfig):
     delay: float = setting("delay")
     hang_timeout: float = setting("hang_timeout")
     parallel: int = setting("parallel")
+    derive_states: bool = setting("derive_states")
     share_resumes: bool = setting("share_resumes")
 
     @property

@@ -227,3 +227,21 @@ def test_cases_that_leave_the_same_directory_share_one_resume_and_get_the_same_v
     assert not any(r.shares for r in alone.results)
     if job != "torch_save":
         assert any(r.verdict is Verdict.FAIL for r in sharing), shared.table()  # failures are shared too
+
+
+@pytest.mark.parametrize("job", ["torch_save", "tests.planted.checkpointers:RenameWithoutFsync"])
+def test_power_loss_states_cut_from_the_golden_trace_get_the_verdicts_of_faulted_runs(tmp_path, job):
+    """Every rank stops at a power loss, so the golden run's trace (every
+    byte logged) decides what the directory keeps: the same verdict and
+    outcome per case as running each faulted save, on a job that is durable
+    and on one that renames without fsyncing (fails every case)."""
+    settings = dict(world_size=2, faults=("power-loss",), corruptions=())
+    derived = explore(job, workdir=tmp_path / "derived", **settings)
+    ran = explore(job, workdir=tmp_path / "ran", derive_states=False, **settings)
+    cells = lambda report: [(r.case, r.check, r.verdict, r.cells) for r in report.results]  # noqa: E731
+    assert cells(derived) == cells(ran) and len(derived.results) > 20
+    assert all("the directory the power loss left is derived from the golden run" in r.details for r in derived.results)
+    assert not any("derived" in r.details for r in ran.results)
+    if job != "torch_save":
+        assert all(r.verdict is Verdict.FAIL and "never fsynced" in r.summary for r in derived.results), \
+            derived.table()

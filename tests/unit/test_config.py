@@ -38,6 +38,7 @@ BAD = {
     "hang_timeout": (None, 0),
     "parallel": (2.0, 0),
     "share_resumes": ("no", ...),
+    "derive_states": (0, ...),
 }
 CASES = [P(name, value, id=f"{name}-{label}") for name, pair in BAD.items()
          for label, value in zip(("type", "range"), pair) if value is not ...]
