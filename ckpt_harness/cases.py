@@ -21,7 +21,7 @@ from ckpt_harness import oracle
 from ckpt_harness.baseline import Baseline, Point
 from ckpt_harness.errors import UsageError
 from ckpt_harness.inject import corrupt, durability
-from ckpt_harness.inject.faults import Fault, applicable_kinds, parse_plan, plan_label
+from ckpt_harness.inject.faults import BLOCKING, Fault, applicable_kinds, parse_plan, plan_label
 from ckpt_harness.inject.trace import Event, fields
 from ckpt_harness.records import Run, data_reader
 from ckpt_harness.resumes import DirState
@@ -29,7 +29,7 @@ from ckpt_harness.run import PROPAGATION, fresh_dir, launch
 from ckpt_harness.verdict import CaseResult
 
 #: The kind of a multi-fault plan whose property is judged, most severe first.
-SEVERITY = ("power-loss", "crash", "crash-mid", "crash-after", "hang", "error", "eio", "enospc", "torn", "delay")
+SEVERITY = ("power-loss", "crash", "crash-mid", "crash-after", *BLOCKING, "error", "eio", "enospc", "torn", "delay")
 POWER_LOSS_AFTER = "power-loss-after"
 
 
@@ -236,7 +236,7 @@ def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> t
     config = baseline.config
     kinds = {f.kind for f in case.faults} | {case.kind}
     power = bool(kinds & {"power-loss", POWER_LOSS_AFTER})
-    deadline = config.hang_timeout if "hang" in kinds else None
+    deadline = config.hang_timeout if kinds & BLOCKING.keys() else None
     # A fault after save k (in the end of the run) needs the run to go on past it.
     stop = baseline.k if all(f.phase == baseline.phase for f in case.faults) else None
     run = launch(config, "faulted run", ckpt, run_dir, stop_after_save=stop, faults=case.faults,

@@ -20,12 +20,13 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.inject.corrupt import CORRUPTIONS
-from ckpt_harness.inject.faults import KINDS, OPS
+from ckpt_harness.inject.faults import BLOCKING, KINDS, OPS
 from ckpt_harness.jobref import JobRef
 from ckpt_harness.launch import MAX_WORLD_SIZE
 
-#: What `explore` injects unless told otherwise. hang costs a deadline per
-#: case and delay a sleep; both are opt-in.
+#: What `explore` injects unless told otherwise. The kinds that block a rank
+#: for good (hang, sigstop, gil) cost a deadline per case and delay a sleep:
+#: all opt-in.
 DEFAULT_FAULTS = ("crash", "crash-mid", "torn", "error", "eio", "enospc", "power-loss")
 SAVES = ("first", "second", "last")
 
@@ -136,7 +137,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
                                  "is among the faults)", rule=_after_rule, optional=True),
     Setting("durability", str, "strict", "power-loss model for directory entries", choices=("strict", "ordered")),
     Setting("delay", float, 0.5, "seconds of a delay fault", positive=True),
-    Setting("hang_timeout", float, 3.0, "deadline of a run with a hang fault", positive=True),
+    Setting("hang_timeout", float, 3.0,
+            f"deadline of a run with a fault that blocks a rank for good ({', '.join(BLOCKING)})", positive=True),
     Setting("parallel", int, 2, "cases run at once", low=1, replayed=False),
     Setting("derive_states", bool, True, "take the directory a power loss leaves from the golden run's trace "
                                          "instead of running the faulted save", replayed=False),

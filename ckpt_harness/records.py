@@ -17,6 +17,7 @@ from typing import Any, Optional, Union
 
 from ckpt_harness.inject import trace
 from ckpt_harness.inject.collectives import Recording
+from ckpt_harness.inject.faults import BLOCKING
 from ckpt_harness.inject.trace import Event
 from ckpt_harness.launch import GroupOutcome, RankOutcome, RankStatus
 from ckpt_harness.state import Record
@@ -138,6 +139,11 @@ class RankRun:
     def fired(self) -> bool:
         """Did a fault armed in this rank fire?"""
         return any(e.fault for e in self.events)
+
+    @property
+    def blocked_by(self) -> Optional[str]:
+        """The injected fault that blocked this rank for good (`faults.BLOCKING`), if one fired."""
+        return next((e.fault for e in self.events if e.fault in BLOCKING), None)
 
 
 @dataclasses.dataclass

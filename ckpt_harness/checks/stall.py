@@ -1,4 +1,4 @@
-"""One rank late, or blocked, before the collectives of the final save.
+"""One rank late, blocked or frozen before the collectives of the final save.
 
 The final save is where a finished job hangs: training is over, one rank is
 slow or stuck, and its peers wait in the save's first collective until the
@@ -8,7 +8,10 @@ exactly as the uninterrupted one (no resume: a delay kills nothing). `block`
 stops each rank in turn there for good: the job passes if every other rank
 raises within `hang_timeout` (e.g. a monitored barrier or a store wait with
 a timeout); otherwise it is a hang, reported with every rank's stack and the
-collective it is in.
+collective it is in. `frozen` does as `block` with the ranks that a sleep
+does not model: stopped with SIGSTOP (no thread of it runs, C++ watchdogs
+included) and holding the GIL in a C loop (no Python thread of it runs), so
+a job whose liveness hangs on the stuck rank's own helper threads is caught.
 """
 
 from __future__ import annotations
@@ -19,14 +22,19 @@ from typing import Any, Mapping, Optional, Sequence
 from ckpt_harness import oracle
 from ckpt_harness.checks import run_settings
 from ckpt_harness.config import Setting
-from ckpt_harness.inject.faults import Fault
+from ckpt_harness.inject.faults import BLOCKING, Fault
 from ckpt_harness.run import PROPAGATION, launch
 from ckpt_harness.verdict import CaseResult
 
 
+#: mode -> the fault kinds of its cases, each at each rank in turn.
+MODES = {"block": ("hang",), "frozen": ("sigstop", "gil"), "late": ("delay",)}
+
+
 class Stall:
     params = (
-        Setting("mode", str, "block", "block a rank for good, or make it late", choices=("block", "late")),
+        Setting("mode", str, "block", "block a rank for good (or freeze it: SIGSTOP, then the GIL held), or make it late",
+                choices=("block", "frozen", "late")),
         *run_settings("save_every", delay=2.0, hang_timeout=5.0, steps=6),
     )
 
@@ -41,12 +49,12 @@ class Stall:
         nothing = base.nothing_to_break()
         if nothing is not None:
             return [nothing]
-        kind = "hang" if p["mode"] == "block" else "delay"
         cases = []
         for rank in sorted({pt.rank for pt in base.points}):
             mine = [pt for pt in base.points if pt.rank == rank]
             point = next((pt for pt in mine if pt.op == "collective"), mine[0])
-            cases.append(Case.of((Fault(kind, rank, point.phase, point.index, p["delay"]),), [point]))
+            cases += [Case.of((Fault(kind, rank, point.phase, point.index, p["delay"]),), [point])
+                      for kind in MODES[p["mode"]]]
         if only:
             cases = [c for c in cases if c.name in only] or [plan_of(base, name) for name in only]
         with concurrent.futures.ThreadPoolExecutor(bench.parallel) as pool:
@@ -56,11 +64,11 @@ class Stall:
 def _stalled(bench, scenario, base, case) -> CaseResult:
     p = scenario.params
     fault, point = case.faults[0], case.points[0]
-    blocked = fault.kind == "hang"
+    blocked = fault.kind in BLOCKING
     run_dir = bench.root / scenario.name / case.name
     run = launch(base.config, "stalled run", run_dir / "ckpt", run_dir / "run", faults=case.faults,
                  deadline=p["hang_timeout"] if blocked else None, failure_grace=PROPAGATION)
-    what = "blocked" if blocked else f"{p['delay']:g}s late"
+    what = {"hang": "blocked", "delay": f"{p['delay']:g}s late"}.get(fault.kind) or BLOCKING[fault.kind]
     label = f"rank {fault.rank} {what} before {point.op} {point.target} of {fault.phase}"
     repro = bench.repro(scenario, case.name)
     if blocked:

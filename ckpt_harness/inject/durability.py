@@ -67,7 +67,7 @@ Why the model looks the way it does:
     one that failed in the job with that errno, and changes nothing; jobs do
     this on purpose ("remove if present"), so it is not an error;
   - a `fault` event names the operation it stopped (same rank, phase and
-    point): for crash, power-loss, error, eio, enospc and hang that operation
+    point): for crash, power-loss, error, eio, enospc and the blocking kinds that operation
     never ran and is skipped; delay, crash-after, crash-mid and torn let it
     run (a torn write is recorded as the prefix that landed).
   The power-loss moment itself is the caller's cut (`events_before` the
@@ -104,6 +104,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Optional
 
 from ckpt_harness.errors import ModelError
+from ckpt_harness.inject.faults import BLOCKING
 
 #: Durability modes; see the module docstring.
 MODES = ("strict", "ordered")
@@ -130,7 +131,7 @@ NO_EFFECT = ("buffered-write",)
 #: the prefix that landed) ...
 FAULTS_PERFORMED = ("delay", "crash-after", "crash-mid", "torn")
 #: ... and those that stop it before it runs.
-FAULTS_NOT_PERFORMED = ("crash", "power-loss", "error", "eio", "enospc", "hang")
+FAULTS_NOT_PERFORMED = ("crash", "power-loss", "error", "eio", "enospc", *BLOCKING)
 
 #: Fields that make an event of an unknown kind look like a file-system
 #: operation the model would have to understand (instead of ignore).

@@ -9,8 +9,10 @@ the phases before.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import errno
+import itertools
 import os
 import re
 import signal
@@ -39,11 +41,22 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {
     "enospc": (("open", "write", "mkdir"), "fail the operation with OSError(ENOSPC)"),
     "torn": (("write",), "only a prefix of the write lands, the call reports success"),
     "hang": (OPS, "block forever before the operation"),
+    "sigstop": (OPS, "stop the rank with SIGSTOP before the operation: neither dead nor raising, its sockets "
+                     "open, none of its threads running"),
+    "gil": (OPS, "hold the GIL in a C loop before the operation: no Python code of the rank runs again, "
+                 "its signal handlers and helper threads included"),
     "delay": (OPS, "sleep before the operation (rank skew), then go on"),
     "power-loss": (OPS, "the machine loses power before the operation: every rank stops and the "
                         "checkpoint directory keeps only what was durable"),
 }
 DEFAULT_DELAY = 0.5
+#: Kinds after which the rank never goes on by itself, and how a report says
+#: where it is: a run with one is cut at its `hang_timeout`.
+BLOCKING: dict[str, str] = {
+    "hang": "blocked by the injected hang",
+    "sigstop": "stopped by the injected SIGSTOP",
+    "gil": "holding the GIL in a C loop (injected gil fault)",
+}
 
 
 class InjectedError(RuntimeError):
@@ -138,10 +151,35 @@ class Injector:
         elif f.kind == "enospc":
             raise OSError(errno.ENOSPC, f"ckpt_harness injected ENOSPC into {op}", what)
         elif f.kind == "hang":
-            while True:
-                time.sleep(3600)
+            block()
+        elif f.kind == "sigstop":
+            os.kill(os.getpid(), signal.SIGSTOP)
+            block()  # continued only for the harness to take its stack: go no further
+        elif f.kind == "gil":
+            hold_gil()
         elif f.kind == "delay":
             time.sleep(f.seconds)
+
+
+def block() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def hold_gil() -> None:
+    """Spin in C with the GIL held, for ever, as a C extension stuck in a loop does.
+
+    `deque(..., maxlen=0)` drains an endless `repeat` inside one C call: no
+    bytecode runs, nothing is allocated, and the eval loop that would hand
+    the GIL to another thread or run a Python signal handler is never
+    reached. So the rank's Python threads (the flight recorder's dumper
+    among them) and its Python signal handlers are frozen, while its C++
+    threads and C signal handlers (faulthandler) still run. A pathological
+    `re` match would not do: the regex engine calls PyErr_CheckSignals every
+    few thousand steps, which runs Python handlers. Needs a GIL (CPython
+    built without free threading).
+    """
+    collections.deque(itertools.repeat(None), maxlen=0)
 
 
 def die() -> None:

@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional
 
+from ckpt_harness.inject.faults import BLOCKING
+
 if TYPE_CHECKING:
     from ckpt_harness.inject.collectives import Collective
 
@@ -146,9 +148,9 @@ def where(events: list[Event], blocked: Optional[Collective] = None) -> str:
     `blocked` is the collective the flight recorder says the rank waits in:
     it is numbered as on every other rank, and seen even when C++ issued it.
     """
-    hang = next((e for e in events if e.fault == "hang"), None)
-    if hang is not None:  # an injected hang never returns
-        return f"blocked by the injected hang before operation #{hang.fields['index']} of {hang.phase}"
+    blocked_by = next((e for e in events if e.fault in BLOCKING), None)
+    if blocked_by is not None:  # the rank never returned from it
+        return f"{BLOCKING[blocked_by.fault]} before operation #{blocked_by.fields['index']} of {blocked_by.phase}"
     pending = pending_collective(events)
     if blocked is not None:
         if pending is not None and pending.caller == blocked.caller:  # the job's own call, as probed

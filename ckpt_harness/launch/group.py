@@ -33,6 +33,11 @@ MAX_WORLD_SIZE = 8
 STARTUP_TIMEOUT = 180.0
 #: After a deadline: how long ranks get to print their stacks.
 STACK_GRACE = 2.0
+#: A stack is taken as whole once the log stopped growing for this long.
+_SETTLE = 0.05
+#: How often the harness looks: a stopped rank runs from when it is
+#: continued for its dumps until the harness has seen them.
+_DUMP_POLL = 0.01
 
 
 class LaunchError(HarnessError):
@@ -110,7 +115,11 @@ class RankOutcome:
     stack: Optional[str] = None
     #: The flight recorder's collectives at the deadline (`flight.serve`'s
     #: JSON), when the rank answered: what it waits in even below Python.
+    #: None from a rank whose Python threads could not run (its GIL held).
     collectives: Optional[str] = None
+    #: The process was stopped (SIGSTOP, SIGTSTP) at the deadline: the
+    #: harness continued it only for as long as its dumps took.
+    stopped: bool = False
 
     def log_text(self) -> str:
         try:
@@ -326,8 +335,13 @@ class _GroupRun:
         """Every live rank's stack and flight recorder, the finished ones too:
         "rank 1 is parked after the run" is half of the explanation of a hang.
 
-        faulthandler dumps every thread even while a rank sits in native code;
-        the recorder names the collective it sits in even when C++ issued it.
+        faulthandler dumps every thread even while a rank sits in native code,
+        or holds the GIL; the recorder names the collective it sits in even
+        when C++ issued it, but its dumper is a Python thread, which a rank
+        holding the GIL never lets run (its recorder stays None). A stopped
+        rank takes no signal until it is continued: it is continued for its
+        dumps, and stopped again as soon as they are in, so that none of its
+        threads goes on with the save the stop froze.
         """
         alive = [r for r in self.ranks if r.rank not in self.exited]
         run_dir = Path(self.spec.run_dir)
@@ -337,20 +351,32 @@ class _GroupRun:
                 r.status = RankStatus.HUNG
             offsets[r.rank] = _size(r.log)
             _flight_path(run_dir, r.rank).unlink(missing_ok=True)
+            r.stopped = _is_stopped(r.pid)
             try:
                 os.kill(r.pid, flight.DUMP_SIGNAL)
                 os.kill(r.pid, STACK_SIGNAL)
+                if r.stopped:  # the signals above wait for it
+                    os.kill(r.pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
         until = time.monotonic() + STACK_GRACE
-        sizes = {r.rank: -1 for r in alive}
-        while time.monotonic() < until:
-            time.sleep(0.05)
-            now = {r.rank: _size(r.log) for r in alive}
-            dumped = all(_flight_path(run_dir, k).exists() for k in now)
-            if dumped and all(now[k] > offsets[k] and now[k] == sizes[k] for k in now):
-                break  # every stack and recorder written, no stack still growing
-            sizes = now
+        sizes = dict(offsets)
+        grew = {r.rank: time.monotonic() for r in alive}
+        waiting = list(alive)
+        while waiting and time.monotonic() < until:
+            time.sleep(_DUMP_POLL)
+            for r in list(waiting):
+                size, now = _size(r.log), time.monotonic()
+                if size != sizes[r.rank]:
+                    sizes[r.rank], grew[r.rank] = size, now
+                elif size > offsets[r.rank] and now - grew[r.rank] >= _SETTLE and \
+                        _flight_path(run_dir, r.rank).exists():
+                    waiting.remove(r)  # its stack and recorder written, the stack no longer growing
+                    if r.stopped:
+                        _signal(r.pid, signal.SIGSTOP)
+        for r in waiting:
+            if r.stopped:
+                _signal(r.pid, signal.SIGSTOP)
         for r in alive:
             try:
                 with open(r.log, "rb") as f:
@@ -376,6 +402,22 @@ class _GroupRun:
 
 def _flight_path(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank{rank}.collectives"
+
+
+def _is_stopped(pid: int) -> bool:
+    """Is the process stopped (SIGSTOP, SIGTSTP, or a tracer's stop)?"""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
 
 
 def _size(path: Path) -> int:

@@ -10,6 +10,7 @@ from typing import Optional
 from ckpt_harness import phase
 from ckpt_harness.inject.collectives import first_disagreement
 from ckpt_harness.launch import RankStatus
+from ckpt_harness.launch.group import STACK_GRACE
 from ckpt_harness.records import RankRun, Run
 
 
@@ -43,7 +44,8 @@ def health(run: Run) -> Optional[Problem]:
     for r in ranks:
         o = r.outcome
         if o.stack is not None:
-            details.append(f"rank {r.rank} stack when the run was stopped ({rank_state(r)}):\n{_job_frames(o.stack)}")
+            details.append(f"rank {r.rank} stack when the run was stopped ({rank_state(r)}):\n"
+                           f"{_unseen(r)}{_job_frames(o.stack)}")
         if o.status.ended_badly:
             error = r.error
             details.append(f"rank {r.rank} {rank_state(r)}:\n{(error.traceback if error else '') or o.log_tail()}")
@@ -66,7 +68,8 @@ def rank_state(r: RankRun) -> str:
     """One rank's end, in a few words."""
     o = r.outcome
     if o.status is RankStatus.HUNG:
-        return r.where()
+        stopped = o.stopped and r.blocked_by != "sigstop"  # else its where says it
+        return f"stopped (SIGSTOP or SIGTSTP), {r.where()}" if stopped else r.where()
     if o.status is RankStatus.FAILED:
         error = r.error
         if error is None:
@@ -78,6 +81,21 @@ def rank_state(r: RankRun) -> str:
     if o.stack is not None:
         return "finished, waiting for its peers"
     return "finished"
+
+
+def _unseen(r: RankRun) -> str:
+    """What a frozen rank's stack does not say by itself, a line each."""
+    notes = []
+    if r.outcome.stopped:
+        notes.append("the process was stopped (SIGSTOP): none of its threads ran, C++ ones included; the harness "
+                     "continued it only to take this stack")
+    if r.outcome.collectives is None:
+        why = ("it held the GIL (the injected gil fault), so no Python thread of it could run" if r.blocked_by == "gil"
+               else "its Python threads did not run: something held the GIL (native code that never releases it), "
+                    "or the machine was too busy")
+        notes.append(f"no flight recorder entries: the recorder's dumper, a Python thread, did not answer within "
+                     f"{STACK_GRACE:g}s; {why}")
+    return "".join(f"({note})\n" for note in notes)
 
 
 def _job_frames(stack: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ckpt_harness.errors import ModelError
+from ckpt_harness.inject.faults import BLOCKING
 from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind
 
 PROPERTIES = {
@@ -19,7 +20,7 @@ PROPERTIES = {
 }
 
 #: Fault kinds whose cases break a save without telling the job (crash-like).
-CRASHES = ("crash", "crash-after", "crash-mid", "hang", "power-loss")
+CRASHES = ("crash", "crash-after", "crash-mid", *BLOCKING, "power-loss")
 #: Fault kinds the job is told about: the save raises.
 ERRORS = ("error", "eio", "enospc")
 

@@ -51,6 +51,7 @@ class RankBuilder:
         self.status = RankStatus.OK
         self.signal: Optional[int] = None
         self.stack: Optional[str] = None
+        self.stopped = False
         self.records: list[dict] = []
         self.events: list[Event] = []
         self.clock = 0.0
@@ -95,13 +96,13 @@ class RankBuilder:
         self.status, self.signal = RankStatus.CRASHED, signal
         return self
 
-    def hung(self, stack: Optional[str] = STACK) -> "RankBuilder":
-        self.status, self.stack = RankStatus.HUNG, stack
+    def hung(self, stack: Optional[str] = STACK, stopped: bool = False) -> "RankBuilder":
+        self.status, self.stack, self.stopped = RankStatus.HUNG, stack, stopped
         return self
 
     def build(self) -> RankRun:
         outcome = RankOutcome(self.r, pid=0, log=Path(f"/nonexistent/rank{self.r}.log"), status=self.status,
-                              signal=self.signal, stack=self.stack)
+                              signal=self.signal, stack=self.stack, stopped=self.stopped)
         return RankRun(outcome, list(self.records), list(self.events))
 
 

@@ -175,6 +175,12 @@ def test_judge_fault(kind, fault_run, resume, save_returned, ref, check, verdict
       "failure, and peers stuck after it: rank 0 died (signal SIGKILL)", id="died-peer-stuck"),
     P(run(rank(0).fault("hang").hung(), rank(1).hung(), timed_out=True),
       "blocked by the injected hang before operation #3 of save 6", id="injected-hang"),
+    P(run(rank(0).fault("sigstop").hung(stopped=True), rank(1).hung(), timed_out=True),
+      "hang: rank 0 stopped by the injected SIGSTOP before operation #3 of save 6; rank 1", id="injected-sigstop"),
+    P(run(rank(0).fault("gil").hung(), rank(1).hung(), timed_out=True),
+      "hang: rank 0 holding the GIL in a C loop (injected gil fault) before operation #3 of save 6", id="injected-gil"),
+    P(run(rank(0).collective("barrier", 3).hung(stopped=True), rank(1).hung(), timed_out=True),
+      "hang: rank 0 stopped (SIGSTOP or SIGTSTP), waiting in barrier #3", id="stopped-from-outside"),
 ])
 def test_health_names_what_each_rank_did(r, words):
     assert words in health(r).summary
@@ -185,6 +191,18 @@ def test_health_details_keep_job_frames_and_logs():
     problem = health(run(rank(0).hung(), rank(1).failed(), timed_out=True))
     assert "/job/train.py" in problem.details and "launch/rank.py" not in problem.details
     assert "builtins.RuntimeError: boom" in problem.details and "/nonexistent/rank1.log" in problem.details
+
+
+def test_health_details_say_what_a_frozen_ranks_stack_cannot():
+    """A stack alone would read as a rank busy in `before`: the details say it was frozen, and why its
+    flight recorder is missing."""
+    stopped = health(run(rank(0).fault("sigstop").hung(stopped=True), rank(1).hung(), timed_out=True))
+    assert "rank 0 stack when the run was stopped (stopped by the injected SIGSTOP" in stopped.details
+    assert "the process was stopped (SIGSTOP): none of its threads ran" in stopped.details
+    gil = health(run(rank(0).fault("gil").hung(), rank(1).hung(), timed_out=True))
+    assert "rank 0 stack when the run was stopped (holding the GIL" in gil.details
+    assert "did not answer within 2s; it held the GIL (the injected gil fault)" in gil.details
+    assert "the process was stopped" not in gil.details
 
 
 @pytest.mark.parametrize("r, verdict, words", [
