@@ -18,7 +18,6 @@ from ckpt_harness.launch.group import STACK_GRACE
 from ckpt_harness.oracle import health
 from ckpt_harness.run import PROPAGATION, launch
 from ckpt_harness.scenario import parse
-from ckpt_harness.verdict import Verdict
 from tests.test_launch import alive
 
 REF = "tests.planted.checkpointers:ReferenceCheckpointer"
