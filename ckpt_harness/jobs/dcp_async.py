@@ -66,9 +66,11 @@ faults inside it, issue 11 part 2; details in NOTES-issue11.md):
 from __future__ import annotations
 
 from concurrent.futures import Future
+from datetime import timedelta
 from pathlib import Path
 from typing import ClassVar, Optional
 
+import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
@@ -94,7 +96,7 @@ class DcpAsyncJob(DcpJob):
         # The warm-up template runs setup on torch's fake group, where no gloo
         # group can be built; it never saves.
         if dist.get_backend() != "fake":
-            self._group = dist.new_group(backend="gloo")
+            self._group = dist.new_group(backend="gloo", timeout=_default_timeout())
         self._pending = None
 
     def save(self, ctx: RankContext, step: int) -> None:
@@ -121,6 +123,13 @@ class DcpAsyncJob(DcpJob):
         if self._group is not None:
             dist.destroy_process_group(self._group)
             self._group = None
+
+
+def _default_timeout() -> timedelta:
+    """The default group's collective timeout: the harness sets it so that a
+    rank whose peer died fails in time. A new group would get gloo's 30 min."""
+    default = dist.distributed_c10d._get_default_group()
+    return default._get_backend(torch.device("cpu")).options._timeout
 
 
 class DcpAsyncProcessJob(DcpAsyncJob):
