@@ -125,6 +125,14 @@ class Job:
         """Resume by the framework's own discovery logic; return the step or None."""
         raise NotImplementedError
 
+    def wait_for_saves(self, ctx: RankContext) -> None:
+        """Block until every save that returned is complete on this rank, or
+        raise its error. Only for jobs whose save returns before its
+        checkpoint is complete (async checkpointing): the harness calls it
+        where a save must have landed, at the end of a driven loop and
+        before a stop after save k parks the rank (a preemption that lets
+        the in-flight save finish, as a trainer's shutdown does)."""
+
     # -- owned-loop form ---------------------------------------------------
     def run(self, ctx: RankContext) -> None:
         """Train to `ctx.total_steps`, calling `ctx.loaded` and `ctx.saved`."""
@@ -151,6 +159,10 @@ class Job:
     @classmethod
     def owns_loop(cls) -> bool:
         return _overrides(cls, "run")
+
+    @classmethod
+    def saves_in_background(cls) -> bool:
+        return _overrides(cls, "wait_for_saves")
 
     @classmethod
     def reshardable(cls) -> bool:

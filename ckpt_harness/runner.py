@@ -108,6 +108,9 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: _Recorder) -> None:
         if plan.full_state:
             recorder.write(Kind.SAVED_FULL, step=step, state=state_mod.capture(job.full_state(ctx)))
         if plan.stop_after_save == step:
+            if job.saves_in_background():
+                probes.set_phase(phase.after_save(step))
+                job.wait_for_saves(ctx)
             recorder.write(Kind.STOPPED, step=step)
             launch_rank.park()
         # After the last save: the end-of-training work on checkpoints (deleting
@@ -148,6 +151,11 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: _Recorder) -> None:
                 probes.set_phase(phase.save(step))
                 job.save(ctx, step)
                 ctx.saved(step)
+        if job.saves_in_background():  # the end of training: the last save must land
+            last = plan.total_steps - plan.total_steps % plan.save_every
+            if probes.current_phase() != phase.after_save(last):
+                probes.set_phase(phase.after_save(last))
+            job.wait_for_saves(ctx)
     probes.set_phase(phase.FINAL_STATE)
     recorder.write(Kind.FINAL, state=state_mod.capture(job.state(ctx)))
     probes.set_phase(phase.TEARDOWN)

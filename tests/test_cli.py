@@ -31,7 +31,8 @@ def test_list_names_jobs_fault_kinds_and_properties(tmp_path):
         else:
             current.append(line.split()[0])
     assert sections["jobs"] == [
-        "torch_save", "dcp", "deepspeed_zero0", "deepspeed", "deepspeed_zero2", "deepspeed_zero3", "hf_trainer",
+        "torch_save", "dcp", "dcp_async", "dcp_async_process", "deepspeed_zero0", "deepspeed", "deepspeed_zero2",
+        "deepspeed_zero3", "hf_trainer",
     ]
     assert sections["checks"] == ["resume", "faults", "overwrite", "reshard", "stall"]
     assert {"crash", "torn", "power-loss", "enospc"} <= set(sections["fault kinds"])

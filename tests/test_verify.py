@@ -17,6 +17,28 @@ def test_builtin_jobs_resume_bitwise(ckpt, job):
     assert checked == [(f"resume@{k}", c) for k in (2, 4, 6) for c in ("state after load", "final state")]
 
 
+@pytest.mark.ckpt(world_size=2, save_every=2)
+@pytest.mark.parametrize("job, steps", [("dcp_async", 6), ("dcp_async_process", 4)])
+def test_async_jobs_resume_bitwise_once_their_background_saves_landed(ckpt, job, steps):
+    """The stopped run waits for save k's future (`Job.wait_for_saves`) before
+    it parks; the process executor spawns a checkpoint process per rank and
+    run, so it gets fewer saves."""
+    report = ckpt.verify(job, steps=steps)
+    report.assert_ok()
+    loads = [r.summary for r in report.results if r.check == "load step"]
+    assert loads == [f"load() returned {k} on every rank" for k in range(2, steps + 1, 2)]
+
+
+def test_an_async_save_the_harness_cannot_wait_for_is_a_lost_checkpoint(ckpt):
+    report = ckpt.verify("tests.planted.async_jobs:PublishesOnlyAtNextSave", world_size=2, steps=4)
+    flagged = {r.case: r.summary for r in report.failures() if r.check == "load step"}
+    assert flagged == {
+        "resume@2": "load() returned None (a silent fresh start) on rank 0; "
+                    "load() returned None (a silent fresh start) on rank 1; expected 2",
+        "resume@4": "load() returned 2 on rank 0; load() returned 2 on rank 1; expected 4",
+    }, report.explain()
+
+
 @pytest.mark.parametrize(
     "job, check, words",
     [
@@ -122,8 +144,8 @@ class LocalJobHolder:
 @pytest.mark.parametrize(
     "job, message",
     [
-        ("no_such_job", "unknown job 'no_such_job': use one of torch_save, dcp, deepspeed_zero0, deepspeed, "
-                        "deepspeed_zero2, deepspeed_zero3, hf_trainer or module:Class"),
+        ("no_such_job", "unknown job 'no_such_job': use one of torch_save, dcp, dcp_async, dcp_async_process, "
+                        "deepspeed_zero0, deepspeed, deepspeed_zero2, deepspeed_zero3, hf_trainer or module:Class"),
         ("tests.no_such_module:Job", "cannot import 'tests.no_such_module'"),
         ("tests.planted.jobs:Missing", "has no attribute 'Missing'"),
         ("tests.planted.jobs:NotAJob", "is not a subclass of ckpt_harness.Job"),

@@ -21,6 +21,8 @@ ENTRY_POINT_GROUP = "ckpt_harness.jobs"
 BUILTIN_JOBS: dict[str, str] = {
     "torch_save": "ckpt_harness.jobs.torch_save:TorchSaveJob",
     "dcp": "ckpt_harness.jobs.dcp:DcpJob",
+    "dcp_async": "ckpt_harness.jobs.dcp_async:DcpAsyncJob",
+    "dcp_async_process": "ckpt_harness.jobs.dcp_async:DcpAsyncProcessJob",
     "deepspeed_zero0": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero0",
     "deepspeed": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero1",
     "deepspeed_zero2": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero2",
@@ -44,6 +46,11 @@ DESCRIPTIONS: dict[str, str] = {
         "FSDP2 fully_shard MLP on a CPU mesh; torch.distributed.checkpoint "
         "of sharded state plus per-rank extras; `latest` pointer"
     ),
+    "dcp_async": (
+        "the dcp job saved with dcp.async_save (thread executor) on its own gloo checkpoint group; "
+        "`latest` moves once the save's future completed and its files are fsynced"
+    ),
+    "dcp_async_process": "dcp_async with DCP's process executor (a checkpoint process per rank)",
 }
 
 

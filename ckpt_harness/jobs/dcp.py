@@ -81,6 +81,11 @@ class DcpJob(TinyJob):
     def save(self, ctx: RankContext, step: int) -> None:
         path = step_dir(ctx.ckpt_dir, step)
         prepare_step_dir(ctx, path)
+        dcp.save(self._payload(ctx, step), checkpoint_id=path)
+        commit(ctx, path, step, sync_files=self.sync_files)
+
+    def _payload(self, ctx: RankContext, step: int) -> dict[str, Any]:
+        """What one save hands DCP: sharded model and optimizer, and this rank's extras."""
         model_sd, optim_sd = get_state_dict(self.model, self.optimizer)
         extra = self._extra(ctx, step)
         extra["scheduler"] = self.scheduler.state_dict()
@@ -88,13 +93,11 @@ class DcpJob(TinyJob):
         # instead of flattening the RNG tuples into keys of its own.
         blob = io.BytesIO()
         torch.save(extra, blob)
-        payload = {
+        return {
             "model": model_sd,
             "optim": optim_sd,
             "extra": {self._extra_key(ctx): blob.getvalue()},
         }
-        dcp.save(payload, checkpoint_id=path)
-        commit(ctx, path, step, sync_files=self.sync_files)
 
     def load(self, ctx: RankContext) -> Optional[int]:
         # Split around dcp.load: it is a collective that already raises on

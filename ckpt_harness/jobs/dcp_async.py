@@ -1,0 +1,149 @@
+"""The `dcp` job saved in the background: `torch.distributed.checkpoint.async_save`,
+the way large trainers checkpoint (torchtitan, Megatron-Core, NeMo, OLMo-core).
+
+Model, data, layout and loading are the `dcp` job's; only the save differs.
+Two jobs, one per executor DCP ships (torch 2.13 picks it with
+`async_checkpointer_type`):
+
+- `dcp_async`: THREAD, a one-thread pool in the rank writes the shards;
+- `dcp_async_process`: PROCESS, one long-lived checkpoint process per rank
+  (spawned at the first save, with its own gloo group over a TCPStore) writes
+  them; the rank only pickles the staged state dict to it.
+
+Both hand `async_save` a process group of their own, a gloo `new_group`
+built in `setup` as torchtitan builds it: the background save's collectives
+must not queue behind the training's on the default group (KempnerForge#104:
+they did, and deadlocked with a main-thread barrier). The PROCESS executor
+uses it only to agree on its store's address; its writes' collectives run on
+the checkpoint processes' own group.
+
+What a save promises, and when (what the harness records and judges):
+
+- *returned*: `save(k)` returns once `async_save` returned. DCP's default
+  stager has copied every tensor to CPU by then (staging is synchronous), so
+  the state the harness records at that moment is the one save k persists;
+  training goes on while the background writes it.
+- *saved*: the checkpoint counts as saved when its future completed without
+  error on every rank (then DCP's coordinator has gathered every rank's
+  write results and written `.metadata`).
+- *published*: the job waits for the previous save's future at the start
+  of the next save, and before it finishes (`wait_for_saves`, which the
+  harness calls at the end of training and before a stop after save k
+  parks the rank). Only then, as torchtitan's `maybe_wait_for_saving`,
+  and only after rank 0 made every file of the step durable (fsynced, as
+  the `dcp` job's commit does) does `latest` move to it and are old steps
+  rotated out (`keep_last`): the pointer and the deletions never run ahead
+  of the data (KempnerForge#102). torchtitan itself has no pointer (a step
+  directory with a `.metadata` is a checkpoint) and purges as soon as
+  `async_save` returned, keeping at least two for that reason.
+
+So between save k returning and save k+1 (or the end) `latest` still names
+the save before k. A crash in that window resumes k-1 by design; the
+oracle's "a returned save is S_k" does not hold for these jobs until it
+learns when a background save completes (issue 11, part 2).
+
+Where the background save shows up in the harness today (groundwork for
+faults inside it, issue 11 part 2; details in NOTES-issue11.md):
+
+- THREAD: the worker thread is in the rank process, so the file probes
+  (`inject/files.py` wraps `open`, `os.write`, `os.fsync`, ... process-wide)
+  and the collective probes (`torch.distributed.*` module attributes, which
+  DCP's `_DistWrapper` calls) see its operations. But a trace event's phase
+  is the process's current phase (`Tracer.phase`, one per process): the
+  background's writes are recorded, numbered and faulted under whatever the
+  main thread is doing at that instant ("save k" until `async_save`
+  returned, then "state after save k", "train_step k+1", ...). Point
+  numbers in those phases therefore depend on thread timing, and a fault
+  armed at "save k #i" hits whichever thread reaches point i first.
+- PROCESS: the checkpoint process is spawned (a fresh interpreter, not a
+  fork of the probed rank): no probe runs in it, its file writes and its
+  gloo collectives are in no trace, no fault can be armed in it, and the
+  power-loss model does not know its bytes (an exploration warns about the
+  `.distcp` and `.metadata` files as unseen writes). It is in the rank's
+  process group, so tearing the group down kills it with its rank.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from datetime import timedelta
+from pathlib import Path
+from typing import ClassVar, Optional
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+from ckpt_harness.job import RankContext
+from ckpt_harness.jobs._common import commit, prepare_step_dir, step_dir
+from ckpt_harness.jobs.dcp import DcpJob
+
+
+class DcpAsyncJob(DcpJob):
+    """FSDP2 over gloo, saved with `dcp.async_save` (thread executor) on a
+    checkpoint process group of its own; `latest` follows completed saves."""
+
+    executor: ClassVar[AsyncCheckpointerType] = AsyncCheckpointerType.THREAD
+    preload = (*DcpJob.preload, "torch.distributed.checkpoint._async_thread_executor")
+
+    _group: Optional[dist.ProcessGroup] = None
+    #: The save in flight: (step, its directory, its future).
+    _pending: Optional[tuple[int, Path, Future]] = None
+
+    def setup(self, ctx: RankContext) -> None:
+        super().setup(ctx)
+        # The warm-up template runs setup on torch's fake group, where no gloo
+        # group can be built; it never saves.
+        if dist.get_backend() != "fake":
+            self._group = dist.new_group(backend="gloo", timeout=_default_timeout())
+        self._pending = None
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        self.wait_for_saves(ctx)
+        path = step_dir(ctx.ckpt_dir, step)
+        prepare_step_dir(ctx, path)
+        future = dcp.async_save(self._payload(ctx, step), checkpoint_id=path,
+                                process_group=self._group, async_checkpointer_type=self.executor)
+        self._pending = (step, path, future)
+
+    def wait_for_saves(self, ctx: RankContext) -> None:
+        """Wait for the save in flight, then publish it: fsync its files, point
+        `latest` at it, rotate. A failed background save raises here, on
+        every rank (DCP gathers write errors to all of them)."""
+        if self._pending is None:
+            return
+        step, path, future = self._pending
+        self._pending = None
+        future.result()
+        commit(ctx, path, step, sync_files=True)
+
+    def teardown(self, ctx: RankContext) -> None:
+        super().teardown(ctx)
+        if self._group is not None:
+            dist.destroy_process_group(self._group)
+            self._group = None
+
+
+def _default_timeout() -> timedelta:
+    """The default group's collective timeout: the harness sets it so that a
+    rank whose peer died fails in time. A new group would get gloo's 30 min."""
+    default = dist.distributed_c10d._get_default_group()
+    return default._get_backend(torch.device("cpu")).options._timeout
+
+
+class DcpAsyncProcessJob(DcpAsyncJob):
+    """`dcp_async` with DCP's process executor: one checkpoint process per rank."""
+
+    executor = AsyncCheckpointerType.PROCESS
+    preload = (*DcpJob.preload, "torch.distributed.checkpoint._async_process_executor")
+
+    def teardown(self, ctx: RankContext) -> None:
+        """Stop the checkpoint process now rather than at interpreter exit,
+        which a rank never reaches (it parks and is killed with its group)."""
+        from torch.distributed.checkpoint import _async_process_executor as executor
+
+        process, executor._CHECKPOINT_PROCESS = executor._CHECKPOINT_PROCESS, None
+        if process is not None:
+            process.__del__()  # TERMINATE, join(5 s), then SIGTERM
+        super().teardown(ctx)
