@@ -75,6 +75,13 @@ from ckpt_harness.launch.worker import (
     stack_path,
 )
 
+#: torch >= 2.4 lets the workers' default process group live in the
+#: rendezvous's TCPStore, which outlives a restart with the previous
+#: attempt's keys in it: the restarted workers' gloo mesh then hangs in
+#: `init_process_group` (3 of 3 runs here; pytorch/pytorch#135712 is the
+#: NCCL face of it). Opting out (a store per attempt, hosted by rank 0, as
+#: before 2.4) is the harness's default; a script's environment may say 0.
+SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 #: How often the harness looks at the workers; the agents look as often.
 POLL = 0.05
 #: After a deadline: how long workers get to write their stacks and
@@ -188,6 +195,7 @@ class _ElasticRun:
         port = _free_port()
         package_root = str(Path(__file__).resolve().parents[2])
         env = {
+            SHARE_STORE_ENV: "1",
             **os.environ, **spec.env,
             RUN_TAG_ENV: self.tag,
             RUN_DIR_ENV: str(self.run_dir),
@@ -205,14 +213,24 @@ class _ElasticRun:
                 ))
 
     def _watch(self, until: float) -> bool:
-        """Follow the agents until all of them ended; False at the deadline or
-        when a failed worker's peers outstay the failure grace."""
+        """Follow the run until the agents ended or every worker finished and
+        exited; False at the deadline or when a failed worker's peers outstay
+        the failure grace.
+
+        Agents whose workers all finished only wait for each other and tear
+        torch down (seconds of a fresh interpreter's exit under load): they
+        are killed rather than waited for.
+        """
         graced = False
         while any(a.poll() is None for a in self.agents):
             now = time.monotonic()
             if now >= until:
                 return False
-            if not graced and any(self._failed_for_good(r) for r in self._last_attempt().values()):
+            last = self._last_attempt()
+            if len(last) == self.spec.world_size and all(
+                    r.end == "ok" and not _alive(r.pid) for r in last.values()):
+                return True
+            if not graced and any(self._failed_for_good(r) for r in last.values()):
                 until, graced = min(until, now + self.spec.failure_grace), True
             time.sleep(POLL)
         return True
