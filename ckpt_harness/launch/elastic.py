@@ -62,7 +62,7 @@ from typing import Mapping, Optional
 
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.launch import _proc, flight
-from ckpt_harness.launch.group import GroupOutcome, RankOutcome, RankStatus, check_layout
+from ckpt_harness.launch.group import GroupOutcome, LaunchError, RankOutcome, RankStatus, check_layout
 from ckpt_harness.launch.rank import STACK_SIGNAL
 from ckpt_harness.launch.worker import (
     PG_TIMEOUT_ENV,
@@ -155,6 +155,8 @@ def run_elastic(spec: ScriptSpec) -> ScriptOutcome:
     or child of theirs left, also on Ctrl-C (then it raises
     KeyboardInterrupt after teardown). A SIGKILLed harness takes its
     agents along, and they their workers (the parent-death signal).
+    Raises `LaunchError` (a harness problem, not the script's) when no
+    worker started at all.
     """
     return _ElasticRun(spec).run()
 
@@ -181,14 +183,25 @@ class _ElasticRun:
         try:
             self._start_agents()
             timed_out = not self._watch(start + spec.deadline)
-            stopped_at = time.monotonic()
+            ended = time.monotonic()
             last = self._last_attempt()
             self.alive_at_stop = {r.pid for r in last.values() if _alive(r.pid)}
             if timed_out:
+                stopped_at = ended
                 self._collect_stacks(last)
         finally:
             self._teardown()
+        if not self._last_attempt():
+            raise LaunchError(self._no_worker(timed_out))
         return self._outcome(start, timed_out, stopped_at)
+
+    def _no_worker(self, timed_out: bool) -> str:
+        """Not one worker reached the bootstrap: torchrun itself did not get going."""
+        when = f"within the {self.spec.deadline:g} s deadline" if timed_out else "before the agents ended"
+        logs = "\n".join(f"--- {p}:\n{_tail(p)}" for p in self.agent_logs)
+        return (f"torchrun started no worker {when}: check that torch is installed for {sys.executable} "
+                f"and that the agents' logs below show no error (a deadline shorter than interpreters "
+                f"take to import torch here also does it)\n{logs}")
 
     def _start_agents(self) -> None:
         spec = self.spec
@@ -405,6 +418,13 @@ def _alive(pid: int) -> bool:
             return f.read().rpartition(") ")[2][:1] not in ("Z", "X", "")
     except OSError:
         return False
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
 
 
 def _size(path: Path) -> int:
