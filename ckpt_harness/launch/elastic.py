@@ -287,17 +287,21 @@ class _ElasticRun:
     def _teardown(self) -> None:
         """Kill the agents, their workers and whatever those started; wait until gone.
 
-        Agents and workers each lead a session; a process that left its
-        session still carries the run's tag in its environment.
+        Processes are found by the run's tag in their environment, never by a
+        pid alone: pids wrap around fast on a busy machine, and a worker that
+        exited may have handed its number to a stranger. Agents and workers
+        each lead a session; their groups go too (children that cleared
+        their environment).
         """
         for agent in self.agents:
-            _proc.kill_group(agent.pid)
-        for record in WorkerRecord.read_all(self.run_dir):
-            _proc.kill_group(record.pid)
+            if agent.poll() is None:  # not reaped yet: the pid is still the agent's
+                _proc.kill_group(agent.pid)
         until = time.monotonic() + KILL_WAIT
         while (tagged := _tagged(self.tag)) and time.monotonic() < until:
             for pid in tagged:
                 try:
+                    if os.getpgid(pid) == pid:
+                        _proc.kill_group(pid)
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
@@ -312,9 +316,9 @@ class _ElasticRun:
         last = self._last_attempt()
         exits = _worker_exits(self.agent_logs)
         ranks = [self._rank(rank, last.get(rank), exits, start, timed_out) for rank in range(self.spec.world_size)]
-        bad = [o for o in ranks if o.status.ended_badly]
         stopped = [o for o in ranks if o.status is RankStatus.CRASHED and o.signal == signal.SIGTERM]
-        if bad and len(stopped) < len(bad):  # the SIGTERMs were the agent's, after someone else's failure
+        if any(o.status.ended_badly and o not in stopped for o in ranks):
+            # The SIGTERMs were the agent's, after another worker's failure.
             for o in stopped:
                 o.status, o.signal = RankStatus.HUNG, None
                 o.stack = self._stack(o.rank, 0) or "(no stack: the worker replaced the SIGTERM handler)"
