@@ -89,6 +89,8 @@ def test_a_ddp_script_runs_under_torchrun_as_torchrun_lays_it_out(tmp_path, nnod
             for r, v in layout.items()} == expected
     # the script sees what `python train.py` would show it
     assert {(v["argv0"], v["path0"]) for v in layout.values()} == {(script("ddp_train"), str(SCRIPTS))}
+    # collectives without a timeout of the script's own give up soon after the deadline, not in 30 minutes
+    assert {v["pg_timeout"] for v in layout.values()} == {STARTUP_TIMEOUT + 30}
     assert [r.pid for r in outcome.ranks if alive(r.pid)] == []
     assert processes_naming(str(tmp_path)) == []
 
@@ -142,13 +144,15 @@ def test_a_stuck_peer_on_another_node_is_cut_after_the_failure_grace(tmp_path, s
     assert processes_naming(str(tmp_path)) == []
 
 
-@pytest.mark.parametrize("max_restarts", [0, 1])
-def test_torchrun_restarts_the_group_after_a_crash(tmp_path, max_restarts):
-    outcome = run_elastic(spec(tmp_path, "crash_once", deadline=STARTUP_TIMEOUT, nproc_per_node=2,
-                               max_restarts=max_restarts))
+@pytest.mark.parametrize("nnodes, max_restarts", [(1, 0), (1, 1), (2, 1)])
+def test_torchrun_restarts_the_group_after_a_crash(tmp_path, nnodes, max_restarts):
+    """Across nodes the restart is counted by the agent that saw the failure
+    only: the other node's workers restart with TORCHELASTIC_RESTART_COUNT 0."""
+    outcome = run_elastic(spec(tmp_path, "crash_once", deadline=STARTUP_TIMEOUT, nnodes=nnodes,
+                               nproc_per_node=2 // nnodes, max_restarts=max_restarts))
     if max_restarts:
         assert outcome.ok and outcome.restarts == 1, outcome
-        assert [(tmp_path / f"finished{r}").read_text() for r in range(2)] == ["1", "1"]
+        assert all((tmp_path / f"finished{r}").exists() for r in range(2))
     else:  # the crash is the outcome: its signal, from the agent's own account
         crashed = outcome.ranks[1]
         assert crashed.status == "crashed" and crashed.signal == signal.SIGKILL, crashed

@@ -33,7 +33,9 @@ for step in range(steps):
                        out / f"step_{step + 1}" / "state.pt")
         dist.barrier()
 layout = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE")}
-(out / f"layout{rank}.json").write_text(json.dumps({**layout, "argv0": sys.argv[0], "path0": sys.path[0]}))
+pg_timeout = dist.distributed_c10d._get_default_timeout(dist.Backend.GLOO).total_seconds()
+(out / f"layout{rank}.json").write_text(json.dumps({**layout, "argv0": sys.argv[0], "path0": sys.path[0],
+                                                    "pg_timeout": pg_timeout}))
 if rank == 0:
     torch.save(model.module.state_dict(), out / "model.pt")
 dist.barrier()
