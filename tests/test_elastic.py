@@ -204,8 +204,18 @@ def test_no_agent_or_worker_outlives_its_harness(tmp_path, how):
     finally:
         harness.kill()
         harness.wait()
-        for pid in processes_naming(str(tmp_path)):
+        # The workers' children a SIGKILLed harness could not reach (still the
+        # scripts' `sleep 1000`, not a stranger that inherited the pid).
+        children = [int(p.read_text()) for p in tmp_path.glob("child*")]
+        for pid in [*processes_naming(str(tmp_path)), *filter(is_our_sleeper, children)]:
             os.kill(pid, signal.SIGKILL)
+
+
+def is_our_sleeper(pid: int) -> bool:
+    try:
+        return alive(pid) and Path(f"/proc/{pid}/cmdline").read_bytes() == b"sleep\x001000\x00"
+    except OSError:
+        return False
 
 
 def test_a_missing_script_is_refused_with_what_to_give(tmp_path):
