@@ -62,7 +62,13 @@ from typing import Mapping, Optional
 
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.launch import _proc, flight
-from ckpt_harness.launch.group import GroupOutcome, LaunchError, RankOutcome, RankStatus, check_layout
+from ckpt_harness.launch.group import (
+    GroupOutcome,
+    LaunchError,
+    RankOutcome,
+    RankStatus,
+    check_layout,
+)
 from ckpt_harness.launch.rank import STACK_SIGNAL
 from ckpt_harness.launch.worker import (
     PG_TIMEOUT_ENV,

@@ -147,7 +147,8 @@ def main(argv: list[str]) -> None:
           f"{' '.join([script, *args])}", file=sys.stderr)
     faulthandler.enable(file=sys.stderr, all_threads=True)
     # This attempt's stacks only; O_APPEND, as the harness reads on from an offset.
-    stacks = os.fdopen(os.open(stack_path(run_dir, worker.rank), os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND), "w")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    stacks = os.fdopen(os.open(stack_path(run_dir, worker.rank), flags, 0o644), "w")
     faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True, chain=False)
     # chain: after the dump the default action ends the process, as without it.
     faulthandler.register(signal.SIGTERM, file=stacks, all_threads=True, chain=True)
