@@ -138,7 +138,7 @@ def test_a_stuck_peer_on_another_node_is_cut_after_the_failure_grace(tmp_path, s
     worker would wait for it until its collective timeout."""
     outcome = run_elastic(spec(tmp_path, "busy_peer", deadline=10 * script_pace, nnodes=2, failure_grace=1.0))
     stuck, raised = outcome.ranks
-    assert raised.status == "failed" and stuck.status == "hung"
+    assert raised.status == "failed" and stuck.status == "hung", outcome
     assert outcome.stuck_after_failure and 'busy_peer.py", line 11 in <module>' in stuck.stack
     assert outcome.elapsed < 3 * script_pace, (outcome.elapsed, script_pace)
     assert processes_naming(str(tmp_path)) == []

@@ -33,7 +33,11 @@ torch elastic's process model, as far as it matters here (torch 2.13):
   With c10d, ``--node-rank`` is ignored: GROUP_RANK goes by join order.
 * ``--event-log-handler console`` makes the agent log one JSON event per
   worker when its last attempt ends, with the exit code (negative: the
-  signal). It is the only place the signal that killed a worker is known.
+  signal). It is the only place the signal that killed a worker is known,
+  and only when the agent returns normally: one that raised (e.g. it lost
+  the c10d rendezvous store, hosted by whichever agent bound the endpoint
+  first, when that agent exited) stops its workers and logs nothing. A
+  worker SIGTERMed leaves its stack, which says so instead.
 
 How a worker of the last attempt reads: the script returned -> OK; raised
 or exited non-zero -> FAILED; still in the script when the watch ended ->
@@ -357,6 +361,12 @@ class _ElasticRun:
             o.status = RankStatus.HUNG
         else:
             code = exits.get(record.pid)
+            if code is None and self._stack(rank, 0):
+                # Not asked for a stack, yet it left one: its SIGTERM's. An
+                # agent that lost the rendezvous store (the agent hosting it
+                # exited after its own worker failed) stops its workers and
+                # dies without reporting their exit codes.
+                code = -signal.SIGTERM
             o.status = RankStatus.CRASHED
             o.exit_code, o.signal = (None, -code) if code is not None and code < 0 else (code, None)
         return o
