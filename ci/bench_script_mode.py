@@ -27,6 +27,7 @@ from ckpt_harness.config import RunConfig  # noqa: E402
 from ckpt_harness.jobref import resolve  # noqa: E402
 from ckpt_harness.launch import prestart  # noqa: E402
 from ckpt_harness.launch.elastic import ScriptSpec, run_elastic  # noqa: E402
+from ckpt_harness.launch.worker import WorkerRecord  # noqa: E402
 from ckpt_harness.run import launch  # noqa: E402
 
 SCRIPT = ROOT / "tests" / "scripts" / "ddp_train.py"
@@ -43,15 +44,20 @@ def job_run(tmp: Path, i: int) -> float:
     return elapsed
 
 
-def script_run(tmp: Path, i: int) -> float:
+def script_run(tmp: Path, i: int) -> tuple[float, tuple[float, float, float]]:
+    """Seconds in all, and where they went: until the workers' bootstrap ran
+    (agent and worker interpreters, rendezvous), the script (its imports
+    too), and after it (the workers' exit, teardown)."""
     out = tmp / f"script{i}"
     out.mkdir()
-    start = time.perf_counter()
+    start = time.monotonic()
     outcome = run_elastic(ScriptSpec(command=(str(SCRIPT), str(out), str(STEPS), str(SAVE_EVERY)),
                                      run_dir=out, deadline=300, nproc_per_node=WORLD))
-    elapsed = time.perf_counter() - start
+    end = time.monotonic()
     assert outcome.ok, outcome
-    return elapsed
+    records = WorkerRecord.read_all(out)
+    booted, done = max(r.started for r in records), max(r.finished for r in records)
+    return end - start, (booted - start, done - booted, end - done)
 
 
 def main() -> None:
@@ -63,14 +69,19 @@ def main() -> None:
         start = time.perf_counter()
         prestart(wait=True)
         print(f"fork server start (once per harness process): {time.perf_counter() - start:.2f} s")
-        jobs, scripts = [], []
+        jobs, scripts, phases = [], [], []
         for i in range(args.repeat):
             jobs.append(job_run(tmp, i))
-            scripts.append(script_run(tmp, i))
-            print(f"  round {i}: job {jobs[-1]:.2f} s, script {scripts[-1]:.2f} s", flush=True)
+            elapsed, parts = script_run(tmp, i)
+            scripts.append(elapsed)
+            phases.append(parts)
+            print(f"  round {i}: job {jobs[-1]:.2f} s, script {elapsed:.2f} s "
+                  f"(start {parts[0]:.2f} + script {parts[1]:.2f} + end {parts[2]:.2f})", flush=True)
         job, script = statistics.median(jobs), statistics.median(scripts)
+        start, body, end = (statistics.median(p) for p in zip(*phases))
         print(f"job on the warm fork server: median {job:.2f} s (n={len(jobs)})")
-        print(f"script under torchrun:       median {script:.2f} s (n={len(scripts)})")
+        print(f"script under torchrun:       median {script:.2f} s (n={len(scripts)}): until the bootstrap "
+              f"{start:.2f} s, the script {body:.2f} s, after it {end:.2f} s")
         print(f"script mode / job mode: {script / job:.1f}x")
 
 
