@@ -121,6 +121,10 @@ class ScriptSpec:
     #: Once a worker of the last attempt failed or died, how long the
     #: others get to end too (see `GroupSpec.failure_grace`).
     failure_grace: float = 5.0
+    #: A preempted run: once each of these ranks has stopped (parked, its
+    #: record says "stopped"), the group is torn down where it is. The
+    #: other ranks count as finished: the harness stopped them.
+    stop_ranks: Optional[frozenset[int]] = None
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -181,6 +185,8 @@ class _ElasticRun:
         self.alive_at_stop: set[int] = set()
         #: Where each hung rank's stack file ended before it was asked for a stack.
         self.stack_offsets: dict[int, int] = {}
+        #: The watch ended because every rank of `spec.stop_ranks` stopped.
+        self.preempted = False
 
     def run(self) -> ScriptOutcome:
         spec = self.spec
@@ -253,10 +259,21 @@ class _ElasticRun:
             if len(last) == self.spec.world_size and all(
                     r.end == "ok" and not _alive(r.pid) for r in last.values()):
                 return True
+            if self._stopped(last):
+                self.preempted = True
+                return True
             if not graced and any(self._failed_for_good(r) for r in last.values()):
                 until, graced = min(until, now + self.spec.failure_grace), True
             time.sleep(POLL)
         return True
+
+    def _stopped(self, last: dict[int, WorkerRecord]) -> bool:
+        """Every rank the run is to stop at has stopped (or finished)."""
+        ranks = self.spec.stop_ranks
+        if not ranks or not all(r in last for r in ranks):
+            return False
+        ends = [last[r].end for r in ranks]
+        return "stopped" in ends and all(e in ("stopped", "ok") for e in ends)
 
     def _failed_for_good(self, record: WorkerRecord) -> bool:
         """The worker ended badly in an attempt its agent will not restart."""
@@ -349,11 +366,12 @@ class _ElasticRun:
             return o
         if record.finished is not None:
             o.finished_at = record.finished - start
-        if record.pid in self.alive_at_stop:  # still there: its stack, also if it is only slow to exit
+        if record.pid in self.alive_at_stop and not self.preempted:  # its stack, also if only slow to exit
             o.stack = self._stack(rank, self.stack_offsets.get(rank, 0))
             o.stack = o.stack or "(no stack: the worker did not answer)"
             o.collectives = flight.read(str(flight_path(self.run_dir, rank)))
-        if record.end == "ok":
+        if record.end in ("ok", "stopped") or (self.preempted and record.end is None
+                                               and record.pid in self.alive_at_stop):
             o.status, o.exit_code = RankStatus.OK, 0
         elif record.end == "raised":
             o.status, o.exit_code = RankStatus.FAILED, record.exit_code

@@ -31,7 +31,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Callable, Optional
 
 from ckpt_harness.launch import _proc, flight
 from ckpt_harness.launch.rank import STACK_SIGNAL
@@ -103,7 +103,8 @@ class WorkerRecord:
     #: `time.monotonic()` (one clock for every process of the machine).
     started: float
     #: "ok" (returned, or exited with status 0), "raised" (an exception or a
-    #: non-zero `sys.exit`), None while the script runs or if the process died.
+    #: non-zero `sys.exit`), "stopped" (parked where a preempted run stops,
+    #: see `script_runner`), None while the script runs or if the process died.
     end: Optional[str] = None
     exit_code: Optional[int] = None
     finished: Optional[float] = None
@@ -125,14 +126,18 @@ class WorkerRecord:
         return records
 
 
-def prepare(worker: WorkerInfo) -> None:
-    """Arm the worker just before the script runs.
+def prepare(worker: WorkerInfo, park: Callable[[], None]) -> Optional[Any]:
+    """Arm the worker just before the script runs: the probes, the fault
+    plan and the records of `script_runner`, when the harness gave a plan.
 
-    This is where script mode will install the probes on the save entry
-    points and the fault plan from the environment (issue 10, parts 3-4);
-    it installs nothing yet. It runs after the process is set up (logs,
-    stacks, flight recorder) and before any of the script's code.
+    Returns what to tell when the script ends (`ScriptRank.finished` and
+    `.failed`), or None. It runs after the process is set up (logs, stacks,
+    flight recorder) and before any of the script's code. `park` stops the
+    worker where it is, for good (a preemption).
     """
+    from ckpt_harness import script_runner
+
+    return script_runner.arm(worker.rank, worker.run_dir, park)
 
 
 def main(argv: list[str]) -> None:
@@ -158,7 +163,15 @@ def main(argv: list[str]) -> None:
                           max_restarts=worker.max_restarts, started=time.monotonic())
     record.write(run_dir)
     _default_timeouts()
-    prepare(worker)
+
+    def park() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        dataclasses.replace(record, end="stopped", finished=time.monotonic()).write(run_dir)
+        while True:
+            signal.pause()
+
+    armed = prepare(worker, park)
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
     end, code = "raised", 1
@@ -168,7 +181,16 @@ def main(argv: list[str]) -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         end = "ok" if code == 0 else "raised"
+        if armed is not None:
+            armed.finished() if code == 0 else armed.failed(exc)
         raise
+    except BaseException as exc:
+        if armed is not None:
+            armed.failed(exc)
+        raise
+    else:
+        if armed is not None:
+            armed.finished()
     finally:  # the exception, if any, goes on to Python's own handler: traceback, exit 1
         sys.stdout.flush()
         sys.stderr.flush()
