@@ -97,3 +97,25 @@ def test_the_opt_ins_do_nothing_outside_the_harness(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["1", "False"]
+
+
+def test_a_script_run_is_recorded_and_traced_like_a_job_run(tmp_path):
+    """dcp.save, imported by the script after the bootstrap, is a save on
+    every rank: its phase in the trace (the file operations and collectives
+    fault points are made of), what it was handed, in the records the
+    oracle reads; no framework the script did not import is imported."""
+    from ckpt_harness.config import ScriptConfig
+    from ckpt_harness.inject.trace import EventKind
+    from ckpt_harness.script_mode import launch_script
+
+    config = ScriptConfig(script=f"{ROOT / 'tests' / 'scripts' / 'dcp_save.py'} {{ckpt_dir}}", nproc_per_node=2)
+    run = launch_script(config, "traced", tmp_path / "ckpt", tmp_path / "run", trace_files=True)
+    assert run.ok, [r.outcome for r in run.ranks]
+    for r in run.ranks:
+        saved = [(rec["step"], rec["source"], sorted(rec["state"])) for rec in r.records if rec["event"] == Kind.SAVED]
+        assert saved == [(2, "path", [f"state_dict.w{r.rank}"]), (4, "path", [f"state_dict.w{r.rank}"])]
+        in_save = [e for e in r.events if e.phase == "save 2"]
+        assert any(e.kind is EventKind.COLLECTIVE for e in in_save)
+        assert any(e.kind is EventKind.OPEN and e.path.startswith("step_2/") for e in in_save)
+        assert (tmp_path / "ckpt" / f"imported{r.rank}.json").read_text() == "[]"
+    assert run.states(Kind.FINAL)[1]["last save.state_dict.w1"].shape == (4,)

@@ -60,6 +60,11 @@ class Save:
     source: str
     #: (name, object) per save call inside the boundary, in call order.
     handed: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+    #: Saves inside add what they were handed: true for the boundaries that
+    #: get no object of their own (a framework's method, `saving`); a
+    #: `dcp.save` was handed the whole state, and its writer's inner
+    #: `torch.save` of each piece would only repeat it.
+    collects: bool = True
 
     def add(self, name: str, obj: Any) -> None:
         taken = {n for n, _ in self.handed}
@@ -100,13 +105,13 @@ class Saves:
     def boundary(self, step: Optional[int], source: str, name: str = "", obj: Any = None) -> Iterator[None]:
         """A save: the outermost one records, one inside it adds what it was handed."""
         if self.current is not None or threading.current_thread() is not threading.main_thread():
-            if self.current is not None and obj is not None:
+            if self.current is not None and self.current.collects and obj is not None:
                 self.current.add(name, obj)
             yield
             return
         if step is None:
             step, source = self.last_step + 1, "count"
-        save = self.current = Save(step, source)
+        save = self.current = Save(step, source, collects=obj is None)
         if obj is not None:
             save.add(name, obj)
         try:
