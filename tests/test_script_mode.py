@@ -119,3 +119,30 @@ def test_a_script_run_is_recorded_and_traced_like_a_job_run(tmp_path):
         assert any(e.kind is EventKind.OPEN and e.path.startswith("step_2/") for e in in_save)
         assert (tmp_path / "ckpt" / f"imported{r.rank}.json").read_text() == "[]"
     assert run.states(Kind.FINAL)[1]["last save.state_dict.w1"].shape == (4,)
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([sys.executable, "-m", "ckpt_harness.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_the_cli_runs_a_script_and_prints_the_line_that_replays_a_failing_case(tmp_path):
+    out = cli("run", "--script", script("--bug", "from-scratch"), "--nproc-per-node", "2", "--case", "resume@2",
+              "--workdir", str(tmp_path / "work"), cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "the script resumed from scratch" in out.stdout
+    repro = next(line for line in out.stdout.splitlines() if line.startswith("repro: "))
+    assert repro.endswith("--nproc-per-node 2 --case resume@2") and "--script" in repro
+
+
+@pytest.mark.parametrize("args, says", [
+    (("run",), "either --job"),
+    (("run", "--job", "torch_save", "--script", "x.py"), "either --job"),
+    (("run", "--script", "x.py {ckpt_dir}", "--steps", "4"), "--steps apply to --job runs only"),
+    (("run", "--job", "torch_save", "--nnodes", "2"), "--nnodes belong to script mode"),
+    (("run", "--script", "missing.py {ckpt_dir}"), "no script at 'missing.py'"),
+])
+def test_the_cli_refuses_a_mixed_or_missing_mode_with_what_to_give(tmp_path, args, says):
+    out = cli(*args, cwd=tmp_path)
+    assert out.returncode == 2 and says in out.stderr, out.stderr
