@@ -43,8 +43,8 @@ def test_a_correct_script_resumes_bitwise(tmp_path, nnodes, nproc_per_node):
     assert [r["step"] for r in read_records(tmp_path / "resume@2" / "stop", 0) if r["event"] == Kind.STOPPED] == [2]
     golden = read_records(tmp_path / "golden" / "run", 0)
     saved = [(r["step"], r["source"], sorted(r["state"])[:2]) for r in golden if r["event"] == Kind.SAVED]
-    assert saved[:2] == [(2, "path", ["state.pt.model.bias", "state.pt.model.weight"]),
-                         (4, "path", ["state.pt.model.bias", "state.pt.model.weight"])]
+    assert saved[:2] == [(2, "path", ["observed.0.torch_rng", "state.pt.model.bias"]),
+                         (4, "path", ["observed.0.torch_rng", "state.pt.model.bias"])]
     assert [r["event"] for r in golden][-2:] == [Kind.FINAL, Kind.FINISHED]
 
 

@@ -126,7 +126,8 @@ class Saves:
         """What the script's observers expose now (`observe`), one mapping."""
         out: dict[str, Any] = {}
         for i, fn in enumerate(self.observers):
-            out[f"{i}:{getattr(fn, '__qualname__', 'observer')}"] = plain(fn())
+            name = getattr(fn, "__name__", "")
+            out[name if name.isidentifier() and name not in out else str(i)] = plain(fn())
         return out
 
 

@@ -42,6 +42,7 @@ torch.manual_seed(0)
 model = DistributedDataParallel(torch.nn.Linear(8, 8))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 prefix = "checkpoint-" if args.staging else "step_"
+ckpt_harness.observe(lambda: {"torch_rng": torch.get_rng_state()})
 
 
 def newest_checkpoint():
