@@ -146,3 +146,20 @@ def test_the_cli_runs_a_script_and_prints_the_line_that_replays_a_failing_case(t
 def test_the_cli_refuses_a_mixed_or_missing_mode_with_what_to_give(tmp_path, args, says):
     out = cli(*args, cwd=tmp_path)
     assert out.returncode == 2 and says in out.stderr, out.stderr
+
+
+@pytest.mark.parametrize("bug", ["", "from-scratch"], ids=["resumes", "from-scratch"])
+def test_a_tiny_hf_trainer_script_is_verified_through_its_save_checkpoint(tmp_path, bug):
+    """`Trainer._save_checkpoint` is the save, wrapped when the script imports
+    transformers: its step is the Trainer's, its state what it wrote."""
+    pytest.importorskip("transformers")
+    command = f"{ROOT / 'tests' / 'scripts' / 'hf_train.py'} {{ckpt_dir}} 4 2 {bug}"
+    report = verify_script(command, workdir=tmp_path, cases=["resume@2"], nproc_per_node=2)
+    found = verdicts(report)
+    if not bug:
+        assert report.verdict is Verdict.PASS, report.explain()
+        saved = [rec for rec in read_records(tmp_path / "golden" / "run", 0) if rec["event"] == Kind.SAVED]
+        assert [(rec["step"], rec["source"]) for rec in saved] == [(2, "framework"), (4, "framework")]
+        assert {k.split(".")[0] for k in saved[0]["state"]} >= {"model", "optimizer", "scheduler", "rng_state_0"}
+    else:
+        assert found[("resume@2", "load step")] is Verdict.FAIL, report.explain()
