@@ -1,7 +1,8 @@
 """Fail if any process of the harness outlived the test run.
 
 Ranks are forked from the warm fork server and keep its command line, so one
-pattern finds the server and every rank it ever forked. Only servers of this
+pattern finds the server and every rank it ever forked; script mode's torchrun
+agents and workers name the harness's modules on theirs. Only servers of this
 checkout's interpreter count (run this script with it): another checkout's
 harness on the same machine is none of this run's business.
 """
@@ -10,7 +11,7 @@ import os
 import sys
 import time
 
-PATTERN = b"ckpt_harness.launch.zygote"
+PATTERNS = (b"ckpt_harness.launch.zygote", b"ckpt_harness.launch.agent", b"ckpt_harness.launch.worker")
 
 
 def survivors() -> list[str]:
@@ -22,7 +23,7 @@ def survivors() -> list[str]:
         except OSError:
             continue
         argv0 = cmdline.split(b"\0", 1)[0].decode(errors="replace")
-        if PATTERN in cmdline and int(pid) != os.getpid() and argv0 == sys.executable:
+        if any(p in cmdline for p in PATTERNS) and int(pid) != os.getpid() and argv0 == sys.executable:
             found.append(pid + ": " + cmdline.replace(b"\0", b" ").decode(errors="replace"))
     return found
 

@@ -7,6 +7,7 @@ Importing it is cheap (no torch): ranks import the heavy parts themselves.
 from ckpt_harness.config import ExploreConfig, RunConfig
 from ckpt_harness.errors import HarnessError, UsageError
 from ckpt_harness.explore import explore
+from ckpt_harness.inject.saves import observe, saving
 from ckpt_harness.job import Job, RankContext
 from ckpt_harness.report import Report
 from ckpt_harness.verdict import CaseResult, Verdict
@@ -14,5 +15,5 @@ from ckpt_harness.verify import verify
 
 __all__ = [
     "CaseResult", "ExploreConfig", "HarnessError", "Job", "RankContext", "Report", "RunConfig", "UsageError",
-    "Verdict", "explore", "verify",
+    "Verdict", "explore", "observe", "saving", "verify",
 ]

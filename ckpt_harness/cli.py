@@ -71,7 +71,7 @@ def _import_from_cwd() -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ckpt_harness.config import ExploreConfig, RunConfig, add_arguments
+    from ckpt_harness.config import ExploreConfig, RunConfig, ScriptConfig, add_arguments
 
     parser = argparse.ArgumentParser(
         prog="ckpt-harness",
@@ -80,9 +80,11 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(metavar="COMMAND")
     job_help = f"a registered job ({', '.join(registry())}) or module:Class"
 
-    run = sub.add_parser("run", help="verify that a job resumes bitwise from every save")
-    run.add_argument("--job", required=True, help=job_help)
+    run = sub.add_parser("run", help="verify that a job (or, with --script, a script under torchrun) resumes "
+                                     "bitwise from every save")
+    run.add_argument("--job", help=job_help + "; or give --script")
     add_arguments(run, RunConfig)
+    add_arguments(run, ScriptConfig, only=SCRIPT_SETTINGS)
     run.add_argument("--case", action="append", help="only this case (golden, resume@K); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     _json_option(run)
@@ -138,6 +140,8 @@ def _parser() -> argparse.ArgumentParser:
 
 #: The settings `trace` takes: what shapes the run and picks the save.
 TRACE_SETTINGS = ("world_size", "steps", "save_every", "keep_last", "overwrite", "seed", "timeout", "nodes", "save")
+#: What script mode adds to `run` (it shares `timeout` with job mode).
+SCRIPT_SETTINGS = ("script", "nproc_per_node", "nnodes", "max_restarts")
 #: The settings of a bench (a job at a world size) that `matrix` and `scenario` take.
 BENCH_SETTINGS = ("world_size", "timeout", "parallel")
 #: Cell verdicts `matrix --fail-on` may name.
@@ -348,9 +352,30 @@ def _trace(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ckpt_harness.config import RunConfig, values_from
+    from ckpt_harness.config import RunConfig, ScriptConfig, settings_of, values_from
     from ckpt_harness.launch import prestart
     from ckpt_harness.verify import verify
+
+    job_only = [s.option for name, s in settings_of(RunConfig).items() if name != "timeout" and hasattr(args, name)]
+    script_only = [s.option for name, s in settings_of(ScriptConfig).items() if name != "timeout" and hasattr(args, name)]
+    problem = None
+    if (args.job is None) == (getattr(args, "script", None) is None):
+        problem = "give either --job (a Job class) or --script (a training script run under torchrun)"
+    elif args.job is not None and script_only:
+        problem = f"{', '.join(script_only)} belong to script mode: give them with --script, not --job"
+    elif args.job is None and job_only:
+        problem = (f"{', '.join(job_only)} apply to --job runs only: a script sets its own steps and saves; "
+                   f"script mode takes {', '.join(s.option for s in settings_of(ScriptConfig).values())}")
+    if problem:
+        print(f"ckpt-harness run: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.job is None:
+        from ckpt_harness.script_mode import verify_script
+
+        settings = values_from(args, ScriptConfig)
+        script = settings.pop("script")
+        return _report_or_error(args, lambda workdir: verify_script(script, workdir=workdir, cases=args.case,
+                                                                     **settings))
 
     def produce(workdir: Path):
         settings = values_from(args, RunConfig)

@@ -142,6 +142,16 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("parallel", int, 2, "cases run at once", low=1, replayed=False),
     Setting("derive_states", bool, True, "take the directory a power loss leaves from the golden run's trace "
                                          "instead of running the faulted save", replayed=False),
+    Setting("script", str, None, "script mode: the training script and its arguments, as after `python`, "
+                                 "with {ckpt_dir} where the run's checkpoint directory goes (e.g. "
+                                 "'train.py --output_dir {ckpt_dir}'); run under torchrun instead of a job",
+            optional=True),
+    Setting("nproc_per_node", int, 1, "script mode: workers per node (torchrun --nproc-per-node)",
+            low=1, high=MAX_WORLD_SIZE),
+    Setting("nnodes", int, 1, "script mode: torchrun agents on this machine, each a node sharing its file "
+                              "system (torchrun --nnodes)", low=1, high=MAX_WORLD_SIZE),
+    Setting("max_restarts", int, 0, "script mode: times torchrun's agents restart the group after a "
+                                    "worker fails (torchrun --max-restarts)", low=0),
     Setting("share_resumes", bool, True, "resume each distinct post-fault directory once: cases that leave "
                                          "the same one are judged against one resume", replayed=False),
 )}
@@ -213,6 +223,34 @@ class RunConfig:
     @property
     def values(self) -> dict[str, Any]:
         """Every setting by name, defaults included (what a report records)."""
+        return {name: getattr(self, name) for name in settings_of(type(self))}
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptConfig:
+    """An unmodified script under torchrun: what defines its runs (script mode)."""
+
+    script: str = setting("script")
+    nproc_per_node: int = setting("nproc_per_node")
+    nnodes: int = setting("nnodes")
+    max_restarts: int = setting("max_restarts")
+    timeout: float = setting("timeout", 180.0)
+
+    def __post_init__(self) -> None:
+        for name, s in settings_of(type(self)).items():
+            object.__setattr__(self, name, s.check(getattr(self, name)))
+        if not self.script or not self.script.strip():
+            raise ConfigError("script mode needs a script: give --script 'train.py ARGS' "
+                              "with {ckpt_dir} where its checkpoint directory goes")
+        if self.world_size > MAX_WORLD_SIZE:
+            raise ConfigError(f"nnodes x nproc_per_node must be at most {MAX_WORLD_SIZE}, got {self.world_size}")
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+    @property
+    def values(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in settings_of(type(self))}
 
 

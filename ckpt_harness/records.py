@@ -12,6 +12,7 @@ import dataclasses
 import enum
 import functools
 import pickle
+import time
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -60,6 +61,20 @@ class Kind(str, enum.Enum):
     FINAL = "final"
     FINISHED = "finished"
     ERROR = "error"
+
+
+class Recorder:
+    """A rank's side of its record file: one pickle per record, each written
+    whole and unbuffered, so a rank killed at any moment leaves every record
+    up to that moment."""
+
+    def __init__(self, path: PathLike):
+        self.file = open(path, "ab", buffering=0)
+        self.start = time.monotonic()
+
+    def write(self, kind: Kind, **fields: Any) -> None:
+        record = {"event": kind.value, "t": time.monotonic() - self.start, **fields}
+        self.file.write(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
 
 
 def read_records(run_dir: PathLike, rank: int) -> list[dict]:

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import pickle
 import random
-import time
 import traceback
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 from ckpt_harness import phase
 from ckpt_harness import state as state_mod
@@ -30,7 +28,7 @@ from ckpt_harness.job import Job, RankContext
 from ckpt_harness.jobref import JobRef, load
 from ckpt_harness.launch import rank as launch_rank
 from ckpt_harness.launch.rank import RankInfo
-from ckpt_harness.records import Kind, data_path, records_path, trace_path
+from ckpt_harness.records import Kind, Recorder, data_path, records_path, trace_path
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,16 +55,6 @@ class RunPlan:
     full_state: bool = False
 
 
-class _Recorder:
-    def __init__(self, path: Path):
-        self.file = open(path, "ab", buffering=0)
-        self.start = time.monotonic()
-
-    def write(self, kind: Kind, **fields: Any) -> None:
-        record = {"event": kind.value, "t": time.monotonic() - self.start, **fields}
-        self.file.write(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
-
-
 def run_rank(info: RankInfo, plan: RunPlan) -> None:
     """Launcher entry point: run `plan` as rank `info.rank`."""
     Path(plan.ckpt_dir).mkdir(parents=True, exist_ok=True)
@@ -75,7 +63,7 @@ def run_rank(info: RankInfo, plan: RunPlan) -> None:
         ckpt_dir=plan.ckpt_dir if plan.trace_files or plan.faults else None, faults=plan.faults,
         data_log=str(data_path(info.run_dir, info.rank)) if plan.log_data else None,
     )
-    recorder = _Recorder(records_path(info.run_dir, info.rank))
+    recorder = Recorder(records_path(info.run_dir, info.rank))
     try:
         _drive(info, plan, recorder)
     except BaseException as exc:
@@ -89,7 +77,7 @@ def run_rank(info: RankInfo, plan: RunPlan) -> None:
         raise
 
 
-def _drive(info: RankInfo, plan: RunPlan, recorder: _Recorder) -> None:
+def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
     _seed_everything(plan.seed + info.rank)
     ckpt_dir = Path(plan.ckpt_dir)
     job: Job = load(plan.job)()

@@ -26,6 +26,15 @@ from ckpt_harness.oracle.problems import Problem, health
 from ckpt_harness.oracle.retention import judge_retention
 from ckpt_harness.oracle.resumed import Inferred, infer_start, judge_unreported_load
 from ckpt_harness.oracle.properties import PROPERTIES, accepted, expected, property_for
+from ckpt_harness.oracle.script_resume import (
+    judge_deterministic_saves,
+    judge_later_saves,
+    judge_named_steps,
+    judge_resume_point,
+    judge_stopped,
+    save_steps,
+    savers,
+)
 from ckpt_harness.oracle.scenarios import (
     judge_blocked,
     judge_late,
@@ -42,4 +51,6 @@ __all__ = [
     "judge_replaced",
     "judge_reshard", "judge_reshard_save", "judge_same_state", "nothing_to_break", "property_for", "undecided_if",
     "Inferred", "infer_start", "judge_unreported_load", "judge_retention",
+    "judge_deterministic_saves", "judge_later_saves", "judge_named_steps", "judge_resume_point", "judge_stopped",
+    "save_steps", "savers",
 ]

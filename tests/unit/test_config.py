@@ -39,6 +39,10 @@ BAD = {
     "parallel": (2.0, 0),
     "share_resumes": ("no", ...),
     "derive_states": (0, ...),
+    "script": (["train.py"], ...),
+    "nproc_per_node": ("2", 0),
+    "nnodes": (1.0, MAX_WORLD_SIZE + 1),
+    "max_restarts": (None, -1),
 }
 CASES = [P(name, value, id=f"{name}-{label}") for name, pair in BAD.items()
          for label, value in zip(("type", "range"), pair) if value is not ...]

@@ -1,0 +1,337 @@
+"""Save boundaries of an unmodified script: where its saves start and end, and what they were handed.
+
+A Job tells the harness when it saves (`Job.save`, `ctx.saved`); a script
+run under torchrun says nothing, so the bootstrap wraps the entry points
+saves go through and a save is one call of them:
+
+* `torch.save` to a path under the checkpoint directory;
+* `torch.distributed.checkpoint.save` / `async_save`;
+* `safetensors.torch.save_file` to a path under the checkpoint directory;
+* `transformers.Trainer._save_checkpoint`, `accelerate.Accelerator.save_state`,
+  DeepSpeed's engine `save_checkpoint`, Lightning's `Trainer.save_checkpoint`;
+* ``with ckpt_harness.saving(step):`` around anything else (a save that
+  renames its staging directory into place, say).
+
+Framework modules are wrapped when the script imports them (an import
+hook), never imported here: a script that does not use transformers must
+not pay for it. Saves nest (the Trainer's `_save_checkpoint` calls
+`torch.save` and safetensors): only the outermost is a boundary, and what
+every call inside it was handed joins its state. That is the digest a
+boundary records: the objects the script gave its saves, in the canonical
+form of `state.capture`, keyed by the file each went to. For the Trainer
+it is its model weights, optimizer, scheduler, RNG state and trainer state
+as it writes them; objects with no canonical form (its `TrainingArguments`)
+are named by their type only.
+
+The step of a save, which golden and resumed runs are matched by, is the
+first of: the step given to `saving(step)`; the framework's own counter
+(Trainer and Lightning ``global_step``, DeepSpeed ``global_steps``); the
+first number in the save's path under the checkpoint directory
+(``step_4/state.pt``, ``checkpoint-500``, ``global_step4``); else one past
+the last step this process saved (source ``count``), which a resumed run
+cannot reproduce, so the oracle compares such saves only as the final one.
+
+Only the main thread makes boundaries: a saver's background thread
+(an async checkpoint's writer) writes inside the save that started it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib.abc
+import importlib.util
+import os
+import re
+import sys
+import threading
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+#: Where a save's step came from, best first (see the module docstring).
+SOURCES = ("saving", "framework", "path", "count")
+
+
+@dataclasses.dataclass
+class Save:
+    """One save in progress: its step and what it was handed so far."""
+
+    step: int
+    source: str
+    #: (name, object) per save call inside the boundary, in call order.
+    handed: list[tuple[str, Any]] = dataclasses.field(default_factory=list)
+    #: Saves inside add what they were handed: true for the boundaries that
+    #: get no object of their own (a framework's method, `saving`); a
+    #: `dcp.save` was handed the whole state, and its writer's inner
+    #: `torch.save` of each piece would only repeat it.
+    collects: bool = True
+
+    def add(self, name: str, obj: Any) -> None:
+        taken = {n for n, _ in self.handed}
+        self.handed.append((name if name not in taken else f"{len(self.handed)}:{name}", obj))
+
+    def state(self) -> dict[str, Any]:
+        """What the save was handed, as one mapping `state.capture` takes."""
+        return {name: plain(obj) for name, obj in self.handed}
+
+
+class Saves:
+    """One worker's save boundaries; `began` and `ended` are the runner's hooks."""
+
+    def __init__(self, ckpt_dir: str, began: Callable[[int], None], ended: Callable[[Save], None]):
+        self.root = os.path.abspath(ckpt_dir)
+        self.real_root = os.path.realpath(ckpt_dir)
+        self.began, self.ended = began, ended
+        self.current: Optional[Save] = None
+        self.last_step = 0
+        self.observers: list[Callable[[], Mapping[str, Any]]] = []
+
+    def rel(self, path: Any) -> Optional[str]:
+        """`path` relative to the checkpoint directory, or None if it is not a path under it."""
+        if not isinstance(path, (str, bytes, os.PathLike)):
+            return None
+        absolute = os.path.abspath(os.fsdecode(os.fspath(path)))
+        for root in (self.root, self.real_root):
+            if absolute == root or absolute.startswith(root + os.sep):
+                return os.path.relpath(absolute, root)
+        return None
+
+    def step_in(self, path: Any) -> Optional[int]:
+        rel = self.rel(path)
+        found = re.search(r"\d+", rel) if rel else None
+        return int(found.group()) if found else None
+
+    @contextlib.contextmanager
+    def boundary(self, step: Optional[int], source: str, name: str = "", obj: Any = None) -> Iterator[None]:
+        """A save: the outermost one records, one inside it adds what it was handed."""
+        if self.current is not None or threading.current_thread() is not threading.main_thread():
+            if self.current is not None and self.current.collects and obj is not None:
+                self.current.add(name, obj)
+            yield
+            return
+        if step is None:
+            step, source = self.last_step + 1, "count"
+        save = self.current = Save(step, source, collects=obj is None)
+        if obj is not None:
+            save.add(name, obj)
+        try:
+            self.began(step)
+            yield
+        finally:
+            self.current = None
+        self.last_step = max(self.last_step, step)
+        self.ended(save)  # only once the save returned
+
+    def observed(self) -> dict[str, Any]:
+        """What the script's observers expose now (`observe`), one mapping."""
+        out: dict[str, Any] = {}
+        for i, fn in enumerate(self.observers):
+            name = getattr(fn, "__name__", "")
+            out[name if name.isidentifier() and name not in out else str(i)] = plain(fn())
+        return out
+
+
+_active: Optional[Saves] = None
+
+
+# -- the public opt-ins: no-ops outside the harness ----------------------------------------
+@contextlib.contextmanager
+def saving(step: int) -> Iterator[None]:
+    """Mark a save the harness cannot see by itself, and its step.
+
+    ``with ckpt_harness.saving(step): ...`` around the code that writes a
+    checkpoint (and commits it: renames, markers) makes it one save, as the
+    wrapped entry points are: the phase ``save {step}`` for traces and fault
+    points, and what the `torch.save`/safetensors calls inside were handed
+    as its state. Outside a harness run it does nothing.
+    """
+    if _active is None:
+        yield
+        return
+    with _active.boundary(int(step), "saving"):
+        yield
+
+
+def observe(fn: Callable[[], Mapping[str, Any]]) -> Callable[[], Mapping[str, Any]]:
+    """Add `fn()` (a mapping: RNG states, data position...) to the state
+    recorded at every save and at the end. Returns `fn` (usable as a
+    decorator); outside a harness run it does nothing."""
+    if _active is not None:
+        _active.observers.append(fn)
+    return fn
+
+
+def plain(value: Any) -> Any:
+    """`value` in the shapes `state.capture` takes: modules and optimizers by
+    their `state_dict()`, objects it has no leaf for by their type's name."""
+    import numpy as np
+    import torch
+
+    if isinstance(value, (torch.Tensor, np.ndarray, np.generic, bool, int, float, str, bytes)) or value is None:
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    state_dict = getattr(value, "state_dict", None)
+    if callable(state_dict):
+        return plain(state_dict())
+    return f"<{type(value).__module__}.{type(value).__qualname__}>"
+
+
+# -- installing the wrappers ----------------------------------------------------------------
+def install(saves: Saves) -> None:
+    """Make `saves` the process's boundaries and wrap every save entry point:
+    those of modules imported already now, the others when imported."""
+    global _active
+    _active = saves
+    for name, hook in _HOOKS.items():
+        module = sys.modules.get(name)
+        if module is not None:
+            hook(module)
+    if not any(isinstance(f, _PostImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PostImport())
+
+
+def _wrap(owner: Any, attr: str, make: Callable[[Callable], Callable]) -> None:
+    original = getattr(owner, attr, None)
+    if original is None or getattr(original, "__ckpt_harness_save__", False):
+        return
+    wrapped = functools.wraps(original)(make(original))
+    wrapped.__ckpt_harness_save__ = True
+    setattr(owner, attr, wrapped)
+    if isinstance(owner, type(sys)):  # a module: `from x import f` copies bound earlier
+        from ckpt_harness.inject.files import _rebind
+
+        _rebind(original, wrapped)
+
+
+def _to_path(saves_of: Callable[[], Saves], path_arg: int, path_kw: str, obj_arg: int) -> Callable:
+    """A saver of one object to one file (torch.save, save_file)."""
+    def make(original: Callable) -> Callable:
+        def save(*args: Any, **kwargs: Any) -> Any:
+            saves = saves_of()
+            path = args[path_arg] if len(args) > path_arg else kwargs.get(path_kw)
+            obj = args[obj_arg] if len(args) > obj_arg else None
+            rel = saves.rel(path)
+            if rel is None and saves.current is None:
+                return original(*args, **kwargs)
+            name = os.path.basename(rel) if rel else f"{type(path).__name__}"
+            with saves.boundary(saves.step_in(path), "path", name, obj):
+                return original(*args, **kwargs)
+        return save
+    return make
+
+
+def _method(step_of: Callable[[Any, tuple, dict], Optional[int]], source: str) -> Callable:
+    """A framework's save method: a boundary named by its own step counter."""
+    def make(original: Callable) -> Callable:
+        def save(self: Any, *args: Any, **kwargs: Any) -> Any:
+            saves = _require()
+            try:
+                step = step_of(self, args, kwargs)
+            except (AttributeError, TypeError, ValueError):
+                step = None
+            with saves.boundary(step, source if step is not None else "count"):
+                return original(self, *args, **kwargs)
+        return save
+    return make
+
+
+def _require() -> Saves:
+    assert _active is not None, "save wrappers are installed only with a Saves"
+    return _active
+
+
+def _torch(module: Any) -> None:
+    make = _to_path(_require, 1, "f", 0)
+    _wrap(module, "save", make)
+    sys.modules["torch.serialization"].save = module.save
+
+
+def _safetensors(module: Any) -> None:
+    _wrap(module, "save_file", _to_path(_require, 1, "filename", 0))
+
+
+def _dcp(module: Any) -> None:
+    def dcp_save(original: Callable) -> Callable:
+        def save(*args: Any, **kwargs: Any) -> Any:
+            saves = _require()
+            state = args[0] if args else kwargs.get("state_dict")
+            where = kwargs.get("checkpoint_id") or getattr(kwargs.get("storage_writer"), "path", None)
+            step = saves.step_in(where)
+            with saves.boundary(step, "path", "state_dict", state):
+                return original(*args, **kwargs)
+        return save
+
+    for owner in (module, sys.modules.get("torch.distributed.checkpoint.state_dict_saver")):
+        if owner is not None:
+            _wrap(owner, "save", dcp_save)
+            _wrap(owner, "async_save", dcp_save)
+
+
+def _hf_trainer(module: Any) -> None:
+    _wrap(module.Trainer, "_save_checkpoint", _method(lambda self, a, k: self.state.global_step, "framework"))
+
+
+def _accelerate(module: Any) -> None:
+    def step_of(self: Any, args: tuple, kwargs: dict) -> Optional[int]:
+        return _require().step_in(args[0] if args else kwargs.get("output_dir"))
+
+    _wrap(module.Accelerator, "save_state", _method(step_of, "path"))
+
+
+def _deepspeed(module: Any) -> None:
+    _wrap(module.DeepSpeedEngine, "save_checkpoint", _method(lambda self, a, k: self.global_steps, "framework"))
+
+
+def _lightning(module: Any) -> None:
+    _wrap(module.Trainer, "save_checkpoint", _method(lambda self, a, k: self.global_step, "framework"))
+
+
+#: Module -> what wraps its save entry points once it has run.
+_HOOKS: dict[str, Callable[[Any], None]] = {
+    "torch": _torch,
+    "safetensors.torch": _safetensors,
+    "torch.distributed.checkpoint": _dcp,
+    "transformers.trainer": _hf_trainer,
+    "accelerate.accelerator": _accelerate,
+    "deepspeed.runtime.engine": _deepspeed,
+    "lightning.pytorch.trainer.trainer": _lightning,
+    "pytorch_lightning.trainer.trainer": _lightning,
+}
+
+
+class _PostImport(importlib.abc.MetaPathFinder):
+    """Runs a module's hook right after the module itself ran, at its first import."""
+
+    def __init__(self) -> None:
+        self.finding: set[str] = set()
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        hook = _HOOKS.get(name)
+        if hook is None or name in self.finding:
+            return None
+        self.finding.add(name)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.finding.discard(name)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _HookedLoader(spec.loader, hook)
+        return spec
+
+
+class _HookedLoader(importlib.abc.Loader):
+    def __init__(self, inner: Any, hook: Callable[[Any], None]):
+        self.inner, self.hook = inner, hook
+
+    def create_module(self, spec: Any) -> Any:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: Any) -> None:
+        self.inner.exec_module(module)
+        self.hook(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_resource_reader, get_source, ...
+        return getattr(self.inner, name)

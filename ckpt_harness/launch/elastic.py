@@ -1,0 +1,479 @@
+"""Unmodified training scripts under torch's own elastic agent (torchrun).
+
+A Job runs on the harness's warm fork server; a script runs the way its
+users run it: M agents of ``torch.distributed.run`` meeting at one c10d
+rendezvous are M nodes sharing this machine's file system (on a cluster the
+same agent command runs once per node). The agents start, restart and stop
+the workers; the harness only watches, to a deadline, and tears down. Its
+answer is the fork server's `GroupOutcome`, so records and the oracle read
+a script run exactly like a Job run.
+
+torch elastic's process model, as far as it matters here (torch 2.13):
+
+* An agent spawns its workers with `subprocess.Popen(start_new_session=True)`
+  from its main thread, on every restart too: each worker leads its own
+  session, so killing an agent's process group leaves its workers running,
+  and a SIGKILLed agent orphans them. The bootstrap (`worker.py`) ties each
+  worker to its agent with the parent-death signal; the harness ties each
+  agent to itself the same way (`agent.py`) and, on teardown, kills every
+  process carrying the run's tag in its environment.
+* When one worker exits non-zero the agent SIGTERMs the others at once
+  (``_pcontext.close``, SIGKILL after ``--shutdown-timeout``); with restarts
+  left it rendezvouses again and starts a new group, and an agent whose
+  workers are healthy restarts too when it sees another node waiting (that
+  restart is not counted in its ``TORCHELASTIC_RESTART_COUNT``). With none
+  left it exits, and the workers of the other nodes stay blocked in their
+  collectives: the harness gives them `failure_grace`, as for a Job.
+* A finished worker exits (a Job rank parks instead): its peers' gloo
+  sockets close, so a peer waiting on it raises rather than hangs.
+* Workers get RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+  GROUP_WORLD_SIZE, ROLE_*, MASTER_ADDR/PORT, TORCHELASTIC_RESTART_COUNT,
+  TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, TORCHELASTIC_ERROR_FILE,
+  and OMP_NUM_THREADS=1 when more than one per node and it was unset.
+  With c10d, ``--node-rank`` is ignored: GROUP_RANK goes by join order.
+* ``--event-log-handler console`` makes the agent log one JSON event per
+  worker when its last attempt ends, with the exit code (negative: the
+  signal). It is the only place the signal that killed a worker is known,
+  and only when the agent returns normally: one that raised (e.g. it lost
+  the c10d rendezvous store, hosted by whichever agent bound the endpoint
+  first, when that agent exited) stops its workers and logs nothing. A
+  worker SIGTERMed leaves its stack, which says so instead.
+
+How a worker of the last attempt reads: the script returned -> OK; raised
+or exited non-zero -> FAILED; still in the script when the watch ended ->
+HUNG; died otherwise -> CRASHED, with torch's exit code. Every worker alive
+when the watch ended gives its stack and collectives, also one that
+returned and is stuck on its way out (it reads as a Job rank parked after
+finishing: "finished, waiting for its peers").
+A worker the agent SIGTERMed because a peer failed is a peer the failure
+left unfinished: HUNG where the SIGTERM found it, with the outcome marked
+`stuck_after_failure`, as a Job's peers are after the failure grace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Mapping, Optional
+
+from ckpt_harness.errors import ConfigError
+from ckpt_harness.launch import _proc, flight
+from ckpt_harness.launch.group import (
+    GroupOutcome,
+    LaunchError,
+    RankOutcome,
+    RankStatus,
+    check_layout,
+)
+from ckpt_harness.launch.rank import STACK_SIGNAL
+from ckpt_harness.launch.worker import (
+    PG_TIMEOUT_ENV,
+    RUN_DIR_ENV,
+    RUN_TAG_ENV,
+    WorkerRecord,
+    flight_path,
+    log_path,
+    records_dir,
+    stack_path,
+)
+
+#: torch >= 2.4 lets the workers' default process group live in the
+#: rendezvous's TCPStore, which outlives a restart with the previous
+#: attempt's keys in it: the restarted workers' gloo mesh then hangs in
+#: `init_process_group` (3 of 3 runs here; pytorch/pytorch#135712 is the
+#: NCCL face of it). Opting out (a store per attempt, hosted by rank 0, as
+#: before 2.4) is the harness's default; a script's environment may say 0.
+SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
+#: How often the harness looks at the workers; the agents look as often.
+POLL = 0.05
+#: After a deadline: how long workers get to write their stacks and
+#: collectives. Longer than a Job rank's: a fresh interpreter does its
+#: first recorder dump cold (1.0 s seen under a load of 7 on two cores);
+#: the wait ends as soon as every worker answered.
+STACK_GRACE = 5.0
+#: Teardown: how long killed processes get to be gone before the harness says so.
+KILL_WAIT = 10.0
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptSpec:
+    """An unmodified script and how torchrun should run it on this machine."""
+
+    #: The script's path, then its arguments, as after ``python``.
+    command: tuple[str, ...]
+    run_dir: Path
+    deadline: float
+    nproc_per_node: int = 1
+    #: Agents on this machine, each one "node" of a c10d rendezvous.
+    nnodes: int = 1
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: torchrun's ``--max-restarts``: the agents restart the whole group
+    #: after a worker fails, this many times.
+    max_restarts: int = 0
+    #: Once a worker of the last attempt failed or died, how long the
+    #: others get to end too (see `GroupSpec.failure_grace`).
+    failure_grace: float = 5.0
+    #: A preempted run: once each of these ranks has stopped (parked, its
+    #: record says "stopped"), the group is torn down where it is. The
+    #: other ranks count as finished: the harness stopped them.
+    stop_ranks: Optional[frozenset[int]] = None
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            raise ConfigError("a script spec needs a command: the script's path, then its arguments")
+        if not Path(self.command[0]).is_file():
+            raise ConfigError(f"no script at {self.command[0]!r}: give the path of a Python file to run")
+        check_layout(self.world_size, self.nnodes)
+        if self.deadline <= 0:
+            raise ConfigError(f"deadline must be positive, got {self.deadline}")
+        if self.max_restarts < 0:
+            raise ConfigError(f"max_restarts must be 0 or more, got {self.max_restarts}")
+
+    @property
+    def world_size(self) -> int:
+        return self.nnodes * self.nproc_per_node
+
+    def agent_args(self, port: int, run_id: str, node_rank: int) -> list[str]:
+        """torchrun's arguments for one agent: what a user types on each node."""
+        return [
+            "--nnodes", str(self.nnodes), "--node-rank", str(node_rank),
+            "--nproc-per-node", str(self.nproc_per_node),
+            "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id,
+            "--max-restarts", str(self.max_restarts), "--monitor-interval", str(POLL),
+            "--event-log-handler", "console",
+            "-m", "ckpt_harness.launch.worker", *self.command,
+        ]
+
+
+@dataclasses.dataclass
+class ScriptOutcome(GroupOutcome):
+    """A `GroupOutcome` with what only torchrun has: restarts and agents."""
+
+    #: How often the group was restarted; the ranks are the last attempt's.
+    restarts: int = 0
+    agent_logs: tuple[Path, ...] = ()
+
+
+def run_elastic(spec: ScriptSpec) -> ScriptOutcome:
+    """Run `spec` under torchrun to its end, a failure or the deadline; tear down.
+
+    Returns within the deadline plus a few seconds, with no agent, worker
+    or child of theirs left, also on Ctrl-C (then it raises
+    KeyboardInterrupt after teardown). A SIGKILLed harness takes its
+    agents along, and they their workers (the parent-death signal).
+    Raises `LaunchError` (a harness problem, not the script's) when no
+    worker started at all.
+    """
+    return _ElasticRun(spec).run()
+
+
+class _ElasticRun:
+    def __init__(self, spec: ScriptSpec):
+        self.spec = spec
+        self.run_dir = Path(spec.run_dir).resolve()
+        self.tag = uuid.uuid4().hex
+        self.agents: list[subprocess.Popen] = []
+        #: Workers alive when the watch ended, by pid.
+        self.alive_at_stop: set[int] = set()
+        #: Where each hung rank's stack file ended before it was asked for a stack.
+        self.stack_offsets: dict[int, int] = {}
+        #: The watch ended because every rank of `spec.stop_ranks` stopped.
+        self.preempted = False
+
+    def run(self) -> ScriptOutcome:
+        spec = self.spec
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        records_dir(self.run_dir).mkdir(exist_ok=True)
+        for old in records_dir(self.run_dir).iterdir():  # an earlier run in this directory
+            old.unlink()
+        start = time.monotonic()
+        timed_out, stopped_at = False, None
+        try:
+            self._start_agents()
+            timed_out = not self._watch(start + spec.deadline)
+            ended = time.monotonic()
+            last = self._last_attempt()
+            self.alive_at_stop = {r.pid for r in last.values() if _alive(r.pid)}
+            if timed_out:
+                stopped_at = ended
+                self._collect_stacks(last)
+        finally:
+            self._teardown()
+        if not self._last_attempt():
+            raise LaunchError(self._no_worker(timed_out))
+        return self._outcome(start, timed_out, stopped_at)
+
+    def _no_worker(self, timed_out: bool) -> str:
+        """Not one worker reached the bootstrap: torchrun itself did not get going."""
+        when = f"within the {self.spec.deadline:g} s deadline" if timed_out else "before the agents ended"
+        logs = "\n".join(f"--- {p}:\n{_tail(p)}" for p in self.agent_logs)
+        return (f"torchrun started no worker {when}: check that torch is installed for {sys.executable} "
+                f"and that the agents' logs below show no error (a deadline shorter than interpreters "
+                f"take to import torch here also does it)\n{logs}")
+
+    def _start_agents(self) -> None:
+        spec = self.spec
+        port = _free_port()
+        package_root = str(Path(__file__).resolve().parents[2])
+        env = {
+            SHARE_STORE_ENV: "1",
+            **os.environ, **spec.env,
+            RUN_TAG_ENV: self.tag,
+            RUN_DIR_ENV: str(self.run_dir),
+            # A backstop only: the deadline fires first and takes the stacks.
+            PG_TIMEOUT_ENV: str(spec.deadline + 30),
+            "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p),
+        }
+        for node in range(spec.nnodes):
+            with open(self.run_dir / f"agent{node}.log", "wb") as log:
+                self.agents.append(subprocess.Popen(
+                    [sys.executable, "-m", "ckpt_harness.launch.agent", str(os.getpid()),
+                     *spec.agent_args(port, self.tag, node)],
+                    env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    start_new_session=True,  # a terminal's Ctrl-C reaches the harness only
+                ))
+
+    def _watch(self, until: float) -> bool:
+        """Follow the run until the agents ended or every worker finished and
+        exited; False at the deadline or when a failed worker's peers outstay
+        the failure grace.
+
+        Agents whose workers all finished only wait for each other and tear
+        torch down (seconds of a fresh interpreter's exit under load): they
+        are killed rather than waited for.
+        """
+        graced = False
+        while any(a.poll() is None for a in self.agents):
+            now = time.monotonic()
+            if now >= until:
+                return False
+            last = self._last_attempt()
+            if len(last) == self.spec.world_size and all(
+                    r.end == "ok" and not _alive(r.pid) for r in last.values()):
+                return True
+            if self._stopped(last):
+                self.preempted = True
+                return True
+            if not graced and any(self._failed_for_good(r) for r in last.values()):
+                until, graced = min(until, now + self.spec.failure_grace), True
+            time.sleep(POLL)
+        return True
+
+    def _stopped(self, last: dict[int, WorkerRecord]) -> bool:
+        """Every rank the run is to stop at has stopped (or finished)."""
+        ranks = self.spec.stop_ranks
+        if not ranks or not all(r in last for r in ranks):
+            return False
+        ends = [last[r].end for r in ranks]
+        return "stopped" in ends and all(e in ("stopped", "ok") for e in ends)
+
+    def _failed_for_good(self, record: WorkerRecord) -> bool:
+        """The worker ended badly in an attempt its agent will not restart."""
+        if record.restart < record.max_restarts or record.end == "ok":
+            return False
+        return record.end == "raised" or not _alive(record.pid)
+
+    def _last_attempt(self) -> dict[int, WorkerRecord]:
+        """Each rank's worker that started last: the attempt the outcome is about."""
+        last: dict[int, WorkerRecord] = {}
+        for r in WorkerRecord.read_all(self.run_dir):
+            if r.rank not in last or r.started > last[r.rank].started:
+                last[r.rank] = r
+        return last
+
+    def _collect_stacks(self, last: dict[int, WorkerRecord]) -> None:
+        """Ask every live worker for its stack and collectives (as `group.py`
+        does for Job ranks) and give them `STACK_GRACE` to answer."""
+        alive = [r for r in last.values() if r.pid in self.alive_at_stop]
+        offsets = self.stack_offsets = {r.rank: _size(stack_path(self.run_dir, r.rank)) for r in alive}
+        for r in alive:
+            flight_path(self.run_dir, r.rank).unlink(missing_ok=True)
+            try:
+                os.kill(r.pid, flight.DUMP_SIGNAL)
+                os.kill(r.pid, STACK_SIGNAL)
+            except ProcessLookupError:
+                pass
+        until = time.monotonic() + STACK_GRACE
+        sizes = {r.rank: -1 for r in alive}
+        while time.monotonic() < until:
+            time.sleep(POLL)
+            now = {k: _size(stack_path(self.run_dir, k)) for k in sizes}
+            dumped = all(flight_path(self.run_dir, k).exists() for k in now)
+            if dumped and all(now[k] > offsets[k] and now[k] == sizes[k] for k in now):
+                break  # every stack and recorder written, no stack still growing
+            sizes = now
+
+    def _teardown(self) -> None:
+        """Kill the agents, their workers and whatever those started; wait until gone.
+
+        Processes are found by the run's tag in their environment, never by a
+        pid alone: pids wrap around fast on a busy machine, and a worker that
+        exited may have handed its number to a stranger. Agents and workers
+        each lead a session; their groups go too (children that cleared
+        their environment).
+        """
+        for agent in self.agents:
+            if agent.poll() is None:  # not reaped yet: the pid is still the agent's
+                _proc.kill_group(agent.pid)
+        until = time.monotonic() + KILL_WAIT
+        while (tagged := _tagged(self.tag)) and time.monotonic() < until:
+            for pid in tagged:
+                try:
+                    if os.getpgid(pid) == pid:
+                        _proc.kill_group(pid)
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            time.sleep(POLL)
+        for agent in self.agents:
+            try:
+                agent.wait(timeout=max(0.0, until - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+
+    def _outcome(self, start: float, timed_out: bool, stopped_at: Optional[float]) -> ScriptOutcome:
+        last = self._last_attempt()
+        exits = _worker_exits(self.agent_logs)
+        ranks = [self._rank(rank, last.get(rank), exits, start, timed_out) for rank in range(self.spec.world_size)]
+        stopped = [o for o in ranks if o.status is RankStatus.CRASHED and o.signal == signal.SIGTERM]
+        if any(o.status.ended_badly and o not in stopped for o in ranks):
+            # The SIGTERMs were the agent's, after another worker's failure.
+            for o in stopped:
+                o.status, o.signal = RankStatus.HUNG, None
+                o.stack = self._stack(o.rank, 0) or "(no stack: the worker replaced the SIGTERM handler)"
+        stuck = any(o.status is RankStatus.HUNG for o in ranks) and (
+            not timed_out or (stopped_at or 0) - start < self.spec.deadline)
+        return ScriptOutcome(
+            ranks=ranks, timed_out=timed_out or stuck, elapsed=time.monotonic() - start,
+            stuck_after_failure=stuck, stopped_at=stopped_at,
+            restarts=_restarts(WorkerRecord.read_all(self.run_dir)), agent_logs=self.agent_logs,
+        )
+
+    def _rank(self, rank: int, record: Optional[WorkerRecord], exits: dict[int, int],
+              start: float, timed_out: bool) -> RankOutcome:
+        o = RankOutcome(rank=rank, pid=record.pid if record else 0, log=log_path(self.run_dir, rank))
+        if record is None:  # never reached the bootstrap
+            o.status = RankStatus.HUNG if timed_out else RankStatus.CRASHED
+            o.stack = "(no stack: the worker never reached the harness's bootstrap; see the agent logs)"
+            return o
+        if record.finished is not None:
+            o.finished_at = record.finished - start
+        if record.pid in self.alive_at_stop and not self.preempted:  # its stack, also if only slow to exit
+            o.stack = self._stack(rank, self.stack_offsets.get(rank, 0))
+            o.stack = o.stack or "(no stack: the worker did not answer)"
+            o.collectives = flight.read(str(flight_path(self.run_dir, rank)))
+        if record.end in ("ok", "stopped") or (self.preempted and record.end is None
+                                               and record.pid in self.alive_at_stop):
+            o.status, o.exit_code = RankStatus.OK, 0
+        elif record.end == "raised":
+            o.status, o.exit_code = RankStatus.FAILED, record.exit_code
+        elif record.pid in self.alive_at_stop:
+            o.status = RankStatus.HUNG
+        else:
+            code = exits.get(record.pid)
+            if code is None and self._stack(rank, 0):
+                # Not asked for a stack, yet it left one: its SIGTERM's. An
+                # agent that lost the rendezvous store (the agent hosting it
+                # exited after its own worker failed) stops its workers and
+                # dies without reporting their exit codes.
+                code = -signal.SIGTERM
+            o.status = RankStatus.CRASHED
+            o.exit_code, o.signal = (None, -code) if code is not None and code < 0 else (code, None)
+        return o
+
+    def _stack(self, rank: int, offset: int) -> str:
+        try:
+            with open(stack_path(self.run_dir, rank), "rb") as f:
+                f.seek(offset)
+                return f.read().decode(errors="replace").strip()
+        except OSError:
+            return ""
+
+    @property
+    def agent_logs(self) -> tuple[Path, ...]:
+        return tuple(self.run_dir / f"agent{i}.log" for i in range(len(self.agents)))
+
+
+def _restarts(records: list[WorkerRecord]) -> int:
+    """Group restarts seen: every restart starts every rank again, and an agent
+    restarted by another node's failure does not count it in its own number."""
+    attempts: dict[int, int] = {}
+    for r in records:
+        attempts[r.rank] = attempts.get(r.rank, 0) + 1
+    return max([0, *(n - 1 for n in attempts.values()), *(r.restart for r in records)])
+
+
+_EVENT = b'{"name": "torchelastic.worker.status.'
+
+
+def _worker_exits(agent_logs: tuple[Path, ...]) -> dict[int, int]:
+    """Exit code by worker pid, from the agents' final worker events (negative: a signal)."""
+    exits = {}
+    for path in agent_logs:
+        try:
+            lines = path.read_bytes().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            if not line.startswith(_EVENT):
+                continue
+            try:
+                meta = json.loads(json.loads(line)["metadata"]["metadata"])
+                pid, code = meta["worker_pid"][0], meta["exit_code"][0]
+            except (ValueError, KeyError, IndexError, TypeError):
+                continue
+            if pid is not None and code is not None:
+                exits[int(pid)] = int(code)
+    return exits
+
+
+def _tagged(tag: str) -> list[int]:
+    """Processes whose environment carries the run's tag (only our own are readable)."""
+    needle = f"{RUN_TAG_ENV}={tag}".encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0") and _alive(int(pid)):
+                    found.append(int(pid))
+        except OSError:
+            continue
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(") ")[2][:1] not in ("Z", "X", "")
+    except OSError:
+        return False
+
+
+def _tail(path: Path, lines: int = 20) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _free_port() -> int:
+    """A port for the rendezvous store (torchrun's ``--standalone`` picks one the same way)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,256 @@
+"""The bootstrap of a script-mode worker: torchrun runs it, it runs the script.
+
+The elastic agent starts every worker as ``python -u -m
+ckpt_harness.launch.worker train.py args...``. Before the script gets
+control the bootstrap gives the worker what `rank.py` gives a Job rank:
+
+* a log of its own (``rank{R}.log``, appended across restarts), where
+  torchrun would have interleaved every worker on the agent's console;
+* an all-threads stack on `STACK_SIGNAL` and, on the agent's SIGTERM, just
+  before it dies, both into ``rank{R}.stack``: where a hung worker waits,
+  and where a peer was when the agent stopped it after a failure;
+* torch's flight recorder on and its dump on `flight.DUMP_SIGNAL`;
+* the kernel's parent-death signal tied to the agent, which starts workers
+  in their own sessions and so, SIGKILLed, would leave them behind;
+* a record (`WorkerRecord`) the harness reads: which pid is which global
+  rank in which attempt, and whether the script returned or raised, which
+  an exit code cannot tell apart from a crash.
+
+Then the script runs as ``python train.py args...`` would run it:
+``sys.argv``, ``sys.path[0]`` and ``__main__`` are the script's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import faulthandler
+import json
+import os
+import runpy
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ckpt_harness.launch import _proc, flight
+from ckpt_harness.launch.rank import STACK_SIGNAL
+
+#: Set by the harness in every agent's environment, inherited by the workers
+#: and anything they start: teardown finds every process of a run by it.
+RUN_TAG_ENV = "CKPT_HARNESS_ELASTIC_RUN"
+RUN_DIR_ENV = "CKPT_HARNESS_RUN_DIR"
+#: Seconds for torch.distributed's default process-group timeout (see `_default_timeouts`).
+PG_TIMEOUT_ENV = "CKPT_HARNESS_PG_TIMEOUT"
+
+
+def log_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"rank{rank}.log"
+
+
+def stack_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"rank{rank}.stack"
+
+
+def flight_path(run_dir: Path, rank: int) -> Path:
+    return run_dir / f"rank{rank}.collectives"
+
+
+def records_dir(run_dir: Path) -> Path:
+    return run_dir / "workers"
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerInfo:
+    """A worker's place in the group, as torchrun's environment gives it."""
+
+    rank: int
+    local_rank: int
+    #: The agent's rank among the agents (c10d assigns it in join order,
+    #: whatever ``--node-rank`` said).
+    group_rank: int
+    world_size: int
+    local_world_size: int
+    #: How often this worker's agent restarted its group before this attempt.
+    restart: int
+    max_restarts: int
+    run_dir: Path
+
+    @classmethod
+    def from_env(cls) -> "WorkerInfo":
+        env = os.environ
+        return cls(
+            rank=int(env["RANK"]), local_rank=int(env["LOCAL_RANK"]), group_rank=int(env["GROUP_RANK"]),
+            world_size=int(env["WORLD_SIZE"]), local_world_size=int(env["LOCAL_WORLD_SIZE"]),
+            restart=int(env.get("TORCHELASTIC_RESTART_COUNT", "0")),
+            max_restarts=int(env.get("TORCHELASTIC_MAX_RESTARTS", "0")),
+            run_dir=Path(env[RUN_DIR_ENV]),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerRecord:
+    """One worker process, written when it starts and again when the script ends.
+
+    Named by pid, so the attempts of a restarted group sit side by side and
+    the harness takes, per rank, the one that started last.
+    """
+
+    rank: int
+    pid: int
+    restart: int
+    max_restarts: int
+    #: `time.monotonic()` (one clock for every process of the machine).
+    started: float
+    #: "ok" (returned, or exited with status 0), "raised" (an exception or a
+    #: non-zero `sys.exit`), "stopped" (parked where a preempted run stops,
+    #: see `script_runner`), None while the script runs or if the process died.
+    end: Optional[str] = None
+    exit_code: Optional[int] = None
+    finished: Optional[float] = None
+
+    def write(self, run_dir: Path) -> None:
+        path = records_dir(run_dir) / f"{self.pid}.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(dataclasses.asdict(self)))
+        os.replace(tmp, path)  # the harness never reads half a record
+
+    @classmethod
+    def read_all(cls, run_dir: Path) -> list["WorkerRecord"]:
+        records = []
+        for path in records_dir(run_dir).glob("*.json"):
+            try:
+                records.append(cls(**json.loads(path.read_text())))
+            except (OSError, ValueError, TypeError):  # replaced while listed
+                continue
+        return records
+
+
+def prepare(worker: WorkerInfo, park: Callable[[], None]) -> Optional[Any]:
+    """Arm the worker just before the script runs: the probes, the fault
+    plan and the records of `script_runner`, when the harness gave a plan.
+
+    Returns what to tell when the script ends (`ScriptRank.finished` and
+    `.failed`), or None. It runs after the process is set up (logs, stacks,
+    flight recorder) and before any of the script's code. `park` stops the
+    worker where it is, for good (a preemption).
+    """
+    from ckpt_harness import script_runner
+
+    return script_runner.arm(worker.rank, worker.run_dir, park)
+
+
+def main(argv: list[str]) -> None:
+    if not argv:
+        sys.exit("usage: python -m ckpt_harness.launch.worker SCRIPT [ARGS...]")
+    script, *args = argv
+    worker = WorkerInfo.from_env()
+    _die_with_agent()
+    run_dir = worker.run_dir
+    _redirect_output(log_path(run_dir, worker.rank))
+    print(f"[ckpt_harness] rank {worker.rank} (pid {os.getpid()}, restart {worker.restart}): "
+          f"{' '.join([script, *args])}", file=sys.stderr)
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    # This attempt's stacks only; O_APPEND, as the harness reads on from an offset.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    stacks = os.fdopen(os.open(stack_path(run_dir, worker.rank), flags, 0o644), "w")
+    faulthandler.register(STACK_SIGNAL, file=stacks, all_threads=True, chain=False)
+    # chain: after the dump the default action ends the process, as without it.
+    faulthandler.register(signal.SIGTERM, file=stacks, all_threads=True, chain=True)
+    flight.serve(str(flight_path(run_dir, worker.rank)))
+    flight.enable()
+    record = WorkerRecord(rank=worker.rank, pid=os.getpid(), restart=worker.restart,
+                          max_restarts=worker.max_restarts, started=time.monotonic())
+    record.write(run_dir)
+    _default_timeouts()
+
+    def park() -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        dataclasses.replace(record, end="stopped", finished=time.monotonic()).write(run_dir)
+        while True:
+            signal.pause()
+
+    armed = prepare(worker, park)
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    end, code = "raised", 1
+    try:
+        runpy.run_path(script, run_name="__main__")
+        end, code = "ok", 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        end = "ok" if code == 0 else "raised"
+        if armed is not None:
+            armed.finished() if code == 0 else armed.failed(exc)
+        raise
+    except BaseException as exc:
+        if armed is not None:
+            armed.failed(exc)
+        raise
+    else:
+        if armed is not None:
+            armed.finished()
+    finally:  # the exception, if any, goes on to Python's own handler: traceback, exit 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        dataclasses.replace(record, end=end, exit_code=code, finished=time.monotonic()).write(run_dir)
+
+
+def _die_with_agent() -> None:
+    """SIGKILL this worker when its agent dies.
+
+    The agent spawns its workers from its main thread (`_invoke_run`, also
+    on restarts), so the parent-death signal, which follows the thread that
+    forked, fires only when the agent process ends. A worker whose agent
+    died before the prctl has already been handed to another parent: the
+    run's tag is not in that parent's environment, and the worker leaves.
+    """
+    parent = os.getppid()
+    _proc.die_with_parent(parent)
+    tag = f"{RUN_TAG_ENV}={os.environ[RUN_TAG_ENV]}".encode()
+    try:
+        with open(f"/proc/{parent}/environ", "rb") as f:
+            orphaned = tag not in f.read().split(b"\0")
+    except OSError:
+        orphaned = True
+    if orphaned:
+        os._exit(70)
+
+
+def _default_timeouts() -> None:
+    """Bound the collectives of a script that sets no timeout of its own.
+
+    torch.distributed waits 30 minutes by default (gloo; 10 for NCCL), and
+    an unmodified script rarely passes ``timeout=`` to
+    `init_process_group`. `_get_default_timeout` reads these module globals
+    when the call is made, so setting them here reaches every process group
+    the script creates without a timeout. A script's explicit ``timeout=``
+    wins and is out of the harness's hands, as is the TCPStore's connect
+    timeout (bound when torch is imported); the harness's deadline stops
+    such a worker anyway, this only keeps a lost one from lingering.
+    """
+    seconds = os.environ.get(PG_TIMEOUT_ENV)
+    if not seconds:
+        return
+    try:
+        from datetime import timedelta
+
+        import torch.distributed.distributed_c10d as c10d
+    except ImportError:  # a script without torch: nothing to bound
+        return
+    c10d.default_pg_timeout = timedelta(seconds=float(seconds))
+    c10d.default_pg_nccl_timeout = timedelta(seconds=float(seconds))
+
+
+def _redirect_output(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,141 @@
+"""Script mode: verify an unmodified training script under torchrun, as `verify` does a Job.
+
+The script is run by torch's elastic agents (`launch.elastic`), with
+``{ckpt_dir}`` in its command replaced by the run's checkpoint directory
+(also in the environment, `CKPT_DIR_ENV`), and recorded by the bootstrap
+(`script_runner`): its saves are found at the entry points it calls, with
+what it handed them. Then, as for a Job:
+
+* a golden run on a fresh directory;
+* for each save step k it made: a run on a new directory preempted right
+  after save k (every rank that made save k stops, the group is torn down),
+  then the same command again on that directory: the script resumes by its
+  own logic, as after its scheduler restarted it;
+* the oracle judges the resumed run: live, no step the checkpoint held
+  saved again (else it started from scratch), every later save and the
+  final state bitwise equal to the golden run's, per rank.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+from ckpt_harness import oracle
+from ckpt_harness.config import ScriptConfig, settings_of
+from ckpt_harness.errors import UsageError
+from ckpt_harness.inject.faults import Fault
+from ckpt_harness.records import Kind, Run
+from ckpt_harness.report import Report
+from ckpt_harness.run import FAILURE_GRACE, prepare_workdir
+from ckpt_harness.verdict import CaseResult, Verdict
+
+PLACEHOLDER = "{ckpt_dir}"
+
+
+def command(config: ScriptConfig, ckpt_dir: Path) -> tuple[str, ...]:
+    """The script's path and arguments with the checkpoint directory in place."""
+    words = shlex.split(config.script)
+    if words and Path(words[0]).name.startswith("python") and len(words) > 1:
+        words = words[1:]  # 'python train.py ...' means train.py
+    return tuple(w.replace(PLACEHOLDER, str(ckpt_dir)) for w in words)
+
+
+def launch_script(config: ScriptConfig, name: str, ckpt_dir: Path, run_dir: Path, *,
+                  stop_after_save: Optional[int] = None, stop_ranks: Optional[frozenset[int]] = None,
+                  faults: tuple[Fault, ...] = (), log_data: bool = False, trace_files: bool = False,
+                  deadline: Optional[float] = None, failure_grace: float = FAILURE_GRACE) -> Run:
+    """One torchrun run of the script on `ckpt_dir`; its records, trace and outcome (`run.launch`'s twin).
+
+    `stop_after_save` with `stop_ranks` (the ranks that make that save)
+    preempts the run right after that save; `faults` are armed in the
+    workers; `trace_files` probes file operations under `ckpt_dir`.
+    """
+    from ckpt_harness.launch.elastic import ScriptSpec, run_elastic
+    from ckpt_harness.script_runner import CKPT_DIR_ENV, PLAN_ENV, ScriptPlan
+
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    plan = ScriptPlan(ckpt_dir=str(ckpt_dir.resolve()), stop_after_save=stop_after_save, faults=faults,
+                      log_data=log_data, trace_files=trace_files)
+    spec = ScriptSpec(
+        command=command(config, ckpt_dir.resolve()), run_dir=run_dir, deadline=deadline or config.timeout,
+        nproc_per_node=config.nproc_per_node, nnodes=config.nnodes, max_restarts=config.max_restarts,
+        env={PLAN_ENV: plan.to_env(), CKPT_DIR_ENV: str(ckpt_dir.resolve())}, failure_grace=failure_grace,
+        stop_ranks=stop_ranks if stop_after_save is not None else None,
+    )
+    return Run.collect(name, run_dir, run_elastic(spec))
+
+
+def verify_script(script: str, *, workdir: Optional[Union[str, Path]] = None,
+                  cases: Optional[Sequence[str]] = None, **settings: Any) -> Report:
+    """Verify that `script` resumes bitwise from every save; return the report.
+
+    `script` is its command as after ``python``, with ``{ckpt_dir}`` where
+    the checkpoint directory goes; `settings` are those of `ScriptConfig`
+    (`nproc_per_node`, `nnodes`, `max_restarts`, `timeout`). `cases` limits
+    the resume cases to names like "resume@4".
+    """
+    unknown = sorted(set(settings) - set(settings_of(ScriptConfig)))
+    if unknown:
+        raise UsageError(f"unknown setting {', '.join(unknown)}: script mode takes "
+                         f"{', '.join(n for n in settings_of(ScriptConfig) if n != 'script')}")
+    return run_script_verification(ScriptConfig(script=script, **settings), prepare_workdir(workdir), cases)
+
+
+def repro(config: ScriptConfig, case: str) -> str:
+    """The line that replays `case` (the CLI's `run --script`)."""
+    args = ["ckpt-harness", "run", "--script", config.script]
+    for name, s in settings_of(ScriptConfig).items():
+        value = getattr(config, name)
+        if name != "script" and value != s.default:
+            args += [s.option, str(value)]
+    return shlex.join([*args, "--case", case])
+
+
+def run_script_verification(config: ScriptConfig, root: Path, cases: Optional[Sequence[str]] = None) -> Report:
+    started = time.monotonic()
+    line = repro(config, "golden")
+    golden = launch_script(config, "golden", root / "golden" / "ckpt", root / "golden" / "run")
+    results = [oracle.judge_golden("golden", golden, line)]
+    if results[0].verdict is Verdict.PASS:
+        steps = oracle.save_steps(golden)
+        unnamed = oracle.judge_named_steps("golden", golden)
+        results += [unnamed] if unnamed else []
+        known = [f"resume@{k}" for k in steps]
+        wrong = [c for c in cases or () if c not in known and c != "golden"]
+        if wrong:
+            raise UsageError(f"unknown case {', '.join(wrong)}: the script saved at steps "
+                             f"{', '.join(map(str, steps)) or 'none'}; choose from golden, {', '.join(known)}")
+        for k in steps:
+            case = f"resume@{k}"
+            if not cases or case in cases:
+                results += resume_case(config, root / case, case, golden, k)
+    return Report(config.script, config.world_size, results, time.monotonic() - started, settings=config.values)
+
+
+def resume_case(config: ScriptConfig, root: Path, case: str, golden: Run, step: int) -> list[CaseResult]:
+    """Preempt right after save `step`, run the same command again on that directory, judge it."""
+    line = repro(config, case)
+    ckpt = root / "ckpt"
+    ranks = oracle.savers(golden, step)
+    stopped = launch_script(config, "stopped run", ckpt, root / "stop", stop_after_save=step, stop_ranks=ranks)
+    live = oracle.judge_golden(case, stopped, line)
+    if live.verdict is not Verdict.PASS:
+        return [live]
+    not_stopped = oracle.judge_stopped(case, stopped, step, ranks)
+    if not_stopped:
+        return [not_stopped]
+    nondeterminism = oracle.judge_deterministic_saves(case, golden, stopped, step)
+    results = [nondeterminism] if nondeterminism else []
+    resumed = launch_script(config, "resumed run", ckpt, root / "resume")
+    live = oracle.judge_live(case, resumed, line)
+    results += [live, oracle.judge_resume_point(case, resumed, step, line)]
+    later = oracle.judge_later_saves(case, golden, resumed, step, line)
+    results += [oracle.undecided_if(nondeterminism, later)] if later else []
+    if live.verdict is Verdict.PASS:
+        final = oracle.judge_same_state(case, "final state", golden.states(Kind.FINAL), resumed.states(Kind.FINAL),
+                                        "final state (the last save) vs. uninterrupted run", line)
+        results.append(oracle.undecided_if(nondeterminism, final))
+    return results

@@ -1,0 +1,133 @@
+"""The worker side of a script run: record what the oracle judges, as `runner.py` does for a Job.
+
+The bootstrap (`launch/worker.py`) calls `arm` before the script runs when
+the harness put a `ScriptPlan` in the environment. From then on the worker
+is traced like a Job rank (collectives, file operations under the
+checkpoint directory, the armed faults) and writes the same records into
+the same files: SAVED at every save boundary (`inject.saves`) with what the
+save was handed, STOPPED where a preempted run stops, FINAL and FINISHED
+when the script returns, ERROR when it raises. The script never calls the
+harness; nothing here runs in a process that was not given a plan.
+
+There is no LOADED record: a script resumes by its own logic and does not
+say from where; its first save after the resume says it (see
+`oracle.script_resume`).
+
+A run told to stop after save k stops each rank that made save k at the
+start of its next save (of another step) or where it would otherwise
+return: everything belonging to save k (more files of the same step, a
+rename into place, rotation of old checkpoints) is done by then, and
+nothing of the next save is. The harness tears the group down once every
+rank that made save k stopped, as a preemption would.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import traceback
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from ckpt_harness import phase
+from ckpt_harness import state as state_mod
+from ckpt_harness.inject import probes, saves
+from ckpt_harness.inject.faults import Fault, parse_plan, plan_label
+from ckpt_harness.records import Kind, Recorder, data_path, records_path, trace_path
+
+#: The plan, as JSON; set only by the harness.
+PLAN_ENV = "CKPT_HARNESS_SCRIPT_PLAN"
+#: The run's checkpoint directory, for scripts that read it from the
+#: environment instead of their command line.
+CKPT_DIR_ENV = "CKPT_HARNESS_CKPT_DIR"
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptPlan:
+    """What one script run records and arms; `RunPlan`'s counterpart."""
+
+    ckpt_dir: str
+    #: Stop right after save k on the ranks that make it (see the module docstring).
+    stop_after_save: Optional[int] = None
+    faults: tuple[Fault, ...] = ()
+    log_data: bool = False
+    trace_files: bool = True
+
+    def to_env(self) -> str:
+        return json.dumps({**dataclasses.asdict(self), "faults": plan_label(self.faults)})
+
+    @classmethod
+    def from_env(cls, text: str) -> "ScriptPlan":
+        fields = json.loads(text)
+        faults = fields.pop("faults")
+        return cls(**fields, faults=parse_plan(faults) if faults else ())
+
+
+class ScriptRank:
+    """One worker's recorder and save hooks."""
+
+    def __init__(self, rank: int, run_dir: Path, plan: ScriptPlan, park: Callable[[], None]):
+        self.rank, self.plan, self.park = rank, plan, park
+        probes.install(
+            str(trace_path(run_dir, rank)), rank,
+            ckpt_dir=plan.ckpt_dir if plan.trace_files or plan.faults else None, faults=plan.faults,
+            data_log=str(data_path(run_dir, rank)) if plan.log_data else None,
+        )
+        self.recorder = Recorder(records_path(run_dir, rank))
+        self.saves = saves.Saves(plan.ckpt_dir, self._began, self._ended)
+        #: The step of this rank's last save and its state (saves of one step merged).
+        self.last: Optional[tuple[int, dict[str, Any]]] = None
+        saves.install(self.saves)
+        probes.set_phase(phase.RUN)
+
+    def _began(self, step: int) -> None:
+        stop = self.plan.stop_after_save
+        if stop is not None and step != stop and self.last is not None and self.last[0] == stop:
+            self._stop()
+        probes.set_phase(phase.save(step))
+
+    def _ended(self, save: saves.Save) -> None:
+        probes.set_phase(phase.state_after_save(save.step))
+        state = {**save.state(), **self._observed()}
+        self.recorder.write(Kind.SAVED, step=save.step, source=save.source, state=state_mod.capture(state))
+        if self.last is not None and self.last[0] == save.step:
+            state = {**self.last[1], **state}
+        elif save.source != "count":  # a count is this process's own, not the run's
+            state = {"step": save.step, **state}
+        self.last = (save.step, state)
+        probes.set_phase(phase.RUN)
+
+    def _observed(self) -> dict[str, Any]:
+        observed = self.saves.observed()
+        return {"observed": observed} if observed else {}
+
+    def _stop(self) -> None:
+        self.recorder.write(Kind.STOPPED, step=self.plan.stop_after_save)
+        self.park()
+
+    def finished(self) -> None:
+        """The script returned: its final state is its last save's, with what it observes now."""
+        if self.plan.stop_after_save is not None and self.last is not None \
+                and self.last[0] == self.plan.stop_after_save:
+            self._stop()
+        probes.set_phase(phase.FINAL_STATE)
+        final = {"last save": self.last[1] if self.last is not None else {}, **self._observed()}
+        self.recorder.write(Kind.FINAL, state=state_mod.capture(final))
+        self.recorder.write(Kind.FINISHED)
+
+    def failed(self, exc: BaseException) -> None:
+        self.recorder.write(
+            Kind.ERROR, phase=probes.current_phase(), type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+            message=str(exc), traceback="".join(traceback.format_exception(exc)),
+        )
+
+
+def arm(rank: int, run_dir: Path, park: Callable[[], None]) -> Optional[ScriptRank]:
+    """Arm this worker if the harness gave it a plan; None if it did not."""
+    text = os.environ.get(PLAN_ENV)
+    if not text:
+        return None
+    plan = ScriptPlan.from_env(text)
+    Path(plan.ckpt_dir).mkdir(parents=True, exist_ok=True)
+    return ScriptRank(rank, run_dir, plan, park)

@@ -1,0 +1,58 @@
+"""Save boundaries (`inject.saves`): what one save is, its step and its state, without a process group."""
+
+import torch
+
+from ckpt_harness.inject.saves import Saves, plain
+
+
+def boundaries(tmp_path):
+    began, ended = [], []
+    return Saves(str(tmp_path), began.append, ended.append), began, ended
+
+
+def test_nested_saves_are_one_save_whose_state_is_what_each_was_handed(tmp_path):
+    saves, began, ended = boundaries(tmp_path)
+    with saves.boundary(7, "framework"):  # a Trainer._save_checkpoint, say
+        with saves.boundary(saves.step_in(tmp_path / "checkpoint-7" / "optimizer.pt"), "path", "optimizer.pt",
+                            {"lr": 0.1}):
+            pass
+        with saves.boundary(None, "path", "model.safetensors", {"w": torch.ones(2)}):
+            pass
+    assert began == [7] and [(s.step, s.source) for s in ended] == [(7, "framework")]
+    assert sorted(ended[0].state()) == ["model.safetensors", "optimizer.pt"]
+
+
+def test_a_save_handed_the_whole_state_ignores_its_writers_inner_saves(tmp_path):
+    saves, _, ended = boundaries(tmp_path)
+    with saves.boundary(2, "path", "state_dict", {"w": torch.zeros(1)}):  # dcp.save
+        with saves.boundary(None, "path", "BytesIO", torch.zeros(1)):
+            pass
+    assert list(ended[0].state()) == ["state_dict"]
+
+
+def test_the_step_is_the_first_number_of_the_path_else_one_past_the_last(tmp_path):
+    saves, _, ended = boundaries(tmp_path)
+    assert saves.step_in(tmp_path / "global_step4" / "mp_rank_00_model_states.pt") == 4
+    assert saves.step_in(tmp_path / "model.pt") is None
+    assert saves.step_in("/elsewhere/step_9") is None  # not under the checkpoint directory
+    with saves.boundary(4, "path"):
+        pass
+    with saves.boundary(None, "path"):
+        pass
+    assert [(s.step, s.source) for s in ended] == [(4, "path"), (5, "count")]
+
+
+def test_a_save_that_raised_is_not_recorded(tmp_path):
+    saves, began, ended = boundaries(tmp_path)
+    try:
+        with saves.boundary(2, "saving"):
+            raise OSError("disk full")
+    except OSError:
+        pass
+    assert began == [2] and ended == [] and saves.current is None
+
+
+def test_plain_takes_modules_by_state_dict_and_names_other_objects_by_type():
+    out = plain({"model": torch.nn.Linear(1, 1), "args": object(), "rng": (3, [1, 2], None)})
+    assert sorted(out["model"]) == ["bias", "weight"]
+    assert out["args"] == "<builtins.object>" and out["rng"] == [3, [1, 2], None]
