@@ -16,10 +16,10 @@ from typing import Collection, Mapping, Optional, Sequence, Union
 
 from ckpt_harness import oracle, phase
 from ckpt_harness.config import ExploreConfig
-from ckpt_harness.inject import corrupt
+from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import OPS
-from ckpt_harness.inject.trace import Event, EventKind, unseen_writes
-from ckpt_harness.records import Kind, Run
+from ckpt_harness.inject.trace import Event, EventKind, fields, unseen_writes
+from ckpt_harness.records import Kind, Run, data_reader
 from ckpt_harness.resumes import Resumes
 from ckpt_harness.run import launch, repro, require_backend
 from ckpt_harness.verdict import CaseResult, Verdict
@@ -110,6 +110,9 @@ class Baseline:
     committed_files: tuple[str, ...]
     #: Files in it with bytes no probe saw written (see `trace.unseen_writes`).
     unseen: tuple[str, ...] = ()
+    #: Why the golden trace does not rebuild the golden run's directory ("" when
+    #: it does, byte for byte); states are derived from the trace only if it does.
+    replay_gap: str = ""
     #: The resume of each post-fault directory state, shared by its cases.
     resumes: Resumes = dataclasses.field(default_factory=Resumes, compare=False, repr=False)
 
@@ -163,7 +166,25 @@ def prepare(config: ExploreConfig, root: Path) -> Baseline:
         files = tuple(f for f in present if _covered(f, written))
         unseen = tuple(unseen_writes(stopped.events(), {f: (committed / f).stat().st_size for f in present}))
     return Baseline(config, root, golden, reference, tuple(points), committed if stopped.ok else None, files,
-                    unseen)
+                    unseen, _replay_gap(golden, root / "golden" / "ckpt"))
+
+
+def _replay_gap(golden: Run, ckpt: Path) -> str:
+    """Why the golden trace, replayed, does not leave the directory the golden
+    run left ("" when it does). A write through mmap or native code, an
+    ftruncate, a file changed outside the probes: any of them would make a
+    state derived from the trace a state no run reaches, so one mismatch turns
+    derivation off for the whole baseline."""
+    try:
+        rebuilt = durability.process_crash(durability.Snapshot(), fields(golden.events()), data_reader(golden.run_dir))
+        actual = durability.snapshot(ckpt)
+    except durability.DurabilityError as exc:
+        return f"the durability model cannot replay it: {exc}"
+    if rebuilt == actual:
+        return ""
+    differ = sorted((set(rebuilt.paths()) ^ set(actual.paths()))
+                    | {f for f in rebuilt.files.keys() & actual.files.keys() if rebuilt.files[f] != actual.files[f]})
+    return f"replayed, it leaves {', '.join(differ[:3])}{' and more' if len(differ) > 3 else ''} other than the run did"
 
 
 def unseen_warning(unseen: Sequence[str], limit: int = 3) -> str:

@@ -22,7 +22,7 @@ from ckpt_harness.baseline import Baseline, Point
 from ckpt_harness.errors import UsageError
 from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import BLOCKING, Fault, applicable_kinds, parse_plan, plan_label
-from ckpt_harness.inject.trace import Event, fields
+from ckpt_harness.inject.trace import Event, EventKind, fields
 from ckpt_harness.records import Run, data_reader
 from ckpt_harness.resumes import DirState
 from ckpt_harness.run import PROPAGATION, fresh_dir, launch
@@ -156,7 +156,7 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
         shutil.copytree(baseline.committed, ckpt)
         detail = f"{case.path} {corrupt.CORRUPTIONS[case.kind](ckpt / case.path)}"
     else:
-        derived = _derived_power_loss(baseline, case, ckpt) if config.derive_states else None
+        derived = _derived(baseline, case, ckpt) if config.derive_states and not baseline.replay_gap else None
         if derived is not None:
             save_returned, lost = derived
         else:
@@ -169,8 +169,8 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
                                 row=case.row)
     notes = []
     if derived is not None:
-        notes.append("the directory the power loss left is derived from the golden run's trace, cut at this point "
-                     "(every rank stops at once; --no-derive-states runs the faulted save instead)")
+        notes.append("the directory this case leaves is derived from the golden run's trace, cut at this point "
+                     f"({_DERIVED_WHY[case.kind]}; --no-derive-states runs the faulted save instead)")
     if shares is not None:
         notes.append(f"judged against the resume of case {shares}: both left the same checkpoint directory")
         result = dataclasses.replace(result, shares=shares)
@@ -178,6 +178,66 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
         note = "\n".join(notes)
         result = dataclasses.replace(result, details=f"{note}\n\n{result.details}" if result.details else note)
     return _explain_power_loss(result, lost, config.durability)
+
+
+_DERIVED_WHY = {
+    "power-loss": "every rank stops at once",
+    POWER_LOSS_AFTER: "every rank stops at once",
+    "crash": "no peer waits on the crashed rank, so each ends its save as in the golden run",
+    "crash-after": "no peer waits on the crashed rank, so each ends its save as in the golden run",
+}
+
+
+def _derived(baseline: Baseline, case: Case, ckpt: Path) -> Optional[tuple[bool, Optional[durability.PowerLoss]]]:
+    """The state a case leaves, written to `ckpt` from the golden trace, and
+    whether save k returned on every rank; None where the trace does not decide it."""
+    if case.kind == "crash" or case.kind == "crash-after":
+        returned = _derived_crash(baseline, case, ckpt)
+        return None if returned is None else (returned, None)
+    return _derived_power_loss(baseline, case, ckpt)
+
+
+def _derived_crash(baseline: Baseline, case: Case, ckpt: Path) -> Optional[bool]:
+    """What a SIGKILL of one rank leaves, when the golden trace decides what
+    its peers do: every collective a peer still makes was completed by the
+    crashed rank too, so no peer ever notices the crash, and each ends its
+    save (or the run) as in the golden run; the kernel keeps every operation
+    that completed. A peer that would wait on the dead rank instead gets an
+    error and runs the job's own error handling, which no trace has seen: such
+    cases, and cuts inside a run of kernel writes, get a real faulted run."""
+    if len(case.faults) != 1:
+        return None
+    fault = case.faults[0]
+    ranks = {r.rank: r.events for r in baseline.golden.ranks}
+    mine = ranks.get(fault.rank, ())
+    at = next((i for i, e in enumerate(mine) if e.phase == fault.phase and e.point is not None
+               and e.point <= fault.index < e.point + e.count), None)
+    if at is None:
+        return None
+    ops = mine[at].ops
+    done = ops[:fault.index - mine[at].point + (fault.kind == "crash-after")]
+    if len(done) == len(ops):
+        cut = at + 1
+    elif all(op in durability.NO_EFFECT for op in done):
+        cut = at
+    else:
+        return None  # the kernel writes of one batched event, cut in between
+    kept = list(mine[:cut])
+    completed = _collectives(kept)
+    stopped = fault.phase == baseline.phase  # the faulted run parks every rank after save k
+    for rank, events in ranks.items():
+        if rank != fault.rank:
+            rest = _through(events, baseline.phase) if stopped else events
+            if _collectives(rest) > completed:
+                return None
+            kept += rest
+    durability.write_snapshot(ckpt, durability.process_crash(durability.Snapshot(), fields(kept),
+                                                             data_reader(baseline.golden.run_dir)))
+    return not stopped
+
+
+def _collectives(events: Sequence[Event]) -> int:
+    return sum(e.kind is EventKind.COLLECTIVE and e.point is not None for e in events)
 
 
 def _derived_power_loss(baseline: Baseline, case: Case, ckpt: Path) -> Optional[tuple[bool, durability.PowerLoss]]:

@@ -54,6 +54,9 @@ def run_exploration(config: ExploreConfig, root: Path, only: Optional[Sequence[s
     except BaselineFailed as failed:
         return report([failed.result])
     warnings = (baselines.unseen_warning(base.unseen),) if base.unseen else ()
+    if base.replay_gap and config.derive_states:
+        warnings += (f"no case state was derived from the golden run's trace, every case ran its faulted save: "
+                     f"{base.replay_gap}",)
     nothing = base.nothing_to_break()
     if nothing is not None:
         return report([nothing], warnings)

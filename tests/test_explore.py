@@ -229,6 +229,29 @@ def test_cases_that_leave_the_same_directory_share_one_resume_and_get_the_same_v
         assert any(r.verdict is Verdict.FAIL for r in sharing), shared.table()  # failures are shared too
 
 
+@pytest.mark.parametrize("job, fails", [("tests.planted.checkpointers:CloseBeforePointerUnfenced", False),
+                                       ("tests.planted.checkpointers:PointerBeforeCloseUnfenced", True)])
+def test_crash_states_no_peer_notices_are_cut_from_the_golden_trace(tmp_path, job, fails):
+    """A crash of rank 0 in a commit its peers do not wait for (they already
+    returned from the save) leaves what the golden trace says: every
+    operation that completed, the peers' whole save. Same verdicts and cells
+    as the faulted runs, on a pointer committed after the files were closed
+    (passes) and before (fails); the cases whose peer would wait in a barrier
+    still run for real."""
+    settings = dict(world_size=2, faults=("crash", "crash-after"), corruptions=(), ops=("rename", "collective"),
+                    after=False, share_resumes=False)
+    derived = explore(job, workdir=tmp_path / "derived", **settings)
+    ran = explore(job, workdir=tmp_path / "ran", derive_states=False, **settings)
+    cells = lambda report: [(r.case, r.check, r.verdict, r.cells) for r in report.results]  # noqa: E731
+    assert cells(derived) == cells(ran), derived.table()
+    cut = [r for r in derived.results if "derived from the golden run's trace" in r.details]
+    assert cut and len(cut) < len(derived.results), derived.table()
+    assert all("no peer waits on the crashed rank" in r.details for r in cut)
+    failing = [r for r in cut if r.verdict is Verdict.FAIL]
+    assert bool(failing) is fails, derived.table()
+    assert all(r.verdict is Verdict.PASS for r in derived.results if r not in failing), derived.table()
+
+
 @pytest.mark.parametrize("job", ["torch_save", "tests.planted.checkpointers:RenameWithoutFsync"])
 def test_power_loss_states_cut_from_the_golden_trace_get_the_verdicts_of_faulted_runs(tmp_path, job):
     """Every rank stops at a power loss, so the golden run's trace (every
@@ -240,8 +263,21 @@ def test_power_loss_states_cut_from_the_golden_trace_get_the_verdicts_of_faulted
     ran = explore(job, workdir=tmp_path / "ran", derive_states=False, **settings)
     cells = lambda report: [(r.case, r.check, r.verdict, r.cells) for r in report.results]  # noqa: E731
     assert cells(derived) == cells(ran) and len(derived.results) > 20
-    assert all("the directory the power loss left is derived from the golden run" in r.details for r in derived.results)
+    assert all("the directory this case leaves is derived from the golden run" in r.details for r in derived.results)
     assert not any("derived" in r.details for r in ran.results)
     if job != "torch_save":
         assert all(r.verdict is Verdict.FAIL and "never fsynced" in r.summary for r in derived.results), \
             derived.table()
+
+
+def test_states_are_derived_only_from_a_trace_that_rebuilds_the_golden_directory(tmp_path):
+    """Bytes written past the probes (here through mmap) make the trace an
+    incomplete account of the directory: the baseline says which file, and
+    its power-loss cases run the faulted saves instead of cutting the trace.
+    The reference job's trace rebuilds its directory byte for byte."""
+    assert baseline("torch_save", workdir=tmp_path / "clean", world_size=2).replay_gap == ""
+    blind = baseline("tests.planted.checkpointers:MmapWrites", workdir=tmp_path / "blind", world_size=2)
+    assert "raw.bin" in blind.replay_gap
+    report = explore("tests.planted.checkpointers:MmapWrites", workdir=tmp_path / "explore", world_size=2,
+                     faults=("power-loss",), corruptions=(), ops=("rename",), after=False)
+    assert report.results and not any("derived" in r.details for r in report.results), report.table()

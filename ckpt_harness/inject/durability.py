@@ -580,6 +580,26 @@ class _Model:
         return Snapshot(files=files, dirs=frozenset(dirs))
 
 
+    def live(self) -> Snapshot:
+        """The tree as the processes left it: every completed operation, durable or not."""
+        files: dict[str, bytes] = {}
+        dirs: set[str] = set()
+
+        def walk(node: _Inode, prefix: str) -> None:
+            for name, child in sorted(node.entries.items()):
+                rel = f"{prefix}{name}"
+                if child.is_dir:
+                    dirs.add(rel)
+                    walk(child, rel + "/")
+                elif child.unknown:
+                    raise DurabilityError(f"content of {rel!r} includes bytes that were never logged: "
+                                          f"{_describe(child.unknown[0][2])}")
+                else:
+                    files[rel] = bytes(child.data)
+
+        walk(self.root, "")
+        return Snapshot(files=files, dirs=frozenset(dirs))
+
     # -- why the durable tree differs from the live one ------------------------------
     def losses(self) -> list[Loss]:
         """Each path where the live tree (what the job left) and the durable
@@ -627,6 +647,15 @@ def power_loss(start: Snapshot, events: Iterable[dict], read_data: ReadData, mod
     for event in merge_events(events):
         model.apply(event)
     return PowerLoss(model.durable(), tuple(model.losses()))
+
+
+def process_crash(start: Snapshot, events: Iterable[dict], read_data: ReadData) -> Snapshot:
+    """The tree a crash of processes (not of the machine) right after `events`
+    leaves: the kernel keeps every operation that completed (pure)."""
+    model = _Model(start, "strict", read_data)
+    for event in merge_events(events):
+        model.apply(event)
+    return model.live()
 
 
 def durable_state(start: Snapshot, events: Iterable[dict], read_data: ReadData,

@@ -493,6 +493,8 @@ class CloseBeforePointer(_Checkpointer):
 
     #: False: `PointerBeforeClose`.
     closes_before_pointer = True
+    #: False: no barrier after the commit (`CloseBeforePointerUnfenced`).
+    fenced = True
     CHUNK = 4096
 
     def save(self, ctx: RankContext, step: int) -> None:
@@ -509,7 +511,8 @@ class CloseBeforePointer(_Checkpointer):
                 self._rotate(ctx, step)
         finally:
             self._close(files)
-        dist.barrier()
+        if self.fenced:
+            dist.barrier()
 
     def _stream_files(self, ctx: RankContext, path: Path, step: int) -> list[Any]:
         """This rank's files, written and left open."""
@@ -551,3 +554,21 @@ class PointerBeforeClose(CloseBeforePointer):
     """
 
     closes_before_pointer = False
+
+
+class CloseBeforePointerUnfenced(CloseBeforePointer):
+    """`CloseBeforePointer` without the barrier after the commit: the peers
+    return from the save while rank 0 still commits. Correct all the same
+    (a save counts once it returned on every rank). A crash of rank 0 in the
+    commit is one no peer notices, so exploration derives the state it leaves
+    from the golden trace instead of running it (`cases._derived_crash`)."""
+
+    fenced = False
+
+
+class PointerBeforeCloseUnfenced(PointerBeforeClose):
+    """`PointerBeforeClose` without the barrier after the commit: flagged as
+    not **atomic** by crashes of rank 0 between the pointer and the close,
+    states exploration derives from the golden trace."""
+
+    fenced = False
