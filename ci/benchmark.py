@@ -4,6 +4,7 @@
     python ci/benchmark.py --quick    # skip the full exploration
     python ci/benchmark.py probes [--before REV] [--after REV]   # section 2 alone (1-2 min on 2 idle cores)
     python ci/benchmark.py sharing   # section 6 alone (~6 min on 2 idle cores)
+    python ci/benchmark.py reduction # section 7 alone (~6 min on 2 idle cores)
 
 1. Launching a process group: forked from the warm server vs. a fresh
    interpreter per rank (what torch's MultiProcessTestCase and torchrun do).
@@ -19,6 +20,9 @@
 6. Exploring `torch_save` and `dcp` (default fault kinds and corruptions):
    one resume per distinct post-fault directory (`share_resumes`) vs. a
    resume per case, with the verdicts of both compared case by case.
+7. The whole catalogue of `torch_save` and `dcp`: with the reduction (states
+   cut from the golden trace, shared resumes) vs. every case run in full,
+   seconds per case and the cases whose verdict or cells differ.
 """
 
 from __future__ import annotations
@@ -92,7 +96,7 @@ def all_reduce(info, payload):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("only", nargs="?", choices=["probes", "sharing"], help="run this section alone")
+    parser.add_argument("only", nargs="?", choices=["probes", "sharing", "reduction"], help="run this section alone")
     parser.add_argument("--quick", action="store_true", help="skip the full exploration")
     parser.add_argument("--before", default=bench_probes.DEFAULT_BEFORE,
                         help=f"tree the probe overhead is compared with (default {bench_probes.DEFAULT_BEFORE})")
@@ -106,6 +110,9 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="ckpt-harness-bench-"))
     if args.only == "sharing":
         shared_resumes(tmp)
+        return
+    if args.only == "reduction":
+        reduced_catalogue(tmp)
         return
     print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
 
@@ -173,6 +180,29 @@ def main() -> None:
     first, second = timings.values()
     print(f"   ratio {second / first:.1f}x")
     shared_resumes(tmp)
+    reduced_catalogue(tmp)
+
+
+def reduced_catalogue(tmp: Path) -> None:
+    from ckpt_harness.matrix import run_matrix
+    from ckpt_harness.scenario import builtin_catalogue
+
+    print("\n7. the whole catalogue at ws=2: with the reduction vs. every case run in full")
+    for job in ("torch_save", "dcp"):
+        matrices = {}
+        for reduce in (False, True):
+            matrices[reduce] = run_matrix([job], builtin_catalogue(), world_size=2, reduce=reduce,
+                                          workdir=tmp / f"reduce-{job}-{reduce}")
+        cells = {reduce: {(s.scenario, r.case): (r.check, r.verdict, r.cells) for s in m.results for r in s.results}
+                 for reduce, m in matrices.items()}
+        reduced = [r for s in matrices[True].results for r in s.results]
+        derived = sum("derived from the golden" in r.details for r in reduced)
+        shared = sum(r.shares is not None for r in reduced)
+        differ = sum(cells[True].get(case) != value for case, value in cells[False].items())
+        off, on = matrices[False].elapsed, matrices[True].elapsed
+        print(f"   {job}: {len(reduced)} cases ({derived} states derived, {shared} resumes shared); "
+              f"{off:.0f} s -> {on:.0f} s ({off / len(reduced):.2f} -> {on / len(reduced):.2f} s per case, "
+              f"ratio {off / on:.2f}x); cases that differ: {differ}")
 
 
 def shared_resumes(tmp: Path) -> None:

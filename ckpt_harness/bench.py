@@ -32,13 +32,16 @@ class Bench:
 
     def __init__(self, job: Union[str, type], world_size: int, root: Path, *,
                  timeout: float = SETTINGS["timeout"].default, parallel: int = SETTINGS["parallel"].default,
-                 progress: Optional[Callable[[int, int, CaseResult], None]] = None):
+                 progress: Optional[Callable[[int, int, CaseResult], None]] = None, reduce: bool = True):
         self.ref, self.job_class = resolve(job)
         self.world_size = SETTINGS["world_size"].check(world_size)
         self.timeout = SETTINGS["timeout"].check(timeout)
         self.parallel = SETTINGS["parallel"].check(parallel)
         self.root = Path(root)
         self.progress = progress
+        #: False runs every case's faulted save and resume (`derive_states`,
+        #: `share_resumes` off): the naive catalogue, to compare against.
+        self.reduce = reduce
         self._memo: dict[Any, Any] = {}
         self._baselines = 0
         self._lock = threading.RLock()
@@ -54,6 +57,7 @@ class Bench:
         values.update(world_size=self.world_size, timeout=self.timeout, **changes)
         if "parallel" in takes:
             values["parallel"] = self.parallel
+        values.update({name: self.reduce for name in ("derive_states", "share_resumes") if name in takes})
         return cls.build(self.ref, **values)
 
     def baseline(self, config: ExploreConfig) -> Baseline:

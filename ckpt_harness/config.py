@@ -140,8 +140,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("hang_timeout", float, 3.0,
             f"deadline of a run with a fault that blocks a rank for good ({', '.join(BLOCKING)})", positive=True),
     Setting("parallel", int, 2, "cases run at once", low=1, replayed=False),
-    Setting("derive_states", bool, True, "take the directory a power loss leaves from the golden run's trace "
-                                         "instead of running the faulted save", replayed=False),
+    Setting("derive_states", bool, True, "take the directory a power loss, or a crash no peer notices, leaves "
+                                         "from the golden run's trace instead of running the faulted save", replayed=False),
     Setting("script", str, None, "script mode: the training script and its arguments, as after `python`, "
                                  "with {ckpt_dir} where the run's checkpoint directory goes (e.g. "
                                  "'train.py --output_dir {ckpt_dir}'); run under torchrun instead of a job",

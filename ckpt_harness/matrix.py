@@ -169,12 +169,14 @@ def run_matrix(
     world_size: int = SETTINGS["world_size"].default,
     timeout: float = SETTINGS["timeout"].default,
     parallel: int = SETTINGS["parallel"].default,
+    reduce: bool = True,
     workdir: Optional[Path] = None,
     keep: bool = False,
     progress: Optional[Progress] = None,
 ) -> Matrix:
     """Run every scenario that applies against every job, showing cases as
-    they finish and a line per finished scenario on `progress`."""
+    they finish and a line per finished scenario on `progress`. `reduce=False`
+    runs every case's faulted save and resume (the naive catalogue, for comparison)."""
     from ckpt_harness.errors import Unavailable
     from ckpt_harness.jobref import resolve
 
@@ -194,7 +196,8 @@ def run_matrix(
     done = 0
     try:
         for i, (job, name, mine) in enumerate(plans):
-            bench = Bench(job, world_size, root / f"job{i}", timeout=timeout, parallel=parallel, progress=progress)
+            bench = Bench(job, world_size, root / f"job{i}", timeout=timeout, parallel=parallel, progress=progress,
+                          reduce=reduce)
             for scenario in mine:
                 if progress:
                     progress.begin(f"[{done + 1:>3}/{total}] {name} {scenario.name}")

@@ -1,0 +1,38 @@
+"""The reduction of issue 12 (states cut from the golden trace, one resume per
+distinct directory) must never change a verdict: the catalogue's per-case
+results with it and without it, compared cell by cell.
+
+CI runs the scenarios where the reduction acts (power loss cut from the
+trace, crashes whose resumes are shared); `CKPT_HARNESS_FULL_CATALOGUE=1`
+runs the whole catalogue for both reference jobs (minutes; `python
+ci/benchmark.py reduction` runs it too and reports the times).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from ckpt_harness.bench import Bench
+from ckpt_harness.scenario import builtin_catalogue
+
+FULL = os.environ.get("CKPT_HARNESS_FULL_CATALOGUE") == "1"
+SAMPLE = {
+    "torch_save": ("crash-every-phase", "power-loss-during-save", "power-loss-after-save"),
+    "dcp": ("power-loss-during-save", "power-loss-after-save"),
+}
+
+
+@pytest.mark.parametrize("job", sorted(SAMPLE))
+def test_the_reduction_changes_no_case_of_the_catalogue(tmp_path, job):
+    scenarios = [s for s in builtin_catalogue() if s.applies_to(job) and (FULL or s.name in SAMPLE[job])]
+    cases = {}
+    for reduce in (True, False):
+        bench = Bench(job, 2, tmp_path / f"reduce-{reduce}", reduce=reduce)
+        results = [bench.run(s) for s in scenarios]
+        cases[reduce] = {(s.scenario, r.case): (r.check, r.verdict, r.cells) for s in results for r in s.results}
+        reduced = [r for s in results for r in s.results if "derived from the golden" in r.details or r.shares]
+        assert bool(reduced) is reduce, [s.scenario for s in results]
+    assert len(cases[True]) > 20
+    assert cases[True] == cases[False]
