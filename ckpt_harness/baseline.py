@@ -19,6 +19,7 @@ from ckpt_harness.config import ExploreConfig
 from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import OPS
 from ckpt_harness.inject.trace import Event, EventKind, fields, unseen_writes
+from ckpt_harness.jobref import load
 from ckpt_harness.records import Kind, Run, data_reader
 from ckpt_harness.resumes import Resumes
 from ckpt_harness.run import launch, repro, require_backend
@@ -166,15 +167,18 @@ def prepare(config: ExploreConfig, root: Path) -> Baseline:
         files = tuple(f for f in present if _covered(f, written))
         unseen = tuple(unseen_writes(stopped.events(), {f: (committed / f).stat().st_size for f in present}))
     return Baseline(config, root, golden, reference, tuple(points), committed if stopped.ok else None, files,
-                    unseen, _replay_gap(golden, root / "golden" / "ckpt"))
+                    unseen, _replay_gap(config, golden, root / "golden" / "ckpt"))
 
 
-def _replay_gap(golden: Run, ckpt: Path) -> str:
+def _replay_gap(config: ExploreConfig, golden: Run, ckpt: Path) -> str:
     """Why the golden trace, replayed, does not leave the directory the golden
     run left ("" when it does). A write through mmap or native code, an
     ftruncate, a file changed outside the probes: any of them would make a
     state derived from the trace a state no run reaches, so one mismatch turns
-    derivation off for the whole baseline."""
+    derivation off for the whole baseline. So does a save in the background:
+    a run stopped after save k waits for it, which the golden run did not."""
+    if load(config.job).saves_in_background():
+        return "the job saves in the background, and a run stopped after a save first waits for it to land"
     try:
         rebuilt = durability.process_crash(durability.Snapshot(), fields(golden.events()), data_reader(golden.run_dir))
         actual = durability.snapshot(ckpt)
