@@ -6,6 +6,7 @@ import ctypes
 import errno
 import os
 import signal
+import sys
 
 _PR_SET_PDEATHSIG = 1
 
@@ -40,3 +41,13 @@ def describe_status(status: int) -> tuple[int | None, int | None]:
     if os.WIFSIGNALED(status):
         return None, os.WTERMSIG(status)
     return os.waitstatus_to_exitcode(status), None
+
+
+def redirect_output(path: "str | os.PathLike[str]") -> None:
+    """Send this process's stdout and stderr, and Python's, line-buffered to `path`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    sys.stdout = open(1, "w", buffering=1, closefd=False)
+    sys.stderr = open(2, "w", buffering=1, closefd=False)

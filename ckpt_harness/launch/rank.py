@@ -47,7 +47,7 @@ def become_rank(spec: dict, request: dict, status_fd: int, zygote_pid: int) -> N
         _proc.die_with_parent(zygote_pid)
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
             signal.signal(sig, signal.SIG_DFL)
-        _redirect_output(spec["log"])
+        _proc.redirect_output(spec["log"])
         faulthandler.enable(file=sys.stderr, all_threads=True)
         faulthandler.register(STACK_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
         flight.serve(spec["flight"])
@@ -122,15 +122,6 @@ def _run(spec: dict, request: dict) -> bool:
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
-
-
-def _redirect_output(path: str) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
 
 
 def resolve(ref: str) -> Any:

@@ -147,7 +147,7 @@ def main(argv: list[str]) -> None:
     worker = WorkerInfo.from_env()
     _die_with_agent()
     run_dir = worker.run_dir
-    _redirect_output(log_path(run_dir, worker.rank))
+    _proc.redirect_output(log_path(run_dir, worker.rank))
     print(f"[ckpt_harness] rank {worker.rank} (pid {os.getpid()}, restart {worker.restart}): "
           f"{' '.join([script, *args])}", file=sys.stderr)
     faulthandler.enable(file=sys.stderr, all_threads=True)
@@ -241,15 +241,6 @@ def _default_timeouts() -> None:
         return
     c10d.default_pg_timeout = timedelta(seconds=float(seconds))
     c10d.default_pg_nccl_timeout = timedelta(seconds=float(seconds))
-
-
-def _redirect_output(path: Path) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    sys.stdout = open(1, "w", buffering=1, closefd=False)
-    sys.stderr = open(2, "w", buffering=1, closefd=False)
 
 
 if __name__ == "__main__":
