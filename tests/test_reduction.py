@@ -24,6 +24,15 @@ SAMPLE = {
 }
 
 
+def judged_cells(result):
+    """The table cells, without the resume's outcome where a real run races:
+    a power loss as one rank enters a collective cuts its peers wherever they
+    are at that moment, so two faulted runs of that case may already resume
+    at different saves (S_k, S_prev); the verdict may not differ."""
+    racing = "power-loss@" in result.case and result.cells[2:3] == ("collective",)
+    return result.cells[:-1] if racing else result.cells
+
+
 @pytest.mark.parametrize("job", sorted(SAMPLE))
 def test_the_reduction_changes_no_case_of_the_catalogue(tmp_path, job):
     scenarios = [s for s in builtin_catalogue() if s.applies_to(job) and (FULL or s.name in SAMPLE[job])]
@@ -31,7 +40,7 @@ def test_the_reduction_changes_no_case_of_the_catalogue(tmp_path, job):
     for reduce in (True, False):
         bench = Bench(job, 2, tmp_path / f"reduce-{reduce}", reduce=reduce)
         results = [bench.run(s) for s in scenarios]
-        cases[reduce] = {(s.scenario, r.case): (r.check, r.verdict, r.cells) for s in results for r in s.results}
+        cases[reduce] = {(s.scenario, r.case): (r.check, r.verdict, judged_cells(r)) for s in results for r in s.results}
         reduced = [r for s in results for r in s.results if "derived from the golden" in r.details or r.shares]
         assert bool(reduced) is reduce, [s.scenario for s in results]
     assert len(cases[True]) > 20
