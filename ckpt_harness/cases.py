@@ -20,7 +20,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from ckpt_harness import oracle
 from ckpt_harness.baseline import Baseline, Point
 from ckpt_harness.errors import UsageError
-from ckpt_harness.inject import corrupt, durability
+from ckpt_harness.inject import corrupt, durability, payload
 from ckpt_harness.inject.faults import BLOCKING, Fault, applicable_kinds, parse_plan, plan_label
 from ckpt_harness.inject.trace import Event, EventKind, fields
 from ckpt_harness.records import Run, data_reader
@@ -152,9 +152,10 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
     faulted: Optional[Run] = None
     lost: Optional[durability.PowerLoss] = None
     derived = None
+    canary = case_dir / "canary"  # outside the checkpoint: where a planted payload leaves its trace
     if case.path is not None:  # corruption of the committed save
         shutil.copytree(baseline.committed, ckpt)
-        detail = f"{case.path} {corrupt.CORRUPTIONS[case.kind](ckpt / case.path)}"
+        detail = f"{case.path} {corrupt.CORRUPTIONS[case.kind](ckpt / case.path, canary)}"
     else:
         derived = _derived(baseline, case, ckpt) if config.derive_states and not baseline.replay_gap else None
         if derived is not None:
@@ -166,7 +167,7 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
     resumed, shares = _resume(baseline, case, ckpt, case_dir / "resume")
     result = oracle.judge_fault(case.name, case.kind, baseline.reference, faulted if case.faults else None, resumed,
                                 save_returned=save_returned, detail=detail, repro=baseline.repro(case.name),
-                                row=case.row)
+                                row=case.row, ran=payload.ran(canary))
     notes = []
     if derived is not None:
         notes.append("the directory this case leaves is derived from the golden run's trace, cut at this point "

@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.errors import ConfigError
-from ckpt_harness.inject.corrupt import CORRUPTIONS
+from ckpt_harness.inject.corrupt import CORRUPTIONS, DEFAULT_CORRUPTIONS, UNSAFE_PICKLE
 from ckpt_harness.inject.faults import BLOCKING, KINDS, OPS
 from ckpt_harness.jobref import JobRef
 from ckpt_harness.launch import MAX_WORLD_SIZE
@@ -130,7 +130,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("nodes", int, 1, "simulated nodes sharing the ranks and one file system", low=1),
     Setting("save", str, "second", "the save to break: first, second, last or its step number", rule=_save_rule),
     Setting("faults", tuple, DEFAULT_FAULTS, "fault kinds injected at every point of the save", choices=tuple(KINDS)),
-    Setting("corruptions", tuple, tuple(CORRUPTIONS), "damage done to each file of the committed save",
+    Setting("corruptions", tuple, DEFAULT_CORRUPTIONS, "damage done to each file of the committed save "
+            f"({UNSAFE_PICKLE}: replace it by a pickle that runs code when loaded)",
             choices=tuple(CORRUPTIONS)),
     Setting("ops", tuple, (), "only points of these operations (default: every operation)", choices=OPS),
     Setting("after", bool, None, "also cut power right after the save returned (default: when power-loss "

@@ -13,6 +13,11 @@ to detect. Files are changed in place (same inode), as bit rot would.
 
 Each operator returns a short description for reports; it does not name the
 file, which the caller knows by its path relative to the checkpoint.
+
+`unsafe-pickle` is not damage but an attack: the file is replaced by a
+pickle that runs code when unpickled (`inject.payload`), judged under
+*safe-loading* rather than *detecting*. It is opt-in (not in
+`DEFAULT_CORRUPTIONS`): its cases answer another question than bit rot.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from pathlib import Path
 from typing import Callable
 
 from ckpt_harness.errors import ModelError
+from ckpt_harness.inject import payload
 
 PAGE = 4096
 
@@ -90,13 +96,32 @@ def delete(path: Path) -> str:
     return f"deleted ({size} bytes)"
 
 
-#: name -> operator(path) -> description; the names used on the command line.
-CORRUPTIONS: dict[str, Callable[[Path], str]] = {
-    "bit-flip": bit_flip,
-    "zero-page": zero_page,
-    "truncate": truncate,
-    "delete": delete,
+def _damage(operator: Callable[[Path], str]) -> Callable[[Path, Path], str]:
+    """An operator that needs no canary, as a `CORRUPTIONS` entry."""
+    def apply(path: Path, canary: Path) -> str:
+        return operator(path)
+
+    apply.__doc__ = operator.__doc__
+    return apply
+
+
+#: The kind that plants a malicious pickle (judged under safe-loading).
+UNSAFE_PICKLE = "unsafe-pickle"
+
+#: name -> operator(path, canary) -> description; the names used on the
+#: command line. `canary` is a directory of the case's own run directory,
+#: outside the checkpoint, where a planted payload leaves its trace.
+CORRUPTIONS: dict[str, Callable[[Path, Path], str]] = {
+    "bit-flip": _damage(bit_flip),
+    "zero-page": _damage(zero_page),
+    "truncate": _damage(truncate),
+    "delete": _damage(delete),
+    UNSAFE_PICKLE: payload.plant,
 }
+
+#: What `explore` does to committed files unless told otherwise: the damage
+#: (detecting), not the attack.
+DEFAULT_CORRUPTIONS = tuple(name for name in CORRUPTIONS if name != UNSAFE_PICKLE)
 
 
 def committed_files(ckpt_dir: Path) -> list[str]:

@@ -9,8 +9,9 @@ such (UNKNOWN) instead of being blamed on the checkpoint.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Mapping, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
+from ckpt_harness.inject.payload import Ran
 from ckpt_harness.oracle import diffs
 from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind, classify_resume
 from ckpt_harness.oracle.problems import health
@@ -141,13 +142,15 @@ class Reference:
 
 def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], resumed: Run, *,
                 save_returned: bool, detail: str, repro: Optional[str],
-                row: Callable[[Outcome], tuple[str, ...]] = lambda outcome: ()) -> CaseResult:
+                row: Callable[[Outcome], tuple[str, ...]] = lambda outcome: (),
+                ran: Sequence[Ran] = ()) -> CaseResult:
     """The verdict on one fault case: the property its fault kind judges, or
     live/faithful when the run around it broke those first.
 
     `faulted` is the run with the fault armed (None when the directory was
     damaged after the fact); `save_returned` whether save k returned on every
-    rank there; `row(outcome)` the report's table cells."""
+    rank there; `row(outcome)` the report's table cells; `ran` the processes
+    that ran a payload planted in the checkpoint (safe-loading)."""
     prop = property_for(kind)
     outcome = classify_resume(resumed, ref.saved, ref.k, ref.prev)
     summary = f"{detail} → {outcome}"
@@ -156,6 +159,8 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
         return CaseResult(case, check, verdict, f"{summary}{'; ' + why if why else ''}", details,
                           repro if verdict is not Verdict.PASS else None, row(outcome))
 
+    if prop == "safe-loading":
+        return _judge_safe_loading(result, resumed, outcome, ran)
     if faulted is not None and not faulted.fired():
         return result(prop, Verdict.UNKNOWN, "the fault never fired: the run took another path than the golden one")
     if faulted is not None and kind in ERRORS:
@@ -184,6 +189,25 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
         if faithful.verdict is not Verdict.PASS:
             return result("faithful", faithful.verdict, faithful.summary, faithful.details)
     return result(prop, Verdict.PASS)
+
+
+def _judge_safe_loading(result: Callable[..., CaseResult], resumed: Run, outcome: Outcome,
+                        ran: Sequence[Ran]) -> CaseResult:
+    """FAIL if any process of the resume ran the planted payload; otherwise
+    whatever the job did with the file (refused it, fell back, ignored it)
+    is safe. A resume that hung or failed on some ranks only is a liveness
+    finding (and its stuck ranks might still have loaded the file)."""
+    if ran:
+        ranks = {r.outcome.pid: r.rank for r in resumed.ranks}
+        who = [f"rank {ranks[r.pid]}" if r.pid in ranks else f"process {r.pid} (no rank of the group)" for r in ran]
+        details = "\n\n".join(f"{w} unpickled the planted payload from:\n{r.stack.rstrip()}" for w, r in zip(who, ran))
+        return result("safe-loading", Verdict.FAIL,
+                      f"{', '.join(who)} ran code from the file while loading, via {ran[0].loader}; load it with "
+                      "torch.load(..., weights_only=True) (or a non-pickle format), never pickle.load", details)
+    if outcome.kind in (OutcomeKind.HANG, OutcomeKind.SOME_ERRORS):
+        problem = health(resumed)
+        return result("live", Verdict.FAIL, "", problem.details if problem else "")
+    return result("safe-loading", Verdict.PASS, "no loader ran the planted code")
 
 
 def judge_finished(case: str, final: Optional[States], run: Run, what: str) -> CaseResult:

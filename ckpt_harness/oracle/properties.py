@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ckpt_harness.errors import ModelError
+from ckpt_harness.inject.corrupt import UNSAFE_PICKLE
 from ckpt_harness.inject.faults import BLOCKING
 from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind
 
@@ -17,6 +18,7 @@ PROPERTIES = {
     "overwrite-safe": "saving into an existing step directory replaces it with no stale file, or refuses untouched",
     "rotation-safe": "keep-last-N rotation always leaves a complete checkpoint, and the newest is resumed",
     "reshardable": "a checkpoint saved at N ranks resumes at M ranks with the full state bitwise equal",
+    "safe-loading": "loading a checkpoint never runs code its files carry (a malicious pickle is refused or ignored)",
 }
 
 #: Fault kinds whose cases break a save without telling the job (crash-like).
@@ -35,6 +37,8 @@ def property_for(kind: str) -> str:
         return "skew-safe"
     if kind == "power-loss-after":
         return "durable"
+    if kind == UNSAFE_PICKLE:
+        return "safe-loading"
     return "detecting"  # torn writes and corruption
 
 
