@@ -106,9 +106,23 @@ def capture_rng() -> dict[str, Any]:
     }
 
 
+def saved_rng() -> dict[str, Any]:
+    """`capture_rng()` in types `torch.load(weights_only=True)` accepts:
+    numpy's key array as a tensor. An ndarray would need
+    `weights_only=False`, and then loading the checkpoint runs whatever code
+    a tampered file carries (the safe-loading property)."""
+    rng = capture_rng()
+    name, keys, *rest = rng["numpy"]
+    return {**rng, "numpy": (name, torch.from_numpy(keys.astype(np.int64)), *rest)}
+
+
 def restore_rng(state: Mapping[str, Any]) -> None:
+    """From `saved_rng()` or `capture_rng()`."""
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, *rest = state["numpy"]
+    if isinstance(keys, torch.Tensor):
+        keys = keys.numpy().astype(np.uint32)
+    np.random.set_state((name, keys, *rest))
     torch.set_rng_state(state["torch"])
 
 
@@ -327,7 +341,7 @@ class TinyJob(Job):
             "step": step,
             "rank": ctx.rank,
             "world_size": ctx.world_size,
-            "rng": capture_rng(),
+            "rng": saved_rng(),
             "data": self.stream.state_dict(),
         }
 

@@ -123,7 +123,7 @@ class DcpJob(TinyJob):
         return step
 
     def _restore_blob(self, ctx: RankContext, step: int, path, blob: bytes, resharded: bool) -> None:
-        extra = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=False)
+        extra = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)
         self.scheduler.load_state_dict(extra["scheduler"])
         if resharded:
             self._restore_resharded(extra, step)

@@ -212,7 +212,7 @@ def saved_world_size(ckpt_dir: Path) -> Optional[int]:
         return None
     try:
         with open(Path(ckpt_dir) / tag / extra_name(0), "rb") as f:
-            return int(torch.load(f, map_location="cpu", weights_only=False)["world_size"])
+            return int(torch.load(f, map_location="cpu", weights_only=True)["world_size"])
     except Exception:
         return None
 
@@ -346,7 +346,7 @@ class DeepSpeedJob(TinyJob):
     def _restore_side_file(self, ctx: RankContext, step: int, tag_dir: Path) -> None:
         path = tag_dir / extra_name(ctx.rank)
         with open(path, "rb") as f:
-            extra = torch.load(f, map_location="cpu", weights_only=False)
+            extra = torch.load(f, map_location="cpu", weights_only=True)
         check_extra(extra, ctx, step, path)
         self._restore_extra(extra, step)
 

@@ -72,11 +72,10 @@ class TorchSaveJob(TinyJob):
         self.model.module.load_state_dict(_load_weights(path / "model.pt"))
         self.optimizer.load_state_dict(_load_weights(path / "optimizer.pt"))
         self.scheduler.load_state_dict(_load_weights(path / "scheduler.pt"))
-        # The RNG file holds numpy's state (an ndarray), which weights_only refuses.
-        saved_world = torch.load(path / "rng_rank0.pt", map_location="cpu", weights_only=False)["world_size"]
+        saved_world = _load_weights(path / "rng_rank0.pt")["world_size"]
         self.resharded = saved_world != ctx.world_size
         extra_path = path / f"rng_rank{0 if self.resharded else ctx.rank}.pt"
-        extra = torch.load(extra_path, map_location="cpu", weights_only=False)
+        extra = _load_weights(extra_path)
         if self.resharded:
             self._restore_resharded(extra, step)
             return step
