@@ -69,19 +69,24 @@ class TorchSaveJob(TinyJob):
         if found is None:
             return None
         step, path = found
-        self.model.module.load_state_dict(_load_weights(path / "model.pt"))
-        self.optimizer.load_state_dict(_load_weights(path / "optimizer.pt"))
-        self.scheduler.load_state_dict(_load_weights(path / "scheduler.pt"))
-        saved_world = _load_weights(path / "rng_rank0.pt")["world_size"]
+        self.model.module.load_state_dict(self._read(path / "model.pt"))
+        self.optimizer.load_state_dict(self._read(path / "optimizer.pt"))
+        self.scheduler.load_state_dict(self._read(path / "scheduler.pt"))
+        saved_world = self._read(path / "rng_rank0.pt")["world_size"]
         self.resharded = saved_world != ctx.world_size
         extra_path = path / f"rng_rank{0 if self.resharded else ctx.rank}.pt"
-        extra = _load_weights(extra_path)
+        extra = self._read(extra_path)
         if self.resharded:
             self._restore_resharded(extra, step)
             return step
         check_extra(extra, ctx, step, extra_path)
         self._restore_extra(extra, step)
         return step
+
+    def _read(self, path):
+        """Every file of the checkpoint is read here: with weights_only=True,
+        so a tampered file is refused instead of run."""
+        return torch.load(path, map_location="cpu", weights_only=True)
 
     def full_state(self, ctx: RankContext):
         return self._full_state()
@@ -109,7 +114,3 @@ def _rank_ordered_mean(state, bucket):  # unannotated: DDP rejects string annota
         return total.div_(len(parts))
 
     return fut.then(mean)
-
-
-def _load_weights(path):
-    return torch.load(path, map_location="cpu", weights_only=True)

@@ -195,19 +195,28 @@ def _judge_safe_loading(result: Callable[..., CaseResult], resumed: Run, outcome
                         ran: Sequence[Ran]) -> CaseResult:
     """FAIL if any process of the resume ran the planted payload; otherwise
     whatever the job did with the file (refused it, fell back, ignored it)
-    is safe. A resume that hung or failed on some ranks only is a liveness
-    finding (and its stuck ranks might still have loaded the file)."""
+    is safe: this property judges code execution only. A rank the harness
+    stopped (hung) before it finished loading might still have run the file:
+    UNKNOWN. A hang after every rank loaded or raised is a liveness finding,
+    for the scenarios of "live" and "detecting" to judge, not this one."""
     if ran:
         ranks = {r.outcome.pid: r.rank for r in resumed.ranks}
         who = [f"rank {ranks[r.pid]}" if r.pid in ranks else f"process {r.pid} (no rank of the group)" for r in ran]
         details = "\n\n".join(f"{w} unpickled the planted payload from:\n{r.stack.rstrip()}" for w, r in zip(who, ran))
         return result("safe-loading", Verdict.FAIL,
-                      f"{', '.join(who)} ran code from the file while loading, via {ran[0].loader}; load it with "
+                      f"{' and '.join(who)} ran code the file carries, via {ran[0].loader}; load it with "
                       "torch.load(..., weights_only=True) (or a non-pickle format), never pickle.load", details)
-    if outcome.kind in (OutcomeKind.HANG, OutcomeKind.SOME_ERRORS):
+    loaded = resumed.loaded_steps()
+    unfinished = [r.rank for r in resumed.ranks if r.status is RankStatus.HUNG and r.rank not in loaded]
+    if unfinished:
         problem = health(resumed)
-        return result("live", Verdict.FAIL, "", problem.details if problem else "")
-    return result("safe-loading", Verdict.PASS, "no loader ran the planted code")
+        return result("safe-loading", Verdict.UNKNOWN,
+                      f"no process ran the planted code, but rank(s) {', '.join(map(str, unfinished))} were stopped "
+                      "before they finished loading and might still have", problem.details if problem else "")
+    if outcome.kind in (OutcomeKind.HANG, OutcomeKind.SOME_ERRORS):
+        return result("safe-loading", Verdict.PASS, "no process ran the planted code (every rank loaded or refused "
+                      "before the run hung: a liveness finding, which this property does not judge)")
+    return result("safe-loading", Verdict.PASS, "no process ran the planted code")
 
 
 def judge_finished(case: str, final: Optional[States], run: Run, what: str) -> CaseResult:
