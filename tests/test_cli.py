@@ -37,7 +37,7 @@ def test_list_names_jobs_fault_kinds_and_properties(tmp_path):
     assert sections["checks"] == ["resume", "faults", "overwrite", "reshard", "stall"]
     assert {"crash", "torn", "power-loss", "enospc"} <= set(sections["fault kinds"])
     assert sections["properties"] == ["atomic", "durable", "preserving", "live", "detecting", "faithful", "skew-safe",
-                                      "overwrite-safe", "rotation-safe", "reshardable"]
+                                      "overwrite-safe", "rotation-safe", "reshardable", "safe-loading"]
     assert {"crash-every-phase", "overwrite-larger-world", "final-save-blocked"} <= set(
         sections["scenarios (ckpt-harness scenario NAME, ckpt-harness matrix)"])
 

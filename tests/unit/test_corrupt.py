@@ -8,6 +8,7 @@ import pytest
 
 from ckpt_harness.inject.corrupt import (
     CORRUPTIONS,
+    DEFAULT_CORRUPTIONS,
     bit_flip,
     committed_files,
     delete,
@@ -109,7 +110,7 @@ def test_empty_files_are_refused(tmp_path, name):
     path = tmp_path / "empty"
     path.write_bytes(b"")
     with pytest.raises(ValueError, match="empty"):
-        CORRUPTIONS[name](path)
+        CORRUPTIONS[name](path, tmp_path / "canary")
 
 
 @pytest.mark.parametrize("name", sorted(CORRUPTIONS))
@@ -119,7 +120,7 @@ def test_every_operator_changes_the_file_in_place_and_is_deterministic(tmp_path,
         path = tmp_path / f"{i}.bin"
         path.write_bytes(pattern(3000))
         inode = os.stat(path).st_ino
-        desc = CORRUPTIONS[name](path)
+        desc = CORRUPTIONS[name](path, tmp_path / "canary")
         assert isinstance(desc, str) and desc
         if path.exists():
             assert path.read_bytes() != pattern(3000)
@@ -129,7 +130,8 @@ def test_every_operator_changes_the_file_in_place_and_is_deterministic(tmp_path,
 
 
 def test_registry_names():
-    assert set(CORRUPTIONS) == {"bit-flip", "zero-page", "truncate", "delete"}
+    assert set(CORRUPTIONS) == {"bit-flip", "zero-page", "truncate", "delete", "unsafe-pickle"}
+    assert set(DEFAULT_CORRUPTIONS) == set(CORRUPTIONS) - {"unsafe-pickle"}
 
 
 def test_committed_files_lists_regular_files_sorted(tmp_path):

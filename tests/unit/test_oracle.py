@@ -116,6 +116,7 @@ def test_expected(prop, save_returned, has_prev, text):
     ("crash", "atomic"), ("crash-mid", "atomic"), ("hang", "atomic"), ("power-loss", "atomic"),
     ("error", "preserving"), ("eio", "preserving"), ("enospc", "preserving"), ("delay", "skew-safe"),
     ("power-loss-after", "durable"), ("torn", "detecting"), ("bit-flip", "detecting"), ("delete", "detecting"),
+    ("unsafe-pickle", "safe-loading"),
 ])
 def test_property_for(kind, prop):
     assert property_for(kind) == prop
