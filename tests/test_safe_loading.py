@@ -104,6 +104,8 @@ def test_a_loader_with_weights_only_false_is_flagged_naming_file_rank_and_loader
     assert f"{case}: step_000004/model.pt replaced" in result.reason
     assert "rank 0 and rank 1 ran code the file carries, via _load (torch/serialization.py:" in result.reason
     assert "_read (planted/loaders.py:" in result.reason
+    assert "rank 1 unpickled the planted payload from:\n  File" in result.details
+    assert "in _read" in result.details and "zygote.py" not in result.details  # the job's stack, not the launcher's
     assert result.repro.endswith(f"--case {case}")
     (canary,) = tmp_path.glob("**/canary")  # in the case's own directory, one file per process that ran it
     assert "cases" in canary.parts and len(list(canary.iterdir())) == 2

@@ -71,7 +71,7 @@ def plant(path: Path, canary_dir: Path) -> str:
         torch.save(payload(canary_dir), buffer)
         data, kind = buffer.getvalue(), "a torch.save archive"
     else:
-        data, kind = pickle.dumps(payload(canary_dir), protocol=4), "a plain pickle"
+        data, kind = pickle.dumps(payload(canary_dir), protocol=2), "a plain pickle"  # what legacy torch files use
     with open(path, "wb") as f:  # in place (same inode), as the other corruptions
         f.write(data)
     return f"replaced ({size} bytes) by {kind} whose __reduce__ writes a canary file when unpickled"
@@ -85,6 +85,14 @@ class Ran:
     stack: str
 
     @property
+    def job_stack(self) -> str:
+        """The stack from the job's own code inward: the harness's launcher
+        frames above it (fork server, rank entry) say nothing about the loader."""
+        lines = self.stack.splitlines()
+        starts = [i for i, line in enumerate(lines) if _FRAME.search(line) and _HARNESS.search(line)]
+        return "\n".join(lines[starts[-1] + 2:] if starts and starts[-1] + 2 < len(lines) else lines)
+
+    @property
     def loader(self) -> str:
         """The innermost frames of its stack (the unpickler and its callers),
         innermost first: which loader ran the payload."""
@@ -95,6 +103,8 @@ class Ran:
 
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
+#: The harness's frames that run a rank's job (`Ran.job_stack` starts after the last).
+_HARNESS = re.compile(r"ckpt_harness/(launch/|runner\.py)")
 #: Frames of the stack `Ran.loader` shows.
 _SHOWN = 4
 

@@ -202,7 +202,7 @@ def _judge_safe_loading(result: Callable[..., CaseResult], resumed: Run, outcome
     if ran:
         ranks = {r.outcome.pid: r.rank for r in resumed.ranks}
         who = [f"rank {ranks[r.pid]}" if r.pid in ranks else f"process {r.pid} (no rank of the group)" for r in ran]
-        details = "\n\n".join(f"{w} unpickled the planted payload from:\n{r.stack.rstrip()}" for w, r in zip(who, ran))
+        details = "\n\n".join(f"{w} unpickled the planted payload from:\n{r.job_stack.rstrip()}" for w, r in zip(who, ran))
         return result("safe-loading", Verdict.FAIL,
                       f"{' and '.join(who)} ran code the file carries, via {ran[0].loader}; load it with "
                       "torch.load(..., weights_only=True) (or a non-pickle format), never pickle.load", details)
