@@ -60,6 +60,7 @@ def payload(canary_dir: Path) -> _Call:
 def plant(path: Path, canary_dir: Path) -> str:
     """Replace `path` by a pickle whose loading writes into `canary_dir`, in
     the format of the file it replaces; returns what was done, for reports."""
+    canary_dir = Path(canary_dir).absolute()  # a job that changes its directory must still write it there
     canary_dir.mkdir(parents=True, exist_ok=True)
     with open(path, "rb") as f:
         zipped = f.read(len(ZIP_MAGIC)) == ZIP_MAGIC
