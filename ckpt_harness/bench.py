@@ -8,7 +8,9 @@ is the one place its check's results become a `ScenarioResult`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import itertools
 import threading
 import time
 import traceback
@@ -28,7 +30,12 @@ from ckpt_harness.verdict import CaseResult, Verdict
 
 class Bench:
     """`progress(done, total, result)` is called as cases finish, with counts
-    within the current scenario."""
+    within the current scenario.
+
+    Thread-safe: scenarios may run on one bench at once (the matrix does), and
+    each shared run is still made once; a scenario waiting for a baseline
+    another one prepares waits for that one only.
+    """
 
     def __init__(self, job: Union[str, type], world_size: int, root: Path, *,
                  timeout: float = SETTINGS["timeout"].default, parallel: int = SETTINGS["parallel"].default,
@@ -42,9 +49,9 @@ class Bench:
         #: False runs every case's faulted save and resume (`derive_states`,
         #: `share_resumes` off): the naive catalogue, to compare against.
         self.reduce = reduce
-        self._memo: dict[Any, Any] = {}
-        self._baselines = 0
-        self._lock = threading.RLock()
+        self._memo: dict[Any, _Once] = {}
+        self._numbers = itertools.count()
+        self._lock = threading.Lock()
 
     @property
     def job(self) -> str:
@@ -64,9 +71,8 @@ class Bench:
         """The prepared baseline of `config`, shared by every scenario that asks
         for the same one; raises `BaselineFailed` (every time) if its golden run failed."""
         def prepare() -> Any:
-            self._baselines += 1
             try:
-                return baselines.prepare(config, self.root / f"ex{self._baselines - 1}")
+                return baselines.prepare(config, self.root / f"ex{next(self._numbers)}")
             except BaselineFailed as failed:
                 return failed.result
 
@@ -76,11 +82,11 @@ class Bench:
         return found.with_config(config)
 
     def memo(self, key: Any, make: Callable[[], Any]) -> Any:
-        """`make()` once per key on this bench (runs several scenarios share)."""
+        """`make()` once per key on this bench (runs several scenarios share);
+        callers of the same key wait for the first, other keys go on."""
         with self._lock:
-            if key not in self._memo:
-                self._memo[key] = make()
-            return self._memo[key]
+            once = self._memo.setdefault(key, _Once())
+        return once.get(make)
 
     def repro(self, scenario: Scenario, case: Optional[str] = None) -> str:
         args = ["scenario", scenario.name, "--job", self.job, "--world-size", shown(self.world_size),
@@ -89,13 +95,20 @@ class Bench:
             args += ["--file", scenario.source]
         return repro_line(self.ref, args + (["--case", case] if case else []))
 
-    def run(self, scenario: Scenario, cases: Optional[Sequence[str]] = None) -> ScenarioResult:
+    def run(self, scenario: Scenario, cases: Optional[Sequence[str]] = None, *,
+            progress: Optional[Callable[[int, int, CaseResult], None]] = None) -> ScenarioResult:
         """Run `scenario`'s check here and fold its results; a harness error in
-        it is this scenario's ERROR, with the traceback, never a FAIL."""
+        it is this scenario's ERROR, with the traceback, never a FAIL.
+        `progress` replaces the bench's for this scenario (concurrent scenarios
+        each count their own cases)."""
         started = time.monotonic()
         check = checks.get(scenario.check)
+        bench = self
+        if progress is not None:  # a view sharing every run made so far, reporting elsewhere
+            bench = copy.copy(self)
+            bench.progress = progress
         try:
-            results = check.run(self, scenario, cases)
+            results = check.run(bench, scenario, cases)
         except (checks.NotApplicable, ConfigError) as exc:  # e.g. nodes = 2 at world size 3
             result = not_applicable(self.job, scenario, str(exc))
         except BaselineFailed as failed:
@@ -109,6 +122,21 @@ class Bench:
         else:
             result = summarize(self.job, scenario, results, getattr(check, "unit", "cases"))
         return _with_elapsed(result, time.monotonic() - started)
+
+
+class _Once:
+    """A value made by the first caller; later callers wait for it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.made = False
+        self.value: Any = None
+
+    def get(self, make: Callable[[], Any]) -> Any:
+        with self.lock:
+            if not self.made:
+                self.value, self.made = make(), True
+            return self.value
 
 
 def _with_elapsed(result: ScenarioResult, elapsed: float) -> ScenarioResult:

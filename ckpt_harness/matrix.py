@@ -8,12 +8,14 @@ frameworks are results: the matrix is complete when every cell is judged
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import datetime
 import json
 import platform
 import shutil
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -25,6 +27,11 @@ from ckpt_harness.progress import Progress
 from ckpt_harness.scenario import Scenario, ScenarioResult
 from ckpt_harness.verdict import Verdict, fold
 
+#: Scenarios run at once (when `parallel` > 1), each running `parallel` cases
+#: at once: a catalogue is mostly waiting (hang deadlines, failure grace,
+#: delays), and a second scenario's work fills those waits. Two keep the
+#: groups at once within 2 x `parallel`.
+SCENARIOS_AT_ONCE = 2
 #: Distributions whose versions a matrix is only valid for.
 VERSIONED = ("torch", "deepspeed", "transformers", "accelerate", "safetensors", "numpy")
 
@@ -191,24 +198,30 @@ def run_matrix(
             continue
         names.append(ref.display)
         plans.append((job, ref.display, [s for s in scenarios if s.applies_to(ref.display)]))
-    total = sum(len(p[2]) for p in plans)
-    results: list[ScenarioResult] = []
+    tasks = [(i, name, scenario) for i, (_, name, mine) in enumerate(plans) for scenario in mine]
+    benches = [Bench(job, world_size, root / f"job{i}", timeout=timeout, parallel=parallel, reduce=reduce)
+               for i, (job, _, _) in enumerate(plans)]
+    left = [len(mine) for _, _, mine in plans]
+    lock = threading.Lock()
     done = 0
-    try:
-        for i, (job, name, mine) in enumerate(plans):
-            bench = Bench(job, world_size, root / f"job{i}", timeout=timeout, parallel=parallel, progress=progress,
-                          reduce=reduce)
-            for scenario in mine:
-                if progress:
-                    progress.begin(f"[{done + 1:>3}/{total}] {name} {scenario.name}")
-                result = bench.run(scenario)
-                results.append(result)
-                done += 1
-                if progress:
-                    progress.line(f"[{done:>3}/{total}] {name:16} {scenario.name:24} {result.verdict.value.upper():7} "
-                                  f"{result.cases:>3} cases {result.elapsed:6.1f}s")
-            if not keep:
+
+    def one(task: tuple[int, str, Scenario]) -> ScenarioResult:
+        nonlocal done
+        i, name, scenario = task
+        result = benches[i].run(scenario, progress=progress.piece(f"{name} {scenario.name}") if progress else None)
+        with lock:
+            done += 1
+            if progress:
+                progress.line(f"[{done:>3}/{len(tasks)}] {name:16} {scenario.name:24} {result.verdict.value.upper():7} "
+                              f"{result.cases:>3} cases {result.elapsed:6.1f}s")
+            left[i] -= 1
+            if not left[i] and not keep:  # the job's last scenario: its runs are no longer shared
                 shutil.rmtree(root / f"job{i}", ignore_errors=True)
+        return result
+
+    try:
+        with concurrent.futures.ThreadPoolExecutor(SCENARIOS_AT_ONCE if parallel > 1 else 1) as pool:
+            results = list(pool.map(one, tasks))
     finally:
         if workdir is None and not keep:
             shutil.rmtree(root, ignore_errors=True)

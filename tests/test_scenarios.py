@@ -3,6 +3,9 @@ pass it and one that must fail it."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import io
+
 import pytest
 
 from ckpt_harness.bench import Bench
@@ -10,6 +13,7 @@ from ckpt_harness.checks import BUILTIN_CHECKS
 from ckpt_harness.errors import ScenarioError
 from ckpt_harness.matrix import cell
 from ckpt_harness.oracle import PROPERTIES
+from ckpt_harness.progress import Progress
 from ckpt_harness.scenario import ScenarioResult, builtin_catalogue, load_file, parse, select
 from ckpt_harness.verdict import Verdict
 
@@ -168,13 +172,24 @@ def test_node_local_rank_zero_logic_fails_only_on_simulated_nodes(tmp_path):
     assert two_nodes.verdict == "fail" and "FileNotFoundError" in two_nodes.reason + two_nodes.details
 
 
-def test_cases_of_a_scenario_share_the_golden_run_of_their_bench(tmp_path):
+def test_scenarios_run_at_once_on_a_bench_share_its_golden_run_and_count_their_own_cases(tmp_path):
+    """The matrix runs scenarios concurrently: the second waits for the
+    baseline the first prepares (one golden run), and each progress piece
+    counts only its own scenario's cases."""
+    out = io.StringIO()
+    progress = Progress(out, every=0)
     bench = Bench("torch_save", 2, tmp_path, timeout=30)
     crash = parse("c", {"property": "atomic", "check": "faults", "description": "d", "faults": ["crash"],
                         "ops": ["rename"]})
     power = parse("p", {"property": "durable", "check": "faults", "description": "d", "after": True})
-    assert bench.run(crash).verdict == "pass" and bench.run(power).verdict == "pass"
+    pieces = {s.name: progress.piece(s.name) for s in (crash, power)}
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda s: bench.run(s, progress=pieces[s.name]), (crash, power)))
+    assert [r.verdict for r in results] == [Verdict.PASS, Verdict.PASS], [r.explain() for r in results]
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("ex")] == ["ex0"]
+    for scenario, result in zip((crash, power), results):
+        assert sum(pieces[scenario.name].counts.values()) == result.cases > 0
+        assert f"{scenario.name} [{result.cases}/{result.cases} cases]" in out.getvalue()
 
 
 def test_rotation_is_not_applicable_to_a_job_that_deletes_nothing(tmp_path):
