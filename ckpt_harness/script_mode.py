@@ -29,6 +29,7 @@ from ckpt_harness.errors import UsageError
 from ckpt_harness.inject.faults import Fault
 from ckpt_harness.records import Kind, Run
 from ckpt_harness.report import Report
+from ckpt_harness import run
 from ckpt_harness.run import FAILURE_GRACE, prepare_workdir
 from ckpt_harness.verdict import CaseResult, Verdict
 
@@ -86,12 +87,7 @@ def verify_script(script: str, *, workdir: Optional[Union[str, Path]] = None,
 
 def repro(config: ScriptConfig, case: str) -> str:
     """The line that replays `case` (the CLI's `run --script`)."""
-    args = ["ckpt-harness", "run", "--script", config.script]
-    for name, s in settings_of(ScriptConfig).items():
-        value = getattr(config, name)
-        if name != "script" and value != s.default:
-            args += [s.option, str(value)]
-    return shlex.join([*args, "--case", case])
+    return run.repro("run", config, case)
 
 
 def run_script_verification(config: ScriptConfig, root: Path, cases: Optional[Sequence[str]] = None) -> Report:

@@ -90,7 +90,8 @@ class ScriptRank:
     def _ended(self, save: saves.Save) -> None:
         probes.set_phase(phase.state_after_save(save.step))
         state = {**save.state(), **self._observed()}
-        self.recorder.write(Kind.SAVED, step=save.step, source=save.source, state=state_mod.capture(state))
+        self.recorder.write(Kind.SAVED, step=save.step, source=save.source, state=state_mod.capture(state),
+                            **({"background": True} if save.background else {}))
         if self.last is not None and self.last[0] == save.step:
             state = {**self.last[1], **state}
         elif save.source != "count":  # a count is this process's own, not the run's

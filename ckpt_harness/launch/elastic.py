@@ -45,9 +45,12 @@ HUNG; died otherwise -> CRASHED, with torch's exit code. Every worker alive
 when the watch ended gives its stack and collectives, also one that
 returned and is stuck on its way out (it reads as a Job rank parked after
 finishing: "finished, waiting for its peers").
-A worker the agent SIGTERMed because a peer failed is a peer the failure
-left unfinished: HUNG where the SIGTERM found it, with the outcome marked
-`stuck_after_failure`, as a Job's peers are after the failure grace.
+A worker the agent SIGTERMed because a peer failed is FAILED, marked
+`ended_by_launcher`, with the stack where the SIGTERM found it: torchrun
+propagates a failure to every worker at once, by design, so the group did
+not hang (a Job's peers get `failure_grace` to fail by themselves instead),
+and whether the peer would have raised on its own too is a race the
+verdict must not depend on.
 """
 
 from __future__ import annotations
@@ -242,13 +245,13 @@ class _ElasticRun:
                 ))
 
     def _watch(self, until: float) -> bool:
-        """Follow the run until the agents ended or every worker finished and
-        exited; False at the deadline or when a failed worker's peers outstay
-        the failure grace.
+        """Follow the run until the agents ended or every worker exited for
+        good (finished, or failed with no restart left); False at the
+        deadline or when a failed worker's peers outstay the failure grace.
 
-        Agents whose workers all finished only wait for each other and tear
+        Agents whose workers all ended only wait for each other, log and tear
         torch down (seconds of a fresh interpreter's exit under load): they
-        are killed rather than waited for.
+        are killed rather than waited for, and are no part of the grace.
         """
         graced = False
         while any(a.poll() is None for a in self.agents):
@@ -256,9 +259,10 @@ class _ElasticRun:
             if now >= until:
                 return False
             last = self._last_attempt()
-            if len(last) == self.spec.world_size and all(
-                    r.end == "ok" and not _alive(r.pid) for r in last.values()):
-                return True
+            if len(last) == self.spec.world_size and not any(_alive(r.pid) for r in last.values()) and (
+                    all(r.end == "ok" for r in last.values())
+                    or any(self._failed_for_good(r) for r in last.values())):
+                return True  # every worker ended, and no restart will follow: only the agents are left
             if self._stopped(last):
                 self.preempted = True
                 return True
@@ -347,7 +351,7 @@ class _ElasticRun:
         if any(o.status.ended_badly and o not in stopped for o in ranks):
             # The SIGTERMs were the agent's, after another worker's failure.
             for o in stopped:
-                o.status, o.signal = RankStatus.HUNG, None
+                o.status, o.signal, o.exit_code, o.ended_by_launcher = RankStatus.FAILED, None, None, True
                 o.stack = self._stack(o.rank, 0) or "(no stack: the worker replaced the SIGTERM handler)"
         stuck = any(o.status is RankStatus.HUNG for o in ranks) and (
             not timed_out or (stopped_at or 0) - start < self.spec.deadline)
