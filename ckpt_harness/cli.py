@@ -71,7 +71,14 @@ def _import_from_cwd() -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ckpt_harness.config import ExploreConfig, RunConfig, ScriptConfig, ScriptExploreConfig, add_arguments
+    from ckpt_harness.config import (
+        ExploreConfig,
+        RunConfig,
+        ScriptConfig,
+        ScriptExploreConfig,
+        add_arguments,
+        script_mode_settings,
+    )
 
     parser = argparse.ArgumentParser(
         prog="ckpt-harness",
@@ -84,7 +91,7 @@ def _parser() -> argparse.ArgumentParser:
                                      "bitwise from every save")
     run.add_argument("--job", help=job_help + "; or give --script")
     add_arguments(run, RunConfig)
-    add_arguments(run, ScriptConfig, only=SCRIPT_SETTINGS)
+    add_arguments(run, ScriptConfig, only=script_mode_settings())
     run.add_argument("--case", action="append", help="only this case (golden, resume@K); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     _json_option(run)
@@ -94,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
                                              "(of a job, or with --script of a script under torchrun)")
     explore.add_argument("--job", help=job_help + "; or give --script")
     add_arguments(explore, ExploreConfig)
-    add_arguments(explore, ScriptExploreConfig, only=SCRIPT_SETTINGS)
+    add_arguments(explore, ScriptExploreConfig, only=script_mode_settings())
     explore.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
     explore.add_argument("--workdir", type=Path, help="keep every run's checkpoints, traces and logs here")
     explore.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -142,8 +149,6 @@ def _parser() -> argparse.ArgumentParser:
 
 #: The settings `trace` takes: what shapes the run and picks the save.
 TRACE_SETTINGS = ("world_size", "steps", "save_every", "keep_last", "overwrite", "seed", "timeout", "nodes", "save")
-#: What script mode adds to `run` (it shares `timeout` with job mode).
-SCRIPT_SETTINGS = ("script", "nproc_per_node", "nnodes", "max_restarts")
 #: The settings of a bench (a job at a world size) that `matrix` and `scenario` take.
 BENCH_SETTINGS = ("world_size", "timeout", "parallel")
 #: Cell verdicts `matrix --fail-on` may name.

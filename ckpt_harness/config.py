@@ -258,6 +258,13 @@ class ScriptConfig:
         return None
 
 
+def script_mode_settings() -> tuple[str, ...]:
+    """The settings only script mode has: what --script adds to a command
+    (and --ckpt-script to pytest); the others it shares with job mode."""
+    jobs = settings_of(RunConfig)
+    return tuple(name for name in settings_of(ScriptConfig) if name not in jobs)
+
+
 @dataclasses.dataclass(frozen=True)
 class ScriptExploreConfig(ScriptConfig):
     """A script whose save `save` is broken at every point (`explore --script`).

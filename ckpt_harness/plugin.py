@@ -43,17 +43,13 @@ def _marker_keys() -> dict:
     return {**settings_of(ExploreConfig), **settings_of(ScriptExploreConfig)}
 
 
-#: Script mode's settings as options (``--ckpt-script``, ``--ckpt-nproc-per-node``...),
-#: declared in `config.SETTINGS` as the CLI's are.
-SCRIPT_OPTIONS = ("script", "nproc_per_node", "nnodes", "max_restarts")
-
-
 def _script_option(name: str) -> str:
+    """Script mode's settings as options: ``--ckpt-script``, ``--ckpt-nproc-per-node``..."""
     return "--ckpt-" + name.replace("_", "-")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from ckpt_harness.config import SETTINGS, option_type
+    from ckpt_harness.config import SETTINGS, option_type, script_mode_settings
 
     timeout = SETTINGS["timeout"]
     group = parser.getgroup("ckpt_harness", "checkpoint verification (ckpt_harness)")
@@ -73,7 +69,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--ckpt-scenarios", default=None, metavar="NAME[,NAME...]",
         help="with --ckpt-job: only these catalogue scenarios (names or fnmatch patterns; see ckpt-harness list)",
     )
-    for name in SCRIPT_OPTIONS:
+    for name in script_mode_settings():
         setting = SETTINGS[name]
         group.addoption(_script_option(name), dest=f"ckpt_{name}", default=None, type=option_type(setting),
                         metavar="'TRAIN.PY ARGS'" if name == "script" else "N",
@@ -229,7 +225,9 @@ def ckpt(request: pytest.FixtureRequest, tmp_path: Path, _ckpt_world_size: Optio
 
 def _script_options(config: pytest.Config) -> dict:
     """The script-mode settings given as options (``--ckpt-script`` ...)."""
-    return {name: value for name in SCRIPT_OPTIONS if (value := config.getoption(f"ckpt_{name}")) is not None}
+    from ckpt_harness.config import script_mode_settings
+
+    return {name: value for name in script_mode_settings() if (value := config.getoption(f"ckpt_{name}")) is not None}
 
 
 # -- --ckpt-script: the script's verification as a test item ------------------------------

@@ -157,10 +157,11 @@ def test_a_stuck_peer_on_another_node_is_cut_after_the_failure_grace(tmp_path, s
     assert processes_naming(str(tmp_path)) == []
 
 
-@pytest.mark.parametrize("nnodes, max_restarts", [(1, 0), (1, 1), (2, 1)])
+@pytest.mark.parametrize("nnodes, max_restarts", [(1, 0), (2, 1)])
 def test_torchrun_restarts_the_group_after_a_crash(tmp_path, nnodes, max_restarts):
     """Across nodes the restart is counted by the agent that saw the failure
-    only: the other node's workers restart with TORCHELASTIC_RESTART_COUNT 0."""
+    only: the other node's workers restart with TORCHELASTIC_RESTART_COUNT 0
+    (so both ways of counting are read here; one node restarts alike)."""
     outcome = run_elastic(spec(tmp_path, "crash_once", deadline=STARTUP_TIMEOUT, nnodes=nnodes,
                                nproc_per_node=2 // nnodes, max_restarts=max_restarts))
     if max_restarts:

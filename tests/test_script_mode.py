@@ -2,8 +2,11 @@
 
 Each verification is a golden run, a run preempted right after save 2 and
 the same command again on its directory (`--case resume@2`): three torchrun
-runs of fresh interpreters. Every broken script is flagged under a named
-check and its correct twin passes.
+runs of fresh interpreters, seconds each. So runs are shared: the correct
+script's verifications serve several tests, a bug that shows in one run is
+run once (a from-scratch resume on the golden directory, judged by
+verify's own judges; a golden run that fails), and every broken script is
+flagged under a named check while its correct twin passes.
 """
 
 import json
@@ -12,10 +15,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
+from ckpt_harness.config import ScriptConfig
 from ckpt_harness.records import Kind, read_records
+from ckpt_harness.report import Report
 from ckpt_harness.script_mode import verify_script
 from ckpt_harness.verdict import Verdict
 
@@ -31,10 +37,24 @@ def verdicts(report) -> dict[tuple[str, str], Verdict]:
     return {(r.case, r.check): r.verdict for r in report.results}
 
 
+@pytest.fixture(scope="module")
+def correct_runs(tmp_path_factory) -> Callable[[int, int], tuple[Report, Path]]:
+    """The correct script verified at 1 node x 2 and at 2 nodes x 1 (resume@2):
+    its report and work directory per layout, shared by the tests that read them."""
+    done = {}
+
+    def at(nnodes: int, nproc_per_node: int) -> tuple[Report, Path]:
+        if (nnodes, nproc_per_node) not in done:
+            workdir = tmp_path_factory.mktemp(f"correct-{nnodes}x{nproc_per_node}")
+            done[nnodes, nproc_per_node] = verify_script(script(), workdir=workdir, cases=["resume@2"], nnodes=nnodes,
+                                                         nproc_per_node=nproc_per_node), workdir
+        return done[nnodes, nproc_per_node]
+    return at
+
+
 @pytest.mark.parametrize("nnodes, nproc_per_node", [(1, 2), (2, 1)])
-def test_a_correct_script_resumes_bitwise(tmp_path, nnodes, nproc_per_node):
-    report = verify_script(script(), workdir=tmp_path, cases=["resume@2"], nnodes=nnodes,
-                           nproc_per_node=nproc_per_node)
+def test_a_correct_script_resumes_bitwise(correct_runs, nnodes, nproc_per_node):
+    report, workdir = correct_runs(nnodes, nproc_per_node)
     assert report.verdict is Verdict.PASS, report.explain()
     assert verdicts(report) == {
         ("golden", "live"): Verdict.PASS, ("resume@2", "live"): Verdict.PASS,
@@ -42,12 +62,34 @@ def test_a_correct_script_resumes_bitwise(tmp_path, nnodes, nproc_per_node):
         ("resume@2", "final state"): Verdict.PASS,
     }
     # The preempted run stopped rank 0 right after save 2: the next save had not begun writing.
-    assert [r["step"] for r in read_records(tmp_path / "resume@2" / "stop", 0) if r["event"] == Kind.STOPPED] == [2]
-    golden = read_records(tmp_path / "golden" / "run", 0)
+    assert [r["step"] for r in read_records(workdir / "resume@2" / "stop", 0) if r["event"] == Kind.STOPPED] == [2]
+    golden = read_records(workdir / "golden" / "run", 0)
     saved = [(r["step"], r["source"], sorted(r["state"])[:2]) for r in golden if r["event"] == Kind.SAVED]
     assert saved[:2] == [(2, "path", ["observed.0.torch_rng", "state.pt.model.bias"]),
                          (4, "path", ["observed.0.torch_rng", "state.pt.model.bias"])]
     assert [r["event"] for r in golden][-2:] == [Kind.FINAL, Kind.FINISHED]
+
+
+def test_a_script_that_resumes_from_scratch_is_flagged(correct_runs, tmp_path):
+    """The bug run where verify runs a resume: on a directory holding saves 2
+    and 4 (the correct script's golden one), judged by verify's own judges."""
+    from ckpt_harness import oracle
+    from ckpt_harness.script_mode import launch_script
+
+    _, workdir = correct_runs(1, 2)
+    ckpt = shutil.copytree(workdir / "golden" / "ckpt", tmp_path / "ckpt")
+    assert sorted(p.name for p in ckpt.glob("step_*")) == ["step_2", "step_4"]
+    resumed = launch_script(ScriptConfig(script=script("--bug", "from-scratch"), nproc_per_node=2), "resumed run",
+                            ckpt, tmp_path / "resume")
+    assert resumed.ok, [r.outcome for r in resumed.ranks]
+    judged = oracle.judge_resume_point("resume@4", resumed, 4, None)
+    assert judged.verdict is Verdict.FAIL, judged.summary
+    assert "from scratch" in judged.summary and "saved step 2 again" in judged.summary
+    # Starting over ends where the uninterrupted run ended: only the save it repeated tells.
+    expected = {rank: next(rec["state"] for rec in read_records(workdir / "golden" / "run", rank)
+                           if rec["event"] == Kind.FINAL) for rank in range(2)}
+    final = oracle.judge_same_state("resume@4", "final state", expected, resumed.states(Kind.FINAL), "final state", None)
+    assert final.verdict is Verdict.PASS, final.summary
 
 
 def test_a_script_that_forgets_optimizer_state_is_flagged(tmp_path):
@@ -60,19 +102,12 @@ def test_a_script_that_forgets_optimizer_state_is_flagged(tmp_path):
     assert "save 4 differs" in failed.summary and "model" in failed.summary
 
 
-def test_staging_renamed_on_every_node_fails_across_nodes(tmp_path):
-    report = verify_script(script("--staging", "--bug", "rename-per-node"), workdir=tmp_path, nnodes=2,
-                           nproc_per_node=1)
-    assert verdicts(report) == {("golden", "live"): Verdict.FAIL}, report.explain()
-    summary = report.results[0].summary
-    assert "FileNotFoundError in save 2" in summary, summary
-
-
 def test_a_staging_rename_on_every_node_passes_on_one_node(tmp_path):
     """One node has one local rank 0: the per-node rename is the rank-0 rename
-    there, the same code path as the correct script's (which
-    test_script_explore.py also passes)."""
-    report = verify_script(script("--staging", "--bug", "rename-per-node"), workdir=tmp_path, cases=["resume@2"],
+    there, and the run that fails at 2 nodes (its golden run, see the CLI
+    test) passes. Resuming from a renamed staging directory is verified by
+    test_script_explore.py, on the correct script."""
+    report = verify_script(script("--staging", "--bug", "rename-per-node"), workdir=tmp_path, cases=["golden"],
                            nproc_per_node=2)
     assert report.verdict is Verdict.PASS, report.explain()
     # `ckpt_harness.saving(step)` made the whole block one save on every rank, rank 1 included.
@@ -98,7 +133,6 @@ def test_a_script_run_is_recorded_and_traced_like_a_job_run(tmp_path):
     every rank: its phase in the trace (the file operations and collectives
     fault points are made of), what it was handed, in the records the
     oracle reads; no framework the script did not import is imported."""
-    from ckpt_harness.config import ScriptConfig
     from ckpt_harness.inject.trace import EventKind
     from ckpt_harness.script_mode import launch_script
 
@@ -121,19 +155,18 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_a_script_that_resumes_from_scratch_is_flagged_through_the_cli(tmp_path):
-    """The CLI's `run --script`, its report, its JSON and the line that replays the failing case."""
-    out = cli("run", "--script", script("--bug", "from-scratch"), "--nproc-per-node", "2", "--case", "resume@2",
+def test_staging_renamed_on_every_node_fails_across_nodes_through_the_cli(tmp_path):
+    """Every node's local rank 0 renames the staging directory: the second
+    rename finds none (the LLaMA-Factory multi-node report). Through the CLI's
+    `run --script`: its report, its JSON and the line that replays the case."""
+    out = cli("run", "--script", script("--staging", "--bug", "rename-per-node"), "--nnodes", "2",
               "--workdir", str(tmp_path / "work"), "--json", str(tmp_path / "report.json"), cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "the script resumed from scratch" in out.stdout
+    assert "FileNotFoundError in save 2" in out.stdout, out.stdout
     repro = next(line for line in out.stdout.splitlines() if line.startswith("repro: "))
-    assert repro.endswith("--nproc-per-node 2 --case resume@2") and "--script" in repro
+    assert repro.endswith("--nnodes 2 --case golden") and "--script" in repro
     found = {(c["case"], c["check"]): c for c in json.loads((tmp_path / "report.json").read_text())["cases"]}
-    assert found[("resume@2", "load step")]["verdict"] == "fail"
-    assert "saved step 2 again" in found[("resume@2", "load step")]["summary"]
-    # Starting over ends where the uninterrupted run ended: only the save it repeated tells.
-    assert found[("resume@2", "final state")]["verdict"] == "pass"
+    assert {k: c["verdict"] for k, c in found.items()} == {("golden", "live"): "fail"}
 
 
 @pytest.mark.parametrize("args, says", [
@@ -158,7 +191,6 @@ def test_a_tiny_hf_trainer_script_is_verified_through_its_save_checkpoint(tmp_pa
     handed one saves their steps again: started from scratch."""
     pytest.importorskip("transformers")
     from ckpt_harness import oracle
-    from ckpt_harness.config import ScriptConfig
     from ckpt_harness.script_mode import launch_script
 
     command = f"{ROOT / 'tests' / 'scripts' / 'hf_train.py'} {{ckpt_dir}} 4 2"

@@ -104,6 +104,11 @@ POLL = 0.05
 STACK_GRACE = 5.0
 #: Teardown: how long killed processes get to be gone before the harness says so.
 KILL_WAIT = 10.0
+#: Once every worker of the last attempt ended with a failure: how long the
+#: agents get to log their workers' exit codes and exit (a fresh
+#: interpreter tearing torch down, seconds under load). Not a deadline of
+#: the script's: the run has ended, this only waits for its account.
+AGENT_EXIT = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,20 +254,32 @@ class _ElasticRun:
         good (finished, or failed with no restart left); False at the
         deadline or when a failed worker's peers outstay the failure grace.
 
-        Agents whose workers all ended only wait for each other, log and tear
+        Agents whose workers all finished only wait for each other and tear
         torch down (seconds of a fresh interpreter's exit under load): they
-        are killed rather than waited for, and are no part of the grace.
+        are killed rather than waited for. After a failure they are waited
+        for up to `AGENT_EXIT`, outside the deadline and the failure grace:
+        their log has the exit codes.
         """
         graced = False
+        ended: Optional[float] = None
         while any(a.poll() is None for a in self.agents):
             now = time.monotonic()
+            if ended is not None:
+                if now >= ended + AGENT_EXIT:
+                    return True
+                time.sleep(POLL)
+                continue
             if now >= until:
                 return False
             last = self._last_attempt()
-            if len(last) == self.spec.world_size and not any(_alive(r.pid) for r in last.values()) and (
-                    all(r.end == "ok" for r in last.values())
-                    or any(self._failed_for_good(r) for r in last.values())):
-                return True  # every worker ended, and no restart will follow: only the agents are left
+            if len(last) == self.spec.world_size and not any(_alive(r.pid) for r in last.values()):
+                if all(r.end == "ok" for r in last.values()):
+                    return True
+                if any(self._failed_for_good(r) for r in last.values()):
+                    # No restart will follow: the agents only log the workers' exit codes (the
+                    # signal that killed one is known from there alone) and exit.
+                    ended = now
+                    continue
             if self._stopped(last):
                 self.preempted = True
                 return True
