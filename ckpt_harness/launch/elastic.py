@@ -272,7 +272,10 @@ class _ElasticRun:
             if now >= until:
                 return False
             last = self._last_attempt()
-            if len(last) == self.spec.world_size and not any(_alive(r.pid) for r in last.values()):
+            # A worker that raised has ended, also while its interpreter is still on its way out
+            # (seconds with torch under load): no grace is spent on its exit.
+            if len(last) == self.spec.world_size and all(
+                    r.end == "raised" or not _alive(r.pid) for r in last.values()):
                 if all(r.end == "ok" for r in last.values()):
                     return True
                 if any(self._failed_for_good(r) for r in last.values()):
@@ -387,7 +390,8 @@ class _ElasticRun:
             return o
         if record.finished is not None:
             o.finished_at = record.finished - start
-        if record.pid in self.alive_at_stop and not self.preempted:  # its stack, also if only slow to exit
+        if record.pid in self.alive_at_stop and not self.preempted and record.end != "raised":
+            # its stack, also if only slow to exit after it returned (one that raised has its traceback)
             o.stack = self._stack(rank, self.stack_offsets.get(rank, 0))
             o.stack = o.stack or "(no stack: the worker did not answer)"
             o.collectives = flight.read(str(flight_path(self.run_dir, rank)))
