@@ -92,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--job", help=job_help + "; or give --script")
     add_arguments(run, RunConfig)
     add_arguments(run, ScriptConfig, only=script_mode_settings())
-    run.add_argument("--case", action="append", help="only this case (golden, resume@K); repeatable")
+    run.add_argument("--case", action="append", help="only this case (golden, resume@K; restart@K with --max-restarts); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     _json_option(run)
     run.set_defaults(command=_run)

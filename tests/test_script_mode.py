@@ -39,15 +39,17 @@ def verdicts(report) -> dict[tuple[str, str], Verdict]:
 
 @pytest.fixture(scope="module")
 def correct_runs(tmp_path_factory) -> Callable[[int, int], tuple[Report, Path]]:
-    """The correct script verified at 1 node x 2 and at 2 nodes x 1 (resume@2):
-    its report and work directory per layout, shared by the tests that read them."""
+    """The correct script verified at 1 node x 2 (resume@2, and restart@2 with
+    --max-restarts 1) and at 2 nodes x 1 (resume@2): its report and work
+    directory per layout, shared by the tests that read them."""
     done = {}
 
     def at(nnodes: int, nproc_per_node: int) -> tuple[Report, Path]:
         if (nnodes, nproc_per_node) not in done:
             workdir = tmp_path_factory.mktemp(f"correct-{nnodes}x{nproc_per_node}")
-            done[nnodes, nproc_per_node] = verify_script(script(), workdir=workdir, cases=["resume@2"], nnodes=nnodes,
-                                                         nproc_per_node=nproc_per_node), workdir
+            restarts = {"max_restarts": 1, "cases": ["resume@2", "restart@2"]} if nnodes == 1 else {"cases": ["resume@2"]}
+            done[nnodes, nproc_per_node] = verify_script(script(), workdir=workdir, nnodes=nnodes,
+                                                         nproc_per_node=nproc_per_node, **restarts), workdir
         return done[nnodes, nproc_per_node]
     return at
 
@@ -56,7 +58,8 @@ def correct_runs(tmp_path_factory) -> Callable[[int, int], tuple[Report, Path]]:
 def test_a_correct_script_resumes_bitwise(correct_runs, nnodes, nproc_per_node):
     report, workdir = correct_runs(nnodes, nproc_per_node)
     assert report.verdict is Verdict.PASS, report.explain()
-    assert verdicts(report) == {
+    found = {k: v for k, v in verdicts(report).items() if k[0] != "restart@2"}  # see the restart test
+    assert found == {
         ("golden", "live"): Verdict.PASS, ("resume@2", "live"): Verdict.PASS,
         ("resume@2", "load step"): Verdict.PASS, ("resume@2", "saves after resume"): Verdict.PASS,
         ("resume@2", "final state"): Verdict.PASS,
@@ -100,6 +103,32 @@ def test_a_script_that_forgets_optimizer_state_is_flagged(tmp_path):
     assert found[("resume@2", "load step")] is Verdict.PASS  # it did resume, only not all of it
     failed = next(r for r in report.results if r.check == "saves after resume")
     assert "save 4 differs" in failed.summary and "model" in failed.summary
+
+
+@pytest.mark.parametrize("bug", [(), ("--bug", "from-scratch")], ids=["resumes", "from-scratch"])
+def test_torchruns_own_restart_after_a_crash_is_judged_as_a_resume(correct_runs, tmp_path, bug):
+    """--max-restarts: rank 0 dies right after save 2, torchrun's agent
+    restarts the group on the same directory, and the restarted attempt is
+    judged like any resume (one run more than the golden one)."""
+    if not bug:
+        report, tmp_path = correct_runs(1, 2)
+    else:
+        report = verify_script(script(*bug), workdir=tmp_path, cases=["restart@2"], nproc_per_node=2, max_restarts=1)
+    found = verdicts(report)
+    assert (tmp_path / "restart@2" / "run" / "crashed-after-save").exists()
+    if not bug:
+        assert {k: v for k, v in found.items() if k[0] == "restart@2"} == {
+            ("restart@2", "live"): Verdict.PASS, ("restart@2", "load step"): Verdict.PASS,
+            ("restart@2", "saves after resume"): Verdict.PASS, ("restart@2", "final state"): Verdict.PASS,
+        }, report.explain()
+        # the records are the restarted attempt's: it saved 4 only, after resuming from 2
+        saved = [r["step"] for r in read_records(tmp_path / "restart@2" / "run", 0) if r["event"] == Kind.SAVED]
+        assert saved[:1] == [4], saved
+    else:
+        assert found[("restart@2", "load step")] is Verdict.FAIL, report.explain()
+        failed = next(r for r in report.results if r.check == "load step")
+        assert "saved step 2 again" in failed.summary
+        assert failed.repro.endswith("--nproc-per-node 2 --max-restarts 1 --case restart@2"), failed.repro
 
 
 def test_a_staging_rename_on_every_node_passes_on_one_node(tmp_path):
