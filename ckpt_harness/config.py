@@ -290,6 +290,12 @@ class ScriptExploreConfig(ScriptConfig):
     #: number only); not a setting: the golden run tells it.
     savers: tuple[tuple[int, frozenset[int]], ...] = ()
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_restarts:
+            raise ConfigError("explore --script runs each case's resume itself, and torchrun restarting a faulted "
+                              "group would run its fault again: leave out --max-restarts (run --script takes it)")
+
     def knowing(self, savers: Mapping[int, frozenset[int]]) -> "ScriptExploreConfig":
         """This config once the golden run made its saves: refuses a `save`
         step the script never made."""

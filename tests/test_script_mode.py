@@ -207,6 +207,7 @@ def test_staging_renamed_on_every_node_fails_across_nodes_through_the_cli(tmp_pa
     (("explore", "--script", "x.py {ckpt_dir}", "--world-size", "2"), "--world-size apply to --job runs only"),
     (("explore", "--job", "torch_save", "--nproc-per-node", "2"), "--nproc-per-node belong to script mode"),
     (("explore", "--script", "missing.py {ckpt_dir}"), "no script at 'missing.py'"),
+    (("explore", "--script", "x.py {ckpt_dir}", "--max-restarts", "1"), "leave out --max-restarts"),
 ])
 def test_the_cli_refuses_a_mixed_or_missing_mode_with_what_to_give(tmp_path, args, says):
     out = cli(*args, cwd=tmp_path)
