@@ -105,7 +105,8 @@ class Baseline:
     golden: Run
     reference: oracle.Reference
     points: tuple[Point, ...]
-    #: The directory right after save k returned, or None if that run failed.
+    #: The directory right after save k returned, or None if that run failed
+    #: (or was not needed: `from_golden`).
     committed: Optional[Path]
     #: Files of save k in it (relative), the targets of corruption cases.
     committed_files: tuple[str, ...]

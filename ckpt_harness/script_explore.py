@@ -15,9 +15,11 @@ only what a script cannot say in advance:
 
 One golden run serves every case. A run stopped right after save k (the
 committed directory) is made only when a corruption case needs it or the
-golden trace does not replay to the golden directory; every other case
-state a crash no peer notices, or a power loss, leaves is derived from the
-golden trace as for a Job, so such a case costs one torchrun run: its resume.
+golden trace does not replay to the golden directory. What a power loss
+inside the save leaves is derived from the golden trace as for a Job, so
+such a case costs one torchrun run, its resume; a crash runs its faulted
+save too (`cases._derived`: a script's ranks go on to their next save, so
+the golden trace does not tell what the peers do after it).
 """
 
 from __future__ import annotations
