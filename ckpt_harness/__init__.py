@@ -4,16 +4,19 @@ The public surface is what this module exports; everything else may change.
 Importing it is cheap (no torch): ranks import the heavy parts themselves.
 """
 
-from ckpt_harness.config import ExploreConfig, RunConfig
+from ckpt_harness.config import ExploreConfig, RunConfig, ScriptConfig, ScriptExploreConfig
 from ckpt_harness.errors import HarnessError, UsageError
 from ckpt_harness.explore import explore
 from ckpt_harness.inject.saves import observe, saving
 from ckpt_harness.job import Job, RankContext
 from ckpt_harness.report import Report
+from ckpt_harness.script_explore import explore_script
+from ckpt_harness.script_mode import verify_script
 from ckpt_harness.verdict import CaseResult, Verdict
 from ckpt_harness.verify import verify
 
 __all__ = [
-    "CaseResult", "ExploreConfig", "HarnessError", "Job", "RankContext", "Report", "RunConfig", "UsageError",
-    "Verdict", "explore", "observe", "saving", "verify",
+    "CaseResult", "ExploreConfig", "HarnessError", "Job", "RankContext", "Report", "RunConfig", "ScriptConfig",
+    "ScriptExploreConfig", "UsageError", "Verdict", "explore", "explore_script", "observe", "saving", "verify",
+    "verify_script",
 ]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Collection, Mapping, Optional, Sequence, Union
 
 from ckpt_harness import oracle, phase
-from ckpt_harness.config import ExploreConfig
+from ckpt_harness.config import ExploreConfig, ScriptExploreConfig
 from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import OPS
 from ckpt_harness.inject.trace import Event, EventKind, fields, unseen_writes
@@ -100,12 +100,13 @@ class BaselineFailed(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Baseline:
-    config: ExploreConfig
+    config: Union[ExploreConfig, ScriptExploreConfig]
     root: Path
     golden: Run
     reference: oracle.Reference
     points: tuple[Point, ...]
-    #: The directory right after save k returned, or None if that run failed.
+    #: The directory right after save k returned, or None if that run failed
+    #: (or was not needed: `from_golden`).
     committed: Optional[Path]
     #: Files of save k in it (relative), the targets of corruption cases.
     committed_files: tuple[str, ...]
@@ -147,37 +148,58 @@ def prepare(config: ExploreConfig, root: Path) -> Baseline:
     """The golden run, its fault points and the committed save; raises
     `BaselineFailed` if the golden run did not finish."""
     require_backend(config)
+    golden = golden_run(config, root)
+    saved = {s: golden.states(Kind.SAVED, s) for s in golden.saved_steps()}
+    reference = oracle.Reference(saved, config.k, config.prev, golden.states(Kind.FINAL))
+    return from_golden(config, root, golden, reference, background=load(config.job).saves_in_background())
+
+
+def golden_run(config: Union[ExploreConfig, ScriptExploreConfig], root: Path) -> Run:
+    """The uninterrupted run every case is judged against; raises
+    `BaselineFailed` if it did not finish."""
     # every byte logged: power-loss cases are cut from this trace (`cases._derived_power_loss`)
     golden = launch(config, "golden", root / "golden" / "ckpt", root / "golden" / "run", log_data=True)
     live = oracle.judge_golden("golden", golden, repro("explore", config, "golden"))
     if live.verdict is not Verdict.PASS:
         raise BaselineFailed(live)
+    return golden
+
+
+def from_golden(config: Union[ExploreConfig, ScriptExploreConfig], root: Path, golden: Run,
+                reference: oracle.Reference, *, background: bool, committed_run: bool = True) -> Baseline:
+    """The baseline of a finished golden run: its fault points, the committed
+    save. `background`: the saves land in the background (no state is derived
+    from the trace then). Without `committed_run`, no run is stopped after
+    save k unless a corruption case needs its directory or the golden trace
+    does not replay to the golden directory (then it finds the writes no
+    probe saw); a replay that matches byte for byte already shows there are none."""
     where = phase.save(config.k)
-    saved = {s: golden.states(Kind.SAVED, s) for s in golden.saved_steps()}
-    reference = oracle.Reference(saved, config.k, config.prev, golden.states(Kind.FINAL))
     events = {r.rank: r.events for r in golden.ranks}
     points = fault_points(events, broken_phases(events, config.k, config.k == config.save_steps[-1]))
+    gap = _replay_gap(golden, root / "golden" / "ckpt", background)
     committed = root / "committed" / "ckpt"
-    stopped = launch(config, "committed", committed, root / "committed" / "run", stop_after_save=config.k)
     files: tuple[str, ...] = ()
     unseen: tuple[str, ...] = ()
-    if stopped.ok:
-        written = stopped.created_in(where)
-        present = corrupt.committed_files(committed)
-        files = tuple(f for f in present if _covered(f, written))
-        unseen = tuple(unseen_writes(stopped.events(), {f: (committed / f).stat().st_size for f in present}))
-    return Baseline(config, root, golden, reference, tuple(points), committed if stopped.ok else None, files,
-                    unseen, _replay_gap(config, golden, root / "golden" / "ckpt"))
+    ok = False
+    if committed_run or config.corruptions or gap:
+        stopped = launch(config, "committed", committed, root / "committed" / "run", stop_after_save=config.k)
+        ok = stopped.ok
+        if ok:
+            written = stopped.created_in(where)
+            present = corrupt.committed_files(committed)
+            files = tuple(f for f in present if _covered(f, written))
+            unseen = tuple(unseen_writes(stopped.events(), {f: (committed / f).stat().st_size for f in present}))
+    return Baseline(config, root, golden, reference, tuple(points), committed if ok else None, files, unseen, gap)
 
 
-def _replay_gap(config: ExploreConfig, golden: Run, ckpt: Path) -> str:
+def _replay_gap(golden: Run, ckpt: Path, background: bool) -> str:
     """Why the golden trace, replayed, does not leave the directory the golden
     run left ("" when it does). A write through mmap or native code, an
     ftruncate, a file changed outside the probes: any of them would make a
     state derived from the trace a state no run reaches, so one mismatch turns
     derivation off for the whole baseline. So does a save in the background:
     a run stopped after save k waits for it, which the golden run did not."""
-    if load(config.job).saves_in_background():
+    if background:
         return "the job saves in the background, and a run stopped after a save first waits for it to land"
     try:
         rebuilt = durability.process_crash(durability.Snapshot(), fields(golden.events()), data_reader(golden.run_dir))

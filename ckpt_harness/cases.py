@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Optional, Sequence
 
 from ckpt_harness import oracle
 from ckpt_harness.baseline import Baseline, Point
+from ckpt_harness.config import ScriptConfig
 from ckpt_harness.errors import UsageError
 from ckpt_harness.inject import corrupt, durability, payload
 from ckpt_harness.inject.faults import BLOCKING, Fault, applicable_kinds, parse_plan, plan_label
@@ -191,7 +192,15 @@ _DERIVED_WHY = {
 
 def _derived(baseline: Baseline, case: Case, ckpt: Path) -> Optional[tuple[bool, Optional[durability.PowerLoss]]]:
     """The state a case leaves, written to `ckpt` from the golden trace, and
-    whether save k returned on every rank; None where the trace does not decide it."""
+    whether save k returned on every rank; None where the trace does not decide it.
+
+    A script's run stopped after save k does not park its ranks as that save
+    ends (`script_runner`: they go on to their next save, the ranks that did
+    not save until the group is torn down), so what its peers do after a
+    crash, or before a power loss right after the save, is not the golden
+    trace cut at the save's end: those cases run."""
+    if isinstance(baseline.config, ScriptConfig) and case.kind in ("crash", "crash-after", POWER_LOSS_AFTER):
+        return None
     if case.kind == "crash" or case.kind == "crash-after":
         returned = _derived_crash(baseline, case, ckpt)
         return None if returned is None else (returned, None)

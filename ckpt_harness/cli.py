@@ -71,7 +71,14 @@ def _import_from_cwd() -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ckpt_harness.config import ExploreConfig, RunConfig, ScriptConfig, add_arguments
+    from ckpt_harness.config import (
+        ExploreConfig,
+        RunConfig,
+        ScriptConfig,
+        ScriptExploreConfig,
+        add_arguments,
+        script_mode_settings,
+    )
 
     parser = argparse.ArgumentParser(
         prog="ckpt-harness",
@@ -84,15 +91,17 @@ def _parser() -> argparse.ArgumentParser:
                                      "bitwise from every save")
     run.add_argument("--job", help=job_help + "; or give --script")
     add_arguments(run, RunConfig)
-    add_arguments(run, ScriptConfig, only=SCRIPT_SETTINGS)
-    run.add_argument("--case", action="append", help="only this case (golden, resume@K); repeatable")
+    add_arguments(run, ScriptConfig, only=script_mode_settings())
+    run.add_argument("--case", action="append", help="only this case (golden, resume@K; restart@K with --max-restarts); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     _json_option(run)
     run.set_defaults(command=_run)
 
-    explore = sub.add_parser("explore", help="break one save at every point with every fault kind; judge each resume")
-    explore.add_argument("--job", required=True, help=job_help)
+    explore = sub.add_parser("explore", help="break one save at every point with every fault kind; judge each resume "
+                                             "(of a job, or with --script of a script under torchrun)")
+    explore.add_argument("--job", help=job_help + "; or give --script")
     add_arguments(explore, ExploreConfig)
+    add_arguments(explore, ScriptExploreConfig, only=script_mode_settings())
     explore.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
     explore.add_argument("--workdir", type=Path, help="keep every run's checkpoints, traces and logs here")
     explore.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -140,8 +149,6 @@ def _parser() -> argparse.ArgumentParser:
 
 #: The settings `trace` takes: what shapes the run and picks the save.
 TRACE_SETTINGS = ("world_size", "steps", "save_every", "keep_last", "overwrite", "seed", "timeout", "nodes", "save")
-#: What script mode adds to `run` (it shares `timeout` with job mode).
-SCRIPT_SETTINGS = ("script", "nproc_per_node", "nnodes", "max_restarts")
 #: The settings of a bench (a job at a world size) that `matrix` and `scenario` take.
 BENCH_SETTINGS = ("world_size", "timeout", "parallel")
 #: Cell verdicts `matrix --fail-on` may name.
@@ -303,7 +310,7 @@ def _split(value: str) -> list[str]:
 
 
 def _explore(args: argparse.Namespace) -> int:
-    from ckpt_harness.config import ExploreConfig, values_from
+    from ckpt_harness.config import ExploreConfig, ScriptExploreConfig, values_from
     from ckpt_harness.explore import run_exploration
     from ckpt_harness.jobref import resolve
     from ckpt_harness.launch import prestart
@@ -311,8 +318,20 @@ def _explore(args: argparse.Namespace) -> int:
 
     from ckpt_harness.progress import Progress
 
-    settings = values_from(args, ExploreConfig)
+    problem = _mode_problem(args, ExploreConfig, ScriptExploreConfig)
+    if problem:
+        print(f"ckpt-harness explore: error: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     progress = Progress(quiet=args.quiet)
+    if args.job is None:
+        from ckpt_harness.script_explore import run_script_exploration
+
+        def explore_script(workdir: Path):
+            config = ScriptExploreConfig(**values_from(args, ScriptExploreConfig))
+            return run_script_exploration(config, workdir, args.case, progress)
+
+        return _report_or_error(args, explore_script, progress)
+    settings = values_from(args, ExploreConfig)
 
     def produce(workdir: Path):
         config = ExploreConfig.build(resolve(args.job)[0], **settings)  # bad settings fail before the fork server starts
@@ -351,21 +370,30 @@ def _trace(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _mode_problem(args: argparse.Namespace, job_config: type, script_config: type) -> Optional[str]:
+    """What is wrong with the mode the options ask for (None: nothing): one of
+    --job and --script, and no setting of the other mode."""
+    from ckpt_harness.config import settings_of
+
+    jobs, scripts = settings_of(job_config), settings_of(script_config)
+    job_only = [s.option for name, s in jobs.items() if name not in scripts and hasattr(args, name)]
+    script_only = [s.option for name, s in scripts.items() if name not in jobs and hasattr(args, name)]
+    if (args.job is None) == (getattr(args, "script", None) is None):
+        return "give either --job (a Job class) or --script (a training script run under torchrun)"
+    if args.job is not None and script_only:
+        return f"{', '.join(script_only)} belong to script mode: give them with --script, not --job"
+    if args.job is None and job_only:
+        return (f"{', '.join(job_only)} apply to --job runs only: a script sets its own steps and saves; "
+                f"script mode takes {', '.join(s.option for s in scripts.values())}")
+    return None
+
+
 def _run(args: argparse.Namespace) -> int:
-    from ckpt_harness.config import RunConfig, ScriptConfig, settings_of, values_from
+    from ckpt_harness.config import RunConfig, ScriptConfig, values_from
     from ckpt_harness.launch import prestart
     from ckpt_harness.verify import verify
 
-    job_only = [s.option for name, s in settings_of(RunConfig).items() if name != "timeout" and hasattr(args, name)]
-    script_only = [s.option for name, s in settings_of(ScriptConfig).items() if name != "timeout" and hasattr(args, name)]
-    problem = None
-    if (args.job is None) == (getattr(args, "script", None) is None):
-        problem = "give either --job (a Job class) or --script (a training script run under torchrun)"
-    elif args.job is not None and script_only:
-        problem = f"{', '.join(script_only)} belong to script mode: give them with --script, not --job"
-    elif args.job is None and job_only:
-        problem = (f"{', '.join(job_only)} apply to --job runs only: a script sets its own steps and saves; "
-                   f"script mode takes {', '.join(s.option for s in settings_of(ScriptConfig).values())}")
+    problem = _mode_problem(args, RunConfig, ScriptConfig)
     if problem:
         print(f"ckpt-harness run: error: {problem}", file=sys.stderr)
         return EXIT_USAGE

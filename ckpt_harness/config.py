@@ -254,6 +254,84 @@ class ScriptConfig:
     def values(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in settings_of(type(self))}
 
+    def stop_ranks(self, step: Optional[int]) -> Optional[frozenset[int]]:
+        """The ranks a run preempted after save `step` waits for (None: not known here)."""
+        return None
+
+
+def script_mode_settings() -> tuple[str, ...]:
+    """The settings only script mode has: what --script adds to a command
+    (and --ckpt-script to pytest); the others it shares with job mode."""
+    jobs = settings_of(RunConfig)
+    return tuple(name for name in settings_of(ScriptConfig) if name not in jobs)
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptExploreConfig(ScriptConfig):
+    """A script whose save `save` is broken at every point (`explore --script`).
+
+    A script's saves are its own: which steps it saves, and on which ranks,
+    is known only once its golden run made them (`knowing`). Until then `k`
+    cannot be asked for.
+    """
+
+    save: Union[str, int] = setting("save")
+    faults: tuple[str, ...] = setting("faults")
+    corruptions: tuple[str, ...] = setting("corruptions")
+    ops: tuple[str, ...] = setting("ops")
+    after: Optional[bool] = setting("after")
+    durability: str = setting("durability")
+    delay: float = setting("delay")
+    #: A torchrun run starts fresh interpreters: seconds before the save is reached.
+    hang_timeout: float = setting("hang_timeout", 60.0)
+    parallel: int = setting("parallel")
+    derive_states: bool = setting("derive_states")
+    share_resumes: bool = setting("share_resumes")
+    #: step -> the ranks that made that save in the golden run (steps known by
+    #: number only); not a setting: the golden run tells it.
+    savers: tuple[tuple[int, frozenset[int]], ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_restarts:
+            raise ConfigError("explore --script runs each case's resume itself, and torchrun restarting a faulted "
+                              "group would run its fault again: leave out --max-restarts (run --script takes it)")
+
+    def knowing(self, savers: Mapping[int, frozenset[int]]) -> "ScriptExploreConfig":
+        """This config once the golden run made its saves: refuses a `save`
+        step the script never made."""
+        known = dataclasses.replace(self, savers=tuple(sorted(savers.items())))
+        if isinstance(self.save, int) and self.save not in savers:
+            raise ConfigError(f"save {self.save} is not a step the script saved; choose from "
+                              f"{', '.join(map(str, known.save_steps)) or 'none (it never saved)'}")
+        return known
+
+    @property
+    def save_steps(self) -> list[int]:
+        return [step for step, _ in self.savers]
+
+    @property
+    def k(self) -> int:
+        steps = self.save_steps
+        if not steps:
+            raise ConfigError("the script's saves are not known before its golden run (ScriptExploreConfig.knowing)")
+        if isinstance(self.save, int):
+            return self.save
+        return {"first": steps[0], "second": steps[min(1, len(steps) - 1)], "last": steps[-1]}[self.save]
+
+    @property
+    def prev(self) -> Optional[int]:
+        steps = self.save_steps
+        i = steps.index(self.k)
+        return steps[i - 1] if i else None
+
+    @property
+    def power_loss_after(self) -> bool:
+        return self.after if self.after is not None else "power-loss" in self.faults
+
+    def stop_ranks(self, step: Optional[int]) -> Optional[frozenset[int]]:
+        return dict(self.savers).get(step) if step is not None else None
+
 
 @dataclasses.dataclass(frozen=True)
 class ExploreConfig(RunConfig):
@@ -317,6 +395,11 @@ def add_arguments(parser: argparse.ArgumentParser, cls: type, only: Optional[Seq
         parser.add_argument(s.option, **kwargs)
 
 
+def option_type(s: Setting) -> Callable[[str], Any]:
+    """What parses and checks the option of `s` (argparse's ``type=``; pytest's options too)."""
+    return _parser_of(s)
+
+
 def _parser_of(s: Setting) -> Callable[[str], Any]:
     """Parse and check one option's text, so argparse refuses a bad value at
     once (exit 2, naming the option) instead of after torch is imported."""
@@ -356,9 +439,10 @@ def shown(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def cli_args(config: RunConfig) -> list[str]:
-    """Options that rebuild `config` from its class defaults (for repro lines)."""
-    args = ["--job", config.job.display]
+def cli_args(config: Union[RunConfig, ScriptConfig]) -> list[str]:
+    """Options that rebuild `config` from its class defaults (for repro lines);
+    a script config's own `script` setting names it (--script)."""
+    args = ["--job", config.job.display] if isinstance(config, RunConfig) else []
     for name, s in settings_of(type(config)).items():
         value = getattr(config, name)
         if not s.replayed or value == s.default:

@@ -53,17 +53,24 @@ def run_exploration(config: ExploreConfig, root: Path, only: Optional[Sequence[s
         base = baselines.prepare(config, root)
     except BaselineFailed as failed:
         return report([failed.result])
+    return report(*explore_baseline(base, only, progress))
+
+
+def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,
+                     progress: Optional[Progress] = None) -> tuple[list[CaseResult], tuple[str, ...]]:
+    """Every case of a prepared baseline (or the `only` named), run and judged;
+    with what a person must know about how they were run."""
     warnings = (baselines.unseen_warning(base.unseen),) if base.unseen else ()
-    if base.replay_gap and config.derive_states:
+    if base.replay_gap and base.config.derive_states:
         warnings += (f"no case state was derived from the golden run's trace, every case ran its faulted save: "
                      f"{base.replay_gap}",)
     nothing = base.nothing_to_break()
     if nothing is not None:
-        return report([nothing], warnings)
+        return [nothing], warnings
     cases = plan_cases(base)
     if only:
         cases = named(base, only, cases)
-    return report(run_cases(base, cases, progress), warnings)
+    return run_cases(base, cases, progress), warnings
 
 
 def baseline(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None, **settings: Any) -> Baseline:

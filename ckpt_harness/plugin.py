@@ -6,6 +6,10 @@
   fixture's defaults: any setting of `ckpt_harness.config` (each call takes
   those its config has); ``world_size`` may be a list, which parametrizes
   the test;
+- ``ckpt.verify_script(script, ...)`` / ``ckpt.explore_script(script, ...)``: script
+  mode (an unmodified script under torchrun); ``--ckpt-script 'train.py {ckpt_dir}'``
+  with ``--ckpt-nproc-per-node``, ``--ckpt-nnodes``, ``--ckpt-max-restarts`` sets
+  their defaults and adds the item ``ckpt-script::verify``;
 - options ``--ckpt-timeout``, ``--ckpt-world-sizes`` (parametrizes tests that
   use ``ckpt`` and whose marker names no world size), ``--ckpt-job
   module:Class`` (adds the built-in scenario catalogue against that job, one
@@ -34,13 +38,18 @@ _WS_PARAM = "_ckpt_world_size"
 
 
 def _marker_keys() -> dict:
-    from ckpt_harness.config import ExploreConfig, settings_of
+    from ckpt_harness.config import ExploreConfig, ScriptExploreConfig, settings_of
 
-    return settings_of(ExploreConfig)
+    return {**settings_of(ExploreConfig), **settings_of(ScriptExploreConfig)}
+
+
+def _script_option(name: str) -> str:
+    """Script mode's settings as options: ``--ckpt-script``, ``--ckpt-nproc-per-node``..."""
+    return "--ckpt-" + name.replace("_", "-")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from ckpt_harness.config import SETTINGS
+    from ckpt_harness.config import SETTINGS, option_type, script_mode_settings
 
     timeout = SETTINGS["timeout"]
     group = parser.getgroup("ckpt_harness", "checkpoint verification (ckpt_harness)")
@@ -60,6 +69,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--ckpt-scenarios", default=None, metavar="NAME[,NAME...]",
         help="with --ckpt-job: only these catalogue scenarios (names or fnmatch patterns; see ckpt-harness list)",
     )
+    for name in script_mode_settings():
+        setting = SETTINGS[name]
+        group.addoption(_script_option(name), dest=f"ckpt_{name}", default=None, type=option_type(setting),
+                        metavar="'TRAIN.PY ARGS'" if name == "script" else "N",
+                        help=setting.describe() + ("; adds the item ckpt-script::verify, which verifies the script"
+                                                   if name == "script" else "") + " (marker: script mode's keys)")
     baseline = ("a previous matrix.json or an expectations .toml: scenario failures it expects are xfail, "
                 "new ones fail")
     group.addoption("--ckpt-baseline", default=None, metavar="FILE", help=f"{baseline} (ini: ckpt_baseline)")
@@ -159,13 +174,36 @@ class CkptFixture:
 
         return self._call(explore, ExploreConfig, job, settings)
 
+    def verify_script(self, script: Optional[str] = None, **settings: Any):
+        """`ckpt_harness.verify_script` (an unmodified script under torchrun)
+        with this test's defaults; `script` defaults to the marker's, then
+        to ``--ckpt-script``. Returns the Report."""
+        from ckpt_harness.config import ScriptConfig
+        from ckpt_harness.script_mode import verify_script
+
+        return self._call(verify_script, ScriptConfig, self._script(script), settings)
+
+    def explore_script(self, script: Optional[str] = None, **settings: Any):
+        """`explore --script` with this test's defaults; returns the Report."""
+        from ckpt_harness.config import ScriptExploreConfig
+        from ckpt_harness.script_explore import explore_script
+
+        return self._call(explore_script, ScriptExploreConfig, self._script(script), settings)
+
+    def _script(self, script: Optional[str]) -> str:
+        script = script or self.defaults.get("script")
+        if not script:
+            raise pytest.UsageError("ckpt.verify_script needs a script: pass it, set @pytest.mark.ckpt(script=...) "
+                                    "or give --ckpt-script 'train.py {ckpt_dir} ...'")
+        return script
+
     def _call(self, fn: Any, config: type, job: Union[str, type], settings: dict):
         """Marker defaults that `config` takes, then the call's own settings
         (all of them: a setting the call does not take is an error)."""
         from ckpt_harness.config import settings_of
         from ckpt_harness.errors import Unavailable
 
-        takes = settings_of(config)
+        takes = {k: s for k, s in settings_of(config).items() if k != "script"}
         kwargs = {**{k: v for k, v in self.defaults.items() if k in takes}, **settings}
         self._runs += 1
         kwargs.setdefault("workdir", self.tmp_path / f"ckpt-{self._runs}")
@@ -179,9 +217,62 @@ class CkptFixture:
 def ckpt(request: pytest.FixtureRequest, tmp_path: Path, _ckpt_world_size: Optional[int]) -> CkptFixture:
     from ckpt_harness.config import SETTINGS
 
-    defaults = {"timeout": request.config.getoption("--ckpt-timeout"), **_marker_kwargs(request.node)}
+    defaults = {**_script_options(request.config), "timeout": request.config.getoption("--ckpt-timeout"),
+                **_marker_kwargs(request.node)}
     defaults["world_size"] = _ckpt_world_size or defaults.get("world_size") or SETTINGS["world_size"].default
     return CkptFixture(defaults, tmp_path)
+
+
+def _script_options(config: pytest.Config) -> dict:
+    """The script-mode settings given as options (``--ckpt-script`` ...)."""
+    from ckpt_harness.config import script_mode_settings
+
+    return {name: value for name in script_mode_settings() if (value := config.getoption(f"ckpt_{name}")) is not None}
+
+
+# -- --ckpt-script: the script's verification as a test item ------------------------------
+#: The node id of the item --ckpt-script adds.
+SCRIPT_ITEM = "ckpt-script"
+
+
+class ScriptCollector(pytest.Collector):
+    """The --ckpt-script script; named by itself, as `Catalogue` is."""
+
+    def collect(self) -> list:
+        return []
+
+
+class ScriptItem(pytest.Item):
+    """``ckpt-harness run --script`` as a test: fails with the verdict table
+    unless every case passes. Its timeout is script mode's own unless
+    ``--ckpt-timeout`` was given."""
+
+    def runtest(self) -> None:
+        from ckpt_harness.config import SETTINGS
+        from ckpt_harness.errors import Unavailable
+        from ckpt_harness.script_mode import verify_script
+
+        settings = _script_options(self.config)
+        script = settings.pop("script")
+        timeout = self.config.getoption("--ckpt-timeout")
+        if timeout != SETTINGS["timeout"].default:
+            settings["timeout"] = timeout
+        try:
+            report = verify_script(script, workdir=self.config._tmp_path_factory.mktemp("ckpt-script"),  # type: ignore[attr-defined]
+                                   **settings)
+        except Unavailable as exc:
+            pytest.skip(str(exc))
+        self.user_properties.append(("ckpt_verdict", report.verdict.value))
+        if not report.ok:
+            raise ScenarioFailed(report.explain())
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, ScenarioFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+    def reportinfo(self) -> tuple[str, Optional[int], str]:
+        return self.config.getoption("ckpt_script"), None, f"verify {self.config.getoption('ckpt_script')} under torchrun"
 
 
 # -- the scenario catalogue as test items ---------------------------------------------
@@ -373,6 +464,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     """--ckpt-job: the built-in catalogue against that job (only the items
     named, if node ids of it were given), unless the run collected scenario
     files of its own (then only with --ckpt-scenarios)."""
+    if config.getoption("ckpt_script"):
+        items.append(ScriptItem.from_parent(ScriptCollector.from_parent(session, name=SCRIPT_ITEM, nodeid=SCRIPT_ITEM),
+                                            name="verify"))
     job = config.getoption("--ckpt-job")
     wanted = config.stash.get(_WANTED, [])
     if wanted and not job:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from ckpt_harness import jit
-from ckpt_harness.config import RunConfig, cli_args
+from ckpt_harness.config import RunConfig, ScriptConfig, cli_args
 from ckpt_harness.errors import BackendUnavailable, UsageError
 from ckpt_harness.inject.faults import Fault
 from ckpt_harness.jobref import JobRef, load
@@ -29,7 +29,7 @@ PROPAGATION = 1.0
 FAILURE_GRACE = 5.0
 
 
-def launch(config: RunConfig, name: str, ckpt_dir: Path, run_dir: Path, *,
+def launch(config: Union[RunConfig, ScriptConfig], name: str, ckpt_dir: Path, run_dir: Path, *,
            stop_after_save: Optional[int] = None, faults: tuple[Fault, ...] = (), log_data: bool = False,
            trace_files: bool = True, full_state: bool = False, deadline: Optional[float] = None,
            failure_grace: float = FAILURE_GRACE) -> Run:
@@ -39,7 +39,18 @@ def launch(config: RunConfig, name: str, ckpt_dir: Path, run_dir: Path, *,
     `faults` are armed; `log_data` keeps every byte written for the power-loss
     model; `trace_files` probes file operations (only runs whose file trace is
     read need it); `full_state` records `Job.full_state` too.
+
+    A script config runs its script under torchrun instead (`script_mode`),
+    armed alike: what is above the run layer does not tell the two apart.
+    A script's state is what it hands its saves, so `full_state` has no
+    meaning there; a preempted run stops the ranks that make that save.
     """
+    if isinstance(config, ScriptConfig):
+        from ckpt_harness.script_mode import launch_script
+
+        return launch_script(config, name, ckpt_dir, run_dir, stop_after_save=stop_after_save,
+                             stop_ranks=config.stop_ranks(stop_after_save), faults=faults, log_data=log_data,
+                             trace_files=trace_files, deadline=deadline, failure_grace=failure_grace)
     from ckpt_harness.runner import RunPlan  # the rank-side payload
 
     cls = load(config.job)
@@ -79,8 +90,10 @@ def repro_line(job: JobRef, args: Sequence[str]) -> str:
     return prefix + shlex.join(["ckpt-harness", *args])
 
 
-def repro(command: str, config: RunConfig, case: str) -> str:
+def repro(command: str, config: Union[RunConfig, ScriptConfig], case: str) -> str:
     """The line that replays exactly `case` of `command` under `config`."""
+    if isinstance(config, ScriptConfig):  # the script's path is in its own --script
+        return shlex.join(["ckpt-harness", command, *cli_args(config), "--case", case])
     return repro_line(config.job, [command, *cli_args(config), "--case", case])
 
 

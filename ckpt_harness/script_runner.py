@@ -18,7 +18,9 @@ start of its next save (of another step) or where it would otherwise
 return: everything belonging to save k (more files of the same step, a
 rename into place, rotation of old checkpoints) is done by then, and
 nothing of the next save is. The harness tears the group down once every
-rank that made save k stopped, as a preemption would.
+rank that made save k stopped, as a preemption would. A run told to crash
+there instead dies (SIGKILL, once per run) for torchrun to restart the
+group; each attempt starts its records anew.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import signal
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -50,6 +53,9 @@ class ScriptPlan:
     ckpt_dir: str
     #: Stop right after save k on the ranks that make it (see the module docstring).
     stop_after_save: Optional[int] = None
+    #: Instead of parking there, die by SIGKILL, once per run (the first rank
+    #: to get there, in the first attempt): torchrun's agent restarts the group.
+    crash: bool = False
     faults: tuple[Fault, ...] = ()
     log_data: bool = False
     trace_files: bool = True
@@ -74,7 +80,10 @@ class ScriptRank:
             ckpt_dir=plan.ckpt_dir if plan.trace_files or plan.faults else None, faults=plan.faults,
             data_log=str(data_path(run_dir, rank)) if plan.log_data else None,
         )
+        # One attempt's records: a group torchrun restarted starts them anew (the run's ranks are the last attempt's).
+        records_path(run_dir, rank).unlink(missing_ok=True)
         self.recorder = Recorder(records_path(run_dir, rank))
+        self.run_dir = run_dir
         self.saves = saves.Saves(plan.ckpt_dir, self._began, self._ended)
         #: The step of this rank's last save and its state (saves of one step merged).
         self.last: Optional[tuple[int, dict[str, Any]]] = None
@@ -90,7 +99,8 @@ class ScriptRank:
     def _ended(self, save: saves.Save) -> None:
         probes.set_phase(phase.state_after_save(save.step))
         state = {**save.state(), **self._observed()}
-        self.recorder.write(Kind.SAVED, step=save.step, source=save.source, state=state_mod.capture(state))
+        self.recorder.write(Kind.SAVED, step=save.step, source=save.source, state=state_mod.capture(state),
+                            **({"background": True} if save.background else {}))
         if self.last is not None and self.last[0] == save.step:
             state = {**self.last[1], **state}
         elif save.source != "count":  # a count is this process's own, not the run's
@@ -103,6 +113,12 @@ class ScriptRank:
         return {"observed": observed} if observed else {}
 
     def _stop(self) -> None:
+        if self.plan.crash:
+            try:  # once per run: the restarted group goes on from here
+                os.close(os.open(crash_marker(self.run_dir), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            except FileExistsError:
+                return
+            os.kill(os.getpid(), signal.SIGKILL)
         self.recorder.write(Kind.STOPPED, step=self.plan.stop_after_save)
         self.park()
 
@@ -121,6 +137,11 @@ class ScriptRank:
             Kind.ERROR, phase=probes.current_phase(), type=f"{type(exc).__module__}.{type(exc).__qualname__}",
             message=str(exc), traceback="".join(traceback.format_exception(exc)),
         )
+
+
+def crash_marker(run_dir: Path) -> Path:
+    """Made by the rank a `ScriptPlan.crash` run killed, just before it died."""
+    return Path(run_dir) / "crashed-after-save"
 
 
 def arm(rank: int, run_dir: Path, park: Callable[[], None]) -> Optional[ScriptRank]:

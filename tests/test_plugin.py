@@ -295,3 +295,30 @@ def test_a_bad_baseline_is_a_usage_error(pytester, importable):
     result = pytester.runpytest_subprocess("--ckpt-baseline=expect.toml", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(['*--ckpt-baseline: expect.toml:1: set reason = "..." (why the verdict is known*'])
+
+
+def test_ckpt_script_verifies_an_unmodified_script_under_torchrun(pytester, importable):
+    """Script mode through the plugin, in one pytest run of two torchrun runs:
+    --ckpt-script adds the item ckpt-script::verify (here a script whose every
+    node renames the staging directory, failing at 2 nodes with the verdict
+    table), and the fixture's `verify_script` takes the marker's script
+    settings (golden only, to keep it to one run)."""
+    resumable = ROOT / "tests" / "scripts" / "resumable.py"
+    pytester.makepyfile(
+        test_user=f"""
+        import pytest
+
+        @pytest.mark.ckpt(script="{resumable} {{ckpt_dir}} --steps 2", nproc_per_node=2, nnodes=1)
+        def test_my_script(ckpt):
+            report = ckpt.verify_script(cases=["golden"])
+            report.assert_ok()
+            assert report.settings["nproc_per_node"] == 2 and report.settings["nnodes"] == 1
+        """
+    )
+    result = pytester.runpytest_subprocess(
+        "-v", "-p", "no:cacheprovider", "--ckpt-script", f"{resumable} {{ckpt_dir}} --steps 2 --staging --bug "
+        "rename-per-node", "--ckpt-nnodes", "2")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_my_script*PASSED*", "*ckpt-script::verify FAILED*",
+                                 "*FileNotFoundError in save 2*"])
+    assert "--ckpt-nproc-per-node" in pytester.runpytest_subprocess("--help").stdout.str()

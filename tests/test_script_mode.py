@@ -2,18 +2,26 @@
 
 Each verification is a golden run, a run preempted right after save 2 and
 the same command again on its directory (`--case resume@2`): three torchrun
-runs of fresh interpreters. Every broken script is flagged under a named
-check and its correct twin passes.
+runs of fresh interpreters, seconds each. So runs are shared: the correct
+script's verifications serve several tests, a bug that shows in one run is
+run once (a from-scratch resume on the golden directory, judged by
+verify's own judges; a golden run that fails), and every broken script is
+flagged under a named check while its correct twin passes.
 """
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
+from ckpt_harness.config import ScriptConfig
 from ckpt_harness.records import Kind, read_records
+from ckpt_harness.report import Report
 from ckpt_harness.script_mode import verify_script
 from ckpt_harness.verdict import Verdict
 
@@ -29,23 +37,62 @@ def verdicts(report) -> dict[tuple[str, str], Verdict]:
     return {(r.case, r.check): r.verdict for r in report.results}
 
 
+@pytest.fixture(scope="module")
+def correct_runs(tmp_path_factory) -> Callable[[int, int], tuple[Report, Path]]:
+    """The correct script verified at 1 node x 2 (resume@2, and restart@2 with
+    --max-restarts 1) and at 2 nodes x 1 (resume@2): its report and work
+    directory per layout, shared by the tests that read them."""
+    done = {}
+
+    def at(nnodes: int, nproc_per_node: int) -> tuple[Report, Path]:
+        if (nnodes, nproc_per_node) not in done:
+            workdir = tmp_path_factory.mktemp(f"correct-{nnodes}x{nproc_per_node}")
+            restarts = {"max_restarts": 1, "cases": ["resume@2", "restart@2"]} if nnodes == 1 else {"cases": ["resume@2"]}
+            done[nnodes, nproc_per_node] = verify_script(script(), workdir=workdir, nnodes=nnodes,
+                                                         nproc_per_node=nproc_per_node, **restarts), workdir
+        return done[nnodes, nproc_per_node]
+    return at
+
+
 @pytest.mark.parametrize("nnodes, nproc_per_node", [(1, 2), (2, 1)])
-def test_a_correct_script_resumes_bitwise(tmp_path, nnodes, nproc_per_node):
-    report = verify_script(script(), workdir=tmp_path, cases=["resume@2"], nnodes=nnodes,
-                           nproc_per_node=nproc_per_node)
+def test_a_correct_script_resumes_bitwise(correct_runs, nnodes, nproc_per_node):
+    report, workdir = correct_runs(nnodes, nproc_per_node)
     assert report.verdict is Verdict.PASS, report.explain()
-    assert verdicts(report) == {
+    found = {k: v for k, v in verdicts(report).items() if k[0] != "restart@2"}  # see the restart test
+    assert found == {
         ("golden", "live"): Verdict.PASS, ("resume@2", "live"): Verdict.PASS,
         ("resume@2", "load step"): Verdict.PASS, ("resume@2", "saves after resume"): Verdict.PASS,
         ("resume@2", "final state"): Verdict.PASS,
     }
     # The preempted run stopped rank 0 right after save 2: the next save had not begun writing.
-    assert [r["step"] for r in read_records(tmp_path / "resume@2" / "stop", 0) if r["event"] == Kind.STOPPED] == [2]
-    golden = read_records(tmp_path / "golden" / "run", 0)
+    assert [r["step"] for r in read_records(workdir / "resume@2" / "stop", 0) if r["event"] == Kind.STOPPED] == [2]
+    golden = read_records(workdir / "golden" / "run", 0)
     saved = [(r["step"], r["source"], sorted(r["state"])[:2]) for r in golden if r["event"] == Kind.SAVED]
     assert saved[:2] == [(2, "path", ["observed.0.torch_rng", "state.pt.model.bias"]),
                          (4, "path", ["observed.0.torch_rng", "state.pt.model.bias"])]
     assert [r["event"] for r in golden][-2:] == [Kind.FINAL, Kind.FINISHED]
+
+
+def test_a_script_that_resumes_from_scratch_is_flagged(correct_runs, tmp_path):
+    """The bug run where verify runs a resume: on a directory holding saves 2
+    and 4 (the correct script's golden one), judged by verify's own judges."""
+    from ckpt_harness import oracle
+    from ckpt_harness.script_mode import launch_script
+
+    _, workdir = correct_runs(1, 2)
+    ckpt = shutil.copytree(workdir / "golden" / "ckpt", tmp_path / "ckpt")
+    assert sorted(p.name for p in ckpt.glob("step_*")) == ["step_2", "step_4"]
+    resumed = launch_script(ScriptConfig(script=script("--bug", "from-scratch"), nproc_per_node=2), "resumed run",
+                            ckpt, tmp_path / "resume")
+    assert resumed.ok, [r.outcome for r in resumed.ranks]
+    judged = oracle.judge_resume_point("resume@4", resumed, 4, None)
+    assert judged.verdict is Verdict.FAIL, judged.summary
+    assert "from scratch" in judged.summary and "saved step 2 again" in judged.summary
+    # Starting over ends where the uninterrupted run ended: only the save it repeated tells.
+    expected = {rank: next(rec["state"] for rec in read_records(workdir / "golden" / "run", rank)
+                           if rec["event"] == Kind.FINAL) for rank in range(2)}
+    final = oracle.judge_same_state("resume@4", "final state", expected, resumed.states(Kind.FINAL), "final state", None)
+    assert final.verdict is Verdict.PASS, final.summary
 
 
 def test_a_script_that_forgets_optimizer_state_is_flagged(tmp_path):
@@ -58,28 +105,39 @@ def test_a_script_that_forgets_optimizer_state_is_flagged(tmp_path):
     assert "save 4 differs" in failed.summary and "model" in failed.summary
 
 
-def test_a_script_that_resumes_from_scratch_is_flagged(tmp_path):
-    report = verify_script(script("--bug", "from-scratch"), workdir=tmp_path, cases=["resume@2"], nproc_per_node=2)
+@pytest.mark.parametrize("bug", [(), ("--bug", "from-scratch")], ids=["resumes", "from-scratch"])
+def test_torchruns_own_restart_after_a_crash_is_judged_as_a_resume(correct_runs, tmp_path, bug):
+    """--max-restarts: rank 0 dies right after save 2, torchrun's agent
+    restarts the group on the same directory, and the restarted attempt is
+    judged like any resume (one run more than the golden one)."""
+    if not bug:
+        report, tmp_path = correct_runs(1, 2)
+    else:
+        report = verify_script(script(*bug), workdir=tmp_path, cases=["restart@2"], nproc_per_node=2, max_restarts=1)
     found = verdicts(report)
-    assert found[("resume@2", "load step")] is Verdict.FAIL, report.explain()
-    failed = next(r for r in report.results if r.check == "load step")
-    assert "from scratch" in failed.summary and "saved step 2 again" in failed.summary
-    # Starting over ends where the uninterrupted run ended: only the save it repeated tells.
-    assert found[("resume@2", "final state")] is Verdict.PASS
+    assert (tmp_path / "restart@2" / "run" / "crashed-after-save").exists()
+    if not bug:
+        assert {k: v for k, v in found.items() if k[0] == "restart@2"} == {
+            ("restart@2", "live"): Verdict.PASS, ("restart@2", "load step"): Verdict.PASS,
+            ("restart@2", "saves after resume"): Verdict.PASS, ("restart@2", "final state"): Verdict.PASS,
+        }, report.explain()
+        # the records are the restarted attempt's: it saved 4 only, after resuming from 2
+        saved = [r["step"] for r in read_records(tmp_path / "restart@2" / "run", 0) if r["event"] == Kind.SAVED]
+        assert saved[:1] == [4], saved
+    else:
+        assert found[("restart@2", "load step")] is Verdict.FAIL, report.explain()
+        failed = next(r for r in report.results if r.check == "load step")
+        assert "saved step 2 again" in failed.summary
+        assert failed.repro.endswith("--nproc-per-node 2 --max-restarts 1 --case restart@2"), failed.repro
 
 
-def test_staging_renamed_on_every_node_fails_across_nodes(tmp_path):
-    report = verify_script(script("--staging", "--bug", "rename-per-node"), workdir=tmp_path, nnodes=2,
-                           nproc_per_node=1)
-    assert verdicts(report) == {("golden", "live"): Verdict.FAIL}, report.explain()
-    summary = report.results[0].summary
-    assert "FileNotFoundError in save 2" in summary, summary
-
-
-@pytest.mark.parametrize("bug", [(), ("--bug", "rename-per-node")], ids=["rank0-renames", "each-node-renames"])
-def test_a_staging_rename_passes_on_one_node(tmp_path, bug):
-    """One node has one local rank 0: the per-node rename is the rank-0 rename there."""
-    report = verify_script(script("--staging", *bug), workdir=tmp_path, cases=["resume@2"], nproc_per_node=2)
+def test_a_staging_rename_on_every_node_passes_on_one_node(tmp_path):
+    """One node has one local rank 0: the per-node rename is the rank-0 rename
+    there, and the run that fails at 2 nodes (its golden run, see the CLI
+    test) passes. Resuming from a renamed staging directory is verified by
+    test_script_explore.py, on the correct script."""
+    report = verify_script(script("--staging", "--bug", "rename-per-node"), workdir=tmp_path, cases=["golden"],
+                           nproc_per_node=2)
     assert report.verdict is Verdict.PASS, report.explain()
     # `ckpt_harness.saving(step)` made the whole block one save on every rank, rank 1 included.
     assert [r["step"] for r in read_records(tmp_path / "golden" / "run", 1) if r["event"] == Kind.SAVED] == [2, 4]
@@ -104,7 +162,6 @@ def test_a_script_run_is_recorded_and_traced_like_a_job_run(tmp_path):
     every rank: its phase in the trace (the file operations and collectives
     fault points are made of), what it was handed, in the records the
     oracle reads; no framework the script did not import is imported."""
-    from ckpt_harness.config import ScriptConfig
     from ckpt_harness.inject.trace import EventKind
     from ckpt_harness.script_mode import launch_script
 
@@ -127,13 +184,18 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_the_cli_runs_a_script_and_prints_the_line_that_replays_a_failing_case(tmp_path):
-    out = cli("run", "--script", script("--bug", "from-scratch"), "--nproc-per-node", "2", "--case", "resume@2",
-              "--workdir", str(tmp_path / "work"), cwd=tmp_path)
+def test_staging_renamed_on_every_node_fails_across_nodes_through_the_cli(tmp_path):
+    """Every node's local rank 0 renames the staging directory: the second
+    rename finds none (the LLaMA-Factory multi-node report). Through the CLI's
+    `run --script`: its report, its JSON and the line that replays the case."""
+    out = cli("run", "--script", script("--staging", "--bug", "rename-per-node"), "--nnodes", "2",
+              "--workdir", str(tmp_path / "work"), "--json", str(tmp_path / "report.json"), cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "the script resumed from scratch" in out.stdout
+    assert "FileNotFoundError in save 2" in out.stdout, out.stdout
     repro = next(line for line in out.stdout.splitlines() if line.startswith("repro: "))
-    assert repro.endswith("--nproc-per-node 2 --case resume@2") and "--script" in repro
+    assert repro.endswith("--nnodes 2 --case golden") and "--script" in repro
+    found = {(c["case"], c["check"]): c for c in json.loads((tmp_path / "report.json").read_text())["cases"]}
+    assert {k: c["verdict"] for k, c in found.items()} == {("golden", "live"): "fail"}
 
 
 @pytest.mark.parametrize("args, says", [
@@ -142,24 +204,36 @@ def test_the_cli_runs_a_script_and_prints_the_line_that_replays_a_failing_case(t
     (("run", "--script", "x.py {ckpt_dir}", "--steps", "4"), "--steps apply to --job runs only"),
     (("run", "--job", "torch_save", "--nnodes", "2"), "--nnodes belong to script mode"),
     (("run", "--script", "missing.py {ckpt_dir}"), "no script at 'missing.py'"),
+    (("explore", "--script", "x.py {ckpt_dir}", "--world-size", "2"), "--world-size apply to --job runs only"),
+    (("explore", "--job", "torch_save", "--nproc-per-node", "2"), "--nproc-per-node belong to script mode"),
+    (("explore", "--script", "missing.py {ckpt_dir}"), "no script at 'missing.py'"),
+    (("explore", "--script", "x.py {ckpt_dir}", "--max-restarts", "1"), "leave out --max-restarts"),
 ])
 def test_the_cli_refuses_a_mixed_or_missing_mode_with_what_to_give(tmp_path, args, says):
     out = cli(*args, cwd=tmp_path)
     assert out.returncode == 2 and says in out.stderr, out.stderr
 
 
-@pytest.mark.parametrize("bug", ["", "from-scratch"], ids=["resumes", "from-scratch"])
-def test_a_tiny_hf_trainer_script_is_verified_through_its_save_checkpoint(tmp_path, bug):
+def test_a_tiny_hf_trainer_script_is_verified_through_its_save_checkpoint(tmp_path):
     """`Trainer._save_checkpoint` is the save, wrapped when the script imports
-    transformers: its step is the Trainer's, its state what it wrote."""
+    transformers: its step is the Trainer's, its state what it wrote. The
+    same Trainer started on a directory that holds checkpoints without being
+    handed one saves their steps again: started from scratch."""
     pytest.importorskip("transformers")
-    command = f"{ROOT / 'tests' / 'scripts' / 'hf_train.py'} {{ckpt_dir}} 4 2 {bug}"
-    report = verify_script(command, workdir=tmp_path, cases=["resume@2"], nproc_per_node=2)
-    found = verdicts(report)
-    if not bug:
-        assert report.verdict is Verdict.PASS, report.explain()
-        saved = [rec for rec in read_records(tmp_path / "golden" / "run", 0) if rec["event"] == Kind.SAVED]
-        assert [(rec["step"], rec["source"]) for rec in saved] == [(2, "framework"), (4, "framework")]
-        assert {k.split(".")[0] for k in saved[0]["state"]} >= {"model", "optimizer", "scheduler", "rng_state_0"}
-    else:
-        assert found[("resume@2", "load step")] is Verdict.FAIL, report.explain()
+    from ckpt_harness import oracle
+    from ckpt_harness.script_mode import launch_script
+
+    command = f"{ROOT / 'tests' / 'scripts' / 'hf_train.py'} {{ckpt_dir}} 4 2"
+    report = verify_script(command, workdir=tmp_path / "verify", cases=["resume@2"], nproc_per_node=2)
+    assert report.verdict is Verdict.PASS, report.explain()
+    saved = [rec for rec in read_records(tmp_path / "verify" / "golden" / "run", 0) if rec["event"] == Kind.SAVED]
+    assert [(rec["step"], rec["source"]) for rec in saved] == [(2, "framework"), (4, "framework")]
+    assert {k.split(".")[0] for k in saved[0]["state"]} >= {"model", "optimizer", "scheduler", "rng_state_0"}
+
+    ckpt = shutil.copytree(tmp_path / "verify" / "golden" / "ckpt", tmp_path / "ckpt")  # checkpoints 2 and 4
+    assert sorted(p.name for p in ckpt.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+    config = ScriptConfig(script=f"{command} from-scratch", nproc_per_node=2)
+    resumed = launch_script(config, "resumed run", ckpt, tmp_path / "resume")
+    assert resumed.ok, [r.outcome for r in resumed.ranks]
+    judged = oracle.judge_resume_point("resume@4", resumed, 4, None)
+    assert judged.verdict is Verdict.FAIL and "saved step 2 again" in judged.summary, judged.summary

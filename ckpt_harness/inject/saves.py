@@ -65,6 +65,8 @@ class Save:
     #: `dcp.save` was handed the whole state, and its writer's inner
     #: `torch.save` of each piece would only repeat it.
     collects: bool = True
+    #: The save goes on writing after it returned (`dcp.async_save`).
+    background: bool = False
 
     def add(self, name: str, obj: Any) -> None:
         taken = {n for n, _ in self.handed}
@@ -102,7 +104,8 @@ class Saves:
         return int(found.group()) if found else None
 
     @contextlib.contextmanager
-    def boundary(self, step: Optional[int], source: str, name: str = "", obj: Any = None) -> Iterator[None]:
+    def boundary(self, step: Optional[int], source: str, name: str = "", obj: Any = None,
+                 background: bool = False) -> Iterator[None]:
         """A save: the outermost one records, one inside it adds what it was handed."""
         if self.current is not None or threading.current_thread() is not threading.main_thread():
             if self.current is not None and self.current.collects and obj is not None:
@@ -111,7 +114,7 @@ class Saves:
             return
         if step is None:
             step, source = self.last_step + 1, "count"
-        save = self.current = Save(step, source, collects=obj is None)
+        save = self.current = Save(step, source, collects=obj is None, background=background)
         if obj is not None:
             save.add(name, obj)
         try:
@@ -254,20 +257,22 @@ def _safetensors(module: Any) -> None:
 
 
 def _dcp(module: Any) -> None:
-    def dcp_save(original: Callable) -> Callable:
-        def save(*args: Any, **kwargs: Any) -> Any:
-            saves = _require()
-            state = args[0] if args else kwargs.get("state_dict")
-            where = kwargs.get("checkpoint_id") or getattr(kwargs.get("storage_writer"), "path", None)
-            step = saves.step_in(where)
-            with saves.boundary(step, "path", "state_dict", state):
-                return original(*args, **kwargs)
-        return save
+    def dcp_save(background: bool) -> Callable[[Callable], Callable]:
+        def make(original: Callable) -> Callable:
+            def save(*args: Any, **kwargs: Any) -> Any:
+                saves = _require()
+                state = args[0] if args else kwargs.get("state_dict")
+                where = kwargs.get("checkpoint_id") or getattr(kwargs.get("storage_writer"), "path", None)
+                step = saves.step_in(where)
+                with saves.boundary(step, "path", "state_dict", state, background):
+                    return original(*args, **kwargs)
+            return save
+        return make
 
     for owner in (module, sys.modules.get("torch.distributed.checkpoint.state_dict_saver")):
         if owner is not None:
-            _wrap(owner, "save", dcp_save)
-            _wrap(owner, "async_save", dcp_save)
+            _wrap(owner, "save", dcp_save(False))
+            _wrap(owner, "async_save", dcp_save(True))
 
 
 def _hf_trainer(module: Any) -> None:

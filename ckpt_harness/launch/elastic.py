@@ -45,9 +45,12 @@ HUNG; died otherwise -> CRASHED, with torch's exit code. Every worker alive
 when the watch ended gives its stack and collectives, also one that
 returned and is stuck on its way out (it reads as a Job rank parked after
 finishing: "finished, waiting for its peers").
-A worker the agent SIGTERMed because a peer failed is a peer the failure
-left unfinished: HUNG where the SIGTERM found it, with the outcome marked
-`stuck_after_failure`, as a Job's peers are after the failure grace.
+A worker the agent SIGTERMed because a peer failed is FAILED, marked
+`ended_by_launcher`, with the stack where the SIGTERM found it: torchrun
+propagates a failure to every worker at once, by design, so the group did
+not hang (a Job's peers get `failure_grace` to fail by themselves instead),
+and whether the peer would have raised on its own too is a race the
+verdict must not depend on.
 """
 
 from __future__ import annotations
@@ -101,6 +104,11 @@ POLL = 0.05
 STACK_GRACE = 5.0
 #: Teardown: how long killed processes get to be gone before the harness says so.
 KILL_WAIT = 10.0
+#: Once every worker of the last attempt ended with a failure: how long the
+#: agents get to log their workers' exit codes and exit (a fresh
+#: interpreter tearing torch down, seconds under load). Not a deadline of
+#: the script's: the run has ended, this only waits for its account.
+AGENT_EXIT = 10.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -242,23 +250,39 @@ class _ElasticRun:
                 ))
 
     def _watch(self, until: float) -> bool:
-        """Follow the run until the agents ended or every worker finished and
-        exited; False at the deadline or when a failed worker's peers outstay
-        the failure grace.
+        """Follow the run until the agents ended or every worker exited for
+        good (finished, or failed with no restart left); False at the
+        deadline or when a failed worker's peers outstay the failure grace.
 
         Agents whose workers all finished only wait for each other and tear
         torch down (seconds of a fresh interpreter's exit under load): they
-        are killed rather than waited for.
+        are killed rather than waited for. After a failure they are waited
+        for up to `AGENT_EXIT`, outside the deadline and the failure grace:
+        their log has the exit codes.
         """
         graced = False
+        ended: Optional[float] = None
         while any(a.poll() is None for a in self.agents):
             now = time.monotonic()
+            if ended is not None:
+                if now >= ended + AGENT_EXIT:
+                    return True
+                time.sleep(POLL)
+                continue
             if now >= until:
                 return False
             last = self._last_attempt()
+            # A worker that raised has ended, also while its interpreter is still on its way out
+            # (seconds with torch under load): no grace is spent on its exit.
             if len(last) == self.spec.world_size and all(
-                    r.end == "ok" and not _alive(r.pid) for r in last.values()):
-                return True
+                    r.end == "raised" or not _alive(r.pid) for r in last.values()):
+                if all(r.end == "ok" for r in last.values()):
+                    return True
+                if any(self._failed_for_good(r) for r in last.values()):
+                    # No restart will follow: the agents only log the workers' exit codes (the
+                    # signal that killed one is known from there alone) and exit.
+                    ended = now
+                    continue
             if self._stopped(last):
                 self.preempted = True
                 return True
@@ -347,7 +371,7 @@ class _ElasticRun:
         if any(o.status.ended_badly and o not in stopped for o in ranks):
             # The SIGTERMs were the agent's, after another worker's failure.
             for o in stopped:
-                o.status, o.signal = RankStatus.HUNG, None
+                o.status, o.signal, o.exit_code, o.ended_by_launcher = RankStatus.FAILED, None, None, True
                 o.stack = self._stack(o.rank, 0) or "(no stack: the worker replaced the SIGTERM handler)"
         stuck = any(o.status is RankStatus.HUNG for o in ranks) and (
             not timed_out or (stopped_at or 0) - start < self.spec.deadline)
@@ -366,7 +390,8 @@ class _ElasticRun:
             return o
         if record.finished is not None:
             o.finished_at = record.finished - start
-        if record.pid in self.alive_at_stop and not self.preempted:  # its stack, also if only slow to exit
+        if record.pid in self.alive_at_stop and not self.preempted and record.end != "raised":
+            # its stack, also if only slow to exit after it returned (one that raised has its traceback)
             o.stack = self._stack(rank, self.stack_offsets.get(rank, 0))
             o.stack = o.stack or "(no stack: the worker did not answer)"
             o.collectives = flight.read(str(flight_path(self.run_dir, rank)))

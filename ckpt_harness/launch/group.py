@@ -120,6 +120,9 @@ class RankOutcome:
     #: The process was stopped (SIGSTOP, SIGTSTP) at the deadline: the
     #: harness continued it only for as long as its dumps took.
     stopped: bool = False
+    #: FAILED because the launcher ended it when another rank failed (torchrun's
+    #: agent SIGTERMs every worker at once): the failure reached it that way.
+    ended_by_launcher: bool = False
 
     def log_text(self) -> str:
         try:

@@ -33,6 +33,7 @@ from ckpt_harness.oracle.script_resume import (
     judge_resume_point,
     judge_stopped,
     save_steps,
+    saves_by_step,
     savers,
 )
 from ckpt_harness.oracle.scenarios import (
@@ -52,5 +53,5 @@ __all__ = [
     "judge_reshard", "judge_reshard_save", "judge_same_state", "nothing_to_break", "property_for", "undecided_if",
     "Inferred", "infer_start", "judge_unreported_load", "judge_retention",
     "judge_deterministic_saves", "judge_later_saves", "judge_named_steps", "judge_resume_point", "judge_stopped",
-    "save_steps", "savers",
+    "save_steps", "saves_by_step", "savers",
 ]

@@ -107,8 +107,10 @@ def failure_outcome(run: Run) -> Outcome:
         return Outcome(OutcomeKind.HANG, None, problem.summary if problem else "")
     errors = [r for r in run.ranks if r.status.ended_badly]
     if errors and len(errors) == len(run.ranks):
-        named = all(_names_a_file_or_rank(r) for r in errors)
-        first = errors[0].error
+        # A rank the launcher ended because another failed raised nothing to name.
+        own = [r for r in errors if not r.outcome.ended_by_launcher] or errors
+        named = all(_names_a_file_or_rank(r) for r in own)
+        first = own[0].error
         kind = OutcomeKind.REFUSED if named else OutcomeKind.REFUSED_UNNAMED
         return Outcome(kind, None, _one(str(first) if first else "died"))
     if errors:

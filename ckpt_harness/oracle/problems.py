@@ -59,7 +59,7 @@ def _in_checkpointing(ranks: list[RankRun]) -> bool:
     died say where; peers only wait for them (rank 0 in `load`'s collective
     because rank 1 raised in `setup` is a setup failure). Only when no rank
     failed do the hung ranks' phases say it."""
-    failed = [r for r in ranks if r.status.ended_badly]
+    failed = [r for r in ranks if r.status.ended_badly and not r.outcome.ended_by_launcher]
     blamed = failed or [r for r in ranks if r.status is not RankStatus.OK]
     return any(r.phase is not None and phase.checkpointing(r.phase) for r in blamed)
 
@@ -72,6 +72,8 @@ def rank_state(r: RankRun) -> str:
         return f"stopped (SIGSTOP or SIGTSTP), {r.where()}" if stopped else r.where()
     if o.status is RankStatus.FAILED:
         error = r.error
+        if o.ended_by_launcher:
+            return "stopped by torchrun (SIGTERM to every worker) when another worker failed"
         if error is None:
             return "failed before the job started (see its log)"
         return f"raised {error.name} in {error.phase}: {error.message}"

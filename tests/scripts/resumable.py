@@ -7,9 +7,13 @@ data of step s is a function of s and the rank, so a resume replays it.
 
     resumable.py OUT [--steps N] [--save-every K] [--staging] [--bug BUG]
 
---staging writes each save into tmp-checkpoint-N and renames it to
-checkpoint-N (the Trainer's way), inside ``ckpt_harness.saving(step)``,
-since nothing the harness wraps sees the rename. Bugs, each one a real one:
+Without --staging each save is written in place, into step_N/state.pt,
+and any step_N holding a state.pt is taken on the next start: a commit
+that is not atomic (a crash while state.pt is written leaves a torn file
+that the next start loads and fails on). --staging writes each save into
+tmp-checkpoint-N and renames it to checkpoint-N once written (the
+Trainer's way), inside ``ckpt_harness.saving(step)``, since nothing the
+harness wraps sees the rename. Bugs, each one a real one:
 
 * forget-optimizer: the checkpoint lacks the optimizer's state;
 * from-scratch: the checkpoint is never looked for;

@@ -1,0 +1,50 @@
+"""`explore --script`: an unmodified script's save broken at its file operations under real torchrun.
+
+Every case is a torchrun run of fresh interpreters (a faulted save, then
+the resume), so the cases are a targeted subset: a crash at the kernel
+write of the checkpoint file on the rank that writes it. A script that
+writes its checkpoint in place is flagged; the same script committing by
+a rename of its staging directory passes.
+"""
+
+import shlex
+from pathlib import Path
+
+from ckpt_harness.records import Kind, read_records
+from ckpt_harness.script_explore import explore_script
+from ckpt_harness.verdict import Verdict
+
+ROOT = Path(__file__).resolve().parent.parent
+RESUMABLE = ROOT / "tests" / "scripts" / "resumable.py"
+#: The targeted subset: a crash at each kernel write of save 4; no
+#: corruption or power-loss case (those would not tell the two scripts apart).
+TARGETED = dict(nproc_per_node=2, faults=("crash",), ops=("write",), corruptions=(), after=False)
+
+
+def script(*flags: str) -> str:
+    return " ".join([str(RESUMABLE), "{ckpt_dir}", "--steps", "6", "--save-every", "2", *flags])
+
+
+def test_a_checkpoint_written_in_place_is_not_atomic(tmp_path):
+    report = explore_script(script(), workdir=tmp_path, **TARGETED)
+    assert report.note.startswith("save 4 broken (the script saved at steps 2, 4, 6)"), report.note
+    cases = [r for r in report.results if r.case != "golden"]
+    assert cases and all(r.verdict is Verdict.FAIL and r.check == "atomic" for r in cases), report.explain()
+    for r in cases:  # the torn state.pt was taken, and every rank failed on it
+        assert "crash at rank 0" in r.summary and "step_4/state.pt" in r.summary and "refused" in r.summary, r.summary
+        words = shlex.split(r.repro)
+        assert words[:4] == ["ckpt-harness", "explore", "--script", script()] and words[-2:] == ["--case", r.case]
+        assert all(option in r.repro for option in ("--nproc-per-node 2", "--faults crash", "--ops write", "--no-after"))
+    # No committed run (no corruption case) and no state derived for a crash a peer notices: the faulted
+    # save and the resume ran, under torchrun.
+    assert not (tmp_path / "committed").exists()
+    faulted = next((tmp_path / "cases").glob("*/fault"))
+    assert any(rec["event"] == Kind.SAVED and rec["step"] == 2 for rec in read_records(faulted, 0))
+
+
+def test_a_checkpoint_committed_by_a_rename_resumes_the_previous_one(tmp_path):
+    report = explore_script(script("--staging"), workdir=tmp_path, **TARGETED)
+    cases = [r for r in report.results if r.case != "golden"]
+    assert cases and report.verdict is Verdict.PASS, report.explain()
+    for r in cases:  # the staging directory was never renamed: the resume took checkpoint-2 and saved 4 again
+        assert "tmp-checkpoint-4/state.pt" in r.summary and "S_prev (step 2)" in r.summary, r.summary
