@@ -5,6 +5,7 @@
     python ci/benchmark.py probes [--before REV] [--after REV]   # section 2 alone (1-2 min on 2 idle cores)
     python ci/benchmark.py sharing   # section 6 alone (~6 min on 2 idle cores)
     python ci/benchmark.py reduction # section 7 alone (~6 min on 2 idle cores)
+    python ci/benchmark.py at-once   # section 8 alone
 
 1. Launching a process group: forked from the warm server vs. a fresh
    interpreter per rank (what torch's MultiProcessTestCase and torchrun do).
@@ -23,6 +24,8 @@
 7. The whole catalogue of `torch_save` and `dcp`: with the reduction (states
    cut from the golden trace, shared resumes) vs. every case run in full,
    seconds per case and the cases whose verdict or cells differ.
+8. The whole catalogue of `torch_save` and `dcp` (reduction on): one
+   scenario at a time vs. the matrix's scenarios at once.
 """
 
 from __future__ import annotations
@@ -96,7 +99,7 @@ def all_reduce(info, payload):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("only", nargs="?", choices=["probes", "sharing", "reduction"], help="run this section alone")
+    parser.add_argument("only", nargs="?", choices=["probes", "sharing", "reduction", "at-once"], help="run this section alone")
     parser.add_argument("--quick", action="store_true", help="skip the full exploration")
     parser.add_argument("--before", default=bench_probes.DEFAULT_BEFORE,
                         help=f"tree the probe overhead is compared with (default {bench_probes.DEFAULT_BEFORE})")
@@ -113,6 +116,9 @@ def main() -> None:
         return
     if args.only == "reduction":
         reduced_catalogue(tmp)
+        return
+    if args.only == "at-once":
+        scenarios_at_once(tmp)
         return
     print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
 
@@ -181,6 +187,7 @@ def main() -> None:
     print(f"   ratio {second / first:.1f}x")
     shared_resumes(tmp)
     reduced_catalogue(tmp)
+    scenarios_at_once(tmp)
 
 
 def reduced_catalogue(tmp: Path) -> None:
@@ -203,6 +210,22 @@ def reduced_catalogue(tmp: Path) -> None:
         print(f"   {job}: {len(reduced)} cases ({derived} states derived, {shared} resumes shared); "
               f"{off:.0f} s -> {on:.0f} s ({off / len(reduced):.2f} -> {on / len(reduced):.2f} s per case, "
               f"ratio {off / on:.2f}x); cases that differ: {differ}")
+
+
+def scenarios_at_once(tmp: Path) -> None:
+    from ckpt_harness.matrix import SCENARIOS_AT_ONCE, run_matrix
+    from ckpt_harness.scenario import builtin_catalogue
+
+    print(f"\n8. the whole catalogue at ws=2, parallel 2: one scenario at a time vs. {SCENARIOS_AT_ONCE} at once")
+    for job in ("torch_save", "dcp"):
+        matrices = {at_once: run_matrix([job], builtin_catalogue(), world_size=2, scenarios_at_once=at_once,
+                                        workdir=tmp / f"at-once-{job}-{at_once}")
+                    for at_once in (1, SCENARIOS_AT_ONCE)}
+        verdicts = {n: [(r.scenario, r.verdict) for r in m.results] for n, m in matrices.items()}
+        one, many = matrices[1].elapsed, matrices[SCENARIOS_AT_ONCE].elapsed
+        cases = sum(r.cases for r in matrices[1].results)
+        print(f"   {job}: {cases} cases, {one:.0f} s -> {many:.0f} s ({one / cases:.2f} -> {many / cases:.2f} s per "
+              f"case, ratio {one / many:.2f}x); scenario verdicts alike: {verdicts[1] == verdicts[SCENARIOS_AT_ONCE]}")
 
 
 def shared_resumes(tmp: Path) -> None:

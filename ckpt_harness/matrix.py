@@ -177,13 +177,15 @@ def run_matrix(
     timeout: float = SETTINGS["timeout"].default,
     parallel: int = SETTINGS["parallel"].default,
     reduce: bool = True,
+    scenarios_at_once: int = SCENARIOS_AT_ONCE,
     workdir: Optional[Path] = None,
     keep: bool = False,
     progress: Optional[Progress] = None,
 ) -> Matrix:
     """Run every scenario that applies against every job, showing cases as
     they finish and a line per finished scenario on `progress`. `reduce=False`
-    runs every case's faulted save and resume (the naive catalogue, for comparison)."""
+    runs every case's faulted save and resume (the naive catalogue, for comparison);
+    `scenarios_at_once` applies when `parallel` > 1."""
     from ckpt_harness.errors import Unavailable
     from ckpt_harness.jobref import resolve
 
@@ -220,7 +222,7 @@ def run_matrix(
         return result
 
     try:
-        with concurrent.futures.ThreadPoolExecutor(SCENARIOS_AT_ONCE if parallel > 1 else 1) as pool:
+        with concurrent.futures.ThreadPoolExecutor(scenarios_at_once if parallel > 1 else 1) as pool:
             results = list(pool.map(one, tasks))
     finally:
         if workdir is None and not keep:
