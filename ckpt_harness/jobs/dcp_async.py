@@ -117,6 +117,7 @@ class DcpAsyncJob(DcpJob):
         self._pending = None
         future.result()
         commit(ctx, path, step, sync_files=True)
+        ctx.published(step)
 
     def teardown(self, ctx: RankContext) -> None:
         super().teardown(ctx)
