@@ -86,7 +86,7 @@ def test_latest_moved_before_the_background_save_landed_is_flagged(correct, tmp_
 
 def test_a_writer_on_the_training_group_hangs_with_every_thread_named(correct, tmp_path):
     # the deadline: ten times what the correct job's whole golden run took here, now
-    deadline = max(5.0, 10 * correct.golden.outcome.elapsed)
+    deadline = max(8.0, 10 * correct.golden.outcome.elapsed)
     report = verify(f"{PLANTED}:SharesTrainingGroup", world_size=2, steps=2, timeout=deadline, workdir=tmp_path)
     live = next(r for r in report.failures() if r.case == "golden")
     assert live.check == "live" and live.summary.startswith("golden: hang"), live.summary

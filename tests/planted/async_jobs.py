@@ -121,7 +121,7 @@ class _LateOnRank0(DefaultSavePlanner):
 
     def create_local_plan(self):
         if dist.get_rank() == 0:
-            time.sleep(0.5)
+            time.sleep(1.0)
         return super().create_local_plan()
 
 
@@ -139,5 +139,5 @@ class SharesTrainingGroup(DcpAsyncJob):
         future = dcp.async_save(self._payload(ctx, step), checkpoint_id=path, planner=_LateOnRank0())
         self._pending = (step, path, future)
         if ctx.rank == 1:
-            time.sleep(0.5)
+            time.sleep(1.0)
         dist.barrier()
