@@ -45,11 +45,13 @@ class Point:
 
 
 def broken_phases(events_by_rank: Mapping[int, Sequence[Event]], k: int, last: bool) -> set[str]:
-    """The phases a fault case of save `k` may break: that save, and if it is
-    the last one, every phase of the job after it to the end of the run (the
-    end-of-training deletion of old checkpoints) but the harness's own."""
+    """The phases a fault case of save `k` may break: that save, the work it
+    handed to other threads (an async save's writer, `phase.background`),
+    and if it is the last one, every phase of the job after it to the end of
+    the run (the end-of-training deletion of old checkpoints) but the
+    harness's own."""
     where = phase.save(k)
-    phases = {where}
+    phases = {where, phase.background(where)}
     for events in events_by_rank.values() if last else ():
         ends = [i for i, e in enumerate(events) if e.phase == where]
         phases |= {e.phase for e in events[ends[-1] + 1 if ends else len(events):]

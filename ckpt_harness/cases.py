@@ -17,13 +17,14 @@ import threading
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
-from ckpt_harness import oracle
+from ckpt_harness import oracle, phase
 from ckpt_harness.baseline import Baseline, Point
 from ckpt_harness.config import ScriptConfig
 from ckpt_harness.errors import UsageError
 from ckpt_harness.inject import corrupt, durability, payload
 from ckpt_harness.inject.faults import BLOCKING, Fault, applicable_kinds, parse_plan, plan_label
 from ckpt_harness.inject.trace import Event, EventKind, fields
+from ckpt_harness.jobref import load
 from ckpt_harness.records import Run, data_reader
 from ckpt_harness.resumes import DirState
 from ckpt_harness.run import PROPAGATION, fresh_dir, launch
@@ -166,9 +167,12 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
             save_returned = faulted.saved_steps()[-1:] == [baseline.k]
         detail = case.describe()
     resumed, shares = _resume(baseline, case, ckpt, case_dir / "resume")
+    background = (oracle.Background(faulted.published_step())
+                  if faulted is not None and case.faults and not isinstance(config, ScriptConfig)
+                  and load(config.job).saves_in_background() else None)
     result = oracle.judge_fault(case.name, case.kind, baseline.reference, faulted if case.faults else None, resumed,
                                 save_returned=save_returned, detail=detail, repro=baseline.repro(case.name),
-                                row=case.row, ran=payload.ran(canary))
+                                 row=case.row, ran=payload.ran(canary), background=background)
     notes = []
     if derived is not None:
         notes.append("the directory this case leaves is derived from the golden run's trace, cut at this point "
@@ -308,7 +312,7 @@ def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> t
     power = bool(kinds & {"power-loss", POWER_LOSS_AFTER})
     deadline = config.hang_timeout if kinds & BLOCKING.keys() else None
     # A fault after save k (in the end of the run) needs the run to go on past it.
-    stop = baseline.k if all(f.phase == baseline.phase for f in case.faults) else None
+    stop = baseline.k if all(phase.foreground(f.phase) == baseline.phase for f in case.faults) else None
     run = launch(config, "faulted run", ckpt, run_dir, stop_after_save=stop, faults=case.faults,
                  log_data=power, deadline=deadline, failure_grace=PROPAGATION)
     if power:

@@ -362,6 +362,13 @@ def _trace(args: argparse.Namespace) -> int:
     print(f"{phase} of job {args.job} at world size {len(run.ranks)}:")
     for r in run.ranks:
         print(f"rank {r.rank}: {describe_phase(r.events, phase)}")
+    from ckpt_harness.phase import background
+
+    behind = background(phase)  # what the save handed to another thread (an async save's writer)
+    if any(e.phase == behind for e in run.events()):
+        print(f"{behind}, the work save {phase.rpartition(' ')[2]} handed to another thread:")
+        for r in run.ranks:
+            print(f"rank {r.rank}: {describe_phase(r.events, behind)}")
     if problem is not None:
         print(f"\nthe run did not finish: {problem.summary}\n{problem.details}")
         print(f"\ntraces and rank logs kept in {workdir}")

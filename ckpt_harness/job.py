@@ -44,6 +44,7 @@ class RankContext:
     )
     _on_saved: Optional[Callable[[int], None]] = dataclasses.field(default=None, repr=False)
     _on_phase: Optional[Callable[[str], None]] = dataclasses.field(default=None, repr=False)
+    _on_published: Optional[Callable[[int], None]] = dataclasses.field(default=None, repr=False)
 
     def should_save(self, step: int) -> bool:
         """True when `step` is a save step (every `save_every` steps)."""
@@ -78,6 +79,21 @@ class RankContext:
         """
         if self._on_saved is not None:
             self._on_saved(step)
+
+    def published(self, step: int) -> None:
+        """Report that the background save of `step` has landed and is now
+        the checkpoint a resume starts from (durable, `latest` moved).
+
+        Only for jobs whose save returns before its checkpoint is complete
+        (`Job.wait_for_saves`). From this call on a fault must leave save
+        `step` (or a newer one) to resume; before it, the save before may be
+        resumed instead. A job that never calls it is taken at its word when
+        `wait_for_saves` returns: every save that returned landed then.
+        Claim it only once it is true: a pointer moved before the data is
+        durable is what the crash cases catch.
+        """
+        if self._on_published is not None:
+            self._on_published(step)
 
 
 class Job:

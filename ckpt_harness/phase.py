@@ -46,6 +46,21 @@ def after_save(step: int) -> str:
     return f"after_save {step}"
 
 
+#: What `background` puts before the phase that handed the work over.
+BACKGROUND = "bg_"
+
+
+def background(name: str) -> str:
+    """The phase of work another thread does for `name` ("save 4" -> "bg_save 4"):
+    an async save's writer, numbered apart from the main thread (`probes.follow_threads`)."""
+    return name if name.startswith(BACKGROUND) else BACKGROUND + name
+
+
+def foreground(name: str) -> str:
+    """The phase that handed the work of `name` over ("bg_save 4" -> "save 4"); other phases unchanged."""
+    return name[len(BACKGROUND):] if name.startswith(BACKGROUND) else name
+
+
 def state_after_save(step: int) -> str:
     return f"state after save {step}"
 
@@ -56,6 +71,7 @@ def checkpointing(name: str) -> bool:
     the job's `state`) says nothing about checkpoints. Work right after a
     save returned counts: there a job that owns its loop deletes old
     checkpoints, at the end of training too."""
+    name = foreground(name)
     return name == LOAD or name.startswith(("save ", "after_save "))
 
 

@@ -57,6 +57,9 @@ class Kind(str, enum.Enum):
     LOADED_FULL = "loaded full"
     SAVED = "saved"
     SAVED_FULL = "saved full"
+    #: A save that returned in the background landed and the job made it the
+    #: one to resume (`ctx.published`, or its `wait_for_saves` returned).
+    PUBLISHED = "published"
     STOPPED = "stopped"
     FINAL = "final"
     FINISHED = "finished"
@@ -196,6 +199,12 @@ class Run:
         """Steps whose save returned on every rank, in order."""
         per_rank = [[rec["step"] for rec in r.records if rec["event"] == Kind.SAVED] for r in self.ranks]
         return [s for s in per_rank[0] if all(s in steps for steps in per_rank[1:])]
+
+    def published_step(self) -> Optional[int]:
+        """The newest save published on every rank (see `Kind.PUBLISHED`), None if none was."""
+        per_rank = [{rec["step"] for rec in r.records if rec["event"] == Kind.PUBLISHED} for r in self.ranks]
+        common = set.intersection(*per_rank) if per_rank else set()
+        return max(common) if common else None
 
     def entries_after_save(self, step: int) -> Optional[set[str]]:
         """What the checkpoint directory held right after save `step` returned,

@@ -8,7 +8,17 @@ moment leaves every record up to that moment.
 
 A run may be told to stop right after save k returned on this rank: the
 rank then parks where it is and the harness tears the group down once every
-rank got there, the way a preemption ends a job.
+rank got there, the way a preemption ends a job. A job that saves in the
+background (`Job.saves_in_background`) is stopped later: it trains on up to
+its next save while save k is in flight (where an async save's staging and
+its background writer are put to the test), then waits for its saves
+(`wait_for_saves`, a graceful preemption) and parks.
+
+For such a job a save has two moments: it *returned* (`Kind.SAVED`, the
+state recorded then is what it must persist) and it was *published*
+(`Kind.PUBLISHED`: the job's `ctx.published(step)`, or `wait_for_saves`
+returning without error). The oracle accepts an older checkpoint after a
+fault only for saves not yet published (`oracle.judges.judge_fault`).
 """
 
 from __future__ import annotations
@@ -62,6 +72,7 @@ def run_rank(info: RankInfo, plan: RunPlan) -> None:
         str(trace_path(info.run_dir, info.rank)), info.rank,
         ckpt_dir=plan.ckpt_dir if plan.trace_files or plan.faults else None, faults=plan.faults,
         data_log=str(data_path(info.run_dir, info.rank)) if plan.log_data else None,
+        thread_phases=True,
     )
     recorder = Recorder(records_path(info.run_dir, info.rank))
     try:
@@ -89,6 +100,7 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
             recorder.write(Kind.LOADED_FULL, step=step, state=state_mod.capture(job.full_state(ctx)))
 
     def on_saved(step: int) -> None:
+        saved.append(step)
         probes.set_phase(phase.state_after_save(step))
         # With rotation on, what the directory holds now: the retention check's evidence.
         entries = _entries(ckpt_dir) if plan.keep_last is not None else None
@@ -96,16 +108,42 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
         if plan.full_state:
             recorder.write(Kind.SAVED_FULL, step=step, state=state_mod.capture(job.full_state(ctx)))
         if plan.stop_after_save == step:
-            if job.saves_in_background():
-                probes.set_phase(phase.after_save(step))
-                job.wait_for_saves(ctx)
-            recorder.write(Kind.STOPPED, step=step)
-            launch_rank.park()
+            if background and not job.owns_loop():
+                stopping.append(step)  # trains on until the next save (see `_drive`'s loop)
+            else:
+                stop(step)
         # After the last save: the end-of-training work on checkpoints (deleting
         # old ones), a phase of its own. After any other save an owned loop
         # trains on, which is not checkpointing.
         last = plan.total_steps - plan.total_steps % plan.save_every
         probes.set_phase(phase.after_save(step) if step == last else phase.RUN)
+
+    published: list[int] = []
+
+    def on_published(step: int) -> None:
+        if step not in published:
+            published.append(step)
+            recorder.write(Kind.PUBLISHED, step=step)
+
+    def wait_for_saves() -> None:
+        """Every save that returned has landed once `wait_for_saves` returned
+        without raising: the job says so by returning (one that swallows a
+        failed background write says it falsely, which its resume shows)."""
+        job.wait_for_saves(ctx)
+        if saved:
+            on_published(saved[-1])
+
+    saved: list[int] = []
+    background = job.saves_in_background()
+    #: The step to stop after, once the background job trained on to its next save.
+    stopping: list[int] = []
+
+    def stop(step: int) -> None:
+        if background:
+            probes.set_phase(phase.after_save(step))
+            wait_for_saves()
+        recorder.write(Kind.STOPPED, step=step)
+        launch_rank.park()
 
     ctx = RankContext(
         rank=info.rank,
@@ -122,6 +160,7 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
         _on_loaded=on_loaded,
         _on_saved=on_saved,
         _on_phase=probes.set_phase,
+        _on_published=on_published,
     )
     if job.owns_loop():
         probes.set_phase(phase.RUN)
@@ -133,17 +172,21 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
         start = job.load(ctx)
         ctx.loaded(start)
         for step in range((start or 0) + 1, plan.total_steps + 1):
+            if stopping and ctx.should_save(step):
+                stop(stopping[0])
             probes.set_phase(phase.train_step(step))
             job.train_step(ctx, step)
             if ctx.should_save(step):
                 probes.set_phase(phase.save(step))
                 job.save(ctx, step)
                 ctx.saved(step)
-        if job.saves_in_background():  # the end of training: the last save must land
+        if stopping:
+            stop(stopping[0])
+        if background:  # the end of training: the last save must land
             last = plan.total_steps - plan.total_steps % plan.save_every
             if probes.current_phase() != phase.after_save(last):
                 probes.set_phase(phase.after_save(last))
-            job.wait_for_saves(ctx)
+            wait_for_saves()
     probes.set_phase(phase.FINAL_STATE)
     recorder.write(Kind.FINAL, state=state_mod.capture(job.state(ctx)))
     probes.set_phase(phase.TEARDOWN)

@@ -137,8 +137,9 @@ class _Handle:
         view = memoryview(data).cast("B")
         n = len(view)
         with tracer.lock:
-            index = tracer.injector.point(tracer.phase)
-            fault = tracer.injector.armed(tracer.phase, index, _WRITE)
+            where = tracer.current()
+            index = tracer.injector.point(where)
+            fault = tracer.injector.armed(where, index, _WRITE)
         lands = n // 2 if fault is not None and fault.kind in ("crash-mid", "torn") else n
         tracer.record_write(_WRITE, {"point": index, "fid": self.fid, "path": self.rel, "offset": offset,
                                      "n": lands, "data": files.log_data(view[:lands])}, batch=False)
@@ -162,8 +163,9 @@ class _Handle:
             tracer.record_write(_BUFFERED_WRITE, {"fid": self.fid, "path": self.rel, "n": n}, batch=True)
             return write(data)
         with tracer.lock:
-            index = tracer.injector.point(tracer.phase)
-            fault = tracer.injector.armed(tracer.phase, index, _BUFFERED_WRITE)
+            where = tracer.current()
+            index = tracer.injector.point(where)
+            fault = tracer.injector.armed(where, index, _BUFFERED_WRITE)
         tracer.record_write(_BUFFERED_WRITE, {"point": index, "fid": self.fid, "path": self.rel, "n": n},
                             batch=False)
         if fault is not None and fault.kind != "crash-after":

@@ -21,6 +21,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from ckpt_harness import phase as phase_mod
 from ckpt_harness.inject.faults import Fault, Injector, die
 
 #: Python-level collectives of torch.distributed. Nested calls (all_gather_object
@@ -75,15 +76,23 @@ class Tracer:
         #: needs them one by one (see `record_write`).
         self.write_run: Optional[_WriteRun] = None
 
+    def current(self) -> str:
+        """The calling thread's phase: its own (a background save's, see
+        `follow_threads`), else the process's, which the main thread sets."""
+        return getattr(self.local, "phase", None) or self.phase
+
     def emit(self, kind: str, **fields: Any) -> int:
         with self.lock:
             self._flush_writes()
             return self._emit(kind, fields)
 
-    def _emit(self, kind: str, fields: dict) -> int:
+    def _emit(self, kind: str, fields: dict, phase: Optional[str] = None, thread: Optional[str] = None) -> int:
         self.seq += 1
-        event = {"seq": self.seq, "rank": self.rank, "kind": kind, "phase": self.phase,
+        event = {"seq": self.seq, "rank": self.rank, "kind": kind, "phase": phase or self.current(),
                  "t": time.monotonic(), **fields}
+        thread = thread if thread is not None else _thread_name()
+        if thread:
+            event["thread"] = thread
         _write(self.fd, (json.dumps(event, default=str) + "\n").encode())
         return self.seq
 
@@ -100,18 +109,17 @@ class Tracer:
                 self._flush_writes()
                 self._emit(kind, {**fields, "count": 1})
                 return
-            index = self.injector.point(self.phase)
+            where = self.current()
+            index = self.injector.point(where)
             run = self.write_run
-            if run is None or not run.extend(kind, fields, self.phase):
+            if run is None or not run.extend(kind, fields, where):
                 self._flush_writes()
-                self.write_run = _WriteRun(index, kind, fields, self.phase)
+                self.write_run = _WriteRun(index, kind, fields, where, _thread_name())
 
     def _flush_writes(self) -> None:
         run, self.write_run = self.write_run, None
         if run is not None:
-            phase, self.phase = self.phase, run.phase
-            self._emit(*run.event())
-            self.phase = phase
+            self._emit(*run.event(), phase=run.phase, thread=run.thread)
 
     def set_phase(self, phase: str) -> None:
         self.phase = phase
@@ -128,8 +136,9 @@ class Tracer:
         `run` gets the fault when it must act mid-operation (crash-mid, torn).
         """
         with self.lock:
-            index = self.injector.point(self.phase)
-            fault = self.injector.armed(self.phase, index, op)
+            where = self.current()
+            index = self.injector.point(where)
+            fault = self.injector.armed(where, index, op)
         self.emit(op, point=index, **fields)
         if fault is not None:
             Injector.before(fault, op, what)
@@ -152,8 +161,8 @@ class _WriteRun:
     `write` event whose `ops` spells the kinds of its points, run-length
     encoded ("b2w1b1": two buffered writes, a kernel write, a buffered one)."""
 
-    def __init__(self, point: int, kind: str, fields: dict, phase: str):
-        self.point, self.phase = point, phase
+    def __init__(self, point: int, kind: str, fields: dict, phase: str, thread: str):
+        self.point, self.phase, self.thread = point, phase, thread
         self.fid, self.path = fields["fid"], fields["path"]
         self.ops: list[list] = []  # [[letter, how many in a row], ...]
         self.count = 0
@@ -193,21 +202,80 @@ class _WriteRun:
 
 _OP_LETTERS = {"write": "w", "buffered-write": "b"}
 
+
+def _thread_name() -> str:
+    """The thread an event happened on, "" for the main thread (most events:
+    kept out of the trace)."""
+    thread = threading.current_thread()
+    return "" if thread is threading.main_thread() else thread.name
+
 _tracer: Optional[Tracer] = None
 
 
 def install(trace_path: str, rank: int, *, ckpt_dir: Optional[str] = None,
-            faults: tuple[Fault, ...] = (), data_log: Optional[str] = None) -> Tracer:
-    """Install every probe in this process; once per process."""
+            faults: tuple[Fault, ...] = (), data_log: Optional[str] = None,
+            thread_phases: bool = False) -> Tracer:
+    """Install every probe in this process; once per process. With
+    `thread_phases`, work handed to another thread runs in a phase of its
+    own (`follow_threads`)."""
     global _tracer
     if _tracer is None:
         _tracer = Tracer(trace_path, rank, faults)
         _wrap_collectives(_tracer)
+        if thread_phases:
+            follow_threads(_tracer)
         if ckpt_dir is not None:
             from ckpt_harness.inject import files
 
             files.install(_tracer, ckpt_dir, data_log)
     return _tracer
+
+
+def follow_threads(tracer: Tracer) -> None:
+    """Give work handed to a thread pool or a new thread the phase
+    `phase.background(<the phase that handed it over>)`: "bg_save 4" for what
+    `dcp.async_save`'s writer thread does for save 4.
+
+    Without it an event takes whatever phase the main thread set last, so a
+    background save's operations would be numbered among the main thread's
+    (in "train_step 5", say), at indices that move with thread scheduling: no
+    fault could be armed at them reproducibly. With it, they are points of
+    their own phase, numbered in the order that thread performs them,
+    whatever the main thread does meanwhile. Work handed over by a thread
+    already in a background phase keeps that phase (DCP's executor submits
+    from its own pool)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def handed_over(fn: Callable) -> Callable:
+        where = phase_mod.background(tracer.current())
+
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            before = getattr(tracer.local, "phase", None)
+            tracer.local.phase = where
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                tracer.local.phase = before
+
+        return run
+
+    submit = ThreadPoolExecutor.submit
+
+    @functools.wraps(submit)
+    def submit_in_phase(self: ThreadPoolExecutor, fn: Callable, /, *args: Any, **kwargs: Any) -> Any:
+        return submit(self, handed_over(fn), *args, **kwargs)
+
+    ThreadPoolExecutor.submit = submit_in_phase  # type: ignore[method-assign]
+
+    start = threading.Thread.start
+
+    @functools.wraps(start)
+    def start_in_phase(self: threading.Thread) -> None:
+        self.run = handed_over(self.run)  # type: ignore[method-assign]
+        start(self)
+
+    threading.Thread.start = start_in_phase  # type: ignore[method-assign]
 
 
 def set_phase(phase: str) -> None:
@@ -233,13 +301,19 @@ def frame_name(filename: str, line: int, function: str) -> str:
 
 
 def caller() -> str:
-    """The innermost frame outside torch and the harness: the job's own code."""
+    """The innermost frame outside torch, the harness and the standard
+    library: the job's own code; for a thread running none of it (an async
+    save's writer, started by torch), the thread."""
     frame = sys._getframe(2)
     while frame is not None:
-        if is_job_code(frame.f_code.co_filename):
+        if is_job_code(frame.f_code.co_filename) and not frame.f_code.co_filename.startswith(_STDLIB):
             return frame_name(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
         frame = frame.f_back
-    return "?"
+    name = _thread_name()
+    return f"thread {name}" if name else "?"
+
+
+_STDLIB = os.path.dirname(threading.__file__) + os.sep
 
 
 def _wrap_collectives(tracer: Tracer) -> None:
@@ -264,9 +338,11 @@ def _collective_probe(tracer: Tracer, name: str, original: Callable) -> Callable
         with tracer.lock:
             tracer.collectives += 1
             number = tracer.collectives
+        group = kwargs.get("group")
+        named = {"group": group.group_name} if group is not None and hasattr(group, "group_name") else {}
         result = tracer.operation(
             "collective", name, lambda fault: original(*args, **kwargs),
-            op=name, n=number, at="enter", caller=caller(),
+            op=name, n=number, at="enter", caller=caller(), **named,
         )
         tracer.emit("collective", op=name, n=number, at="exit")
         return result

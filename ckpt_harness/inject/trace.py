@@ -130,7 +130,14 @@ def fields(events: Iterable[Event]) -> list[Mapping[str, Any]]:
 
 
 def pending_collective(events: list[Event]) -> Optional[Event]:
-    """The collective this rank entered and never left, if any."""
+    """The collective this rank entered and never left, if any (the latest)."""
+    pending = pending_collectives(events)
+    return pending[-1] if pending else None
+
+
+def pending_collectives(events: list[Event]) -> list[Event]:
+    """Every collective this rank entered and never left, in order: more than
+    one when a thread besides the main one (an async save's writer) was in one."""
     open_calls: dict[int, Event] = {}
     for event in events:
         if event.kind is not EventKind.COLLECTIVE:
@@ -139,7 +146,16 @@ def pending_collective(events: list[Event]) -> Optional[Event]:
             open_calls[event.fields["n"]] = event
         else:
             open_calls.pop(event.fields["n"], None)
-    return max(open_calls.values(), key=lambda e: e.fields["n"]) if open_calls else None
+    return sorted(open_calls.values(), key=lambda e: e.fields["n"])
+
+
+def _in_thread(e: Event) -> str:
+    """"barrier #9 on the main thread during save 2" (and the group when it is not the default one)."""
+    thread = e.fields.get("thread")
+    group = e.fields.get("group")
+    on = f" on group {group}" if group not in (None, "0") else ""
+    return (f"{e.collective} #{e.fields['n']}{on} on {f'thread {thread}' if thread else 'the main thread'}"
+            f" during {e.phase}")
 
 
 def where(events: list[Event], blocked: Optional[Collective] = None) -> str:
@@ -152,6 +168,10 @@ def where(events: list[Event], blocked: Optional[Collective] = None) -> str:
     if blocked_by is not None:  # the rank never returned from it
         return f"{BLOCKING[blocked_by.fault]} before operation #{blocked_by.fields['index']} of {blocked_by.phase}"
     pending = pending_collective(events)
+    threads = pending_collectives(events)
+    if len(threads) > 1:  # two threads of the rank in collectives: say each
+        head = f"waiting in {blocked.label}{f' ({blocked.origin})' if blocked.origin else ''}; " if blocked else ""
+        return f"{head}in {' and '.join(_in_thread(e) for e in threads)}"
     if blocked is not None:
         if pending is not None and pending.caller == blocked.caller:  # the job's own call, as probed
             return f"waiting in {pending.collective} #{blocked.seq} called from {pending.caller} during {pending.phase}"

@@ -38,23 +38,19 @@ What a save promises, and when (what the harness records and judges):
   `async_save` returned, keeping at least two for that reason.
 
 So between save k returning and save k+1 (or the end) `latest` still names
-the save before k. A crash in that window resumes k-1 by design; the
-oracle's "a returned save is S_k" does not hold for these jobs until it
-learns when a background save completes (issue 11, part 2).
+the save before k. A crash in that window resumes k-1 by design: the job
+reports the moment it published k (`ctx.published`), and the oracle accepts
+the save before only for faults before it (`oracle.properties.Background`).
 
-Where the background save shows up in the harness today (groundwork for
-faults inside it, issue 11 part 2; details in NOTES-issue11.md):
+Where the background save shows up in the harness (details in NOTES-issue11.md):
 
 - THREAD: the worker thread is in the rank process, so the file probes
   (`inject/files.py` wraps `open`, `os.write`, `os.fsync`, ... process-wide)
   and the collective probes (`torch.distributed.*` module attributes, which
-  DCP's `_DistWrapper` calls) see its operations. But a trace event's phase
-  is the process's current phase (`Tracer.phase`, one per process): the
-  background's writes are recorded, numbered and faulted under whatever the
-  main thread is doing at that instant ("save k" until `async_save`
-  returned, then "state after save k", "train_step k+1", ...). Point
-  numbers in those phases therefore depend on thread timing, and a fault
-  armed at "save k #i" hits whichever thread reaches point i first.
+  DCP's `_DistWrapper` calls) see its operations, and the runner gives work
+  handed to a thread the phase `bg_save k` (`probes.follow_threads`): its
+  points are numbered in the order the writer performs them, whatever the
+  main thread does meanwhile, and faults fire there while training goes on.
 - PROCESS: the checkpoint process is spawned (a fresh interpreter, not a
   fork of the probed rank): no probe runs in it, its file writes and its
   gloo collectives are in no trace, no fault can be armed in it, and the
@@ -117,6 +113,7 @@ class DcpAsyncJob(DcpJob):
         self._pending = None
         future.result()
         commit(ctx, path, step, sync_files=True)
+        ctx.published(step)
 
     def teardown(self, ctx: RankContext) -> None:
         super().teardown(ctx)

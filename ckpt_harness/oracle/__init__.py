@@ -25,7 +25,7 @@ from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind, classify_resume
 from ckpt_harness.oracle.problems import Problem, health
 from ckpt_harness.oracle.retention import judge_retention
 from ckpt_harness.oracle.resumed import Inferred, infer_start, judge_unreported_load
-from ckpt_harness.oracle.properties import PROPERTIES, accepted, expected, property_for
+from ckpt_harness.oracle.properties import PROPERTIES, Background, accepted, expected, property_for
 from ckpt_harness.oracle.script_resume import (
     judge_deterministic_saves,
     judge_later_saves,
@@ -46,7 +46,7 @@ from ckpt_harness.oracle.scenarios import (
 )
 
 __all__ = [
-    "PROPERTIES", "Outcome", "OutcomeKind", "Problem", "Reference", "accepted", "cannot_judge", "classify_resume", "expected",
+    "PROPERTIES", "Background", "Outcome", "OutcomeKind", "Problem", "Reference", "accepted", "cannot_judge", "classify_resume", "expected",
     "float_noise", "harness_error", "health", "judge_blocked", "judge_deterministic", "judge_fault", "judge_finished",
     "judge_fresh_start", "judge_golden", "judge_late", "judge_live", "judge_load_step", "judge_overwriting_save",
     "judge_replaced",

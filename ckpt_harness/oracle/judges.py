@@ -15,7 +15,9 @@ from ckpt_harness.inject.payload import Ran
 from ckpt_harness.oracle import diffs
 from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind, classify_resume
 from ckpt_harness.oracle.problems import health
-from ckpt_harness.oracle.properties import ERRORS, accepted, expected, property_for
+from ckpt_harness import phase
+from ckpt_harness.oracle.properties import (ERRORS, Background, accepted, accepted_background, expected,
+                                            expected_background, property_for)
 from ckpt_harness.errors import HarnessError
 from ckpt_harness.launch import RankStatus
 from ckpt_harness.records import Kind, Run
@@ -143,14 +145,16 @@ class Reference:
 def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], resumed: Run, *,
                 save_returned: bool, detail: str, repro: Optional[str],
                 row: Callable[[Outcome], tuple[str, ...]] = lambda outcome: (),
-                ran: Sequence[Ran] = ()) -> CaseResult:
+                ran: Sequence[Ran] = (), background: Optional[Background] = None) -> CaseResult:
     """The verdict on one fault case: the property its fault kind judges, or
     live/faithful when the run around it broke those first.
 
     `faulted` is the run with the fault armed (None when the directory was
     damaged after the fact); `save_returned` whether save k returned on every
     rank there; `row(outcome)` the report's table cells; `ran` the processes
-    that ran a payload planted in the checkpoint (safe-loading)."""
+    that ran a payload planted in the checkpoint (safe-loading). `background`,
+    for a job that saves in the background, replaces `save_returned` for
+    "atomic" and "preserving" by which save had been published (`Background`)."""
     prop = property_for(kind)
     outcome = classify_resume(resumed, ref.saved, ref.k, ref.prev)
     summary = f"{detail} → {outcome}"
@@ -180,7 +184,11 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
         if resumed.loaded_steps():  # some ranks reported a load and others not
             return result(prop, Verdict.FAIL, "some ranks never reported their load")
         return result(prop, Verdict.UNKNOWN)  # no rank did, and nothing it did says where it resumed
-    if not accepted(prop, outcome, save_returned, ref.prev is not None):
+    if background is not None and prop in ("atomic", "preserving"):
+        if not accepted_background(outcome, background, ref.k):
+            why = "expected " + expected_background(background, ref.k)
+            return result(prop, Verdict.FAIL, why + _unsurfaced(kind, faulted))
+    elif not accepted(prop, outcome, save_returned, ref.prev is not None):
         return result(prop, Verdict.FAIL, "expected " + expected(prop, save_returned, ref.prev is not None))
     if outcome.kind.resumed:
         faithful = judge_finished(case, ref.final, resumed, "final state vs. uninterrupted run")
@@ -217,6 +225,18 @@ def _judge_safe_loading(result: Callable[..., CaseResult], resumed: Run, outcome
         return result("safe-loading", Verdict.PASS, "no process ran the planted code (every rank loaded or refused "
                       "before the run hung: a liveness finding, which this property does not judge)")
     return result("safe-loading", Verdict.PASS, "no process ran the planted code")
+
+
+def _unsurfaced(kind: str, faulted: Optional[Run]) -> str:
+    """What a person must know when an injected error hit a background save
+    and no rank raised: the job reported a failed save as landed."""
+    if faulted is None or kind not in ERRORS or any(r.status.ended_badly for r in faulted.ranks):
+        return ""
+    fired = next((e for e in faulted.events() if e.fault in ERRORS), None)
+    if fired is None or phase.foreground(fired.phase) == fired.phase:
+        return ""
+    return (f"; the injected {fired.fault} in {fired.phase} (rank {fired.rank}'s background save) surfaced on no "
+            "rank: the job went on, and said the save had landed, as if it had succeeded")
 
 
 def judge_finished(case: str, final: Optional[States], run: Run, what: str) -> CaseResult:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Optional
+
 from ckpt_harness.errors import ModelError
 from ckpt_harness.inject.corrupt import UNSAFE_PICKLE
 from ckpt_harness.inject.faults import BLOCKING
@@ -65,3 +68,41 @@ def accepted(prop: str, outcome: Outcome, save_returned: bool, has_prev: bool) -
     if prop == "detecting":
         return outcome.kind in (OutcomeKind.S_K, OutcomeKind.REFUSED, previous)
     raise ModelError(f"no resume outcome is defined for property {prop!r} after a fault")
+
+
+# -- saves that land in the background ------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Background:
+    """What a fault case of a job that saves in the background is judged by
+    instead of "did save k return": a save there returns (`async_save`
+    returned, its state is recorded) long before it lands, and counts as
+    saved only once *published* (`ctx.published`, or `wait_for_saves`
+    returned). A fault before that may resume the save before it."""
+
+    #: The newest save published on every rank of the faulted run, None if none was.
+    published: Optional[int]
+
+
+def accepted_background(outcome: Outcome, background: Background, k: int) -> bool:
+    """"atomic" and "preserving" for a job that saves in the background: S_k,
+    or any save from the newest published one on (a fresh start if none was);
+    only S_k once save k was published."""
+    published = background.published
+    if outcome.kind is OutcomeKind.S_K:
+        return True
+    if published is not None and published >= k:
+        return False
+    if outcome.kind is OutcomeKind.FRESH:
+        return published is None
+    return outcome.kind in (OutcomeKind.S_PREV, OutcomeKind.OLDER) and outcome.step is not None \
+        and (published is None or outcome.step >= published)
+
+
+def expected_background(background: Background, k: int) -> str:
+    """What `accepted_background` allows, in words."""
+    published = background.published
+    if published is not None and published >= k:
+        return "S_k (save k had been published on every rank: landed, and made the one to resume)"
+    if published is None:
+        return "S_k, a save not yet published, or a fresh start (no save had been published on every rank)"
+    return f"S_k or a save from step {published} on (the newest published on every rank when the fault fired)"

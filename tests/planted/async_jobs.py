@@ -5,8 +5,17 @@ A separate module so that `jobs.py` does not pay for importing DCP and FSDP.
 
 from __future__ import annotations
 
+import threading
+import time
+
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import DefaultSavePlanner, FileSystemWriter
+from torch.distributed.checkpoint.staging import AsyncStager
+
 from ckpt_harness import RankContext
 from ckpt_harness.job import Job
+from ckpt_harness.jobs._common import commit, prepare_step_dir, step_dir
 from ckpt_harness.jobs.dcp_async import DcpAsyncJob
 
 
@@ -21,3 +30,114 @@ class PublishesOnlyAtNextSave(DcpAsyncJob):
     def save(self, ctx: RankContext, step: int) -> None:
         DcpAsyncJob.wait_for_saves(self, ctx)
         super().save(ctx, step)
+
+
+# -- one bug of async checkpointing each (issue 11); `dcp_async` is the correct variant ------
+class _NoStaging(AsyncStager):
+    """Hands `dcp.save` the live state dict: no copy (pytorch#144657)."""
+
+    _synchronize_after_execute = False
+
+    def stage(self, state_dict):
+        return state_dict
+
+
+class _SlowDisk(FileSystemWriter):
+    """A writer that starts writing only once `go` is set: storage slow
+    enough that training runs its next step first, every time."""
+
+    def __init__(self, path, go: threading.Event):
+        super().__init__(path)
+        self.go = go
+
+    def write_data(self, plan, planner):
+        self.go.wait(timeout=60)
+        return super().write_data(plan, planner)
+
+
+class SkipsStaging(DcpAsyncJob):
+    """Writes the live tensors in the background: the optimizer step after
+    `async_save` returned changes them in place before they reach the disk,
+    so save k persists a later state than the one it returned with."""
+
+    def setup(self, ctx: RankContext) -> None:
+        super().setup(ctx)
+        self._go = threading.Event()
+        self._go.set()
+
+    def train_step(self, ctx: RankContext, step: int) -> float:
+        loss = super().train_step(ctx, step)
+        self._go.set()
+        return loss
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        self.wait_for_saves(ctx)
+        path = step_dir(ctx.ckpt_dir, step)
+        prepare_step_dir(ctx, path)
+        self._go.clear()
+        future = dcp.async_save(self._payload(ctx, step), storage_writer=_SlowDisk(path, self._go),
+                                process_group=self._group, async_stager=_NoStaging())
+        self._pending = (step, path, future)
+
+    def wait_for_saves(self, ctx: RankContext) -> None:
+        self._go.set()
+        super().wait_for_saves(ctx)
+
+
+class SwallowsBackgroundFailure(DcpAsyncJob):
+    """A failed background write is logged and forgotten (OLMo-core #831): the
+    save is published as if it had landed."""
+
+    def wait_for_saves(self, ctx: RankContext) -> None:
+        if self._pending is None:
+            return
+        step, path, future = self._pending
+        self._pending = None
+        try:
+            future.result()
+        except BaseException as exc:  # noqa: BLE001 - the bug (DCP raises CheckpointException, a BaseException)
+            print(f"background save {step} failed, carrying on: {exc}")
+        commit(ctx, path, step, sync_files=True)
+        ctx.published(step)
+
+
+class PublishesBeforeDurable(DcpAsyncJob):
+    """Moves `latest` (and rotates) as soon as `async_save` returned, before
+    the background writer has written anything (KempnerForge#102)."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        super().save(ctx, step)
+        commit(ctx, self._pending[1], step)
+
+    def wait_for_saves(self, ctx: RankContext) -> None:
+        if self._pending is not None:
+            _, _, future = self._pending
+            self._pending = None
+            future.result()
+
+
+class _LateOnRank0(DefaultSavePlanner):
+    """Rank 0's background save reaches its first collective late."""
+
+    def create_local_plan(self):
+        if dist.get_rank() == 0:
+            time.sleep(1.0)
+        return super().create_local_plan()
+
+
+class SharesTrainingGroup(DcpAsyncJob):
+    """Runs the background save's collectives on the training (default)
+    process group while the main thread runs a barrier on it
+    (KempnerForge#104). Rank 0's writer and rank 1's main thread are made
+    late, so rank 0 enters the barrier first and rank 1 the writer's
+    collective first: the two never match."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        self.wait_for_saves(ctx)
+        path = step_dir(ctx.ckpt_dir, step)
+        prepare_step_dir(ctx, path)
+        future = dcp.async_save(self._payload(ctx, step), checkpoint_id=path, planner=_LateOnRank0())
+        self._pending = (step, path, future)
+        if ctx.rank == 1:
+            time.sleep(1.0)
+        dist.barrier()

@@ -398,3 +398,30 @@ def test_judge_reshard_save():
            V.FAIL, "the run at world size 2 failed")
     expect(judge_reshard_save("c", "reshardable", AT_2, 6, 2, "REPRO"), "reshardable",
            V.UNKNOWN, "save 6 never returned on every rank")
+
+
+# -- saves that land in the background (issue 11) ------------------------------------------
+@pytest.mark.parametrize("outcome, step, published, ok", [
+    P(O.S_K, 4, 2, True, id="S_k before publication"),
+    P(O.S_PREV, 2, 2, True, id="the published save"),
+    P(O.OLDER, 0, 2, False, id="older than the published save"),
+    P(O.FRESH, None, None, True, id="fresh start, nothing published"),
+    P(O.FRESH, None, 2, False, id="fresh start after save 2 was published"),
+    P(O.OLDER, 2, None, True, id="an unpublished older save, nothing published"),
+    P(O.S_PREV, 2, 4, False, id="save k published: only S_k"),
+    P(O.S_K, 4, 4, True, id="S_k once published"),
+    P(O.REFUSED, None, None, False, id="a refusal is never a resume"),
+    P(O.MIXED, 2, None, False, id="mixed"),
+])
+def test_accepted_background(outcome, step, published, ok):
+    from ckpt_harness.oracle.properties import Background, accepted_background
+
+    assert accepted_background(Outcome(outcome, step), Background(published), 4) is ok
+
+
+def test_expected_background_says_which_save_was_published():
+    from ckpt_harness.oracle.properties import Background, expected_background
+
+    assert expected_background(Background(4), 4).startswith("S_k (save k had been published")
+    assert "from step 2 on" in expected_background(Background(2), 4)
+    assert "fresh start" in expected_background(Background(None), 4)
