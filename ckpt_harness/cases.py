@@ -14,6 +14,7 @@ import concurrent.futures
 import dataclasses
 import shutil
 import threading
+import traceback
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
@@ -122,6 +123,12 @@ def run_case(baseline: Baseline, case: Case) -> CaseResult:
     """Run one case against `baseline` and judge it; a harness error is this case's ERROR."""
     try:
         return _run_case(baseline, case, fresh_dir(baseline.root / "cases", case.name))
+    except durability.DurabilityError as exc:  # a trace the model will not guess at: no statement about the job
+        return oracle.cannot_judge(
+            case.name, oracle.property_for(case.kind),
+            f"the power-loss model cannot follow this run's trace ({exc}); most often the save wrote through a "
+            "process or channel the probes do not see (DCP's checkpoint process, mmap), see the exploration's "
+            "warnings", traceback.format_exc())
     except Exception as exc:  # noqa: BLE001 - this case is an ERROR; the other cases go on
         return oracle.harness_error(case.name, oracle.property_for(case.kind), exc, baseline.repro(case.name),
                                     row=case.row)

@@ -286,3 +286,16 @@ def test_states_are_derived_only_from_a_trace_that_rebuilds_the_golden_directory
     assert any("no case state was derived" in w and "raw.bin" in w for w in report.warnings), report.warnings
     # a run stopped after a background save waits for it to land: the golden trace does not show that
     assert "background" in baseline("dcp_async", workdir=tmp_path / "async", world_size=2).replay_gap
+
+
+def test_a_power_loss_the_model_cannot_follow_is_unknown_not_an_error(tmp_path):
+    """A file written by a child process and then fsynced by the rank (DCP's
+    process-based async saves) is an fsync of a file the trace never saw:
+    the model will not guess what a power loss leaves, and the case says so
+    as UNKNOWN (no statement about the job), not as a harness ERROR."""
+    report = explore("tests.planted.checkpointers:WritesInChildProcess", workdir=tmp_path, world_size=2,
+                     faults=(), corruptions=(), after=True, cases=["power-loss-after"])
+    (result,) = report.results
+    assert result.verdict is Verdict.UNKNOWN, result.summary
+    assert "the power-loss model cannot follow this run's trace" in result.summary and "side.bin" in result.summary
+    assert any("side.bin" in w for w in report.warnings), report.warnings

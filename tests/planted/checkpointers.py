@@ -29,6 +29,8 @@ import hashlib
 import json
 import mmap
 import os
+import sys
+import subprocess
 import shutil
 import warnings
 from io import BytesIO
@@ -444,6 +446,27 @@ class MmapWrites(ReferenceCheckpointer):
                 os.ftruncate(fd, len(payload))
                 with mmap.mmap(fd, len(payload)) as mapped:
                     mapped[:] = payload
+            finally:
+                os.close(fd)
+        dist.barrier()
+
+
+class WritesInChildProcess(ReferenceCheckpointer):
+    """The reference, plus a file rank 0 has a child process write into each
+    committed directory and then fsyncs itself (as DCP's process-based async
+    executor does with its checkpoint process). Not a checkpoint bug: the
+    loader never reads it. The power-loss model sees an fsync of a file it
+    never saw written and cannot say what a power loss leaves: those cases
+    are UNKNOWN, never a harness ERROR, and never a FAIL."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        super().save(ctx, step)
+        if ctx.rank == 0:
+            side = step_dir(ctx.ckpt_dir, step) / "side.bin"
+            subprocess.run([sys.executable, "-c", f"open({str(side)!r}, 'wb').write(b'from a child')"], check=True)
+            fd = os.open(side, os.O_RDONLY)
+            try:
+                os.fsync(fd)
             finally:
                 os.close(fd)
         dist.barrier()
