@@ -315,15 +315,11 @@ class ScriptExploreConfig(ScriptConfig):
         steps = self.save_steps
         if not steps:
             raise ConfigError("the script's saves are not known before its golden run (ScriptExploreConfig.knowing)")
-        if isinstance(self.save, int):
-            return self.save
-        return {"first": steps[0], "second": steps[min(1, len(steps) - 1)], "last": steps[-1]}[self.save]
+        return broken_save(steps, self.save)
 
     @property
     def prev(self) -> Optional[int]:
-        steps = self.save_steps
-        i = steps.index(self.k)
-        return steps[i - 1] if i else None
+        return save_before(self.save_steps, self.k)
 
     @property
     def power_loss_after(self) -> bool:
@@ -331,6 +327,18 @@ class ScriptExploreConfig(ScriptConfig):
 
     def stop_ranks(self, step: Optional[int]) -> Optional[frozenset[int]]:
         return dict(self.savers).get(step) if step is not None else None
+
+
+def broken_save(steps: Sequence[int], save: Union[str, int]) -> int:
+    """The step `save` names among the save `steps` (a step, or first/second/last)."""
+    if isinstance(save, int):
+        return save
+    return {"first": steps[0], "second": steps[min(1, len(steps) - 1)], "last": steps[-1]}[save]
+
+
+def save_before(steps: Sequence[int], k: int) -> Optional[int]:
+    i = steps.index(k)
+    return steps[i - 1] if i else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,17 +361,12 @@ class ExploreConfig(RunConfig):
     @property
     def k(self) -> int:
         """The step of the save that is broken."""
-        steps = self.save_steps
-        if isinstance(self.save, int):
-            return self.save
-        return {"first": steps[0], "second": steps[min(1, len(steps) - 1)], "last": steps[-1]}[self.save]
+        return broken_save(self.save_steps, self.save)
 
     @property
     def prev(self) -> Optional[int]:
         """The save before it, if any: what a resume may fall back to."""
-        steps = self.save_steps
-        i = steps.index(self.k)
-        return steps[i - 1] if i else None
+        return save_before(self.save_steps, self.k)
 
     @property
     def runs(self) -> tuple[RunConfig, int]:
