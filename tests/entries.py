@@ -93,6 +93,23 @@ def report_layout(info, payload):
     )
 
 
+def report_signals(info, payload):
+    """What a rank does on SIGPIPE and SIGINT, and what a write to a closed pipe does."""
+    import signal
+
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        os.write(write, b"x")
+        broken = "no error"
+    except BrokenPipeError:
+        broken = "BrokenPipeError"
+    Path(info.run_dir, f"signals{info.rank}").write_text(
+        f"{signal.getsignal(signal.SIGPIPE) is signal.SIG_IGN} "
+        f"{signal.getsignal(signal.SIGINT) is signal.default_int_handler} {broken}"
+    )
+
+
 # -- probes keep the job's buffering (tests/test_probe_fidelity.py) ---------------------------
 def _install_probes(info, payload):
     from ckpt_harness.inject import probes

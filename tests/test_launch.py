@@ -225,3 +225,22 @@ def test_simulated_nodes_get_their_own_local_ranks(tmp_path):
                       ["2", "0", "2", "1", "0", "1"], ["3", "1", "2", "1", "1", "1"]]
     with pytest.raises(ValueError, match="3 simulated nodes cannot share 4 ranks evenly"):
         spec(tmp_path, "report_layout", world_size=4, nodes=3)
+
+
+def test_a_rank_starts_with_the_signal_dispositions_of_a_fresh_interpreter(tmp_path):
+    """Python ignores SIGPIPE at startup: a rank killed by one where a plain
+    `python train.py` gets BrokenPipeError would fail where the job does not."""
+    fresh = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import os, signal
+        read, write = os.pipe(); os.close(read)
+        try:
+            os.write(write, b"x"); broken = "no error"
+        except BrokenPipeError:
+            broken = "BrokenPipeError"
+        print(signal.getsignal(signal.SIGPIPE) is signal.SIG_IGN,
+              signal.getsignal(signal.SIGINT) is signal.default_int_handler, broken)
+    """)], capture_output=True, text=True, check=True).stdout.split()
+    outcome = run_group(spec(tmp_path, "report_signals"))
+    assert outcome.ok, outcome
+    assert fresh == ["True", "True", "BrokenPipeError"]
+    assert [(tmp_path / f"signals{r}").read_text().split() for r in range(2)] == [fresh, fresh]

@@ -61,6 +61,7 @@ Where the background save shows up in the harness (details in NOTES-issue11.md):
 
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import Future
 from datetime import timedelta
 from pathlib import Path
@@ -129,6 +130,10 @@ def _default_timeout() -> timedelta:
     return default._get_backend(torch.device("cpu")).options._timeout
 
 
+#: Seconds a checkpoint process is given to leave on its own at teardown.
+_STOP_GRACE = 2.0
+
+
 class DcpAsyncProcessJob(DcpAsyncJob):
     """`dcp_async` with DCP's process executor: one checkpoint process per rank."""
 
@@ -137,10 +142,24 @@ class DcpAsyncProcessJob(DcpAsyncJob):
 
     def teardown(self, ctx: RankContext) -> None:
         """Stop the checkpoint process now rather than at interpreter exit,
-        which a rank never reaches (it parks and is killed with its group)."""
+        which a rank never reaches (it parks and is killed with its group).
+
+        Every save was waited for, so nothing is lost by killing it: ask it
+        to stop, and kill it if it has not within `_STOP_GRACE` (leaving its
+        gloo group took over 5 s on a loaded box), then reap it. DCP's own `__del__` (TERMINATE,
+        5 s, SIGTERM) leaves a dying process that the object's second
+        `__del__`, at garbage collection, writes to: a broken pipe.
+        """
         from torch.distributed.checkpoint import _async_process_executor as executor
 
         process, executor._CHECKPOINT_PROCESS = executor._CHECKPOINT_PROCESS, None
         if process is not None:
-            process.__del__()  # TERMINATE, join(5 s), then SIGTERM
+            child = process._save_process
+            if child.is_alive():
+                with contextlib.suppress(OSError):  # it may have died since
+                    process._send(executor._CheckpointSaveProcessControlOpts.TERMINATE)
+                child.join(timeout=_STOP_GRACE)
+            if child.is_alive():
+                child.kill()
+            child.join()
         super().teardown(ctx)

@@ -45,8 +45,14 @@ def become_rank(spec: dict, request: dict, status_fd: int, zygote_pid: int) -> N
     try:
         os.setpgid(0, 0)
         _proc.die_with_parent(zygote_pid)
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGPIPE):
+        # What a fresh interpreter starts with, whatever the zygote set: a
+        # write to a closed pipe raises BrokenPipeError rather than killing
+        # the rank (DCP's checkpoint process pipe, a logger's socket), and
+        # SIGINT raises KeyboardInterrupt.
+        for sig in (signal.SIGTERM, signal.SIGCHLD):
             signal.signal(sig, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         _proc.redirect_output(spec["log"])
         faulthandler.enable(file=sys.stderr, all_threads=True)
         faulthandler.register(STACK_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
