@@ -164,22 +164,47 @@ def observe(fn: Callable[[], Mapping[str, Any]]) -> Callable[[], Mapping[str, An
     return fn
 
 
+#: Classes (by qualified name, so nothing is imported to check) whose
+#: objects frameworks hand their saves whole, pickled by their attributes,
+#: and whose attributes are training state a resume must restore: a
+#: DeepSpeed loss scaler's current scale and overflow counters (fp16), the
+#: addresses of a ZeRO optimizer's parameter slices. Other objects with no
+#: `state_dict` stay named by type: their attributes hold what differs
+#: between identical runs (the Trainer's `TrainingArguments` holds the run's
+#: output directory and a timestamped logging directory).
+BY_ATTRIBUTES = frozenset({
+    "deepspeed.runtime.fp16.loss_scaler.LossScalerBase",
+    "deepspeed.utils.tensor_fragment.fragment_address",
+})
+
+
 def plain(value: Any) -> Any:
     """`value` in the shapes `state.capture` takes: modules and optimizers by
-    their `state_dict()`, objects it has no leaf for by their type's name."""
+    their `state_dict()`, sets sorted, enum members by name, the
+    `BY_ATTRIBUTES` classes by their attributes, other objects it has no
+    leaf for by their type's name."""
+    import enum
+
     import numpy as np
     import torch
 
     if isinstance(value, (torch.Tensor, np.ndarray, np.generic, bool, int, float, str, bytes)) or value is None:
         return value
+    kind = f"{type(value).__module__}.{type(value).__qualname__}"
+    if isinstance(value, enum.Enum):
+        return f"<{kind}.{value.name}>"
     if isinstance(value, Mapping):
         return {str(k): plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [plain(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted((plain(v) for v in value), key=repr)
     state_dict = getattr(value, "state_dict", None)
     if callable(state_dict):
         return plain(state_dict())
-    return f"<{type(value).__module__}.{type(value).__qualname__}>"
+    if any(f"{c.__module__}.{c.__qualname__}" in BY_ATTRIBUTES for c in type(value).__mro__):
+        return {"type": kind, **{str(k): plain(v) for k, v in vars(value).items()}}
+    return f"<{kind}>"
 
 
 # -- installing the wrappers ----------------------------------------------------------------

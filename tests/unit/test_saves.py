@@ -56,3 +56,27 @@ def test_plain_takes_modules_by_state_dict_and_names_other_objects_by_type():
     out = plain({"model": torch.nn.Linear(1, 1), "args": object(), "rng": (3, [1, 2], None)})
     assert sorted(out["model"]) == ["bias", "weight"]
     assert out["args"] == "<builtins.object>" and out["rng"] == [3, [1, 2], None]
+
+
+class Scaler:
+    """Stands for a framework object pickled whole (DeepSpeed's loss scaler)."""
+
+    def __init__(self, scale):
+        self.cur_scale, self.cur_iter = scale, 3
+
+
+def test_plain_takes_the_listed_framework_objects_by_attributes_sets_sorted_enums_by_name(monkeypatch):
+    import enum
+
+    from ckpt_harness.inject import saves
+
+    class Stage(enum.Enum):
+        ONE = 1
+
+    listed = {"scaler": Scaler(2.0), "other": Scaler(4.0), "names": {"b", "a"}, "stage": Stage.ONE}
+    assert plain(listed)["scaler"] == f"<{__name__}.Scaler>"  # not listed: named by type (its fields may differ per run)
+    monkeypatch.setattr(saves, "BY_ATTRIBUTES", saves.BY_ATTRIBUTES | {f"{__name__}.Scaler"})
+    out = plain(listed)
+    assert out["scaler"] == {"type": f"{__name__}.Scaler", "cur_scale": 2.0, "cur_iter": 3}
+    assert out["other"]["cur_scale"] == 4.0  # a different scale is a different state
+    assert out["names"] == ["a", "b"] and out["stage"].endswith("Stage.ONE>")

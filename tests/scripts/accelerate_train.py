@@ -1,0 +1,53 @@
+"""A tiny `accelerate` training loop as a user writes it for torchrun:
+`Accelerator()`, a model and an optimizer it prepares, `save_state` into
+OUT/step_N every K steps, and `load_state` of the newest step_N when started
+again on a directory that holds one. The data of step s is a function of s
+and the rank, so a resume replays it.
+
+    accelerate_train.py OUT [--steps N] [--save-every K] [--bug forget-optimizer]
+
+forget-optimizer: the resume loads the model's weights alone (its
+model.safetensors), not `load_state`: the optimizer starts afresh.
+"""
+
+import argparse
+import re
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from accelerate.utils import set_seed
+
+parser = argparse.ArgumentParser()
+parser.add_argument("out", type=Path)
+parser.add_argument("--steps", type=int, default=4)
+parser.add_argument("--save-every", type=int, default=2)
+parser.add_argument("--bug", choices=("forget-optimizer",))
+args = parser.parse_args()
+
+accelerator = Accelerator(cpu=True)
+set_seed(0)  # python, numpy and torch: their states are part of the checkpoint
+model = torch.nn.Linear(8, 8)
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+model, optimizer = accelerator.prepare(model, optimizer)
+
+start = 0
+steps = [int(m.group(1)) for p in args.out.iterdir() if (m := re.fullmatch(r"step_(\d+)", p.name))]
+if steps:
+    start = max(steps)
+    found = args.out / f"step_{start}"
+    if args.bug == "forget-optimizer":
+        from safetensors.torch import load_file
+
+        accelerator.unwrap_model(model).load_state_dict(load_file(found / "model.safetensors"))
+    else:
+        accelerator.load_state(found)
+for step in range(start + 1, args.steps + 1):
+    data = torch.Generator().manual_seed(1000 * step + accelerator.process_index)
+    optimizer.zero_grad()
+    accelerator.backward(model(torch.randn(4, 8, generator=data)).square().sum())
+    optimizer.step()
+    if step % args.save_every == 0:
+        accelerator.save_state(args.out / f"step_{step}")
+accelerator.wait_for_everyone()
+accelerator.end_training()

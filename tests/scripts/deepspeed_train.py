@@ -1,0 +1,56 @@
+"""A tiny DeepSpeed training loop as a user writes it for torchrun, on CPU:
+ZeRO stage 1 with DeepSpeed's AdamW (`torch_adam`), over gloo;
+`engine.save_checkpoint(OUT, tag="global_stepN")` every K steps and
+`engine.load_checkpoint(OUT)` (the tag its `latest` file names) when started
+again on a directory that holds one. The data of step s is a function of s
+and the rank, so a resume replays it.
+
+    deepspeed_train.py OUT [--steps N] [--save-every K] [--bug forget-optimizer]
+
+forget-optimizer: the resume passes `load_optimizer_states=False` (meant
+for fine-tuning from a checkpoint): weights come back, Adam's moments and
+step count start afresh.
+"""
+
+import argparse
+import logging
+import os
+from pathlib import Path
+
+os.environ.setdefault("DS_ACCELERATOR", "cpu")
+
+import deepspeed  # noqa: E402
+import torch  # noqa: E402
+from deepspeed.utils import logger  # noqa: E402
+
+parser = argparse.ArgumentParser()
+parser.add_argument("out", type=Path)
+parser.add_argument("--steps", type=int, default=4)
+parser.add_argument("--save-every", type=int, default=2)
+parser.add_argument("--bug", choices=("forget-optimizer",))
+args = parser.parse_args()
+
+logger.setLevel(logging.WARNING)
+deepspeed.init_distributed(dist_backend="gloo")
+rank = torch.distributed.get_rank()
+torch.manual_seed(0)
+config = {
+    "train_micro_batch_size_per_gpu": 4,
+    "gradient_accumulation_steps": 1,
+    "optimizer": {"type": "AdamW", "params": {"lr": 0.1, "weight_decay": 0.01, "torch_adam": True}},
+    "zero_optimization": {"stage": 1},
+    "steps_per_print": 10**9,
+}
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
+engine, _, _, _ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+
+if (args.out / "latest").exists():
+    engine.load_checkpoint(str(args.out), load_optimizer_states=args.bug != "forget-optimizer")
+for step in range(engine.global_steps + 1, args.steps + 1):
+    data = torch.Generator().manual_seed(1000 * step + rank)
+    engine.backward(engine(torch.randn(4, 8, generator=data)).square().sum())
+    engine.step()
+    if step % args.save_every == 0:
+        engine.save_checkpoint(str(args.out), tag=f"global_step{step}")
+torch.distributed.barrier()
+torch.distributed.destroy_process_group()
