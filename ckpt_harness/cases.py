@@ -233,8 +233,8 @@ def _derived_crash(baseline: Baseline, case: Case, ckpt: Path) -> Optional[bool]
     mine = ranks.get(fault.rank, ())
     at = next((i for i, e in enumerate(mine) if e.phase == fault.phase and e.point is not None
                and e.point <= fault.index < e.point + e.count), None)
-    if at is None:
-        return None
+    if at is None or mine[at].fields.get("process"):
+        return None  # a crash of a process the rank spawned to save: the rank goes on, and learns of it
     ops = mine[at].ops
     done = ops[:fault.index - mine[at].point + (fault.kind == "crash-after")]
     if len(done) == len(ops):

@@ -68,11 +68,16 @@ class RunPlan:
 def run_rank(info: RankInfo, plan: RunPlan) -> None:
     """Launcher entry point: run `plan` as rank `info.rank`."""
     Path(plan.ckpt_dir).mkdir(parents=True, exist_ok=True)
+
+    def child_paths(actor: str) -> tuple[str, Optional[str]]:
+        return (str(trace_path(info.run_dir, info.rank, actor)),
+                str(data_path(info.run_dir, info.rank, actor)) if plan.log_data else None)
+
     probes.install(
         str(trace_path(info.run_dir, info.rank)), info.rank,
         ckpt_dir=plan.ckpt_dir if plan.trace_files or plan.faults else None, faults=plan.faults,
         data_log=str(data_path(info.run_dir, info.rank)) if plan.log_data else None,
-        thread_phases=True,
+        thread_phases=True, child_paths=child_paths,
     )
     recorder = Recorder(records_path(info.run_dir, info.rank))
     try:
@@ -92,6 +97,7 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
     _seed_everything(plan.seed + info.rank)
     ckpt_dir = Path(plan.ckpt_dir)
     job: Job = load(plan.job)()
+    probes.follow_children()  # processes its framework spawns to save get the probes too
 
     def on_loaded(step: Optional[int]) -> None:
         probes.set_phase(phase.STATE_AFTER_LOAD)
@@ -168,6 +174,7 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
     else:
         probes.set_phase(phase.SETUP)
         job.setup(ctx)
+        probes.follow_children()  # a framework setup imported
         probes.set_phase(phase.LOAD)
         start = job.load(ctx)
         ctx.loaded(start)
