@@ -12,7 +12,12 @@ rank got there, the way a preemption ends a job. A job that saves in the
 background (`Job.saves_in_background`) is stopped later: it trains on up to
 its next save while save k is in flight (where an async save's staging and
 its background writer are put to the test), then waits for its saves
-(`wait_for_saves`, a graceful preemption) and parks.
+(`wait_for_saves`, a graceful preemption) and parks. A *hard* stop
+(`RunPlan.hard_stop`) parks every job right after save k returned, its
+background save still in flight: the preemption that does not wait (a
+node lost, a scheduler's SIGKILL), after which only what was published may
+be relied on (`oracle.judge_hard_stop`). For a job that saves synchronously
+the two stops are one.
 
 For such a job a save has two moments: it *returned* (`Kind.SAVED`, the
 state recorded then is what it must persist) and it was *published*
@@ -54,6 +59,9 @@ class RunPlan:
     overwrite: bool = False
     #: Park right after save k returned (a preemption); None runs to the end.
     stop_after_save: Optional[int] = None
+    #: The preemption is hard: park at once, not waiting for the save in
+    #: flight of a job that saves in the background (see the module docstring).
+    hard_stop: bool = False
     #: The faults armed in this run, each firing once.
     faults: tuple[Fault, ...] = ()
     #: Log every byte written under the checkpoint dir (for the power-loss model).
@@ -114,6 +122,9 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
         if plan.full_state:
             recorder.write(Kind.SAVED_FULL, step=step, state=state_mod.capture(job.full_state(ctx)))
         if plan.stop_after_save == step:
+            if plan.hard_stop:
+                recorder.write(Kind.STOPPED, step=step)
+                launch_rank.park()
             if background and not job.owns_loop():
                 stopping.append(step)  # trains on until the next save (see `_drive`'s loop)
             else:
