@@ -22,6 +22,7 @@ from ckpt_harness.inject.trace import fields
 from ckpt_harness.jobref import resolve
 from ckpt_harness.records import data_reader
 from ckpt_harness.resumes import Resumes
+from ckpt_harness.run import launch
 from ckpt_harness.verdict import Verdict
 from ckpt_harness.verify import verify
 
@@ -91,3 +92,17 @@ def test_a_save_claimed_published_and_lost_to_a_hard_stop_is_flagged(tmp_path):
     assert failed == {("hard@4", "atomic")}, report.explain()  # a graceful stop lets the write land
     hard = next(r for r in report.failures())
     assert "newest published: 4" in hard.summary and "refused" in hard.summary, hard.summary
+
+
+def test_a_hang_in_the_checkpoint_process_is_reported_there(process_job, tmp_path):
+    """The run is cut at its deadline; each rank's place names its checkpoint
+    process: the one the hang blocked, and the peer's, waiting for it in DCP's gather."""
+    fault = at(process_job, "hang", 0, "collective", "gather_object").faults[0]
+    # the whole golden run, measured here, and some: the hang is in its last save
+    deadline = 1.3 * process_job.golden.outcome.elapsed + 2
+    run = launch(process_job.config, "hung", tmp_path / "ckpt", tmp_path / "run", stop_after_save=4,
+                 faults=(fault,), deadline=deadline)
+    assert run.outcome.timed_out
+    mine, peer = (run.ranks[r].where() for r in (0, 1))
+    assert mine.startswith("blocked by the injected hang in checkpoint process ") and "bg_save 4" in mine, mine
+    assert peer.startswith("waiting in checkpoint process ") and "gather_object" in peer, peer

@@ -202,9 +202,10 @@ def where(events: list[Event], blocked: Optional[Collective] = None) -> str:
         origin = f" ({blocked.origin})" if blocked.origin else ""
         return f"waiting in {blocked.label}{origin} during {events[-1].phase if events else 'start'}"
     if pending is not None:
-        inside = f" in {pending.fields['process']}" if pending.fields.get("process") else ""
-        return (f"waiting{inside} in {pending.collective} #{pending.fields['n']} called from {pending.caller}"
-                f" during {pending.phase}")
+        process = pending.fields.get("process")
+        inside = f" in {process}" if process else ""
+        called = f" called from {pending.caller}" if pending.caller != process else ""
+        return f"waiting{inside} in {pending.collective} #{pending.fields['n']}{called} during {pending.phase}"
     phase = events[-1].phase if events else None
     return f"in {phase}, not in a collective" if phase else "before the job started"
 
