@@ -127,7 +127,7 @@ def run_case(baseline: Baseline, case: Case) -> CaseResult:
         return oracle.cannot_judge(
             case.name, oracle.property_for(case.kind),
             f"the power-loss model cannot follow this run's trace ({exc}); most often the save wrote through a "
-            "process or channel the probes do not see (DCP's checkpoint process, mmap), see the exploration's "
+            "process or channel the probes do not see (a subprocess the job started, mmap), see the exploration's "
             "warnings", traceback.format_exc())
     except Exception as exc:  # noqa: BLE001 - this case is an ERROR; the other cases go on
         return oracle.harness_error(case.name, oracle.property_for(case.kind), exc, baseline.repro(case.name),

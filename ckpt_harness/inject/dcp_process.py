@@ -78,7 +78,7 @@ def _rank_timeout() -> Optional[float]:
 
 def _subprocess(spec: probes.Child, pg_init_info: Any, parent_conn: Any) -> None:
     """The checkpoint process's target: the probes, then DCP's own loop."""
-    probes.install_child(spec, f"checkpoint process {os.getpid()}")
+    probes.install_child(spec, "checkpoint process")  # no pid: points name it alike in every run
     cls = executor._AsyncCheckpointProcess
     execute = cls._execute_save
 

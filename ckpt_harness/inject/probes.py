@@ -285,7 +285,7 @@ def child(actor: str, pg_timeout: Optional[float] = None) -> Optional[Child]:
 
 def install_child(spec: Child, process: str) -> Tracer:
     """In the spawned process: install the probes as `spec` says, the
-    process named `process` in every event ("checkpoint process 1234"), in
+    process named `process` in every event ("checkpoint process"), in
     the phase of the work that spawned it."""
     if spec.pg_timeout is not None:
         # What the launcher gives a rank's groups (`launch.worker._default_timeouts`):

@@ -173,7 +173,7 @@ def _group(e: Event) -> str:
 
 def on_thread(e: Event) -> str:
     """"on the main thread", "on thread AsyncCheckpointExecutor_0", "in
-    checkpoint process 1234" (a process the rank spawned to save)."""
+    checkpoint process" (a process the rank spawned to save)."""
     thread, process = e.fields.get("thread"), e.fields.get("process")
     if process:
         return f"in {process}" + (f" (thread {thread})" if thread else "")
