@@ -127,7 +127,7 @@ def run_case(baseline: Baseline, case: Case) -> CaseResult:
         return oracle.cannot_judge(
             case.name, oracle.property_for(case.kind),
             f"the power-loss model cannot follow this run's trace ({exc}); most often the save wrote through a "
-            "process or channel the probes do not see (DCP's checkpoint process, mmap), see the exploration's "
+            "process or channel the probes do not see (a subprocess the job started, mmap), see the exploration's "
             "warnings", traceback.format_exc())
     except Exception as exc:  # noqa: BLE001 - this case is an ERROR; the other cases go on
         return oracle.harness_error(case.name, oracle.property_for(case.kind), exc, baseline.repro(case.name),
@@ -233,8 +233,8 @@ def _derived_crash(baseline: Baseline, case: Case, ckpt: Path) -> Optional[bool]
     mine = ranks.get(fault.rank, ())
     at = next((i for i, e in enumerate(mine) if e.phase == fault.phase and e.point is not None
                and e.point <= fault.index < e.point + e.count), None)
-    if at is None:
-        return None
+    if at is None or mine[at].fields.get("process"):
+        return None  # a crash of a process the rank spawned to save: the rank goes on, and learns of it
     ops = mine[at].ops
     done = ops[:fault.index - mine[at].point + (fault.kind == "crash-after")]
     if len(done) == len(ops):

@@ -31,19 +31,33 @@ def records_path(run_dir: PathLike, rank: int) -> Path:
     return Path(run_dir) / f"rank{rank}.records"
 
 
-def trace_path(run_dir: PathLike, rank: int) -> Path:
-    return Path(run_dir) / f"rank{rank}.trace"
+def trace_path(run_dir: PathLike, rank: int, actor: str = "") -> Path:
+    """A rank's trace; with `actor`, the trace of a process the rank spawned
+    to save (`probes.Child`: "ckpt", DCP's checkpoint process)."""
+    return Path(run_dir) / (f"rank{rank}.{actor}.trace" if actor else f"rank{rank}.trace")
 
 
-def data_path(run_dir: PathLike, rank: int) -> Path:
-    """Every byte a rank wrote under the checkpoint dir, when the power-loss model needs them."""
-    return Path(run_dir) / f"rank{rank}.data"
+def data_path(run_dir: PathLike, rank: int, actor: str = "") -> Path:
+    """Every byte a rank (or its process `actor`) wrote under the checkpoint
+    dir, when the power-loss model needs them."""
+    return Path(run_dir) / (f"rank{rank}.{actor}.data" if actor else f"rank{rank}.data")
+
+
+def read_events(run_dir: PathLike, rank: int) -> list[Event]:
+    """A rank's events, with those of the processes it spawned to save merged
+    in by time (each names its process: `Event.fields["process"]`)."""
+    own = trace.read_events(trace_path(run_dir, rank))
+    children = sorted(Path(run_dir).glob(f"rank{rank}.*.trace"))
+    if not children:
+        return own
+    return trace.merge_processes([own, *(trace.read_events(p) for p in children)])
 
 
 def data_reader(run_dir: PathLike):
-    """`read(rank, offset, length)` over the ranks' data logs, as the durability model asks."""
-    def read(rank: int, offset: int, length: int) -> bytes:
-        with open(data_path(run_dir, rank), "rb") as f:
+    """`read(rank, offset, length, actor)` over the ranks' data logs, as the
+    durability model asks (a write's data ref names its log's `actor`)."""
+    def read(rank: int, offset: int, length: int, actor: str = "") -> bytes:
+        with open(data_path(run_dir, rank, actor), "rb") as f:
             f.seek(offset)
             return f.read(length)
 
@@ -173,8 +187,7 @@ class Run:
 
     @classmethod
     def collect(cls, name: str, run_dir: Path, outcome: GroupOutcome) -> "Run":
-        ranks = [RankRun(r, read_records(run_dir, r.rank), _until(trace.read_events(trace_path(run_dir, r.rank)),
-                                                                   outcome.stopped_at))
+        ranks = [RankRun(r, read_records(run_dir, r.rank), _until(read_events(run_dir, r.rank), outcome.stopped_at))
                  for r in outcome.ranks]
         return cls(name, run_dir, outcome, ranks)
 

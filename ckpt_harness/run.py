@@ -30,12 +30,13 @@ FAILURE_GRACE = 5.0
 
 
 def launch(config: Union[RunConfig, ScriptConfig], name: str, ckpt_dir: Path, run_dir: Path, *,
-           stop_after_save: Optional[int] = None, faults: tuple[Fault, ...] = (), log_data: bool = False,
-           trace_files: bool = True, full_state: bool = False, deadline: Optional[float] = None,
+           stop_after_save: Optional[int] = None, hard_stop: bool = False, faults: tuple[Fault, ...] = (),
+           log_data: bool = False, trace_files: bool = True, full_state: bool = False, deadline: Optional[float] = None,
            failure_grace: float = FAILURE_GRACE) -> Run:
     """One group run of `config`'s job on `ckpt_dir`; its records, trace and outcome.
 
-    `stop_after_save` parks every rank once that save returned (a preemption);
+    `stop_after_save` parks every rank once that save returned (a preemption;
+    with `hard_stop` at once, not waiting for a background save in flight);
     `faults` are armed; `log_data` keeps every byte written for the power-loss
     model; `trace_files` probes file operations (only runs whose file trace is
     read need it); `full_state` records `Job.full_state` too.
@@ -48,6 +49,9 @@ def launch(config: Union[RunConfig, ScriptConfig], name: str, ckpt_dir: Path, ru
     if isinstance(config, ScriptConfig):
         from ckpt_harness.script_mode import launch_script
 
+        if hard_stop:
+            raise UsageError("a hard stop is for jobs that save in the background; a script's stop is its own")
+
         return launch_script(config, name, ckpt_dir, run_dir, stop_after_save=stop_after_save,
                              stop_ranks=config.stop_ranks(stop_after_save), faults=faults, log_data=log_data,
                              trace_files=trace_files, deadline=deadline, failure_grace=failure_grace)
@@ -58,7 +62,8 @@ def launch(config: Union[RunConfig, ScriptConfig], name: str, ckpt_dir: Path, ru
     plan = RunPlan(
         job=config.job, ckpt_dir=str(ckpt_dir), seed=config.seed, total_steps=config.steps,
         save_every=config.save_every, keep_last=config.keep_last, overwrite=config.overwrite,
-        stop_after_save=stop_after_save, faults=faults, log_data=log_data, trace_files=trace_files,
+        stop_after_save=stop_after_save, hard_stop=hard_stop, faults=faults, log_data=log_data,
+        trace_files=trace_files,
         full_state=full_state,
     )
     spec = GroupSpec(

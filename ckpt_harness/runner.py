@@ -12,7 +12,12 @@ rank got there, the way a preemption ends a job. A job that saves in the
 background (`Job.saves_in_background`) is stopped later: it trains on up to
 its next save while save k is in flight (where an async save's staging and
 its background writer are put to the test), then waits for its saves
-(`wait_for_saves`, a graceful preemption) and parks.
+(`wait_for_saves`, a graceful preemption) and parks. A *hard* stop
+(`RunPlan.hard_stop`) parks every job right after save k returned, its
+background save still in flight: the preemption that does not wait (a
+node lost, a scheduler's SIGKILL), after which only what was published may
+be relied on (`oracle.judge_hard_stop`). For a job that saves synchronously
+the two stops are one.
 
 For such a job a save has two moments: it *returned* (`Kind.SAVED`, the
 state recorded then is what it must persist) and it was *published*
@@ -54,6 +59,9 @@ class RunPlan:
     overwrite: bool = False
     #: Park right after save k returned (a preemption); None runs to the end.
     stop_after_save: Optional[int] = None
+    #: The preemption is hard: park at once, not waiting for the save in
+    #: flight of a job that saves in the background (see the module docstring).
+    hard_stop: bool = False
     #: The faults armed in this run, each firing once.
     faults: tuple[Fault, ...] = ()
     #: Log every byte written under the checkpoint dir (for the power-loss model).
@@ -68,11 +76,16 @@ class RunPlan:
 def run_rank(info: RankInfo, plan: RunPlan) -> None:
     """Launcher entry point: run `plan` as rank `info.rank`."""
     Path(plan.ckpt_dir).mkdir(parents=True, exist_ok=True)
+
+    def child_paths(actor: str) -> tuple[str, Optional[str]]:
+        return (str(trace_path(info.run_dir, info.rank, actor)),
+                str(data_path(info.run_dir, info.rank, actor)) if plan.log_data else None)
+
     probes.install(
         str(trace_path(info.run_dir, info.rank)), info.rank,
         ckpt_dir=plan.ckpt_dir if plan.trace_files or plan.faults else None, faults=plan.faults,
         data_log=str(data_path(info.run_dir, info.rank)) if plan.log_data else None,
-        thread_phases=True,
+        thread_phases=True, child_paths=child_paths,
     )
     recorder = Recorder(records_path(info.run_dir, info.rank))
     try:
@@ -92,6 +105,7 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
     _seed_everything(plan.seed + info.rank)
     ckpt_dir = Path(plan.ckpt_dir)
     job: Job = load(plan.job)()
+    probes.follow_children()  # processes its framework spawns to save get the probes too
 
     def on_loaded(step: Optional[int]) -> None:
         probes.set_phase(phase.STATE_AFTER_LOAD)
@@ -108,6 +122,9 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
         if plan.full_state:
             recorder.write(Kind.SAVED_FULL, step=step, state=state_mod.capture(job.full_state(ctx)))
         if plan.stop_after_save == step:
+            if plan.hard_stop:
+                recorder.write(Kind.STOPPED, step=step)
+                launch_rank.park()
             if background and not job.owns_loop():
                 stopping.append(step)  # trains on until the next save (see `_drive`'s loop)
             else:
@@ -168,6 +185,7 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
     else:
         probes.set_phase(phase.SETUP)
         job.setup(ctx)
+        probes.follow_children()  # a framework setup imported
         probes.set_phase(phase.LOAD)
         start = job.load(ctx)
         ctx.loaded(start)

@@ -207,3 +207,10 @@ def test_a_scenario_whose_settings_do_not_fit_the_bench_is_not_applicable(tmp_pa
     result = Bench("torch_save", 3, tmp_path).run(skew)
     assert result.verdict is Verdict.NA and "2 simulated nodes cannot share 3 ranks evenly" in result.reason
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_hard_preemption_of_a_job_that_saves_synchronously_is_not_applicable(tmp_path):
+    """Its save has landed when it returns: the hard stop is the graceful one (no run)."""
+    (hard,) = select(builtin_catalogue(), ["hard-preemption"])
+    result = Bench("torch_save", 2, tmp_path).run(hard)
+    assert result.verdict is Verdict.NA and "the job saves synchronously" in result.reason, result.reason

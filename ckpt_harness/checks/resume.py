@@ -1,17 +1,27 @@
 """Fault-free resume from every save (`verify`): the faithful baseline every
-other scenario's verdict leans on."""
+other scenario's verdict leans on.
+
+With `stop = "hard"` each stop does not wait for a save still landing in the
+background (`RunPlan.hard_stop`): judged "atomic", S_k or a save from the
+newest published one on. Not applicable to a job that saves synchronously:
+its save has landed when it returns, so its hard stop is the graceful one,
+instruction for instruction, and `resume-every-save` already judges it."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from ckpt_harness.checks import run_settings
-from ckpt_harness.config import RunConfig
+from ckpt_harness.checks import NotApplicable, run_settings
+from ckpt_harness.config import RunConfig, Setting
 from ckpt_harness.verdict import CaseResult
 
 
 class Resume:
-    params = run_settings("steps", "save_every")
+    params = (
+        *run_settings("steps", "save_every"),
+        Setting("stop", str, "graceful", "how each run stops after its save: graceful (a job that saves in the "
+                "background waits for the save in flight) or hard (it does not)", choices=("graceful", "hard")),
+    )
     #: Its results are checks of a few cases.
     unit = "checks"
 
@@ -22,8 +32,14 @@ class Resume:
         from ckpt_harness.run import prepare_workdir
         from ckpt_harness.verify import run_verification
 
+        from ckpt_harness.jobref import load
+
         config = bench.config(scenario.params, RunConfig)
-        return run_verification(config, prepare_workdir(bench.root / scenario.name), only).results
+        stop = scenario.params["stop"]
+        if stop == "hard" and not load(config.job).saves_in_background():
+            raise NotApplicable("the job saves synchronously: a save has landed when it returns, so a hard stop "
+                                "is the graceful one (resume-every-save)")
+        return run_verification(config, prepare_workdir(bench.root / scenario.name), only, stop).results
 
 
 CHECK = Resume()

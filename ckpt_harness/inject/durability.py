@@ -137,7 +137,8 @@ FAULTS_NOT_PERFORMED = ("crash", "power-loss", "error", "eio", "enospc", *BLOCKI
 #: operation the model would have to understand (instead of ignore).
 _FS_FIELDS = ("path", "fid", "src", "dst")
 
-ReadData = Callable[[int, int, int], bytes]
+#: read(rank, offset, length[, actor]): bytes of a rank's (or its save process's) data log.
+ReadData = Callable[..., bytes]
 
 
 class DurabilityError(ModelError):
@@ -431,8 +432,8 @@ class _Model:
         if ref is None:
             data = None
         else:
-            log_offset, length = ref
-            data = self.read_data(e["rank"], log_offset, length)[:n]
+            log_offset, length = ref[:2]
+            data = self.read_data(e["rank"], *ref)[:n]  # [offset, length(, the log's actor)]
             if len(data) != n:
                 raise DurabilityError(
                     f"data log of rank {e['rank']} holds {len(data)} bytes at {log_offset}, "

@@ -66,8 +66,9 @@ NATIVE_BUFFER = 8192
 
 
 class _Files:
-    def __init__(self, tracer: Tracer, root: str, data_log: Optional[str]):
+    def __init__(self, tracer: Tracer, root: str, data_log: Optional[str], actor: str = ""):
         self.tracer = tracer
+        self.actor = actor
         self.root = os.path.abspath(root)
         self.real_root = os.path.realpath(root)
         self.fids = itertools.count()
@@ -107,10 +108,11 @@ class _Files:
         while rest:  # one write(2) moves at most ~2 GiB
             rest = rest[_os_write(self.data_fd, rest):]
         self.data_size += len(data)
-        return [offset, len(data)]
+        # A spawned process of the rank logs to a file of its own, which its refs name.
+        return [offset, len(data), self.actor] if self.actor else [offset, len(data)]
 
     def new_fid(self) -> str:
-        return f"r{self.tracer.rank}f{next(self.fids)}"
+        return f"r{self.tracer.rank}{self.actor}f{next(self.fids)}"
 
 
 class _Handle:
@@ -261,8 +263,10 @@ def _open_probed(handle: _Handle, file: Any, mode: str, buffering: int, encoding
         raise
 
 
-def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str]) -> None:
-    files = _Files(tracer, ckpt_dir, data_log)
+def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str = "") -> None:
+    """Probe file operations under `ckpt_dir`; `actor` names a spawned process
+    of the rank (its fids and data-log refs say it, `probes.Child`)."""
+    files = _Files(tracer, ckpt_dir, data_log, actor)
     original_open = io.open
 
     @functools.wraps(original_open)

@@ -13,6 +13,7 @@ which is exactly when they matter.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -61,10 +62,16 @@ _JOBS_DIR = os.path.join(_HARNESS_DIR, "jobs")
 
 
 class Tracer:
-    """One per rank process: the trace file, the phase, the injector."""
+    """One per probed process: the trace file, the phase, the injector.
 
-    def __init__(self, path: str, rank: int, faults: tuple[Fault, ...] = ()):
+    A rank's own process has `process` ""; a process the rank spawned to do
+    its saves (`Child`) names itself there, and every event it records says
+    so (`process`), since it is merged into its rank's events."""
+
+    def __init__(self, path: str, rank: int, faults: tuple[Fault, ...] = (), process: str = ""):
         self.rank = rank
+        self.process = process
+        self.faults = faults
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.seq = 0
         self.collectives = 0
@@ -93,6 +100,8 @@ class Tracer:
         thread = thread if thread is not None else _thread_name()
         if thread:
             event["thread"] = thread
+        if self.process:
+            event["process"] = self.process
         _write(self.fd, (json.dumps(event, default=str) + "\n").encode())
         return self.seq
 
@@ -210,25 +219,110 @@ def _thread_name() -> str:
     return "" if thread is threading.main_thread() else thread.name
 
 _tracer: Optional[Tracer] = None
+#: Where a child process of this rank keeps its trace and data log: actor -> (trace, data log or None).
+_child_paths: Optional[Callable[[str], tuple[str, Optional[str]]]] = None
+_ckpt_dir: Optional[str] = None
 
 
 def install(trace_path: str, rank: int, *, ckpt_dir: Optional[str] = None,
             faults: tuple[Fault, ...] = (), data_log: Optional[str] = None,
-            thread_phases: bool = False) -> Tracer:
+            thread_phases: bool = False, process: str = "", actor: str = "",
+            child_paths: Optional[Callable[[str], tuple[str, Optional[str]]]] = None) -> Tracer:
     """Install every probe in this process; once per process. With
     `thread_phases`, work handed to another thread runs in a phase of its
-    own (`follow_threads`)."""
-    global _tracer
+    own (`follow_threads`). `child_paths(actor)` is where a process the
+    rank spawns for its saves records (`child`); `process` and `actor` name
+    this process when it is such a child (in events; in file ids and data refs)."""
+    global _tracer, _child_paths, _ckpt_dir
     if _tracer is None:
-        _tracer = Tracer(trace_path, rank, faults)
+        _tracer = Tracer(trace_path, rank, faults, process)
+        _child_paths, _ckpt_dir = child_paths, ckpt_dir
         _wrap_collectives(_tracer)
         if thread_phases:
             follow_threads(_tracer)
         if ckpt_dir is not None:
             from ckpt_harness.inject import files
 
-            files.install(_tracer, ckpt_dir, data_log)
+            files.install(_tracer, ckpt_dir, data_log, actor)
     return _tracer
+
+
+# -- processes a rank spawns to save (DCP's checkpoint process) -------------------------
+@dataclasses.dataclass(frozen=True)
+class Child:
+    """What a process spawned by a rank needs to run with the rank's probes:
+    picklable, handed to it with its target (`inject.dcp_process`).
+
+    A spawned process is a fresh interpreter: nothing installed in the rank
+    is in it. With this it records into a trace of its own (merged into its
+    rank's events by `records`, each event naming the process), logs its
+    bytes for the power-loss model, and fires the rank's faults armed at its
+    points; its points are numbered per phase in its own order, like a
+    writer thread's (its phases are the rank's background ones, "bg_save 4",
+    which the rank's own threads do not reach once the work is handed over)."""
+
+    rank: int
+    actor: str
+    trace: str
+    data_log: Optional[str]
+    ckpt_dir: Optional[str]
+    faults: tuple[Fault, ...]
+    #: Its first phase: the one of the work that spawned it.
+    phase: str
+    #: Seconds for its process groups' collectives, as the rank's own.
+    pg_timeout: Optional[float]
+
+
+def child(actor: str, pg_timeout: Optional[float] = None) -> Optional[Child]:
+    """The probes' share for a process this rank is about to spawn, named
+    `actor` (a file-name word: "ckpt"); None when no probe runs here or the
+    runner gave no place for a child's records."""
+    if _tracer is None or _child_paths is None:
+        return None
+    trace, data_log = _child_paths(actor)
+    return Child(_tracer.rank, actor, trace, data_log, _ckpt_dir, _tracer.faults, _tracer.current(), pg_timeout)
+
+
+def install_child(spec: Child, process: str) -> Tracer:
+    """In the spawned process: install the probes as `spec` says, the
+    process named `process` in every event ("checkpoint process"), in
+    the phase of the work that spawned it."""
+    if spec.pg_timeout is not None:
+        # What the launcher gives a rank's groups (`launch.worker._default_timeouts`):
+        # a peer whose partner died fails in time instead of after gloo's 30 min.
+        from datetime import timedelta
+
+        import torch.distributed.distributed_c10d as c10d
+
+        c10d.default_pg_timeout = timedelta(seconds=spec.pg_timeout)
+    tracer = install(spec.trace, spec.rank, ckpt_dir=spec.ckpt_dir, faults=spec.faults, data_log=spec.data_log,
+                     process=process, actor=spec.actor)
+    tracer.set_phase(spec.phase)
+    return tracer
+
+
+#: Framework modules that spawn processes to save, and the harness module
+#: that gives those processes the rank's probes (its `follow()`).
+SPAWNERS = {"torch.distributed.checkpoint._async_process_executor": "ckpt_harness.inject.dcp_process"}
+
+
+def follow_children() -> None:
+    """Give the save processes of every framework the job has imported so far
+    the rank's probes (`SPAWNERS`); idempotent, framework imports stay in
+    their follower's module. Without it a process spawned to write the save
+    is a fresh interpreter no probe runs in."""
+    if _tracer is None or _child_paths is None:
+        return
+    import importlib
+
+    for module, follower in SPAWNERS.items():
+        if module in sys.modules:
+            importlib.import_module(follower).follow()
+
+
+def thread_phase() -> str:
+    """The calling thread's phase (a background save's, see `follow_threads`)."""
+    return _tracer.current() if _tracer is not None else "start"
 
 
 def follow_threads(tracer: Tracer) -> None:
@@ -310,7 +404,9 @@ def caller() -> str:
             return frame_name(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name)
         frame = frame.f_back
     name = _thread_name()
-    return f"thread {name}" if name else "?"
+    if name:
+        return f"thread {name}"
+    return _tracer.process if _tracer is not None and _tracer.process else "?"
 
 
 _STDLIB = os.path.dirname(threading.__file__) + os.sep

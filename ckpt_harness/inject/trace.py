@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import heapq
 import json
 import re
 from pathlib import Path
@@ -124,6 +125,16 @@ def read_events(path: Path) -> list[Event]:
     return events
 
 
+def merge_processes(traces: list[list[Event]]) -> list[Event]:
+    """The traces of one rank's processes (its own, then those it spawned to
+    save) as one: by time (CLOCK_MONOTONIC is one clock for every process of
+    the machine), each trace keeping its own order, `seq` renumbered so that
+    the rank's events are again in one order (the durability model replays
+    a rank by `seq`)."""
+    merged = heapq.merge(*traces, key=lambda e: e.t)
+    return [dataclasses.replace(e, fields={**e.fields, "seq": i}) for i, e in enumerate(merged, 1)]
+
+
 def fields(events: Iterable[Event]) -> list[Mapping[str, Any]]:
     """The raw records, as the durability model replays them."""
     return [e.fields for e in events]
@@ -138,24 +149,35 @@ def pending_collective(events: list[Event]) -> Optional[Event]:
 def pending_collectives(events: list[Event]) -> list[Event]:
     """Every collective this rank entered and never left, in order: more than
     one when a thread besides the main one (an async save's writer) was in one."""
-    open_calls: dict[int, Event] = {}
+    open_calls: dict[tuple[str, int], Event] = {}  # numbered per process
     for event in events:
         if event.kind is not EventKind.COLLECTIVE:
             continue
+        key = (event.fields.get("process", ""), event.fields["n"])
         if event.entering:
-            open_calls[event.fields["n"]] = event
+            open_calls[key] = event
         else:
-            open_calls.pop(event.fields["n"], None)
-    return sorted(open_calls.values(), key=lambda e: e.fields["n"])
+            open_calls.pop(key, None)
+    return sorted(open_calls.values(), key=lambda e: (e.t, e.fields["n"]))
 
 
 def _in_thread(e: Event) -> str:
     """"barrier #9 on the main thread during save 2" (and the group when it is not the default one)."""
-    thread = e.fields.get("thread")
+    return f"{e.collective} #{e.fields['n']}{_group(e)} {on_thread(e)} during {e.phase}"
+
+
+def _group(e: Event) -> str:
     group = e.fields.get("group")
-    on = f" on group {group}" if group not in (None, "0") else ""
-    return (f"{e.collective} #{e.fields['n']}{on} on {f'thread {thread}' if thread else 'the main thread'}"
-            f" during {e.phase}")
+    return f" on group {group}" if group not in (None, "0") else ""
+
+
+def on_thread(e: Event) -> str:
+    """"on the main thread", "on thread AsyncCheckpointExecutor_0", "in
+    checkpoint process" (a process the rank spawned to save)."""
+    thread, process = e.fields.get("thread"), e.fields.get("process")
+    if process:
+        return f"in {process}" + (f" (thread {thread})" if thread else "")
+    return f"on thread {thread}" if thread else "on the main thread"
 
 
 def where(events: list[Event], blocked: Optional[Collective] = None) -> str:
@@ -166,7 +188,9 @@ def where(events: list[Event], blocked: Optional[Collective] = None) -> str:
     """
     blocked_by = next((e for e in events if e.fault in BLOCKING), None)
     if blocked_by is not None:  # the rank never returned from it
-        return f"{BLOCKING[blocked_by.fault]} before operation #{blocked_by.fields['index']} of {blocked_by.phase}"
+        inside = f" in {blocked_by.fields['process']}" if blocked_by.fields.get("process") else ""
+        return (f"{BLOCKING[blocked_by.fault]}{inside} before operation #{blocked_by.fields['index']} of "
+                f"{blocked_by.phase}")
     pending = pending_collective(events)
     threads = pending_collectives(events)
     if len(threads) > 1:  # two threads of the rank in collectives: say each
@@ -178,8 +202,10 @@ def where(events: list[Event], blocked: Optional[Collective] = None) -> str:
         origin = f" ({blocked.origin})" if blocked.origin else ""
         return f"waiting in {blocked.label}{origin} during {events[-1].phase if events else 'start'}"
     if pending is not None:
-        return (f"waiting in {pending.collective} #{pending.fields['n']} called from {pending.caller}"
-                f" during {pending.phase}")
+        process = pending.fields.get("process")
+        inside = f" in {process}" if process else ""
+        called = f" called from {pending.caller}" if pending.caller != process else ""
+        return f"waiting{inside} in {pending.collective} #{pending.fields['n']}{called} during {pending.phase}"
     phase = events[-1].phase if events else None
     return f"in {phase}, not in a collective" if phase else "before the job started"
 

@@ -52,10 +52,13 @@ Where the background save shows up in the harness (details in NOTES-issue11.md):
   points are numbered in the order the writer performs them, whatever the
   main thread does meanwhile, and faults fire there while training goes on.
 - PROCESS: the checkpoint process is spawned (a fresh interpreter, not a
-  fork of the probed rank): no probe runs in it, its file writes and its
-  gloo collectives are in no trace, no fault can be armed in it, and the
-  power-loss model does not know its bytes (an exploration warns about the
-  `.distcp` and `.metadata` files as unseen writes). It is in the rank's
+  fork of the probed rank). The runner has every checkpoint process DCP
+  spawns start with the rank's probes (`inject.dcp_process`): its file
+  operations and collectives are points of `bg_save k` too, each event
+  naming the process, merged into its rank's events; faults fire there (a
+  crash kills the checkpoint process, and the rank learns of it when it
+  waits for the save); its bytes are logged for the power-loss model. Its
+  gloo group gets the rank's collective timeout. It is in the rank's
   process group, so tearing the group down kills it with its rank.
 """
 

@@ -306,3 +306,21 @@ def _list(problems: list[tuple[int, list]]) -> str:
 def cannot_judge(case: str, check: str, why: str, details: str = "") -> CaseResult:
     """UNKNOWN: the situation the case needs could not be set up (no statement about the job)."""
     return CaseResult(case, check, Verdict.UNKNOWN, why, details)
+
+
+def judge_hard_stop(case: str, golden: Run, stopped: Run, resumed: Run, k: int, repro: Optional[str]) -> CaseResult:
+    """The resume after a hard stop right after save k returned (`RunPlan.hard_stop`):
+    every rank gone at once, a background save in flight. That is a crash of
+    the whole job, judged as one ("atomic", `judge_fault`): S_k, or any save
+    from the newest published one on (`Background`), and faithful to the end.
+
+    The reference is the stopped run's own states, as for a graceful stop;
+    the end, the golden run's."""
+    saved = {s: states for s in stopped.saved_steps() if (states := stopped.states(Kind.SAVED, s)) is not None}
+    prev = max((s for s in saved if s < k), default=None)
+    ref = Reference(saved, k, prev, golden.states(Kind.FINAL))
+    published = stopped.published_step()
+    return judge_fault(case, "crash", ref, None, resumed, save_returned=False, repro=repro,
+                       detail=f"hard stop right after save {k} returned (newest published: "
+                              f"{'none' if published is None else published})",
+                       background=Background(published))

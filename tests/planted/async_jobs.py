@@ -16,7 +16,7 @@ from torch.distributed.checkpoint.staging import AsyncStager
 from ckpt_harness import RankContext
 from ckpt_harness.job import Job
 from ckpt_harness.jobs._common import commit, prepare_step_dir, step_dir
-from ckpt_harness.jobs.dcp_async import DcpAsyncJob
+from ckpt_harness.jobs.dcp_async import DcpAsyncJob, DcpAsyncProcessJob
 
 
 class PublishesOnlyAtNextSave(DcpAsyncJob):
@@ -141,3 +141,47 @@ class SharesTrainingGroup(DcpAsyncJob):
         if ctx.rank == 1:
             time.sleep(1.0)
         dist.barrier()
+
+
+class ClaimsPublishedAtReturn(DcpAsyncJob):
+    """Points `latest` at a save and says it is published (`ctx.published`) as
+    soon as `async_save` returned, while its writer still waits for slow
+    storage (it writes once training ran its next step). A graceful stop
+    lets the write land; a hard stop right after the save leaves `latest`
+    naming a step with no file in it: a save claimed published, lost."""
+
+    def setup(self, ctx: RankContext) -> None:
+        super().setup(ctx)
+        self._go = threading.Event()
+        self._go.set()
+
+    def train_step(self, ctx: RankContext, step: int) -> float:
+        loss = super().train_step(ctx, step)
+        self._go.set()
+        return loss
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        self.wait_for_saves(ctx)
+        path = step_dir(ctx.ckpt_dir, step)
+        prepare_step_dir(ctx, path)
+        self._go.clear()
+        future = dcp.async_save(self._payload(ctx, step), storage_writer=_SlowDisk(path, self._go),
+                                process_group=self._group)
+        self._pending = (step, path, future)
+        commit(ctx, path, step)
+        ctx.published(step)
+
+    def wait_for_saves(self, ctx: RankContext) -> None:
+        self._go.set()
+        if self._pending is not None:
+            _, _, future = self._pending
+            self._pending = None
+            future.result()
+
+
+class SwallowsChildFailure(DcpAsyncProcessJob):
+    """`SwallowsBackgroundFailure` with DCP's process executor: the checkpoint
+    process died mid-save ("Checkpoint background process is dead"), and
+    the job publishes the save anyway."""
+
+    wait_for_saves = SwallowsBackgroundFailure.wait_for_saves

@@ -1,0 +1,110 @@
+"""Async checkpointing, issue 11 part 3: probes in DCP's checkpoint process
+(the PROCESS executor), and a hard preemption that does not wait for the
+save in flight.
+
+The process executor spawns a fresh interpreter per rank (about 5 s each),
+so one prepared baseline of `dcp_async_process` serves every test here that
+needs one; the planted process variant borrows it (its fault-free run is the
+correct job's, line for line: it differs only in what it does once a save
+failed). World size 2, 4 steps.
+"""
+
+import dataclasses
+
+import pytest
+
+from ckpt_harness import phase
+from ckpt_harness.cases import Case, run_case
+from ckpt_harness.explore import baseline
+from ckpt_harness.inject import durability
+from ckpt_harness.inject.faults import Fault
+from ckpt_harness.inject.trace import fields
+from ckpt_harness.jobref import resolve
+from ckpt_harness.records import data_reader
+from ckpt_harness.resumes import Resumes
+from ckpt_harness.run import launch
+from ckpt_harness.verdict import Verdict
+from ckpt_harness.verify import verify
+
+PLANTED = "tests.planted.async_jobs"
+BG = phase.background(phase.save(4))
+
+
+@pytest.fixture(scope="module")
+def process_job(tmp_path_factory):
+    return baseline("dcp_async_process", world_size=2, steps=4, save="last",
+                    workdir=tmp_path_factory.mktemp("dcp_async_process"))
+
+
+def borrowed(base, job):
+    """`base` as the baseline of `job`, a planted variant whose fault-free run is `base`'s job's."""
+    config = dataclasses.replace(base.config, job=resolve(job)[0])
+    return dataclasses.replace(base, config=config, resumes=Resumes())
+
+
+def at(base, kind, rank, op, target):
+    point = next(p for p in base.points if (p.rank, p.phase, p.op) == (rank, BG, op) and target in p.target)
+    return Case.of((Fault(kind, point.rank, point.phase, point.index),), [point])
+
+
+def test_the_checkpoint_process_is_traced(process_job):
+    """Its writes and collectives are points of `bg_save 4`, each event naming
+    the process; every byte it wrote was seen (no unseen writes) and the
+    power-loss model replays the golden trace."""
+    child = [e for r in process_job.golden.ranks for e in r.events if e.phase == BG and e.point is not None]
+    assert child and all(e.fields.get("process") == "checkpoint process" for e in child)
+    assert {"step_000004/__0_0.distcp", "step_000004/__1_0.distcp", "step_000004/.metadata"} <= {e.path for e in child}
+    assert any(e.kind.value == "collective" for e in child)
+    assert process_job.unseen == (), process_job.unseen
+    golden = process_job.golden  # the model replays its bytes: the save's files, byte for byte
+    rebuilt = durability.process_crash(durability.Snapshot(), fields(golden.events()), data_reader(golden.run_dir))
+    assert rebuilt == durability.snapshot(golden.run_dir.parent / "ckpt")
+    # the rank's own threads have no point there: one numbering per phase
+    assert not [e for r in process_job.golden.ranks for e in r.events
+                if e.phase == BG and e.point is not None and not e.fields.get("process")]
+
+
+def test_a_crash_in_the_checkpoint_process_resumes_the_save_before(process_job):
+    result = run_case(process_job, at(process_job, "crash", 0, "write", "__0_0.distcp"))
+    assert (result.check, result.verdict, result.cells[-1]) == ("atomic", Verdict.PASS, "S_prev"), \
+        result.summary + "\n" + result.details
+
+
+def test_a_swallowed_death_of_the_checkpoint_process_is_flagged(process_job):
+    base = borrowed(process_job, f"{PLANTED}:SwallowsChildFailure")
+    result = run_case(base, at(base, "crash", 0, "write", "__0_0.distcp"))
+    assert (result.check, result.verdict) == ("atomic", Verdict.FAIL), result.summary
+    assert "published" in result.summary, result.summary
+
+
+def test_a_hard_stop_resumes_the_newest_published_save(tmp_path):
+    """dcp_async parks with save 4 in flight: `latest` still names save 2."""
+    report = verify("dcp_async", world_size=2, steps=4, cases=["hard@4"], workdir=tmp_path)
+    judged = [r for r in report.results if r.case == "hard@4"]
+    assert [(r.check, r.verdict) for r in judged] == [("atomic", Verdict.PASS)], report.explain()
+    assert "newest published: 2" in judged[0].summary and "S_prev" in judged[0].summary
+
+
+def test_a_save_claimed_published_and_lost_to_a_hard_stop_is_flagged(tmp_path):
+    report = verify(f"{PLANTED}:ClaimsPublishedAtReturn", world_size=2, steps=4, cases=["hard@4", "resume@4"],
+                    workdir=tmp_path)
+    failed = {(r.case, r.check) for r in report.failures()}
+    assert failed == {("hard@4", "atomic")}, report.explain()  # a graceful stop lets the write land
+    hard = next(r for r in report.failures())
+    assert "newest published: 4" in hard.summary and "refused" in hard.summary, hard.summary
+
+
+def test_a_hang_in_the_checkpoint_process_is_reported_there(process_job, tmp_path):
+    """The run is cut at its deadline; each rank's place names its checkpoint
+    process: the one the hang blocked, and the peer's, waiting for it in DCP's gather."""
+    first = phase.background(phase.save(2))  # the first save: reached early, whatever the load
+    gather = next(e for e in process_job.golden.ranks[0].events
+                  if e.phase == first and e.point is not None and e.collective == "gather_object")
+    # the whole golden run, measured here, and half as much again: the hang is in its first save
+    deadline = 1.5 * process_job.golden.outcome.elapsed + 2
+    run = launch(process_job.config, "hung", tmp_path / "ckpt", tmp_path / "run", stop_after_save=4,
+                 faults=(Fault("hang", 0, first, gather.point),), deadline=deadline)
+    assert run.outcome.timed_out
+    mine, peer = (run.ranks[r].where() for r in (0, 1))
+    assert mine.startswith("blocked by the injected hang in checkpoint process ") and first in mine, mine
+    assert peer.startswith("waiting in checkpoint process ") and "gather_object" in peer, peer
