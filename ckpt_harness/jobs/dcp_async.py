@@ -148,10 +148,10 @@ class DcpAsyncProcessJob(DcpAsyncJob):
         which a rank never reaches (it parks and is killed with its group).
 
         Every save was waited for, so nothing is lost by killing it: ask it
-        to stop, and kill it if it has not within `_STOP_GRACE` (leaving its
-        gloo group took over 5 s on a loaded box), then reap it. DCP's own `__del__` (TERMINATE,
-        5 s, SIGTERM) leaves a dying process that the object's second
-        `__del__`, at garbage collection, writes to: a broken pipe.
+        to stop, kill it if it has not within `_STOP_GRACE`, then reap it.
+        DCP's own `__del__` (TERMINATE, 5 s, SIGTERM) leaves a dying process
+        that the object's second `__del__`, at garbage collection, writes
+        to: a broken pipe.
         """
         from torch.distributed.checkpoint import _async_process_executor as executor
 
