@@ -178,7 +178,7 @@ def from_golden(config: Union[ExploreConfig, ScriptExploreConfig], root: Path, g
     where = phase.save(config.k)
     events = {r.rank: r.events for r in golden.ranks}
     points = fault_points(events, broken_phases(events, config.k, config.k == config.save_steps[-1]))
-    gap = _replay_gap(golden, root / "golden" / "ckpt", background)
+    gap = _replay_gap(golden, Path(golden.run_dir).parent / "ckpt", background)  # golden_run's layout
     committed = root / "committed" / "ckpt"
     files: tuple[str, ...] = ()
     unseen: tuple[str, ...] = ()

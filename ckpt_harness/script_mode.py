@@ -93,10 +93,14 @@ def repro(config: ScriptConfig, case: str) -> str:
     return run.repro("run", config, case)
 
 
-def run_script_verification(config: ScriptConfig, root: Path, cases: Optional[Sequence[str]] = None) -> Report:
+def run_script_verification(config: ScriptConfig, root: Path, cases: Optional[Sequence[str]] = None, *,
+                            golden: Optional[Run] = None) -> Report:
+    """`golden`: a finished golden run of the same script and layout to judge
+    against instead of launching one (a matrix row shares its explorations' one)."""
     started = time.monotonic()
     line = repro(config, "golden")
-    golden = launch_script(config, "golden", root / "golden" / "ckpt", root / "golden" / "run")
+    if golden is None:
+        golden = launch_script(config, "golden", root / "golden" / "ckpt", root / "golden" / "run")
     results = [oracle.judge_golden("golden", golden, line)]
     if results[0].verdict is Verdict.PASS:
         steps = oracle.save_steps(golden)
