@@ -233,6 +233,9 @@ def run_matrix(
         plans.append((job, ref.display, [s for s in scenarios if s.applies_to(ref.display)]))
     root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-matrix-"))
     tasks = [(i, name, scenario) for i, (_, name, mine) in enumerate(plans) for scenario in mine]
+    if scripts:  # row by row in turn: a script row's first scenarios all wait for its golden torchrun run,
+        # so the rows' golden runs go at once rather than one row after the other
+        tasks.sort(key=lambda task: plans[task[0]][2].index(task[2]))
     benches = [ScriptBench(row, root / f"job{i}", parallel=parallel, reduce=reduce, name=name)
                if isinstance(row, ScriptConfig) else
                Bench(row, world_size, root / f"job{i}", timeout=timeout, parallel=parallel, reduce=reduce)

@@ -49,18 +49,29 @@ JOB_ONLY = {
     "backend": "a script picks its own backend in init_process_group",
 }
 #: The longest row name before it is cut.
-NAME_LENGTH = 60
+NAME_LENGTH = 80
 
 
 def row_name(script: str, limit: int = NAME_LENGTH) -> str:
     """The script's command as a row of the matrix: its file's name, then its
-    arguments (directories and a leading ``python`` left out), cut to `limit`."""
+    arguments, cut to `limit`. Left out: its directories, a leading
+    ``python``, and the checkpoint directory (with the option naming it),
+    which every row has and which tells rows nothing apart."""
+    from ckpt_harness.script_mode import PLACEHOLDER
+
     words = shlex.split(script)
     if words and Path(words[0]).name.startswith("python") and len(words) > 1:
         words = words[1:]
     if words:
         words[0] = Path(words[0]).name
-    name = " ".join(words)
+    kept: list[str] = []
+    for word in words:
+        if PLACEHOLDER in word:
+            if kept and kept[-1].startswith("-") and "=" not in kept[-1] and len(kept) > 1:
+                kept.pop()  # --output_dir {ckpt_dir}
+            continue
+        kept.append(word)
+    name = " ".join(kept)
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
