@@ -114,6 +114,9 @@ class Baseline:
     committed_files: tuple[str, ...]
     #: Files in it with bytes no probe saw written (see `trace.unseen_writes`).
     unseen: tuple[str, ...] = ()
+    #: Why the run stopped after save k left no committed directory ("" when it
+    #: did, or was not made): corruption cases have no file to damage then.
+    committed_problem: str = ""
     #: Why the golden trace does not rebuild the golden run's directory ("" when
     #: it does, byte for byte); states are derived from the trace only if it does.
     replay_gap: str = ""
@@ -144,6 +147,14 @@ class Baseline:
     def nothing_to_break(self) -> Optional[CaseResult]:
         """UNKNOWN when save k recorded no operation (an owned loop that names no phases)."""
         return None if self.points else oracle.nothing_to_break(self.phase, self.repro("golden"))
+
+    def nothing_to_corrupt(self) -> Optional[CaseResult]:
+        """UNKNOWN when corruptions were asked for and the run stopped after
+        save k failed: saying so, rather than running no corruption case in silence."""
+        if not self.config.corruptions or self.committed is not None:
+            return None
+        return oracle.cannot_judge("committed run", "corruptions", f"no corruption case was run: the run stopped "
+                                   f"after save {self.k} (whose files they damage) failed: {self.committed_problem}")
 
 
 def prepare(config: ExploreConfig, root: Path) -> Baseline:
@@ -182,16 +193,20 @@ def from_golden(config: Union[ExploreConfig, ScriptExploreConfig], root: Path, g
     committed = root / "committed" / "ckpt"
     files: tuple[str, ...] = ()
     unseen: tuple[str, ...] = ()
-    ok = False
+    ok, problem = False, ""
     if committed_run or config.corruptions or gap:
         stopped = launch(config, "committed", committed, root / "committed" / "run", stop_after_save=config.k)
         ok = stopped.ok
+        if not ok:
+            found = oracle.health(stopped)
+            problem = found.summary if found is not None else "it did not end as asked"
         if ok:
             written = stopped.created_in(where)
             present = corrupt.committed_files(committed)
             files = tuple(f for f in present if _covered(f, written))
             unseen = tuple(unseen_writes(stopped.events(), {f: (committed / f).stat().st_size for f in present}))
-    return Baseline(config, root, golden, reference, tuple(points), committed if ok else None, files, unseen, gap)
+    return Baseline(config, root, golden, reference, tuple(points), committed if ok else None, files, unseen,
+                    problem, gap)
 
 
 def _replay_gap(golden: Run, ckpt: Path, background: bool) -> str:

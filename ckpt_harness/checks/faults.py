@@ -48,7 +48,8 @@ class Faults:
         cases = plan_cases(base)
         if only:
             cases = named(base, only, cases)
-        return run_cases(base, cases, bench.progress)
+        missing = base.nothing_to_corrupt()
+        return run_cases(base, cases, bench.progress) + ([missing] if missing is not None and not only else [])
 
 
 CHECK = Faults()
