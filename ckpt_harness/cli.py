@@ -121,7 +121,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="a job to run (module:Class or registered name); repeatable (default: every registered job)")
     matrix.add_argument("--script", action="append", dest="script",
                         help=SETTINGS["script"].help + "; repeatable, a row each, all at one --nproc-per-node and "
-                             "--nnodes (instead of --job)")
+                             f"--nnodes (instead of --job; --timeout is then {ScriptConfig.timeout:g} s unless given)")
     add_arguments(matrix, ScriptConfig, only=(*MATRIX_SCRIPT_SETTINGS, "max_restarts"))  # the last one refused
     _scenario_options(matrix)
     matrix.add_argument("--scenarios", default="", help="comma-separated scenario names or patterns (default: all)")

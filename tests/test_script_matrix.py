@@ -106,3 +106,15 @@ def test_the_cli_refuses_options_of_the_other_mode(argv, says, capsys, tmp_path)
     assert cli.main(["matrix", *argv, "--out", str(tmp_path)]) == cli.EXIT_USAGE
     assert says in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("script, name", [
+    ("python /home/me/train.py --output_dir {ckpt_dir} --max_steps 8", "train.py --max_steps 8"),
+    ("train.py --output_dir={ckpt_dir}/run --lr 1e-3", "train.py --lr 1e-3"),
+    ("train.py {ckpt_dir} --fsync", "train.py --fsync"),
+    ("train.py {ckpt_dir} " + "--flag " * 30, ("train.py " + "--flag " * 30)[:79] + "…"),
+])
+def test_a_row_is_named_by_its_command_without_the_checkpoint_directory(script, name):
+    from ckpt_harness.script_bench import row_name
+
+    assert row_name(script) == name
