@@ -59,6 +59,32 @@ def broken_phases(events_by_rank: Mapping[int, Sequence[Event]], k: int, last: b
     return phases
 
 
+def broken_events(events_by_rank: Mapping[int, Sequence[Event]], k: int, last: bool) -> dict[int, list[Event]]:
+    """The events of each rank a fault case of save `k` may break (of the
+    phases `broken_phases` names): every one of that save and of the work it
+    handed to other threads, and if it is the last save, every one after it.
+    A phase may span the whole run (a script's "run" is everything outside
+    its saves), so "after" is told by position, not by phase name: after the
+    rank's own last event of the save or, for a rank that had no part in it
+    (a script whose rank 0 alone saves), after the save ended on the ranks
+    that made it (the golden run's clock: one machine's monotonic time)."""
+    if not last:
+        return {rank: list(events) for rank, events in events_by_rank.items()}
+    where = phase.save(k)
+    own = {where, phase.background(where)}
+    ends = {rank: max((i for i, e in enumerate(events) if e.phase == where), default=None)
+            for rank, events in events_by_rank.items()}
+    ended = max((events_by_rank[rank][i].t for rank, i in ends.items() if i is not None), default=None)
+    out = {}
+    for rank, events in events_by_rank.items():
+        end = ends[rank]
+        if end is not None:
+            out[rank] = [e for i, e in enumerate(events) if e.phase in own or i > end]
+        else:
+            out[rank] = [e for e in events if e.phase in own or (ended is not None and e.t > ended)]
+    return out
+
+
 def fault_points(events_by_rank: Mapping[int, Sequence[Event]], where: Union[str, Collection[str]]) -> list[Point]:
     """Every operation of phase(s) `where` on every rank, writes sampled per file.
 
@@ -188,7 +214,8 @@ def from_golden(config: Union[ExploreConfig, ScriptExploreConfig], root: Path, g
     probe saw); a replay that matches byte for byte already shows there are none."""
     where = phase.save(config.k)
     events = {r.rank: r.events for r in golden.ranks}
-    points = fault_points(events, broken_phases(events, config.k, config.k == config.save_steps[-1]))
+    last = config.k == config.save_steps[-1]
+    points = fault_points(broken_events(events, config.k, last), broken_phases(events, config.k, last))
     gap = _replay_gap(golden, Path(golden.run_dir).parent / "ckpt", background)  # golden_run's layout
     committed = root / "committed" / "ckpt"
     files: tuple[str, ...] = ()
