@@ -25,7 +25,7 @@ from ckpt_harness.config import SETTINGS, ScriptConfig
 from ckpt_harness.oracle import PROPERTIES
 from ckpt_harness.progress import Progress
 from ckpt_harness.scenario import Scenario, ScenarioResult
-from ckpt_harness.script_bench import ScriptBench, row_name
+from ckpt_harness.script_bench import ScriptBench, check_script, row_name
 from ckpt_harness.verdict import Verdict, fold
 
 #: Scenarios run at once (when `parallel` > 1), each running `parallel` cases
@@ -108,8 +108,9 @@ class Matrix:
         if self.scripts:
             lines += ["Scripts: " + "; ".join(f"**{name}**: `{command}`" for name, command in self.scripts.items())
                       + ".", ""]
+        row = "script" if self.scripts else "job"
         lines += [
-            "| job | " + " | ".join(props) + " |",
+            f"| {row} | " + " | ".join(props) + " |",
             "|---|" + "---|" * len(props),
         ]
         for job in self.jobs:
@@ -124,7 +125,7 @@ class Matrix:
                 lines += [f"### {c.job} · {c.property}: {c.verdict.value}", "", _md(c.reason), ""]
                 if c.repro:
                     lines += ["```sh", c.repro, "```", ""]
-        lines += ["## Every cell", "", "| job | property | verdict | scenarios | reason |", "|---|---|---|---|---|"]
+        lines += ["## Every cell", "", f"| {row} | property | verdict | scenarios | reason |", "|---|---|---|---|---|"]
         for c in self.cells():
             lines.append(f"| {c.job} | {c.property} | {c.verdict.value} | {', '.join(c.scenarios)} | {_md(c.reason, 240)} |")
         lines += ["", "## Scenarios", "", "| scenario | property | check | what it does |", "|---|---|---|---|"]
@@ -218,6 +219,7 @@ def run_matrix(
                              f"timeout); got {', '.join(map(str, sorted(layouts)))}")
         world_size, timeout = scripts[0].world_size, scripts[0].timeout
         for config in scripts:
+            check_script(config)
             name = row_name(config.script)
             name = name if name not in commands else f"{name} #{len(names) + 1}"  # rows apart, if cut alike
             commands[name] = config.script

@@ -75,6 +75,17 @@ def row_name(script: str, limit: int = NAME_LENGTH) -> str:
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
+def check_script(script: ScriptConfig) -> None:
+    """Refuse a script that is not there (ConfigError), before any run: else
+    every scenario of its row would be n/a, each saying so, for bad input."""
+    from ckpt_harness.script_mode import command
+
+    path = command(script, Path("ckpt"))[0]
+    if not Path(path).is_file():
+        raise ConfigError(f"no script at {path!r} (--script {script.script!r}): give the path of a Python file "
+                          "to run, then its arguments")
+
+
 class ScriptBench(Bench):
     """`script` (its layout, timeout and command) is what every scenario's runs share."""
 
@@ -84,6 +95,7 @@ class ScriptBench(Bench):
         if script.max_restarts:
             raise ConfigError("a matrix row runs each resume itself, and torchrun restarting a faulted "
                                        "group would run its fault again: leave out --max-restarts")
+        check_script(script)
         self.script = script
         self.name = name or row_name(script.script)
         self.ref = self.job_class = None  # no Job: checks that need one are n/a (`not_applicable`)

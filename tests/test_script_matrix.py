@@ -127,3 +127,10 @@ def test_a_row_is_named_by_its_command_without_the_checkpoint_directory(script, 
     from ckpt_harness.script_bench import row_name
 
     assert row_name(script) == name
+
+
+def test_a_script_that_is_not_there_is_bad_input_before_anything_runs(capsys, tmp_path):
+    code = cli.main(["matrix", "--script", "missing.py {ckpt_dir}", "--scenarios", "resume-every-save",
+                     "--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "work")])
+    assert code == cli.EXIT_USAGE and "no script at 'missing.py'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
