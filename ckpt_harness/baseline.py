@@ -59,6 +59,32 @@ def broken_phases(events_by_rank: Mapping[int, Sequence[Event]], k: int, last: b
     return phases
 
 
+def broken_events(events_by_rank: Mapping[int, Sequence[Event]], k: int, last: bool) -> dict[int, list[Event]]:
+    """The events of each rank a fault case of save `k` may break (of the
+    phases `broken_phases` names): every one of that save and of the work it
+    handed to other threads, and if it is the last save, every one after it.
+    A phase may span the whole run (a script's "run" is everything outside
+    its saves), so "after" is told by position, not by phase name: after the
+    rank's own last event of the save or, for a rank that had no part in it
+    (a script whose rank 0 alone saves), after the save ended on the ranks
+    that made it (the golden run's clock: one machine's monotonic time)."""
+    if not last:
+        return {rank: list(events) for rank, events in events_by_rank.items()}
+    where = phase.save(k)
+    own = {where, phase.background(where)}
+    ends = {rank: max((i for i, e in enumerate(events) if e.phase == where), default=None)
+            for rank, events in events_by_rank.items()}
+    ended = max((events_by_rank[rank][i].t for rank, i in ends.items() if i is not None), default=None)
+    out = {}
+    for rank, events in events_by_rank.items():
+        end = ends[rank]
+        if end is not None:
+            out[rank] = [e for i, e in enumerate(events) if e.phase in own or i > end]
+        else:
+            out[rank] = [e for e in events if e.phase in own or (ended is not None and e.t > ended)]
+    return out
+
+
 def fault_points(events_by_rank: Mapping[int, Sequence[Event]], where: Union[str, Collection[str]]) -> list[Point]:
     """Every operation of phase(s) `where` on every rank, writes sampled per file.
 
@@ -114,6 +140,9 @@ class Baseline:
     committed_files: tuple[str, ...]
     #: Files in it with bytes no probe saw written (see `trace.unseen_writes`).
     unseen: tuple[str, ...] = ()
+    #: Why the run stopped after save k left no committed directory ("" when it
+    #: did, or was not made): corruption cases have no file to damage then.
+    committed_problem: str = ""
     #: Why the golden trace does not rebuild the golden run's directory ("" when
     #: it does, byte for byte); states are derived from the trace only if it does.
     replay_gap: str = ""
@@ -144,6 +173,14 @@ class Baseline:
     def nothing_to_break(self) -> Optional[CaseResult]:
         """UNKNOWN when save k recorded no operation (an owned loop that names no phases)."""
         return None if self.points else oracle.nothing_to_break(self.phase, self.repro("golden"))
+
+    def nothing_to_corrupt(self) -> Optional[CaseResult]:
+        """UNKNOWN when corruptions were asked for and the run stopped after
+        save k failed: saying so, rather than running no corruption case in silence."""
+        if not self.config.corruptions or self.committed is not None:
+            return None
+        return oracle.cannot_judge("committed run", "corruptions", f"no corruption case was run: the run stopped "
+                                   f"after save {self.k} (whose files they damage) failed: {self.committed_problem}")
 
 
 def prepare(config: ExploreConfig, root: Path) -> Baseline:
@@ -177,21 +214,26 @@ def from_golden(config: Union[ExploreConfig, ScriptExploreConfig], root: Path, g
     probe saw); a replay that matches byte for byte already shows there are none."""
     where = phase.save(config.k)
     events = {r.rank: r.events for r in golden.ranks}
-    points = fault_points(events, broken_phases(events, config.k, config.k == config.save_steps[-1]))
-    gap = _replay_gap(golden, root / "golden" / "ckpt", background)
+    last = config.k == config.save_steps[-1]
+    points = fault_points(broken_events(events, config.k, last), broken_phases(events, config.k, last))
+    gap = _replay_gap(golden, Path(golden.run_dir).parent / "ckpt", background)  # golden_run's layout
     committed = root / "committed" / "ckpt"
     files: tuple[str, ...] = ()
     unseen: tuple[str, ...] = ()
-    ok = False
+    ok, problem = False, ""
     if committed_run or config.corruptions or gap:
         stopped = launch(config, "committed", committed, root / "committed" / "run", stop_after_save=config.k)
         ok = stopped.ok
+        if not ok:
+            found = oracle.health(stopped)
+            problem = found.summary if found is not None else "it did not end as asked"
         if ok:
             written = stopped.created_in(where)
             present = corrupt.committed_files(committed)
             files = tuple(f for f in present if _covered(f, written))
             unseen = tuple(unseen_writes(stopped.events(), {f: (committed / f).stat().st_size for f in present}))
-    return Baseline(config, root, golden, reference, tuple(points), committed if ok else None, files, unseen, gap)
+    return Baseline(config, root, golden, reference, tuple(points), committed if ok else None, files, unseen,
+                    problem, gap)
 
 
 def _replay_gap(golden: Run, ckpt: Path, background: bool) -> str:

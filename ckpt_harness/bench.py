@@ -43,6 +43,11 @@ class Bench:
         self.ref, self.job_class = resolve(job)
         self.world_size = SETTINGS["world_size"].check(world_size)
         self.timeout = SETTINGS["timeout"].check(timeout)
+        self._shared(root, parallel, progress, reduce)
+
+    def _shared(self, root: Path, parallel: int, progress: Optional[Callable[[int, int, CaseResult], None]],
+                reduce: bool) -> None:
+        """What every bench has, whatever runs on it (a Job here, a script in `script_bench`)."""
         self.parallel = SETTINGS["parallel"].check(parallel)
         self.root = Path(root)
         self.progress = progress

@@ -72,6 +72,7 @@ def _import_from_cwd() -> None:
 
 def _parser() -> argparse.ArgumentParser:
     from ckpt_harness.config import (
+        SETTINGS,
         ExploreConfig,
         RunConfig,
         ScriptConfig,
@@ -118,6 +119,10 @@ def _parser() -> argparse.ArgumentParser:
                                            "matrix as Markdown and JSON")
     matrix.add_argument("--job", action="append",
                         help="a job to run (module:Class or registered name); repeatable (default: every registered job)")
+    matrix.add_argument("--script", action="append", dest="script",
+                        help=SETTINGS["script"].help + "; repeatable, a row each, all at one --nproc-per-node and "
+                             f"--nnodes (instead of --job; --timeout is then {ScriptConfig.timeout:g} s unless given)")
+    add_arguments(matrix, ScriptConfig, only=(*MATRIX_SCRIPT_SETTINGS, "max_restarts"))  # the last one refused
     _scenario_options(matrix)
     matrix.add_argument("--scenarios", default="", help="comma-separated scenario names or patterns (default: all)")
     matrix.add_argument("--out", type=Path, default=Path("ckpt-matrix"),
@@ -151,6 +156,10 @@ def _parser() -> argparse.ArgumentParser:
 TRACE_SETTINGS = ("world_size", "steps", "save_every", "keep_last", "overwrite", "seed", "timeout", "nodes", "save")
 #: The settings of a bench (a job at a world size) that `matrix` and `scenario` take.
 BENCH_SETTINGS = ("world_size", "timeout", "parallel")
+#: The script-mode settings `matrix --script` takes besides --script: one
+#: layout for every row (--max-restarts is refused: a matrix row, like
+#: `explore --script`, runs each resume itself).
+MATRIX_SCRIPT_SETTINGS = ("nproc_per_node", "nnodes")
 #: Cell verdicts `matrix --fail-on` may name.
 GATED = (Verdict.FAIL, Verdict.UNKNOWN, Verdict.ERROR)
 #: An incomplete matrix is the command's own failure; a framework's failing
@@ -197,6 +206,11 @@ def _matrix(args: argparse.Namespace) -> int:
     from ckpt_harness.progress import Progress
     from ckpt_harness.scenario import default_jobs, select
 
+    try:
+        scripts = _matrix_scripts(args)
+    except _USER_ERRORS as exc:
+        print(f"ckpt-harness matrix: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     bench = _bench_settings(args)
     progress = Progress(quiet=args.quiet)
     try:
@@ -206,9 +220,13 @@ def _matrix(args: argparse.Namespace) -> int:
             _check_writable(args.write_baseline)
         catalogue = _catalogue(args)
         scenarios = select(catalogue, _split(args.scenarios))
-        prestart(bench["parallel"])
-        matrix = run_matrix(args.job or default_jobs(scenarios), scenarios, **bench, workdir=args.workdir,
-                            keep=args.workdir is not None, progress=progress)
+        if scripts:  # rows under torchrun: no fork server
+            matrix = run_matrix((), scenarios, parallel=bench["parallel"], workdir=args.workdir,
+                                keep=args.workdir is not None, progress=progress, scripts=scripts)
+        else:
+            prestart(bench["parallel"])
+            matrix = run_matrix(args.job or default_jobs(scenarios), scenarios, **bench, workdir=args.workdir,
+                                keep=args.workdir is not None, progress=progress)
     except _USER_ERRORS as exc:
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -222,6 +240,31 @@ def _matrix(args: argparse.Namespace) -> int:
     print(f"wrote {md} and {js}")
     gated = _gate_matrix(args, matrix, baseline, catalogue)
     return _matrix_exit(matrix, args.fail_on) if gated is None else gated
+
+
+def _matrix_scripts(args: argparse.Namespace) -> list:
+    """The `ScriptConfig` of each --script row (none: a matrix of jobs); the
+    options of the other mode refused, before anything heavy is imported."""
+    from ckpt_harness.config import ScriptConfig, settings_of
+
+    scripts = getattr(args, "script", None) or []
+    layout = [settings_of(ScriptConfig)[name].option for name in (*MATRIX_SCRIPT_SETTINGS, "max_restarts")
+              if hasattr(args, name)]
+    if not scripts:
+        if layout:
+            raise UsageError(f"{', '.join(layout)} belong to script mode: give them with --script, not --job")
+        return []
+    if args.job:
+        raise UsageError("give --job rows or --script rows, not both: a script's rows run under torchrun at "
+                         "--nnodes x --nproc-per-node, a job's at --world-size; run one matrix of each")
+    if hasattr(args, "max_restarts"):
+        raise UsageError("--max-restarts: a matrix row runs each resume itself, and torchrun restarting a faulted "
+                         "group would run its fault again; torchrun's restart path is `run --script --max-restarts`'s")
+    if hasattr(args, "world_size"):
+        raise UsageError("--world-size applies to --job rows only: a script's world size is "
+                         "--nnodes x --nproc-per-node")
+    given = {name: getattr(args, name) for name in (*MATRIX_SCRIPT_SETTINGS, "timeout") if hasattr(args, name)}
+    return [ScriptConfig(script=script, **given) for script in scripts]
 
 
 def _matrix_exit(matrix, fail_on: Sequence[Verdict]) -> int:

@@ -328,6 +328,12 @@ class ScriptExploreConfig(ScriptConfig):
     def stop_ranks(self, step: Optional[int]) -> Optional[frozenset[int]]:
         return dict(self.savers).get(step) if step is not None else None
 
+    @property
+    def runs(self) -> tuple[ScriptConfig, int]:
+        """What its baseline depends on (as `ExploreConfig.runs`): the script's
+        runs and the save broken, once known."""
+        return ScriptConfig(**{name: getattr(self, name) for name in settings_of(ScriptConfig)}), self.k
+
 
 def broken_save(steps: Sequence[int], save: Union[str, int]) -> int:
     """The step `save` names among the save `steps` (a step, or first/second/last)."""

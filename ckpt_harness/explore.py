@@ -70,7 +70,8 @@ def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,
     cases = plan_cases(base)
     if only:
         cases = named(base, only, cases)
-    return run_cases(base, cases, progress), warnings
+    missing = base.nothing_to_corrupt()
+    return run_cases(base, cases, progress) + ([missing] if missing is not None and not only else []), warnings
 
 
 def baseline(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None, **settings: Any) -> Baseline:

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from ckpt_harness.bench import Bench
-from ckpt_harness.config import SETTINGS
+from ckpt_harness.config import SETTINGS, ScriptConfig
 from ckpt_harness.oracle import PROPERTIES
 from ckpt_harness.progress import Progress
 from ckpt_harness.scenario import Scenario, ScenarioResult
+from ckpt_harness.script_bench import ScriptBench, check_script, row_name
 from ckpt_harness.verdict import Verdict, fold
 
 #: Scenarios run at once (when `parallel` > 1), each running `parallel` cases
@@ -73,8 +74,11 @@ class Matrix:
     versions: dict[str, str] = dataclasses.field(default_factory=dict)
     skipped: dict[str, str] = dataclasses.field(default_factory=dict)
     date: str = dataclasses.field(default_factory=lambda: datetime.date.today().isoformat())
-    #: The bench settings besides the world size (timeout, parallel).
+    #: The bench settings besides the world size (timeout, parallel; a script
+    #: matrix's layout: nproc_per_node, nnodes).
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: Script rows (`matrix --script`): row name -> the script's whole command.
+    scripts: dict[str, str] = dataclasses.field(default_factory=dict)
 
     @property
     def properties(self) -> list[str]:
@@ -93,12 +97,20 @@ class Matrix:
     def markdown(self) -> str:
         props = self.properties
         cells = {(c.job, c.property): c for c in self.cells()}
+        layout = (f" under torchrun ({self.settings.get('nnodes')} node(s) x {self.settings.get('nproc_per_node')} "
+                  "workers)" if self.scripts else "")
         lines = [
             "# Checkpoint compatibility matrix", "",
-            f"`ckpt-harness matrix` at world size {self.world_size}, {len(self.scenarios)} scenarios, "
+            f"`ckpt-harness matrix` at world size {self.world_size}{layout}, {len(self.scenarios)} scenarios, "
             f"{sum(r.cases for r in self.results)} cases in {self.elapsed / 60:.1f} min, on {self.date}.", "",
             "Versions: " + ", ".join(f"{k} {v}" for k, v in self.versions.items()) + ".", "",
-            "| job | " + " | ".join(props) + " |",
+        ]
+        if self.scripts:
+            lines += ["Scripts: " + "; ".join(f"**{name}**: `{command}`" for name, command in self.scripts.items())
+                      + ".", ""]
+        row = "script" if self.scripts else "job"
+        lines += [
+            f"| {row} | " + " | ".join(props) + " |",
             "|---|" + "---|" * len(props),
         ]
         for job in self.jobs:
@@ -113,7 +125,7 @@ class Matrix:
                 lines += [f"### {c.job} · {c.property}: {c.verdict.value}", "", _md(c.reason), ""]
                 if c.repro:
                     lines += ["```sh", c.repro, "```", ""]
-        lines += ["## Every cell", "", "| job | property | verdict | scenarios | reason |", "|---|---|---|---|---|"]
+        lines += ["## Every cell", "", f"| {row} | property | verdict | scenarios | reason |", "|---|---|---|---|---|"]
         for c in self.cells():
             lines.append(f"| {c.job} | {c.property} | {c.verdict.value} | {', '.join(c.scenarios)} | {_md(c.reason, 240)} |")
         lines += ["", "## Scenarios", "", "| scenario | property | check | what it does |", "|---|---|---|---|"]
@@ -136,6 +148,7 @@ class Matrix:
             "versions": self.versions,
             "date": self.date,
             "jobs": self.jobs,
+            "scripts": self.scripts,
             "skipped": self.skipped,
             "properties": self.properties,
             "complete": self.complete,
@@ -181,17 +194,37 @@ def run_matrix(
     workdir: Optional[Path] = None,
     keep: bool = False,
     progress: Optional[Progress] = None,
+    scripts: Sequence[ScriptConfig] = (),
 ) -> Matrix:
     """Run every scenario that applies against every job, showing cases as
     they finish and a line per finished scenario on `progress`. `reduce=False`
     runs every case's faulted save and resume (the naive catalogue, for comparison);
-    `scenarios_at_once` applies when `parallel` > 1."""
-    from ckpt_harness.errors import Unavailable
+    `scenarios_at_once` applies when `parallel` > 1.
+
+    `scripts` instead of `jobs`: a row per unmodified script under torchrun
+    (`script_bench`), all at one layout and timeout (theirs: `world_size` and
+    `timeout` are not used), named by their commands (`row_name`)."""
+    from ckpt_harness.errors import Unavailable, UsageError
     from ckpt_harness.jobref import resolve
 
     started = time.monotonic()
-    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-matrix-"))
     names, skipped, plans = [], {}, []
+    commands: dict[str, str] = {}
+    if scripts:
+        if jobs:
+            raise UsageError("a matrix has rows of jobs or of scripts, not both: run one matrix of each")
+        layouts = {(s.nproc_per_node, s.nnodes, s.timeout) for s in scripts}
+        if len(layouts) > 1:
+            raise UsageError("the scripts of one matrix share one layout and timeout (nproc_per_node, nnodes, "
+                             f"timeout); got {', '.join(map(str, sorted(layouts)))}")
+        world_size, timeout = scripts[0].world_size, scripts[0].timeout
+        for config in scripts:
+            check_script(config)
+            name = row_name(config.script)
+            name = name if name not in commands else f"{name} #{len(names) + 1}"  # rows apart, if cut alike
+            commands[name] = config.script
+            names.append(name)
+            plans.append((config, name, [s for s in scenarios if s.applies_to(name)]))
     for job in jobs:
         try:
             ref, _ = resolve(job)
@@ -200,9 +233,15 @@ def run_matrix(
             continue
         names.append(ref.display)
         plans.append((job, ref.display, [s for s in scenarios if s.applies_to(ref.display)]))
+    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-matrix-"))
     tasks = [(i, name, scenario) for i, (_, name, mine) in enumerate(plans) for scenario in mine]
-    benches = [Bench(job, world_size, root / f"job{i}", timeout=timeout, parallel=parallel, reduce=reduce)
-               for i, (job, _, _) in enumerate(plans)]
+    if scripts:  # row by row in turn: a script row's first scenarios all wait for its golden torchrun run,
+        # so the rows' golden runs go at once rather than one row after the other
+        tasks.sort(key=lambda task: plans[task[0]][2].index(task[2]))
+    benches = [ScriptBench(row, root / f"job{i}", parallel=parallel, reduce=reduce, name=name)
+               if isinstance(row, ScriptConfig) else
+               Bench(row, world_size, root / f"job{i}", timeout=timeout, parallel=parallel, reduce=reduce)
+               for i, (row, name, _) in enumerate(plans)]
     left = [len(mine) for _, _, mine in plans]
     lock = threading.Lock()
     done = 0
@@ -227,5 +266,6 @@ def run_matrix(
     finally:
         if workdir is None and not keep:
             shutil.rmtree(root, ignore_errors=True)
+    layout = {"nproc_per_node": scripts[0].nproc_per_node, "nnodes": scripts[0].nnodes} if scripts else {}
     return Matrix(world_size, names, results, list(scenarios), time.monotonic() - started, versions(), skipped,
-                  settings={"timeout": timeout, "parallel": parallel})
+                  settings={"timeout": timeout, "parallel": parallel, **layout}, scripts=commands)

@@ -9,7 +9,8 @@
 - ``ckpt.verify_script(script, ...)`` / ``ckpt.explore_script(script, ...)``: script
   mode (an unmodified script under torchrun); ``--ckpt-script 'train.py {ckpt_dir}'``
   with ``--ckpt-nproc-per-node``, ``--ckpt-nnodes``, ``--ckpt-max-restarts`` sets
-  their defaults and adds the item ``ckpt-script::verify``;
+  their defaults and adds the item ``ckpt-script::verify`` (with ``--ckpt-scenarios``
+  also the catalogue against the script, ``ckpt-script::NAME``, as ``matrix --script``);
 - options ``--ckpt-timeout``, ``--ckpt-world-sizes`` (parametrizes tests that
   use ``ckpt`` and whose marker names no world size), ``--ckpt-job
   module:Class`` (adds the built-in scenario catalogue against that job, one
@@ -67,7 +68,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--ckpt-scenarios", default=None, metavar="NAME[,NAME...]",
-        help="with --ckpt-job: only these catalogue scenarios (names or fnmatch patterns; see ckpt-harness list)",
+        help="with --ckpt-job: only these catalogue scenarios (names or fnmatch patterns; see ckpt-harness list); "
+             "with --ckpt-script: these scenarios against the script, items ckpt-script::NAME",
     )
     for name in script_mode_settings():
         setting = SETTINGS[name]
@@ -98,9 +100,11 @@ def _check_options(config: pytest.Config) -> None:
         SETTINGS["timeout"].check(config.getoption("--ckpt-timeout"))
     except ConfigError as exc:
         raise pytest.UsageError(f"--ckpt-timeout: {exc}") from None
-    if config.getoption("--ckpt-scenarios") and not config.getoption("--ckpt-job"):
+    if config.getoption("--ckpt-scenarios") and not config.getoption("--ckpt-job") \
+            and not config.getoption("ckpt_script"):
         raise pytest.UsageError("--ckpt-scenarios narrows the catalogue that --ckpt-job runs: "
-                                "add --ckpt-job NAME (a built-in job or module:Class)")
+                                "add --ckpt-job NAME (a built-in job or module:Class), or --ckpt-script "
+                                "'train.py {ckpt_dir}' to run it against a script")
 
 
 def _world_sizes(config: pytest.Config) -> list[int]:
@@ -275,6 +279,49 @@ class ScriptItem(pytest.Item):
         return self.config.getoption("ckpt_script"), None, f"verify {self.config.getoption('ckpt_script')} under torchrun"
 
 
+_SCRIPT_BENCH = pytest.StashKey[Any]()
+
+
+def _script_config(config: pytest.Config) -> Any:
+    """The --ckpt-script script's `ScriptConfig` for catalogue items (a matrix
+    row's: `script_bench`); bad settings are usage errors, at collection."""
+    from ckpt_harness.config import SETTINGS, ScriptConfig
+    from ckpt_harness.errors import ConfigError
+
+    settings = _script_options(config)
+    if settings.get("max_restarts"):
+        raise pytest.UsageError("--ckpt-max-restarts applies to ckpt-script::verify only: the catalogue items "
+                                "(--ckpt-scenarios) run each resume themselves, as `matrix --script` does")
+    settings.pop("max_restarts", None)
+    timeout = config.getoption("--ckpt-timeout")
+    if timeout != SETTINGS["timeout"].default:
+        settings["timeout"] = timeout
+    try:
+        return ScriptConfig(**settings)
+    except ConfigError as exc:
+        raise pytest.UsageError(f"--ckpt-script: {exc}") from None
+
+
+def _script_items(parent: pytest.Collector, config: pytest.Config) -> list:
+    """--ckpt-script with --ckpt-scenarios: a catalogue item per scenario
+    against the script (``ckpt-script::crash-every-phase``), run as a
+    `matrix --script` row runs it; n/a skips with the reason."""
+    from ckpt_harness.errors import ScenarioError
+    from ckpt_harness.scenario import builtin_catalogue, select
+    from ckpt_harness.script_bench import row_name
+
+    patterns = [p.strip() for p in (config.getoption("--ckpt-scenarios") or "").split(",") if p.strip()]
+    if not patterns:
+        return []
+    script = _script_config(config)
+    try:
+        scenarios = select(builtin_catalogue(), patterns)
+    except ScenarioError as exc:
+        raise pytest.UsageError(f"--ckpt-scenarios: {exc}") from None
+    return [ScenarioItem.from_parent(parent, name=s.name, scenario=s, job=row_name(script.script),
+                                     world_size=script.world_size, script=script) for s in scenarios]
+
+
 # -- the scenario catalogue as test items ---------------------------------------------
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[pytest.Collector]:
     """Any `*.toml` in a directory named `scenarios` is a scenario file."""
@@ -327,19 +374,32 @@ class Catalogue(pytest.Collector):
 class ScenarioItem(pytest.Item):
     """A catalogue scenario against one job at one world size; n/a skips."""
 
-    def __init__(self, *, scenario: Any, job: str, world_size: int, **kwargs: Any):
+    def __init__(self, *, scenario: Any, job: str, world_size: int, script: Any = None, **kwargs: Any):
         super().__init__(**kwargs)
         self.scenario = scenario
         self.job = job
         self.world_size = world_size
+        #: The --ckpt-script script's `ScriptConfig` when it runs against that (`job` is its row name).
+        self.script = script
         _expect(self)
+
+    def bench(self) -> Any:
+        """The session's bench of its job and world size, or of the script."""
+        if self.script is None:
+            return _bench(self.config, self.job, self.world_size)
+        if _SCRIPT_BENCH not in self.config.stash:
+            from ckpt_harness.script_bench import ScriptBench
+
+            root = self.config._tmp_path_factory.mktemp("ckpt-script-catalogue")  # type: ignore[attr-defined]
+            self.config.stash[_SCRIPT_BENCH] = ScriptBench(self.script, root, name=self.job)
+        return self.config.stash[_SCRIPT_BENCH]
 
     def runtest(self) -> None:
         from ckpt_harness.errors import Unavailable
         from ckpt_harness.verdict import Verdict
 
         try:
-            result = _bench(self.config, self.job, self.world_size).run(self.scenario)
+            result = self.bench().run(self.scenario)
         except Unavailable as exc:
             pytest.skip(str(exc))
         self.user_properties.append(("ckpt_verdict", result.verdict.value))
@@ -465,8 +525,9 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     named, if node ids of it were given), unless the run collected scenario
     files of its own (then only with --ckpt-scenarios)."""
     if config.getoption("ckpt_script"):
-        items.append(ScriptItem.from_parent(ScriptCollector.from_parent(session, name=SCRIPT_ITEM, nodeid=SCRIPT_ITEM),
-                                            name="verify"))
+        scripts = ScriptCollector.from_parent(session, name=SCRIPT_ITEM, nodeid=SCRIPT_ITEM)
+        items.append(ScriptItem.from_parent(scripts, name="verify"))
+        items.extend(_script_items(scripts, config))
     job = config.getoption("--ckpt-job")
     wanted = config.stash.get(_WANTED, [])
     if wanted and not job:

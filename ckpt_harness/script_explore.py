@@ -30,7 +30,7 @@ from typing import Any, Optional, Sequence, Union
 
 from ckpt_harness import baseline as baselines
 from ckpt_harness import oracle
-from ckpt_harness.baseline import BaselineFailed
+from ckpt_harness.baseline import Baseline, BaselineFailed
 from ckpt_harness.config import ScriptExploreConfig, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.explore import Progress, explore_baseline
@@ -69,22 +69,43 @@ def run_script_exploration(config: ScriptExploreConfig, root: Path, only: Option
                       config.values, warnings)
 
     try:
-        golden = baselines.golden_run(config, root)
+        golden = script_golden(config, root)
     except BaselineFailed as failed:
         return report([failed.result])
-    unnamed = oracle.judge_named_steps("golden", golden)
-    if unnamed is not None or not oracle.save_steps(golden):
-        return report([unnamed or oracle.cannot_judge(
-            "golden", "saves", "the script never saved into the checkpoint directory: there is no save to break "
-                               "(give {ckpt_dir} where it writes its checkpoints)")])
-    known = config.knowing({step: oracle.savers(golden, step) for step in oracle.save_steps(golden)})
-    reference = oracle.Reference(oracle.saves_by_step(golden), known.k, known.prev, golden.states(Kind.FINAL))
-    base = baselines.from_golden(known, root, golden, reference, background=_saves_in_background(golden),
-                                 committed_run=False)
+    base = script_baseline(config, root, golden, committed_run=False)
+    known = base.config
     results, warnings = explore_baseline(base, only, progress)
     note = f"save {known.k} broken (the script saved at steps {', '.join(map(str, known.save_steps))}); " \
            f"durability model {known.durability}"
     return report(results, warnings, note)
+
+
+def script_golden(config: ScriptExploreConfig, root: Path) -> Run:
+    """The golden run every case of `config`'s script is judged against (traced,
+    every byte logged); raises `BaselineFailed` if it failed or saved nothing
+    the harness can number."""
+    golden = baselines.golden_run(config, root)
+    unnamed = oracle.judge_named_steps("golden", golden)
+    if unnamed is not None or not oracle.save_steps(golden):
+        raise BaselineFailed(unnamed or oracle.cannot_judge(
+            "golden", "saves", "the script never saved into the checkpoint directory: there is no save to break "
+                               "(give {ckpt_dir} where it writes its checkpoints)"))
+    return golden
+
+
+def script_baseline(config: ScriptExploreConfig, root: Path, golden: Run, *, committed_run: bool) -> Baseline:
+    """The baseline of `config` once its golden run (`script_golden`) told the
+    save steps: raises ConfigError for a `save` step the script never made.
+    `committed_run` as `baseline.from_golden`'s."""
+    known = knowing(config, golden)
+    reference = oracle.Reference(oracle.saves_by_step(golden), known.k, known.prev, golden.states(Kind.FINAL))
+    return baselines.from_golden(known, root, golden, reference, background=_saves_in_background(golden),
+                                 committed_run=committed_run)
+
+
+def knowing(config: ScriptExploreConfig, golden: Run) -> ScriptExploreConfig:
+    """`config` once `golden` made its saves (`ScriptExploreConfig.knowing`)."""
+    return config.knowing({step: oracle.savers(golden, step) for step in oracle.save_steps(golden)})
 
 
 def _saves_in_background(golden: Run) -> bool:

@@ -93,10 +93,14 @@ def repro(config: ScriptConfig, case: str) -> str:
     return run.repro("run", config, case)
 
 
-def run_script_verification(config: ScriptConfig, root: Path, cases: Optional[Sequence[str]] = None) -> Report:
+def run_script_verification(config: ScriptConfig, root: Path, cases: Optional[Sequence[str]] = None, *,
+                            golden: Optional[Run] = None) -> Report:
+    """`golden`: a finished golden run of the same script and layout to judge
+    against instead of launching one (a matrix row shares its explorations' one)."""
     started = time.monotonic()
     line = repro(config, "golden")
-    golden = launch_script(config, "golden", root / "golden" / "ckpt", root / "golden" / "run")
+    if golden is None:
+        golden = launch_script(config, "golden", root / "golden" / "ckpt", root / "golden" / "run")
     results = [oracle.judge_golden("golden", golden, line)]
     if results[0].verdict is Verdict.PASS:
         steps = oracle.save_steps(golden)
@@ -169,8 +173,23 @@ def judge_resumed(case: str, golden: Run, resumed: Run, step: int, line: str,
     results = [live, oracle.judge_resume_point(case, resumed, step, line)]
     later = oracle.judge_later_saves(case, golden, resumed, step, line)
     results += [oracle.undecided_if(nondeterminism, later)] if later else []
-    if live.verdict is Verdict.PASS:
-        final = oracle.judge_same_state(case, "final state", golden.states(Kind.FINAL), resumed.states(Kind.FINAL),
+    after = saving_after(golden, step)
+    if live.verdict is Verdict.PASS and after:
+        final = oracle.judge_same_state(case, "final state", _of(golden.states(Kind.FINAL), after),
+                                        _of(resumed.states(Kind.FINAL), after),
                                         "final state (the last save) vs. uninterrupted run", line)
         results.append(oracle.undecided_if(nondeterminism, final))
     return results
+
+
+def saving_after(golden: Run, step: int) -> frozenset[int]:
+    """The ranks that saved after save `step` in the golden run: only their
+    final state (their last save) tells anything about a resume from it. A
+    rank whose last save was `step` itself, or earlier, saves nothing once
+    resumed there (resumable.py --staging's rank 1 after its last save)."""
+    return frozenset(r.rank for r in golden.ranks
+                     if any(rec["event"] == Kind.SAVED and rec["step"] > step for rec in r.records))
+
+
+def _of(states: Optional[dict[int, Any]], ranks: frozenset[int]) -> Optional[dict[int, Any]]:
+    return None if states is None else {rank: state for rank, state in states.items() if rank in ranks}

@@ -17,7 +17,10 @@ A run told to stop after save k stops each rank that made save k at the
 start of its next save (of another step) or where it would otherwise
 return: everything belonging to save k (more files of the same step, a
 rename into place, rotation of old checkpoints) is done by then, and
-nothing of the next save is. The harness tears the group down once every
+nothing of the next save is. A rank that made save k and then waits in a
+collective outside any save while a peer already stopped counts as
+stopped there (`STUCK_AFTER_PEER`): the peer will never join it (rank 0
+stops at its final save while rank 1 waits in the barrier after it). The harness tears the group down once every
 rank that made save k stopped, as a preemption would. A run told to crash
 there instead dies (SIGKILL, once per run) for torchrun to restart the
 group; each attempt starts its records anew.
@@ -29,6 +32,8 @@ import dataclasses
 import json
 import os
 import signal
+import threading
+import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -70,6 +75,12 @@ class ScriptPlan:
         return cls(**fields, faults=parse_plan(faults) if faults else ())
 
 
+#: How long a rank past save k must wait in one collective, outside any
+#: save and with a peer stopped, before it counts as stopped there too.
+STUCK_AFTER_PEER = 0.5
+_POLL = 0.05
+
+
 class ScriptRank:
     """One worker's recorder and save hooks."""
 
@@ -87,6 +98,7 @@ class ScriptRank:
         self.saves = saves.Saves(plan.ckpt_dir, self._began, self._ended)
         #: The step of this rank's last save and its state (saves of one step merged).
         self.last: Optional[tuple[int, dict[str, Any]]] = None
+        self._watch: Optional[threading.Thread] = None
         saves.install(self.saves)
         probes.set_phase(phase.RUN)
 
@@ -107,6 +119,34 @@ class ScriptRank:
             state = {"step": save.step, **state}
         self.last = (save.step, state)
         probes.set_phase(phase.RUN)
+        if save.step == self.plan.stop_after_save and not self.plan.crash and self._watch is None:
+            self._watch = threading.Thread(target=self._stop_if_stuck, name="ckpt-harness stop watch", daemon=True)
+            self._watch.start()
+
+    def _stop_if_stuck(self) -> None:
+        """Stop (from this thread) once the main thread, past the save to stop
+        after, has waited `STUCK_AFTER_PEER` in one collective outside any save
+        while a peer is stopped: that collective cannot complete, so this rank
+        is as far as it gets. Should it complete after all, the main thread
+        stops at its next save or its return, as always."""
+        seen, since = None, 0.0
+        while True:
+            time.sleep(_POLL)
+            tracer = probes.tracer()
+            waiting = tracer.waiting if tracer is not None else None
+            if waiting is None or probes.current_phase() != phase.RUN or not self._peer_stopped():
+                seen = None
+                continue
+            if waiting != seen:
+                seen, since = waiting, time.monotonic()
+            elif time.monotonic() - since >= STUCK_AFTER_PEER:
+                self.recorder.write(Kind.STOPPED, step=self.plan.stop_after_save)
+                self.park()  # this thread waits for good; the harness tears the group down
+
+    def _peer_stopped(self) -> bool:
+        from ckpt_harness.launch.worker import WorkerRecord
+
+        return any(r.end == "stopped" and r.pid != os.getpid() for r in WorkerRecord.read_all(self.run_dir))
 
     def _observed(self) -> dict[str, Any]:
         observed = self.saves.observed()

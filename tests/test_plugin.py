@@ -322,3 +322,22 @@ def test_ckpt_script_verifies_an_unmodified_script_under_torchrun(pytester, impo
     result.stdout.fnmatch_lines(["*test_my_script*PASSED*", "*ckpt-script::verify FAILED*",
                                  "*FileNotFoundError in save 2*"])
     assert "--ckpt-nproc-per-node" in pytester.runpytest_subprocess("--help").stdout.str()
+
+
+def test_ckpt_script_with_ckpt_scenarios_runs_the_catalogue_against_the_script(pytester, importable):
+    """--ckpt-scenarios with --ckpt-script: an item per scenario against the
+    script (`matrix --script`'s row). Only scenarios a Job alone honours are run
+    here (they are n/a, saying why, and start nothing): the verdicts of the
+    ones that run are tests/test_script_matrix.py's."""
+    resumable = ROOT / "tests" / "scripts" / "resumable.py"
+    pytester.makepyfile("def test_nothing(): pass")
+    result = pytester.runpytest_subprocess(
+        "-v", "-rs", "-p", "no:cacheprovider", "-k", "not verify and not nothing", "--ckpt-script",
+        f"{resumable} {{ckpt_dir}}", "--ckpt-scenarios", "overwrite-complete,rotation-crash")
+    result.assert_outcomes(skipped=2)
+    result.stdout.fnmatch_lines(["*ckpt-script::overwrite-complete SKIPPED*", "*ckpt-script::rotation-crash SKIPPED*",
+                                 "*n/a: check 'overwrite' does not run scripts*", "*n/a: it sets keep_last = 1*"])
+    restarts = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--ckpt-script", f"{resumable} {{ckpt_dir}}",
+                                             "--ckpt-scenarios", "resume-every-save", "--ckpt-max-restarts", "1")
+    assert restarts.ret == pytest.ExitCode.USAGE_ERROR
+    restarts.stderr.fnmatch_lines(["*--ckpt-max-restarts applies to ckpt-script::verify only*"])

@@ -44,6 +44,9 @@ BUILTIN_CHECKS = {
 class Check(Protocol):
     #: The parameters a scenario may set, with their defaults.
     params: Sequence[Setting]
+    # Optionally `scripts`: True if the check also runs an unmodified script
+    # under torchrun (a `matrix --script` row, `script_bench`), or a line
+    # saying why it cannot; a check without it runs Jobs only.
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
         """A problem with these parameters together, in words, or None."""
@@ -51,6 +54,14 @@ class Check(Protocol):
     def run(self, bench: "Bench", scenario: "Scenario", only: Optional[Sequence[str]]) -> Sequence["CaseResult"]:
         """Run the scenario's cases (only those named in `only`, if given) and
         return the oracle's results."""
+
+
+def script_mode(check: Check) -> Optional[str]:
+    """Why `check` cannot run a script (None: it can); see `Check`."""
+    says = getattr(check, "scripts", None)
+    if says is True:
+        return None
+    return says if isinstance(says, str) and says else "it runs Jobs only (it declares no scripts = True)"
 
 
 class NotApplicable(Exception):

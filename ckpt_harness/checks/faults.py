@@ -24,6 +24,9 @@ class Faults:
         *run_settings("save", "save_every", "keep_last", "nodes", "durability", "delay", "hang_timeout", steps=6),
         Setting("rotates", bool, False, "n/a unless the save deletes something (the job honours keep_last)"),
     )
+    #: A script row explores the script (`script_explore`); keep_last, nodes and
+    #: rotates are a Job's, so a scenario setting them is n/a there (`script_bench`).
+    scripts = True
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
         if params["rotates"] and params["keep_last"] is None:
@@ -45,7 +48,8 @@ class Faults:
         cases = plan_cases(base)
         if only:
             cases = named(base, only, cases)
-        return run_cases(base, cases, bench.progress)
+        missing = base.nothing_to_corrupt()
+        return run_cases(base, cases, bench.progress) + ([missing] if missing is not None and not only else [])
 
 
 CHECK = Faults()

@@ -54,6 +54,9 @@ class Overwrite:
         Setting("overwrite", tuple, (True, False), "the values of ctx.overwrite to save with", rule=_flags),
         *run_settings("save_every", steps=6),
     )
+    scripts = ("it saves into a step directory an earlier run left with the job's ctx.overwrite on and off: "
+               "the harness cannot set a script's overwrite flag (pass it in --script and run `run --script` "
+               "on an output directory that holds a checkpoint)")
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
         return None

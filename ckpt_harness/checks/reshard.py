@@ -22,6 +22,8 @@ class Reshard:
         Setting("resume_at", str, "double", "the world size to resume at, from the bench's", choices=("double", "half")),
         *run_settings("save_every", steps=6),
     )
+    scripts = ("it compares Job.full_state (the unsharded model and optimizer) between world sizes: "
+               "a script exposes no state that is the same at every world size")
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
         return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness.checks import NotApplicable, run_settings
-from ckpt_harness.config import RunConfig, Setting
+from ckpt_harness.config import RunConfig, ScriptConfig, Setting
 from ckpt_harness.verdict import CaseResult
 
 
@@ -24,22 +24,32 @@ class Resume:
     )
     #: Its results are checks of a few cases.
     unit = "checks"
+    #: A script row verifies the script (`script_mode`), judged alike.
+    scripts = True
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
         return None
 
     def run(self, bench, scenario, only: Optional[Sequence[str]] = None) -> Sequence[CaseResult]:
+        from ckpt_harness.jobref import load
         from ckpt_harness.run import prepare_workdir
         from ckpt_harness.verify import run_verification
 
-        from ckpt_harness.jobref import load
-
         config = bench.config(scenario.params, RunConfig)
+        script = isinstance(config, ScriptConfig)
         stop = scenario.params["stop"]
+        if stop == "hard" and script:
+            raise NotApplicable("a script's run stops where a save returns, and script mode cannot tell a "
+                                "background save from a synchronous one: give the job as a Job for a hard stop")
         if stop == "hard" and not load(config.job).saves_in_background():
             raise NotApplicable("the job saves synchronously: a save has landed when it returns, so a hard stop "
                                 "is the graceful one (resume-every-save)")
-        return run_verification(config, prepare_workdir(bench.root / scenario.name), only, stop).results
+        root = prepare_workdir(bench.root / scenario.name)
+        if script:  # a script row: judged against the golden run its explorations share
+            from ckpt_harness.script_mode import run_script_verification
+
+            return run_script_verification(config, root, only, golden=bench.golden()).results
+        return run_verification(config, root, only, stop).results
 
 
 CHECK = Resume()

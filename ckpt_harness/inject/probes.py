@@ -75,6 +75,10 @@ class Tracer:
         self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.seq = 0
         self.collectives = 0
+        #: The collective the main thread is in, by number (None: in none):
+        #: how a preempted script's rank is seen waiting for a peer that
+        #: already stopped (`script_runner`).
+        self.waiting: Optional[int] = None
         self.phase = "start"
         self.local = threading.local()
         self.lock = threading.RLock()
@@ -377,6 +381,11 @@ def set_phase(phase: str) -> None:
         _tracer.set_phase(phase)
 
 
+def tracer() -> Optional[Tracer]:
+    """This process's tracer, once `install` ran."""
+    return _tracer
+
+
 def current_phase() -> str:
     return _tracer.phase if _tracer is not None else "start"
 
@@ -436,10 +445,17 @@ def _collective_probe(tracer: Tracer, name: str, original: Callable) -> Callable
             number = tracer.collectives
         group = kwargs.get("group")
         named = {"group": group.group_name} if group is not None and hasattr(group, "group_name") else {}
-        result = tracer.operation(
-            "collective", name, lambda fault: original(*args, **kwargs),
-            op=name, n=number, at="enter", caller=caller(), **named,
-        )
+        main = threading.current_thread() is threading.main_thread()
+        if main:
+            tracer.waiting = number
+        try:
+            result = tracer.operation(
+                "collective", name, lambda fault: original(*args, **kwargs),
+                op=name, n=number, at="enter", caller=caller(), **named,
+            )
+        finally:
+            if main:
+                tracer.waiting = None
         tracer.emit("collective", op=name, n=number, at="exit")
         return result
 

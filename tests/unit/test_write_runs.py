@@ -47,3 +47,26 @@ def test_fault_points_sample_each_kind_of_a_run_by_its_own_points(tmp_path):
     points = [(p.index, p.op) for p in fault_points({0: events}, "save 2")]
     assert points == [(0, "buffered-write"), (5, "write"), (6, "buffered-write"), (10, "buffered-write"),
                       (12, "write"), (13, "write")]
+
+
+def test_after_the_last_save_means_after_it_not_the_same_phase_name_earlier():
+    """A script's "run" phase is everything outside its saves: the points after
+    its last save are the run's operations after that save ended (by position
+    on a rank that made the save, by time on one that did not), not the run's
+    operations before it."""
+    from ckpt_harness.baseline import broken_events, broken_phases
+    from ckpt_harness.inject.trace import Event
+
+    def event(rank, kind, where, point, t, **fields):
+        return Event.parse({"kind": kind, "rank": rank, "phase": where, "point": point, "t": t, **fields})
+
+    events = {
+        0: [event(0, "mkdir", "run", 0, 1.0, path="step_2"), event(0, "mkdir", "save 4", 0, 2.0, path="step_4"),
+            event(0, "collective", "run", 1, 3.0, op="barrier")],
+        1: [event(1, "collective", "run", 0, 0.5, op="barrier"), event(1, "collective", "run", 1, 3.5, op="barrier")],
+    }
+    chosen = broken_events(events, 4, last=True)
+    points = [(p.rank, p.phase, p.index) for p in fault_points(chosen, broken_phases(events, 4, True))]
+    assert points == [(0, "save 4", 0), (0, "run", 1), (1, "run", 1)]
+    assert [(p.rank, p.phase, p.index) for p in fault_points(broken_events(events, 4, last=False), {"save 4"})] \
+        == [(0, "save 4", 0)]
