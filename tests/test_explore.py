@@ -81,7 +81,7 @@ def test_rank0_only_barrier_hangs_the_golden_run(tmp_path, pace):
 
 def test_repro_line_replays_exactly_that_case(tmp_path):
     report = explore("tests.planted.checkpointers:DeletesPreviousFirst", world_size=2, workdir=tmp_path / "a",
-                     faults=("eio",), corruptions=())
+                     faults=("eio",), corruptions=(), ops=("open",))
     failing = report.failures()[0]
     args = shlex.split(failing.repro)
     env = {**os.environ, args[0].partition("=")[0]: args[0].partition("=")[2]}
@@ -162,9 +162,11 @@ def test_reference_rotation_survives_a_crash_at_every_point_of_it(tmp_path):
 def test_a_resume_no_rank_reports_is_judged_from_what_it_did(tmp_path):
     """Crashes in save 4 of a job that resumes correctly but reports only fresh
     starts: its first train step (or that it had none left) says where it resumed."""
-    report = explore("tests.planted.jobs:OwnLoopResumesSilently", world_size=2, workdir=tmp_path, faults=("crash",),
-                     corruptions=())
+    report = explore("tests.planted.jobs:OwnLoopResumesSilently", world_size=2, workdir=tmp_path,
+                     faults=("crash", "crash-after"),
+                     corruptions=(), ops=("rename",))
     assert report.ok, report.explain()
+    assert {"S_k", "S_prev"} <= {r.cells[-1] for r in report.results}, report.table()  # both sides of the commit
     assert [r.summary for r in report.results if "inferred, the job never reported its load" not in r.summary] == []
 
 
@@ -254,12 +256,13 @@ def test_crash_states_no_peer_notices_are_cut_from_the_golden_trace(tmp_path, jo
     assert all(r.verdict is Verdict.PASS for r in derived.results if r not in failing), derived.table()
 
 
-@pytest.mark.parametrize("job", ["torch_save", "tests.planted.checkpointers:RenameWithoutFsync"])
+@pytest.mark.parametrize("job", ["tests.planted.checkpointers:RenameWithoutFsync"])
 def test_power_loss_states_cut_from_the_golden_trace_get_the_verdicts_of_faulted_runs(tmp_path, job):
     """Every rank stops at a power loss, so the golden run's trace (every
     byte logged) decides what the directory keeps: the same verdict and
-    outcome per case as running each faulted save, on a job that is durable
-    and on one that renames without fsyncing (fails every case)."""
+    outcome per case as running each faulted save, on a job that renames
+    without fsyncing (fails every case). A durable job (torch_save, passes
+    every case) is compared alike in tests/test_reduction.py."""
     settings = dict(world_size=2, faults=("power-loss",), corruptions=())
     derived = explore(job, workdir=tmp_path / "derived", **settings)
     ran = explore(job, workdir=tmp_path / "ran", derive_states=False, **settings)
