@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
@@ -55,10 +56,9 @@ class _SlowDisk(FileSystemWriter):
         return super().write_data(plan, planner)
 
 
-class SkipsStaging(DcpAsyncJob):
-    """Writes the live tensors in the background: the optimizer step after
-    `async_save` returned changes them in place before they reach the disk,
-    so save k persists a later state than the one it returned with."""
+class _OnSlowDisk(DcpAsyncJob):
+    """Its background writer waits for the slow storage (`_SlowDisk`) until
+    training has run its next step."""
 
     def setup(self, ctx: RankContext) -> None:
         super().setup(ctx)
@@ -70,14 +70,24 @@ class SkipsStaging(DcpAsyncJob):
         self._go.set()
         return loss
 
-    def save(self, ctx: RankContext, step: int) -> None:
+    def _start(self, ctx: RankContext, step: int, **how) -> Path:
         self.wait_for_saves(ctx)
         path = step_dir(ctx.ckpt_dir, step)
         prepare_step_dir(ctx, path)
         self._go.clear()
         future = dcp.async_save(self._payload(ctx, step), storage_writer=_SlowDisk(path, self._go),
-                                process_group=self._group, async_stager=_NoStaging())
+                                process_group=self._group, **how)
         self._pending = (step, path, future)
+        return path
+
+
+class SkipsStaging(_OnSlowDisk):
+    """Writes the live tensors in the background: the optimizer step after
+    `async_save` returned changes them in place before they reach the disk,
+    so save k persists a later state than the one it returned with."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        self._start(ctx, step, async_stager=_NoStaging())
 
     def wait_for_saves(self, ctx: RankContext) -> None:
         self._go.set()
@@ -143,31 +153,15 @@ class SharesTrainingGroup(DcpAsyncJob):
         dist.barrier()
 
 
-class ClaimsPublishedAtReturn(DcpAsyncJob):
+class ClaimsPublishedAtReturn(_OnSlowDisk):
     """Points `latest` at a save and says it is published (`ctx.published`) as
     soon as `async_save` returned, while its writer still waits for slow
     storage (it writes once training ran its next step). A graceful stop
     lets the write land; a hard stop right after the save leaves `latest`
     naming a step with no file in it: a save claimed published, lost."""
 
-    def setup(self, ctx: RankContext) -> None:
-        super().setup(ctx)
-        self._go = threading.Event()
-        self._go.set()
-
-    def train_step(self, ctx: RankContext, step: int) -> float:
-        loss = super().train_step(ctx, step)
-        self._go.set()
-        return loss
-
     def save(self, ctx: RankContext, step: int) -> None:
-        self.wait_for_saves(ctx)
-        path = step_dir(ctx.ckpt_dir, step)
-        prepare_step_dir(ctx, path)
-        self._go.clear()
-        future = dcp.async_save(self._payload(ctx, step), storage_writer=_SlowDisk(path, self._go),
-                                process_group=self._group)
-        self._pending = (step, path, future)
+        path = self._start(ctx, step)
         commit(ctx, path, step)
         ctx.published(step)
 
