@@ -94,7 +94,7 @@ class ScriptBench(Bench):
                  name: Optional[str] = None):
         if script.max_restarts:
             raise ConfigError("a matrix row runs each resume itself, and torchrun restarting a faulted "
-                                       "group would run its fault again: leave out --max-restarts")
+                              "group would run its fault again: leave out --max-restarts")
         check_script(script)
         self.script = script
         self.name = name or row_name(script.script)
