@@ -317,11 +317,11 @@ def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> t
     config = baseline.config
     kinds = {f.kind for f in case.faults} | {case.kind}
     power = bool(kinds & {"power-loss", POWER_LOSS_AFTER})
-    deadline = config.hang_timeout if kinds & BLOCKING.keys() else None
+    blocked_grace = config.hang_timeout if kinds & BLOCKING.keys() else None
     # A fault after save k (in the end of the run) needs the run to go on past it.
     stop = baseline.k if all(phase.foreground(f.phase) == baseline.phase for f in case.faults) else None
     run = launch(config, "faulted run", ckpt, run_dir, stop_after_save=stop, faults=case.faults,
-                 log_data=power, deadline=deadline, failure_grace=PROPAGATION)
+                 log_data=power, blocked_grace=blocked_grace, failure_grace=PROPAGATION)
     if power:
         events = run.events()
         records = fields(events)

@@ -32,14 +32,16 @@ FAILURE_GRACE = 5.0
 def launch(config: Union[RunConfig, ScriptConfig], name: str, ckpt_dir: Path, run_dir: Path, *,
            stop_after_save: Optional[int] = None, hard_stop: bool = False, faults: tuple[Fault, ...] = (),
            log_data: bool = False, trace_files: bool = True, full_state: bool = False, deadline: Optional[float] = None,
-           failure_grace: float = FAILURE_GRACE) -> Run:
+           failure_grace: float = FAILURE_GRACE, blocked_grace: Optional[float] = None) -> Run:
     """One group run of `config`'s job on `ckpt_dir`; its records, trace and outcome.
 
     `stop_after_save` parks every rank once that save returned (a preemption;
     with `hard_stop` at once, not waiting for a background save in flight);
     `faults` are armed; `log_data` keeps every byte written for the power-loss
     model; `trace_files` probes file operations (only runs whose file trace is
-    read need it); `full_state` records `Job.full_state` too.
+    read need it); `full_state` records `Job.full_state` too. Once a rank
+    reports that an armed fault blocked it for good, its peers get
+    `blocked_grace` seconds (`GroupSpec.blocked_grace`).
 
     A script config runs its script under torchrun instead (`script_mode`),
     armed alike: what is above the run layer does not tell the two apart.
@@ -52,9 +54,11 @@ def launch(config: Union[RunConfig, ScriptConfig], name: str, ckpt_dir: Path, ru
         if hard_stop:
             raise UsageError("a hard stop is for jobs that save in the background; a script's stop is its own")
 
+        # torchrun's workers have no status pipe to report a block through:
+        # the grace is counted from the group's start, as a deadline.
         return launch_script(config, name, ckpt_dir, run_dir, stop_after_save=stop_after_save,
                              stop_ranks=config.stop_ranks(stop_after_save), faults=faults, log_data=log_data,
-                             trace_files=trace_files, deadline=deadline, failure_grace=failure_grace)
+                             trace_files=trace_files, deadline=deadline or blocked_grace, failure_grace=failure_grace)
     from ckpt_harness.runner import RunPlan  # the rank-side payload
 
     cls = load(config.job)
@@ -69,7 +73,7 @@ def launch(config: Union[RunConfig, ScriptConfig], name: str, ckpt_dir: Path, ru
     spec = GroupSpec(
         world_size=config.world_size, entry="ckpt_harness.runner:run_rank", payload=plan, run_dir=run_dir,
         deadline=deadline or config.timeout, backend=config.backend, nodes=config.nodes,
-        preload=tuple(cls.preload), env=dict(cls.env), failure_grace=failure_grace,
+        preload=tuple(cls.preload), env=dict(cls.env), failure_grace=failure_grace, blocked_grace=blocked_grace,
         warmup=("ckpt_harness.runner:warm_up", (config.job, config.world_size, config.seed))
         if cls.warm_start and config.backend == "gloo" else None,
     )

@@ -215,3 +215,35 @@ def native_savers(info, payload):
         return
     for directory in (outside, ckpt):
         save_file(state, directory / "model.safetensors", metadata={"step": "1"})
+
+
+#: Seconds rank 0 runs before it blocks: longer than the blocked grace the test gives.
+RUN_UP = 3.0
+
+
+def blocks_after_a_run_up(info, payload):
+    """Rank 0 reports itself blocked for good after `RUN_UP` seconds, itself
+    (payload "rank") or from a process it spawned (payload "child", as DCP's
+    checkpoint process); rank 1 waits in a barrier for it."""
+    from ckpt_harness.launch import rank
+
+    if info.rank == 1:
+        dist.barrier()
+        return
+    time.sleep(RUN_UP)
+    if payload == "rank":
+        rank.report_blocked()
+        time.sleep(1000)
+    import multiprocessing
+
+    child = multiprocessing.get_context("spawn").Process(target=_blocked_child, args=(rank.status_for_child(),))
+    child.start()
+    child.join()
+
+
+def _blocked_child(status):
+    from ckpt_harness.launch import rank
+
+    rank.adopt_status(status)
+    rank.report_blocked()
+    time.sleep(1000)

@@ -18,8 +18,8 @@ from ckpt_harness.launch.group import STACK_GRACE, STARTUP_TIMEOUT
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def spec(tmp_path, entry, world_size=2, deadline=30.0, **kw):
-    return GroupSpec(world_size=world_size, entry=f"tests.entries:{entry}", payload=None,
+def spec(tmp_path, entry, world_size=2, deadline=30.0, payload=None, **kw):
+    return GroupSpec(world_size=world_size, entry=f"tests.entries:{entry}", payload=payload,
                      run_dir=tmp_path, deadline=deadline, **kw)
 
 
@@ -111,6 +111,21 @@ def test_a_raising_rank_fails_and_a_stuck_peer_is_cut_after_the_grace(tmp_path, 
     # stays blocked in the barrier instead of being rescued by a socket reset.
     assert stuck.status == "hung" and outcome.stuck_after_failure
     assert outcome.elapsed < pace(10.0), (outcome.elapsed, pace)
+
+
+@pytest.mark.parametrize("reporter", ["rank", "child"])
+def test_the_peers_of_a_blocked_rank_get_the_blocked_grace_from_the_moment_it_blocked(tmp_path, pace, reporter):
+    """A run-up longer than the grace (a checkpoint process to spawn) must not eat it, and a process the rank
+    spawned reports through the rank's pipe; the deadline stays the backstop."""
+    from tests.entries import RUN_UP
+
+    grace = 2.0
+    outcome = run_group(spec(tmp_path, "blocks_after_a_run_up", deadline=pace(60.0), blocked_grace=grace,
+                             payload=reporter))
+    blocked, waiting = outcome.ranks
+    assert outcome.timed_out and not outcome.stuck_after_failure
+    assert blocked.status == "hung" and waiting.status == "hung" and "barrier" in waiting.stack
+    assert RUN_UP + grace <= outcome.elapsed < pace(60.0) / 2, (outcome.elapsed, pace)
 
 
 def test_grandchildren_die_with_their_rank(tmp_path, pace):

@@ -153,6 +153,19 @@ def test_final_save_blocked_passes_a_job_whose_peers_time_out(tmp_path):
     assert result.verdict == "pass", result.explain()
 
 
+@pytest.mark.parametrize("job, verdict", [("SlowTimedBarrier", "pass"), ("SlowReference", "fail")])
+def test_a_blocked_ranks_peers_get_the_hang_timeout_from_the_block_however_long_the_run_up(tmp_path, job, verdict):
+    """Before, the hang timeout counted from the group's start: every case of a job slower to start than it read
+    UNKNOWN ("the fault never fired"), as the process executor's `dcp_async_process` did in the matrix."""
+    from tests.planted.scenario_jobs import SlowTimedBarrier
+
+    hang_timeout = 3.0
+    assert SlowTimedBarrier.RUN_UP > hang_timeout > SlowTimedBarrier.timeout
+    result = _run(f"tests.planted.scenario_jobs:{job}", {**STALL, "mode": "block", "hang_timeout": hang_timeout},
+                  tmp_path, cases=["hang@r0:save6#0"])
+    assert result.verdict == verdict and result.cases == 1, result.explain()
+
+
 def test_final_save_late_flags_only_the_impatient_job(tmp_path):
     late = {**STALL, "property": "skew-safe", "mode": "late", "delay": 2.0}
     assert _run("tests.planted.scenario_jobs:TimedBarrier", late, tmp_path / "a").verdict == "pass"

@@ -6,8 +6,8 @@ process group's timeout (30 minutes on NCCL by default) while the job looks
 alive. `late` delays each rank in turn there and expects the run to end
 exactly as the uninterrupted one (no resume: a delay kills nothing). `block`
 stops each rank in turn there for good: the job passes if every other rank
-raises within `hang_timeout` (e.g. a monitored barrier or a store wait with
-a timeout); otherwise it is a hang, reported with every rank's stack and the
+raises within `hang_timeout` of the block (e.g. a monitored barrier or a
+store wait with a timeout); otherwise it is a hang, reported with every rank's stack and the
 collective it is in. `frozen` does as `block` with the ranks that a sleep
 does not model: stopped with SIGSTOP (no thread of it runs, C++ watchdogs
 included) and holding the GIL in a C loop (no Python thread of it runs), so
@@ -70,7 +70,7 @@ def _stalled(bench, scenario, base, case) -> CaseResult:
     blocked = fault.kind in BLOCKING
     run_dir = bench.root / scenario.name / case.name
     run = launch(base.config, "stalled run", run_dir / "ckpt", run_dir / "run", faults=case.faults,
-                 deadline=p["hang_timeout"] if blocked else None, failure_grace=PROPAGATION)
+                 blocked_grace=p["hang_timeout"] if blocked else None, failure_grace=PROPAGATION)
     what = {"hang": "blocked", "delay": f"{p['delay']:g}s late"}.get(fault.kind) or BLOCKING[fault.kind]
     label = f"rank {fault.rank} {what} before {point.op} {point.target} of {fault.phase}"
     repro = bench.repro(scenario, case.name)

@@ -20,6 +20,7 @@ import time
 from typing import Optional
 
 from ckpt_harness import phase
+from ckpt_harness.launch.rank import report_blocked
 
 #: Operations that are fault points, by trace event kind.
 #: "write" is a write(2), "buffered-write" the job's write() into its buffer
@@ -51,7 +52,7 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 DEFAULT_DELAY = 0.5
 #: Kinds after which the rank never goes on by itself, and how a report says
-#: where it is: a run with one is cut at its `hang_timeout`.
+#: where it is: a run with one is cut `hang_timeout` after it fired.
 BLOCKING: dict[str, str] = {
     "hang": "blocked by the injected hang",
     "sigstop": "stopped by the injected SIGSTOP",
@@ -150,13 +151,13 @@ class Injector:
             raise OSError(errno.EIO, f"ckpt_harness injected EIO into {op}", what)
         elif f.kind == "enospc":
             raise OSError(errno.ENOSPC, f"ckpt_harness injected ENOSPC into {op}", what)
-        elif f.kind == "hang":
-            block()
-        elif f.kind == "sigstop":
-            os.kill(os.getpid(), signal.SIGSTOP)
-            block()  # continued only for the harness to take its stack: go no further
-        elif f.kind == "gil":
-            hold_gil()
+        elif f.kind in BLOCKING:
+            report_blocked()  # its peers' budget starts now, whatever the run took to get here
+            if f.kind == "sigstop":
+                os.kill(os.getpid(), signal.SIGSTOP)
+            if f.kind == "gil":
+                hold_gil()
+            block()  # a stopped rank is continued only for the harness to take its stack: go no further
         elif f.kind == "delay":
             time.sleep(f.seconds)
 

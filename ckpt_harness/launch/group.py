@@ -87,6 +87,11 @@ class GroupSpec:
     #: they are taken for stuck. A real job would hang until its collective
     #: timeout; waiting out the whole deadline here teaches nothing more.
     failure_grace: float = 5.0
+    #: Once a rank reports it is blocked for good (`rank.report_blocked`: an
+    #: injected hang or freeze), how long its peers get to end before the
+    #: run counts as hung; None: only the deadline cuts it. Counted from the
+    #: report, so the time a run takes to reach the fault is not the peers'.
+    blocked_grace: Optional[float] = None
     #: ("module:function", argument): `function(argument, rank)` runs once
     #: per rank in a template server forked from the warm parent, and ranks
     #: are then forked from their template: per-process first-call work
@@ -99,6 +104,8 @@ class GroupSpec:
         check_layout(self.world_size, self.nodes)
         if self.deadline <= 0:
             raise ValueError(f"deadline must be positive, got {self.deadline}")
+        if self.blocked_grace is not None and self.blocked_grace <= 0:
+            raise ValueError(f"blocked_grace must be positive, got {self.blocked_grace}")
 
 
 @dataclasses.dataclass
@@ -143,8 +150,9 @@ class RankOutcome:
 @dataclasses.dataclass
 class GroupOutcome:
     ranks: list[RankOutcome]
-    #: Ranks were still running when the watch ended: at the deadline, or
-    #: `failure_grace` after a peer failed (`stuck_after_failure`).
+    #: Ranks were still running when the watch ended: at the deadline,
+    #: `failure_grace` after a peer failed (`stuck_after_failure`), or
+    #: `blocked_grace` after a rank reported it blocked for good.
     timed_out: bool
     elapsed: float
     stuck_after_failure: bool = False
@@ -232,6 +240,14 @@ class _ZygoteClient:
             pass
 
 
+class _Cut(enum.Enum):
+    """Why the watch stopped following ranks that were still running."""
+
+    DEADLINE = "deadline"
+    FAILURE = "failure grace"
+    BLOCKED = "blocked grace"
+
+
 class _GroupRun:
     def __init__(self, zygote: _ZygoteClient, spec: GroupSpec):
         self.zygote = zygote
@@ -256,16 +272,15 @@ class _GroupRun:
             for r, pid in enumerate(spawned["pids"])
         ]
         start = time.monotonic()
-        timed_out, stopped_at = False, None
+        cut, stopped_at = None, None
         try:
-            timed_out = not self._watch(start, start + spec.deadline)
-            if timed_out:
+            cut = self._watch(start, start + spec.deadline)
+            if cut is not None:
                 stopped_at = time.monotonic()
                 self._collect_stacks()
         finally:
             self._teardown()
-        stuck = timed_out and (stopped_at or 0) - start < spec.deadline
-        return GroupOutcome(self.ranks, timed_out, time.monotonic() - start, stuck, stopped_at)
+        return GroupOutcome(self.ranks, cut is not None, time.monotonic() - start, cut is _Cut.FAILURE, stopped_at)
 
     def _spawn_request(self, run_dir: Path, store: Path) -> dict:
         spec = self.spec
@@ -312,16 +327,22 @@ class _GroupRun:
             if message is None or message.get("group") == self.group:
                 return message
 
-    def _watch(self, start: float, until: float) -> bool:
-        """Follow the ranks until each finished or died; False at the deadline
-        or when peers of a failed rank outstay the failure grace."""
+    def _watch(self, start: float, deadline: float) -> Optional["_Cut"]:
+        """Follow the ranks until each finished or died (None), or until the
+        watch is cut: at the deadline, when peers of a failed rank outstay
+        the failure grace, or peers of a blocked one the blocked grace."""
+        bounds = {_Cut.DEADLINE: deadline}
         while any(r.status is RankStatus.RUNNING for r in self.ranks):
-            message = self._next(until)
+            cut = min(bounds, key=bounds.__getitem__)
+            message = self._next(bounds[cut])
             if message is None:
-                return False
+                return cut
             failed_before = any(r.status.ended_badly for r in self.ranks)
             rank = self.ranks[message["rank"]]
-            if message["op"] == "done":
+            if message["op"] == "blocked":
+                if self.spec.blocked_grace is not None and _Cut.BLOCKED not in bounds:
+                    bounds[_Cut.BLOCKED] = time.monotonic() + self.spec.blocked_grace
+            elif message["op"] == "done":
                 rank.status = RankStatus.FAILED if message["failed"] else RankStatus.OK
                 rank.finished_at = time.monotonic() - start
             elif message["op"] == "exit":
@@ -331,8 +352,8 @@ class _GroupRun:
                     rank.status = RankStatus.CRASHED
                     rank.finished_at = time.monotonic() - start
             if not failed_before and rank.status.ended_badly:
-                until = min(until, time.monotonic() + self.spec.failure_grace)
-        return True
+                bounds[_Cut.FAILURE] = time.monotonic() + self.spec.failure_grace
+        return None
 
     def _collect_stacks(self) -> None:
         """Every live rank's stack and flight recorder, the finished ones too:

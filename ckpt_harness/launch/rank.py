@@ -19,7 +19,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Optional
 
 from ckpt_harness.launch import _proc, flight
 
@@ -76,6 +76,8 @@ def become_rank(spec: dict, request: dict, status_fd: int, zygote_pid: int) -> N
 
 
 _status_fd: int | None = None
+#: Status bytes a rank writes: done, failed (then parked), blocked for good.
+DONE, FAILED, BLOCKED = b"D", b"E", b"B"
 
 
 def park(failed: bool = False) -> None:
@@ -89,9 +91,56 @@ def park(failed: bool = False) -> None:
     sys.stderr.flush()
     if _status_fd is None:
         raise RuntimeError("park() is only meaningful inside a rank started by ckpt_harness.launch")
-    os.write(_status_fd, b"E" if failed else b"D")
+    os.write(_status_fd, FAILED if failed else DONE)
     while True:
         signal.pause()
+
+
+def report_blocked() -> None:
+    """Tell the harness this process blocks for good from now on (an injected
+    hang or freeze, right before it): the group's watch then gives its peers
+    `GroupSpec.blocked_grace` from this moment, not from the group's start,
+    so a run-up of any length (a checkpoint process to spawn, a cold cache)
+    does not eat their budget. A no-op outside a rank the launcher started,
+    or a process it spawned with `status_for_child`."""
+    if _status_fd is None:
+        return
+    try:
+        os.write(_status_fd, BLOCKED)
+    except OSError:  # the harness is already tearing the group down
+        pass
+
+
+class _StatusForChild:
+    """The rank's status pipe, for a process the rank spawns with
+    multiprocessing: pickled while the child is being spawned, it makes
+    multiprocessing pass the descriptor itself to the new interpreter (as
+    it does for a `Connection`), no thread or socket added to the rank."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple:
+        from multiprocessing import reduction
+
+        return _received_status, (reduction.DupFd(self.fd),)
+
+
+def _received_status(dup: Any) -> _StatusForChild:
+    return _StatusForChild(dup.detach())
+
+
+def status_for_child() -> Optional[_StatusForChild]:
+    """What a spawned child needs to `report_blocked` for this rank; None
+    outside a launched rank. Hand it to the child with its target."""
+    return _StatusForChild(_status_fd) if _status_fd is not None else None
+
+
+def adopt_status(status: Optional[_StatusForChild]) -> None:
+    """In the spawned child: report through its rank's status pipe."""
+    global _status_fd
+    if status is not None:
+        _status_fd = status.fd
 
 
 def _run(spec: dict, request: dict) -> bool:

@@ -13,8 +13,10 @@ over the socket FD with `_wire` frames:
   ``{"op": "shutdown"}``;
 - zygote → harness: ``{"op": "spawned", "group", "pids"}``,
   ``{"op": "error", "group", "message"}``, ``{"op": "done", "group", "rank",
-  "failed"}`` when a rank finished its entry and parked, ``{"op": "exit",
-  "group", "rank", "code", "signal"}`` when a rank process ended.
+  "failed"}`` when a rank finished its entry and parked, ``{"op": "blocked",
+  "group", "rank"}`` when it (or a process it spawned) is about to block for
+  good (`rank.report_blocked`), ``{"op": "exit", "group", "rank", "code",
+  "signal"}`` when a rank process ended.
 
 Ranks are put in their own process group (so a kill reaches whatever they
 spawned) and die with the zygote, which dies with the harness.
@@ -187,8 +189,13 @@ class Zygote:
         group, rank = self.status_fds[fd]
         data = os.read(fd, 16)
         if data:
-            failed = data.startswith(b"E")
-            _wire.send(self.sock, {"op": "done", "group": group, "rank": rank, "failed": failed})
+            from ckpt_harness.launch.rank import BLOCKED, FAILED
+
+            for status in (data[i:i + 1] for i in range(len(data))):
+                if status == BLOCKED:
+                    _wire.send(self.sock, {"op": "blocked", "group": group, "rank": rank})
+                else:
+                    _wire.send(self.sock, {"op": "done", "group": group, "rank": rank, "failed": status == FAILED})
         else:
             os.close(fd)
             del self.status_fds[fd]

@@ -14,7 +14,7 @@ from typing import Callable, Mapping, Optional, Sequence
 from ckpt_harness.inject.payload import Ran
 from ckpt_harness.oracle import diffs
 from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind, classify_resume
-from ckpt_harness.oracle.problems import health
+from ckpt_harness.oracle.problems import health, never_fired
 from ckpt_harness import phase
 from ckpt_harness.oracle.properties import (ERRORS, Background, accepted, accepted_background, expected,
                                             expected_background, property_for)
@@ -166,7 +166,7 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
     if prop == "safe-loading":
         return _judge_safe_loading(result, resumed, outcome, ran)
     if faulted is not None and not faulted.fired():
-        return result(prop, Verdict.UNKNOWN, "the fault never fired: the run took another path than the golden one")
+        return result(prop, Verdict.UNKNOWN, never_fired(faulted))
     if faulted is not None and kind in ERRORS:
         stuck = faulted.outcome.stuck_after_failure or (
             faulted.outcome.timed_out and any(r.status is RankStatus.FAILED for r in faulted.ranks))

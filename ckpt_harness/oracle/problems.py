@@ -27,6 +27,16 @@ class Problem:
     checkpointing: bool = False
 
 
+def never_fired(run: Run) -> str:
+    """Why a faulted run's fault did not fire: the harness's deadline came
+    first (its own set-up, not the job's doing), or the run went elsewhere."""
+    o = run.outcome
+    if o.timed_out and not o.stuck_after_failure:
+        return (f"the fault never fired: the run reached the harness's deadline after {o.elapsed:.0f}s, before the "
+                "fault's point; give runs a longer --timeout")
+    return "the fault never fired: the run took another path than the golden one"
+
+
 def health(run: Run) -> Optional[Problem]:
     """What went wrong in `run`, or None if every rank finished."""
     ranks = run.ranks

@@ -11,7 +11,7 @@ from typing import Mapping, Optional
 
 from ckpt_harness.oracle.judges import Reference, States, judge_finished, judge_same_state
 from ckpt_harness.oracle.outcomes import OutcomeKind, classify_resume, failure_outcome
-from ckpt_harness.oracle.problems import health
+from ckpt_harness.oracle.problems import health, never_fired
 from ckpt_harness.launch import RankStatus
 from ckpt_harness.records import Kind, Run
 from ckpt_harness.verdict import CaseResult, Verdict
@@ -94,7 +94,7 @@ def judge_late(case: str, check: str, run: Run, final: Optional[States], *, labe
     """One rank late: the run must end exactly as without the delay."""
     result = _result(case, check, label, repro)
     if not run.fired():
-        return result(Verdict.UNKNOWN, "the fault never fired: the run took another path than the golden one")
+        return result(Verdict.UNKNOWN, never_fired(run))
     problem = health(run)
     if problem is not None:
         return result(Verdict.FAIL, problem.summary, problem.details)
@@ -109,7 +109,7 @@ def judge_blocked(case: str, check: str, run: Run, blocked: int, budget: float, 
     """Rank `blocked` stopped for good: every other rank must raise within `budget` seconds."""
     result = _result(case, check, label, repro)
     if not run.fired():
-        return result(Verdict.UNKNOWN, "the fault never fired: the run took another path than the golden one")
+        return result(Verdict.UNKNOWN, never_fired(run))
     blind = [r.rank for r in run.ranks if r.status is RankStatus.HUNG and r.outcome.stack is None]
     if blind:
         return result(Verdict.UNKNOWN, f"the harness got no stack from rank(s) {blind}: cannot report the hang")

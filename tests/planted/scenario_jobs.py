@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import errno
+import time
 from pathlib import Path
 
 import torch.distributed as dist
@@ -102,6 +103,29 @@ class TimedBarrier(ReferenceCheckpointer):
     def _make_dir(self, ctx: RankContext, path: Path) -> None:
         dist.barrier(group=self.save_group)
         everywhere(ctx, lambda: self._prepare(ctx, path) if ctx.rank == 0 else None)
+
+
+class _SlowStart:
+    """Takes `RUN_UP` seconds to start, as a job that spawns a checkpoint
+    process per rank or reads a cold cache does: longer than the blocked
+    grace the stall tests give, so a budget counted from the group's start
+    would cut the run before its final save."""
+
+    RUN_UP = 5.0
+
+    def setup(self, ctx: RankContext) -> None:
+        super().setup(ctx)
+        time.sleep(self.RUN_UP)
+
+
+class SlowTimedBarrier(_SlowStart, TimedBarrier):
+    """TimedBarrier with a slow start and a 1 s barrier: passes final-save-blocked."""
+
+    timeout = 1.0
+
+
+class SlowReference(_SlowStart, ReferenceCheckpointer):
+    """The reference with a slow start: its peers wait forever for a blocked rank (flagged, not undecided)."""
 
 
 class ImpatientBarrier(TimedBarrier):
