@@ -7,8 +7,8 @@ Two jobs, one per executor DCP ships (torch 2.13 picks it with
 
 - `dcp_async`: THREAD, a one-thread pool in the rank writes the shards;
 - `dcp_async_process`: PROCESS, one long-lived checkpoint process per rank
-  (spawned at the first save, with its own gloo group over a TCPStore) writes
-  them; the rank only pickles the staged state dict to it.
+  (spawned at the first save, with its own gloo group over a TCPStore rank 0
+  hosts) writes them; the rank only pickles the staged state dict to it.
 
 Both hand `async_save` a process group of their own, a gloo `new_group`
 built in `setup` as torchtitan builds it: the background save's collectives
@@ -65,6 +65,7 @@ Where the background save shows up in the harness (details in NOTES-issue11.md):
 from __future__ import annotations
 
 import contextlib
+import os
 from concurrent.futures import Future
 from datetime import timedelta
 from pathlib import Path
@@ -138,10 +139,30 @@ _STOP_GRACE = 2.0
 
 
 class DcpAsyncProcessJob(DcpAsyncJob):
-    """`dcp_async` with DCP's process executor: one checkpoint process per rank."""
+    """`dcp_async` with DCP's process executor: one checkpoint process per rank.
+
+    The checkpoint processes meet over a store rank 0 hosts for the whole
+    run (`DCP_USE_PREFIX_STORE=1`), as they meet over torchrun's store in a
+    real job. DCP's default picks a free port, releases it, and has the
+    checkpoint process bind it seconds later: runs sharing a host (the
+    harness runs cases side by side) race for it, and the loser's every save
+    fails (EADDRINUSE) before any fault fires.
+    """
 
     executor = AsyncCheckpointerType.PROCESS
     preload = (*DcpJob.preload, "torch.distributed.checkpoint._async_process_executor")
+
+    _store: Optional[dist.TCPStore] = None
+
+    def setup(self, ctx: RankContext) -> None:
+        super().setup(ctx)
+        if self._group is None:  # the warm-up template: no save, no store
+            return
+        if ctx.rank == 0:
+            self._store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+        port = [self._store.port if self._store is not None else None]
+        dist.broadcast_object_list(port, src=0, group=self._group)
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port[0]), DCP_USE_PREFIX_STORE="1")
 
     def teardown(self, ctx: RankContext) -> None:
         """Stop the checkpoint process now rather than at interpreter exit,
@@ -165,4 +186,5 @@ class DcpAsyncProcessJob(DcpAsyncJob):
             if child.is_alive():
                 child.kill()
             child.join()
+        self._store = None
         super().teardown(ctx)
