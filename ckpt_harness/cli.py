@@ -409,7 +409,7 @@ def _trace(args: argparse.Namespace) -> int:
 
     behind = background(phase)  # what the save handed to another thread (an async save's writer)
     if any(e.phase == behind for e in run.events()):
-        print(f"{behind}, the work save {phase.rpartition(' ')[2]} handed to another thread:")
+        print(f"{behind}, the work save {phase.rpartition(' ')[2]} handed to a background thread or process:")
         for r in run.ranks:
             print(f"rank {r.rank}: {describe_phase(r.events, behind)}")
     if problem is not None:

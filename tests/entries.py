@@ -236,14 +236,14 @@ def blocks_after_a_run_up(info, payload):
         time.sleep(1000)
     import multiprocessing
 
-    child = multiprocessing.get_context("spawn").Process(target=_blocked_child, args=(rank.status_for_child(),))
+    child = multiprocessing.get_context("spawn").Process(target=_blocked_child, args=(rank.link_for_child(),))
     child.start()
     child.join()
 
 
-def _blocked_child(status):
+def _blocked_child(link):
     from ckpt_harness.launch import rank
 
-    rank.adopt_status(status)
+    rank.join_rank(link, "blocked child")
     rank.report_blocked()
     time.sleep(1000)

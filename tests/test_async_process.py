@@ -20,6 +20,7 @@ from ckpt_harness.inject import durability
 from ckpt_harness.inject.faults import Fault
 from ckpt_harness.inject.trace import fields
 from ckpt_harness.jobref import resolve
+from ckpt_harness.oracle import health
 from ckpt_harness.records import data_reader
 from ckpt_harness.resumes import Resumes
 from ckpt_harness.run import launch
@@ -95,16 +96,21 @@ def test_a_save_claimed_published_and_lost_to_a_hard_stop_is_flagged(tmp_path):
 
 
 def test_a_hang_in_the_checkpoint_process_is_reported_there(process_job, tmp_path):
-    """The run is cut at its deadline; each rank's place names its checkpoint
-    process: the one the hang blocked, and the peer's, waiting for it in DCP's gather."""
-    first = phase.background(phase.save(2))  # the first save: reached early, whatever the load
+    """The run is cut `blocked_grace` after the checkpoint process blocked (it
+    reports through its rank's pipe); each rank's place names its checkpoint
+    process, the one the hang blocked and the peer's, waiting for it in DCP's
+    gather, and the report has both processes' stacks."""
+    first = phase.background(phase.save(2))
     gather = next(e for e in process_job.golden.ranks[0].events
                   if e.phase == first and e.point is not None and e.collective == "gather_object")
-    # the whole golden run, measured here, and half as much again: the hang is in its first save
-    deadline = 1.5 * process_job.golden.outcome.elapsed + 2
     run = launch(process_job.config, "hung", tmp_path / "ckpt", tmp_path / "run", stop_after_save=4,
-                 faults=(Fault("hang", 0, first, gather.point),), deadline=deadline)
-    assert run.outcome.timed_out
+                 faults=(Fault("hang", 0, first, gather.point),), blocked_grace=2.0)
+    assert run.outcome.timed_out and run.outcome.elapsed < process_job.config.timeout / 2, run.outcome.elapsed
     mine, peer = (run.ranks[r].where() for r in (0, 1))
     assert mine.startswith("blocked by the injected hang in checkpoint process ") and first in mine, mine
     assert peer.startswith("waiting in checkpoint process ") and "gather_object" in peer, peer
+    stacks = [run.ranks[r].outcome.children.get("checkpoint process", "") for r in (0, 1)]
+    assert "in block" in stacks[0] and "in gather_object" in stacks[1], stacks
+    details = health(run).details
+    assert "rank 0's checkpoint process stack when the run was stopped:" in details
+    assert "rank 1's checkpoint process stack when the run was stopped:" in details

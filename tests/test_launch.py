@@ -116,7 +116,7 @@ def test_a_raising_rank_fails_and_a_stuck_peer_is_cut_after_the_grace(tmp_path, 
 @pytest.mark.parametrize("reporter", ["rank", "child"])
 def test_the_peers_of_a_blocked_rank_get_the_blocked_grace_from_the_moment_it_blocked(tmp_path, pace, reporter):
     """A run-up longer than the grace (a checkpoint process to spawn) must not eat it, and a process the rank
-    spawned reports through the rank's pipe; the deadline stays the backstop."""
+    spawned reports through the rank's pipe, its stack in the report; the deadline stays the backstop."""
     from tests.entries import RUN_UP
 
     grace = 2.0
@@ -126,6 +126,11 @@ def test_the_peers_of_a_blocked_rank_get_the_blocked_grace_from_the_moment_it_bl
     assert outcome.timed_out and not outcome.stuck_after_failure
     assert blocked.status == "hung" and waiting.status == "hung" and "barrier" in waiting.stack
     assert RUN_UP + grace <= outcome.elapsed < pace(60.0) / 2, (outcome.elapsed, pace)
+    if reporter == "child":  # its stack is taken with its rank's, into a file of its own
+        assert list(blocked.children) == ["blocked child"] and "in _blocked_child" in blocked.children["blocked child"]
+        assert "_blocked_child" not in blocked.stack and "in join" in blocked.stack
+    else:
+        assert blocked.children == {} and waiting.children == {}
 
 
 def test_grandchildren_die_with_their_rank(tmp_path, pace):

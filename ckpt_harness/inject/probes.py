@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 from ckpt_harness import phase as phase_mod
 from ckpt_harness.inject.faults import Fault, Injector, die
-from ckpt_harness.launch.rank import adopt_status, status_for_child
+from ckpt_harness.launch.rank import join_rank, link_for_child
 
 #: Python-level collectives of torch.distributed. Nested calls (all_gather_object
 #: calls all_gather) are recorded once, as the outermost.
@@ -276,9 +276,10 @@ class Child:
     phase: str
     #: Seconds for its process groups' collectives, as the rank's own.
     pg_timeout: Optional[float]
-    #: The rank's status pipe (`launch.rank.status_for_child`): a blocking
-    #: fault fired in the child starts its peers' budget as one in the rank does.
-    status: Any = None
+    #: Its link to the rank (`launch.rank.link_for_child`): a blocking fault
+    #: fired in it starts its peers' budget as one in the rank does, and a
+    #: hang report has its stack.
+    link: Any = None
 
 
 def child(actor: str, pg_timeout: Optional[float] = None) -> Optional[Child]:
@@ -289,7 +290,7 @@ def child(actor: str, pg_timeout: Optional[float] = None) -> Optional[Child]:
         return None
     trace, data_log = _child_paths(actor)
     return Child(_tracer.rank, actor, trace, data_log, _ckpt_dir, _tracer.faults, _tracer.current(), pg_timeout,
-                 status_for_child())
+                 link_for_child())
 
 
 def install_child(spec: Child, process: str) -> Tracer:
@@ -304,7 +305,7 @@ def install_child(spec: Child, process: str) -> Tracer:
         import torch.distributed.distributed_c10d as c10d
 
         c10d.default_pg_timeout = timedelta(seconds=spec.pg_timeout)
-    adopt_status(spec.status)
+    join_rank(spec.link, process)
     tracer = install(spec.trace, spec.rank, ckpt_dir=spec.ckpt_dir, faults=spec.faults, data_log=spec.data_log,
                      process=process, actor=spec.actor)
     tracer.set_phase(spec.phase)

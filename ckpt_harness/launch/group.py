@@ -26,7 +26,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness.errors import ConfigError, HarnessError
 from ckpt_harness.launch import _proc, _wire, flight
-from ckpt_harness.launch.rank import STACK_SIGNAL
+from ckpt_harness.launch.rank import STACK_SIGNAL, helpers
 
 MAX_WORLD_SIZE = 8
 #: How long the warm parent may take to import torch and a job's preloads.
@@ -130,6 +130,9 @@ class RankOutcome:
     #: FAILED because the launcher ended it when another rank failed (torchrun's
     #: agent SIGTERMs every worker at once): the failure reached it that way.
     ended_by_launcher: bool = False
+    #: The stack of each process it spawned that joined it (`rank.join_rank`),
+    #: by name ("checkpoint process"), taken with its own.
+    children: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def log_text(self) -> str:
         try:
@@ -358,58 +361,43 @@ class _GroupRun:
     def _collect_stacks(self) -> None:
         """Every live rank's stack and flight recorder, the finished ones too:
         "rank 1 is parked after the run" is half of the explanation of a hang.
+        And the stack of every process a rank spawned that joined it
+        (`rank.join_rank`: DCP's checkpoint process), where a save may hang
+        while its rank only waits for it.
 
         faulthandler dumps every thread even while a rank sits in native code,
         or holds the GIL; the recorder names the collective it sits in even
         when C++ issued it, but its dumper is a Python thread, which a rank
         holding the GIL never lets run (its recorder stays None). A stopped
-        rank takes no signal until it is continued: it is continued for its
-        dumps, and stopped again as soon as they are in, so that none of its
-        threads goes on with the save the stop froze.
+        process takes no signal until it is continued: it is continued for
+        its dumps, and stopped again as soon as they are in, so that none of
+        its threads goes on with the save the stop froze.
         """
-        alive = [r for r in self.ranks if r.rank not in self.exited]
         run_dir = Path(self.spec.run_dir)
-        offsets = {}
-        for r in alive:
-            if r.status is RankStatus.RUNNING:
-                r.status = RankStatus.HUNG
-            offsets[r.rank] = _size(r.log)
-            _flight_path(run_dir, r.rank).unlink(missing_ok=True)
-            r.stopped = _is_stopped(r.pid)
-            try:
-                os.kill(r.pid, flight.DUMP_SIGNAL)
-                os.kill(r.pid, STACK_SIGNAL)
-                if r.stopped:  # the signals above wait for it
-                    os.kill(r.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        dumps = []
+        for r in self.ranks:
+            if r.rank not in self.exited:
+                if r.status is RankStatus.RUNNING:
+                    r.status = RankStatus.HUNG
+                _flight_path(run_dir, r.rank).unlink(missing_ok=True)
+                dumps.append(_Dump(r, None, r.pid, r.log, _flight_path(run_dir, r.rank), first=flight.DUMP_SIGNAL))
+            dumps += [_Dump(r, what, pid, stack, None) for what, pid, stack in helpers(str(run_dir), r.rank)
+                      if _in_group(pid, r.pid)]
+        for d in dumps:
+            d.request()
         until = time.monotonic() + STACK_GRACE
-        sizes = dict(offsets)
-        grew = {r.rank: time.monotonic() for r in alive}
-        waiting = list(alive)
+        waiting = list(dumps)
         while waiting and time.monotonic() < until:
             time.sleep(_DUMP_POLL)
-            for r in list(waiting):
-                size, now = _size(r.log), time.monotonic()
-                if size != sizes[r.rank]:
-                    sizes[r.rank], grew[r.rank] = size, now
-                elif size > offsets[r.rank] and now - grew[r.rank] >= _SETTLE and \
-                        _flight_path(run_dir, r.rank).exists():
-                    waiting.remove(r)  # its stack and recorder written, the stack no longer growing
-                    if r.stopped:
-                        _signal(r.pid, signal.SIGSTOP)
-        for r in waiting:
-            if r.stopped:
-                _signal(r.pid, signal.SIGSTOP)
-        for r in alive:
-            try:
-                with open(r.log, "rb") as f:
-                    f.seek(offsets[r.rank])
-                    r.stack = f.read().decode(errors="replace").strip()
-            except FileNotFoundError:  # cut before it opened its log: the deadline was shorter than a start
-                r.stack = ""
-            r.stack = r.stack or "(no stack: the rank did not answer)"
-            r.collectives = flight.read(str(_flight_path(run_dir, r.rank)))
+            for d in list(waiting):
+                if d.settled():
+                    waiting.remove(d)  # its stack and recorder written, the stack no longer growing
+                    d.stop_again()
+        for d in waiting:
+            d.stop_again()
+        for d in dumps:
+            d.collect()
+
 
     def _teardown(self) -> None:
         for r in self.ranks:
@@ -424,8 +412,76 @@ class _GroupRun:
                 self.exited.add(message["rank"])
 
 
+@dataclasses.dataclass
+class _Dump:
+    """One process asked for its stack (a rank, or a child that joined it)."""
+
+    rank: RankOutcome
+    #: None for the rank itself, else the child's name ("checkpoint process").
+    child: Optional[str]
+    pid: int
+    file: Path
+    #: The flight recorder's dump it also writes (ranks only).
+    recorder: Optional[Path]
+    #: Sent before the stack signal (the recorder's), if any.
+    first: Optional[int] = None
+    offset: int = 0
+    size: int = 0
+    grew: float = 0.0
+    stopped: bool = False
+
+    def request(self) -> None:
+        self.offset = self.size = _size(self.file)
+        self.grew = time.monotonic()
+        self.stopped = _is_stopped(self.pid)
+        if self.child is None:
+            self.rank.stopped = self.stopped
+        try:
+            if self.first is not None:
+                os.kill(self.pid, self.first)
+            os.kill(self.pid, STACK_SIGNAL)
+            if self.stopped:  # the signals above wait for it
+                os.kill(self.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+    def settled(self) -> bool:
+        size, now = _size(self.file), time.monotonic()
+        if size != self.size:
+            self.size, self.grew = size, now
+            return False
+        return (size > self.offset and now - self.grew >= _SETTLE
+                and (self.recorder is None or self.recorder.exists()))
+
+    def stop_again(self) -> None:
+        if self.stopped:
+            _signal(self.pid, signal.SIGSTOP)
+
+    def collect(self) -> None:
+        try:
+            with open(self.file, "rb") as f:
+                f.seek(self.offset)
+                stack = f.read().decode(errors="replace").strip()
+        except FileNotFoundError:  # cut before it opened its log: the deadline was shorter than a start
+            stack = ""
+        if self.child is not None:
+            if stack:
+                self.rank.children[self.child] = stack
+            return
+        self.rank.stack = stack or "(no stack: the rank did not answer)"
+        self.rank.collectives = flight.read(str(self.recorder))
+
+
 def _flight_path(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank{rank}.collectives"
+
+
+def _in_group(pid: int, rank_pid: int) -> bool:
+    """Is `pid` still in the rank's process group (not a reused pid)?"""
+    try:
+        return os.getpgid(pid) == rank_pid
+    except OSError:
+        return False
 
 
 def _is_stopped(pid: int) -> bool:

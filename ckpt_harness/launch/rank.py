@@ -19,6 +19,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Optional
 
 from ckpt_harness.launch import _proc, flight
@@ -63,8 +64,8 @@ def become_rank(spec: dict, request: dict, status_fd: int, zygote_pid: int) -> N
         # Exactly the harness's import path: the zygote's accumulates entries
         # from every earlier request (old pytester directories among them).
         sys.path[:] = request["sys_path"] + [p for p in sys.path if p not in request["sys_path"]]
-        global _status_fd
-        _status_fd = status_fd
+        global _status_fd, _self
+        _status_fd, _self = status_fd, (request["run_dir"], spec["rank"])
         park(failed=not _run(spec, request))
     except BaseException:  # the launcher itself broke: say so in the log
         traceback.print_exc()
@@ -76,6 +77,8 @@ def become_rank(spec: dict, request: dict, status_fd: int, zygote_pid: int) -> N
 
 
 _status_fd: int | None = None
+#: (run directory, rank) of this rank, for the children it links (`link_for_child`).
+_self: Optional[tuple[str, int]] = None
 #: Status bytes a rank writes: done, failed (then parked), blocked for good.
 DONE, FAILED, BLOCKED = b"D", b"E", b"B"
 
@@ -102,7 +105,7 @@ def report_blocked() -> None:
     `GroupSpec.blocked_grace` from this moment, not from the group's start,
     so a run-up of any length (a checkpoint process to spawn, a cold cache)
     does not eat their budget. A no-op outside a rank the launcher started,
-    or a process it spawned with `status_for_child`."""
+    or a process it spawned that joined it (`join_rank`)."""
     if _status_fd is None:
         return
     try:
@@ -111,36 +114,74 @@ def report_blocked() -> None:
         pass
 
 
-class _StatusForChild:
-    """The rank's status pipe, for a process the rank spawns with
-    multiprocessing: pickled while the child is being spawned, it makes
-    multiprocessing pass the descriptor itself to the new interpreter (as
-    it does for a `Connection`), no thread or socket added to the rank."""
+@dataclass(frozen=True)
+class ChildLink:
+    """What a process a rank spawns with multiprocessing needs to count as
+    part of the rank (`link_for_child`, then `join_rank` in the child).
 
-    def __init__(self, fd: int) -> None:
-        self.fd = fd
+    Pickled while the child is being spawned, it has multiprocessing pass the
+    rank's status pipe itself to the new interpreter (as it passes a
+    `Connection`): no thread or socket is added to the rank."""
+
+    status_fd: int
+    run_dir: str
+    rank: int
 
     def __reduce__(self) -> tuple:
         from multiprocessing import reduction
 
-        return _received_status, (reduction.DupFd(self.fd),)
+        return _received_link, (reduction.DupFd(self.status_fd), self.run_dir, self.rank)
 
 
-def _received_status(dup: Any) -> _StatusForChild:
-    return _StatusForChild(dup.detach())
+def _received_link(dup: Any, run_dir: str, rank: int) -> ChildLink:
+    return ChildLink(dup.detach(), run_dir, rank)
 
 
-def status_for_child() -> Optional[_StatusForChild]:
-    """What a spawned child needs to `report_blocked` for this rank; None
-    outside a launched rank. Hand it to the child with its target."""
-    return _StatusForChild(_status_fd) if _status_fd is not None else None
+def link_for_child() -> Optional[ChildLink]:
+    """The link for a process this rank is about to spawn; None outside a
+    launched rank. Hand it to the child with its target."""
+    if _status_fd is None or _self is None:
+        return None
+    return ChildLink(_status_fd, *_self)
 
 
-def adopt_status(status: Optional[_StatusForChild]) -> None:
-    """In the spawned child: report through its rank's status pipe."""
+def join_rank(link: Optional[ChildLink], what: str) -> None:
+    """In the spawned child: report blocks through its rank's pipe, and dump
+    every thread's stack when the harness takes its rank's (a hang report
+    then shows where the child, named `what`, was: "checkpoint process").
+
+    The stack goes to a file of its own (`helper_files`), not the rank's
+    log both share, where two dumps at once would interleave. The pid file
+    is written last: the harness signals only a process that has it, so
+    `STACK_SIGNAL` never meets a child whose default action is to die."""
     global _status_fd
-    if status is not None:
-        _status_fd = status.fd
+    if link is None:
+        return
+    _status_fd = link.status_fd
+    pid_file, stack_file = helper_files(link.run_dir, link.rank, what)
+    stack = open(stack_file, "w")  # kept open by faulthandler for the process's life
+    faulthandler.register(STACK_SIGNAL, file=stack, all_threads=True, chain=False)
+    written = pid_file.with_name(pid_file.name + ".tmp")
+    written.write_text(f"{os.getpid()}\n{what}\n")
+    os.rename(written, pid_file)
+
+
+def helper_files(run_dir: str, rank: int, what: str) -> tuple[Path, Path]:
+    """Where a child of `rank` named `what` leaves its pid and its stack."""
+    word = what.replace(" ", "-")
+    return Path(run_dir, f"rank{rank}.{word}.pid"), Path(run_dir, f"rank{rank}.{word}.stack")
+
+
+def helpers(run_dir: str, rank: int) -> list[tuple[str, int, Path]]:
+    """The children of `rank` that joined it (`join_rank`): name, pid, stack file."""
+    found = []
+    for pid_file in sorted(Path(run_dir).glob(f"rank{rank}.*.pid")):
+        try:
+            pid, what = pid_file.read_text().splitlines()[:2]
+            found.append((what, int(pid), helper_files(run_dir, rank, what)[1]))
+        except (OSError, ValueError):  # being written as the run was cut: it has no handler yet
+            continue
+    return found
 
 
 def _run(spec: dict, request: dict) -> bool:

@@ -56,6 +56,8 @@ def health(run: Run) -> Optional[Problem]:
         if o.stack is not None:
             details.append(f"rank {r.rank} stack when the run was stopped ({rank_state(r)}):\n"
                            f"{_unseen(r)}{_job_frames(o.stack)}")
+        details += [f"rank {r.rank}'s {child} stack when the run was stopped:\n{_job_frames(stack)}"
+                    for child, stack in o.children.items()]
         if o.status.ended_badly:
             error = r.error
             details.append(f"rank {r.rank} {rank_state(r)}:\n{(error.traceback if error else '') or o.log_tail()}")
