@@ -8,12 +8,16 @@ writer's phase (`bg_save 4`) of a prepared baseline, not whole explorations:
 world size 2, 4 steps, a couple of runs each.
 """
 
+import dataclasses
+
 import pytest
 
 from ckpt_harness import phase
+from ckpt_harness.bench import Bench
 from ckpt_harness.cases import Case, run_case
 from ckpt_harness.explore import baseline
 from ckpt_harness.inject.faults import Fault
+from ckpt_harness.scenario import builtin_catalogue, select
 from ckpt_harness.verdict import Verdict
 from ckpt_harness.verify import verify
 
@@ -94,3 +98,16 @@ def test_a_writer_on_the_training_group_hangs_with_every_thread_named(correct, t
         assert "barrier" in live.summary and "on the main thread during save 2" in live.summary
         assert "on thread AsyncCheckpointExecutor_0 during bg_save 2" in live.summary
     assert live.details.count("in save_wrapper") == 2  # both writers' stacks are in the report
+
+
+@pytest.mark.parametrize("job, verdict", [(f"{PLANTED}:PurgesAtReturn", "fail"), ("dcp_async", "pass")])
+def test_old_checkpoints_purged_before_the_new_one_landed_are_flagged(tmp_path, job, verdict):
+    """The catalogue's rotation-crash (keep_last=1, the last save, whose
+    rotation an async job runs when it publishes, at the end), at its
+    renames only: the writer's `.metadata` among them."""
+    (rotation,) = select(builtin_catalogue(), ["rotation-crash"])
+    rotation = dataclasses.replace(rotation, params={**rotation.params, "ops": ("rename",)})
+    result = Bench(job, 2, tmp_path, timeout=30).run(rotation)
+    assert result.verdict == verdict, result.explain()
+    if verdict == "fail":
+        assert "crash@r0:bg_save6#" in result.details and "latest" in result.details, result.details

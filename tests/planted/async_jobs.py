@@ -5,6 +5,7 @@ A separate module so that `jobs.py` does not pay for importing DCP and FSDP.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -124,6 +125,21 @@ class PublishesBeforeDurable(DcpAsyncJob):
             _, _, future = self._pending
             self._pending = None
             future.result()
+
+
+class PurgesAtReturn(DcpAsyncJob):
+    """Rotates out old checkpoints as soon as `async_save` returned, while
+    the new one is still being written; `latest` waits for it, correctly.
+    torchtitan purges at that moment too, which is why it keeps at least two
+    (KempnerForge#102's other half): with keep_last=1, a crash of the writer
+    leaves `latest` naming a deleted step."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        super().save(ctx, step)
+        if ctx.rank == 0 and ctx.keep_last is not None:  # the newest keep_last, the one in flight among them
+            for old in sorted(Path(ctx.ckpt_dir).glob("step_*"))[:-ctx.keep_last]:  # zero-padded: by step
+                shutil.rmtree(old)
+        dist.barrier()
 
 
 class _LateOnRank0(DefaultSavePlanner):
