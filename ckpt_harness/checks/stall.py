@@ -37,7 +37,8 @@ class Stall:
                 choices=("block", "frozen", "late")),
         *run_settings("save_every", delay=2.0, hang_timeout=5.0, steps=6),
     )
-    scripts = ("its peers get hang_timeout seconds from the group's start, a Job's budget: a torchrun run "
+    scripts = ("its peers get hang_timeout seconds from the moment the rank blocked, which a torchrun worker "
+               "cannot report (no status pipe), so there it would count from the start, and a torchrun run "
                "spends longer starting fresh interpreters (use `explore --script --save last --faults hang`, "
                "whose deadline is a script's)")
 
