@@ -140,7 +140,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("delay", float, 0.5, "seconds of a delay fault", positive=True),
     Setting("hang_timeout", float, 3.0,
             f"seconds the peers of a rank blocked for good by a fault ({', '.join(BLOCKING)}) get to fail, "
-            "from the moment it blocked", positive=True),
+            "from the moment it blocked (a torchrun script's run: from its start)", positive=True),
     Setting("parallel", int, 2, "cases run at once", low=1, replayed=False),
     Setting("derive_states", bool, True, "take the directory a power loss, or a crash no peer notices, leaves "
                                          "from the golden run's trace instead of running the faulted save", replayed=False),

@@ -225,7 +225,7 @@ def blocks_after_a_run_up(info, payload):
     """Rank 0 reports itself blocked for good after `RUN_UP` seconds, itself
     (payload "rank") or from a process it spawned (payload "child", as DCP's
     checkpoint process); rank 1 waits in a barrier for it."""
-    from ckpt_harness.launch import rank
+    from ckpt_harness.launch import link, rank
 
     if info.rank == 1:
         dist.barrier()
@@ -236,14 +236,14 @@ def blocks_after_a_run_up(info, payload):
         time.sleep(1000)
     import multiprocessing
 
-    child = multiprocessing.get_context("spawn").Process(target=_blocked_child, args=(rank.link_for_child(),))
+    child = multiprocessing.get_context("spawn").Process(target=_blocked_child, args=(link.link_for_child(),))
     child.start()
     child.join()
 
 
-def _blocked_child(link):
-    from ckpt_harness.launch import rank
+def _blocked_child(to_rank):
+    from ckpt_harness.launch import link, rank
 
-    rank.join_rank(link, "blocked child")
+    link.join_rank(to_rank, "blocked child")
     rank.report_blocked()
     time.sleep(1000)

@@ -20,6 +20,7 @@ from ckpt_harness.inject import durability
 from ckpt_harness.inject.faults import Fault
 from ckpt_harness.inject.trace import fields
 from ckpt_harness.jobref import resolve
+from ckpt_harness.launch.group import Cut
 from ckpt_harness.oracle import health
 from ckpt_harness.records import data_reader
 from ckpt_harness.resumes import Resumes
@@ -105,7 +106,7 @@ def test_a_hang_in_the_checkpoint_process_is_reported_there(process_job, tmp_pat
                   if e.phase == first and e.point is not None and e.collective == "gather_object")
     run = launch(process_job.config, "hung", tmp_path / "ckpt", tmp_path / "run", stop_after_save=4,
                  faults=(Fault("hang", 0, first, gather.point),), blocked_grace=2.0)
-    assert run.outcome.timed_out and run.outcome.elapsed < process_job.config.timeout / 2, run.outcome.elapsed
+    assert run.outcome.cut is Cut.BLOCKED, run.outcome
     mine, peer = (run.ranks[r].where() for r in (0, 1))
     assert mine.startswith("blocked by the injected hang in checkpoint process ") and first in mine, mine
     assert peer.startswith("waiting in checkpoint process ") and "gather_object" in peer, peer

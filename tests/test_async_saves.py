@@ -107,7 +107,7 @@ def test_old_checkpoints_purged_before_the_new_one_landed_are_flagged(tmp_path, 
     renames only: the writer's `.metadata` among them."""
     (rotation,) = select(builtin_catalogue(), ["rotation-crash"])
     rotation = dataclasses.replace(rotation, params={**rotation.params, "ops": ("rename",)})
-    result = Bench(job, 2, tmp_path, timeout=30).run(rotation)
+    result = Bench(job, 2, tmp_path).run(rotation)
     assert result.verdict == verdict, result.explain()
     if verdict == "fail":
         assert "crash@r0:bg_save6#" in result.details and "latest" in result.details, result.details

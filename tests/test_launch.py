@@ -13,7 +13,7 @@ import pytest
 
 from ckpt_harness.inject.collectives import Recording, first_disagreement
 from ckpt_harness.launch import GroupSpec, LaunchError, prestart, run_group
-from ckpt_harness.launch.group import STACK_GRACE, STARTUP_TIMEOUT
+from ckpt_harness.launch.group import STACK_GRACE, STARTUP_TIMEOUT, Cut
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -123,7 +123,7 @@ def test_the_peers_of_a_blocked_rank_get_the_blocked_grace_from_the_moment_it_bl
     outcome = run_group(spec(tmp_path, "blocks_after_a_run_up", deadline=pace(60.0), blocked_grace=grace,
                              payload=reporter))
     blocked, waiting = outcome.ranks
-    assert outcome.timed_out and not outcome.stuck_after_failure
+    assert outcome.cut is Cut.BLOCKED and outcome.timed_out and not outcome.stuck_after_failure
     assert blocked.status == "hung" and waiting.status == "hung" and "barrier" in waiting.stack
     assert RUN_UP + grace <= outcome.elapsed < pace(60.0) / 2, (outcome.elapsed, pace)
     if reporter == "child":  # its stack is taken with its rank's, into a file of its own
@@ -131,6 +131,16 @@ def test_the_peers_of_a_blocked_rank_get_the_blocked_grace_from_the_moment_it_bl
         assert "_blocked_child" not in blocked.stack and "in join" in blocked.stack
     else:
         assert blocked.children == {} and waiting.children == {}
+
+
+def test_a_child_link_is_only_handed_over_while_multiprocessing_spawns():
+    """Elsewhere multiprocessing would share the pipe through a listening thread in the rank."""
+    import pickle
+
+    from ckpt_harness.launch.link import ChildLink
+
+    with pytest.raises(TypeError, match="only handed to a process multiprocessing is spawning"):
+        pickle.dumps(ChildLink(0, "/nonexistent", 0))
 
 
 def test_grandchildren_die_with_their_rank(tmp_path, pace):

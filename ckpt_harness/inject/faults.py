@@ -17,10 +17,9 @@ import os
 import re
 import signal
 import time
-from typing import Optional
+from typing import Callable, Optional
 
 from ckpt_harness import phase
-from ckpt_harness.launch.rank import report_blocked
 
 #: Operations that are fault points, by trace event kind.
 #: "write" is a write(2), "buffered-write" the job's write() into its buffer
@@ -52,7 +51,8 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {
 }
 DEFAULT_DELAY = 0.5
 #: Kinds after which the rank never goes on by itself, and how a report says
-#: where it is: a run with one is cut `hang_timeout` after it fired.
+#: where it is: a run with one is cut `hang_timeout` after it fired (under
+#: torchrun, whose workers cannot report it, `hang_timeout` after the start).
 BLOCKING: dict[str, str] = {
     "hang": "blocked by the injected hang",
     "sigstop": "stopped by the injected SIGSTOP",
@@ -117,10 +117,13 @@ def applicable_kinds(op: str, kinds: tuple[str, ...]) -> list[str]:
 class Injector:
     """Counts operations per phase in one rank and fires the faults armed there."""
 
-    def __init__(self, rank: int, faults: "tuple[Fault, ...]", emit):
+    def __init__(self, rank: int, faults: "tuple[Fault, ...]", emit, on_block: Callable[[], None] = lambda: None):
         self.rank = rank
         self.pending = {(f.phase, f.index): f for f in faults if f.rank == rank}
         self.emit = emit
+        #: Called right before a fault blocks the process for good: the
+        #: launcher starts the peers' grace then (`launch.rank.report_blocked`).
+        self.on_block = on_block
         self.counts: dict[str, int] = {}
 
     def point(self, phase: str) -> int:
@@ -139,8 +142,7 @@ class Injector:
         return f
 
     # -- what the faults do -------------------------------------------------
-    @staticmethod
-    def before(f: Fault, op: str, what: str) -> None:
+    def before(self, f: Fault, op: str, what: str) -> None:
         """Act on `f` before the operation runs (kinds that need the op itself
         — crash-after, crash-mid, torn — are handled by the probe)."""
         if f.kind in ("crash", "power-loss"):
@@ -152,7 +154,7 @@ class Injector:
         elif f.kind == "enospc":
             raise OSError(errno.ENOSPC, f"ckpt_harness injected ENOSPC into {op}", what)
         elif f.kind in BLOCKING:
-            report_blocked()  # its peers' budget starts now, whatever the run took to get here
+            self.on_block()  # its peers' budget starts now, whatever the run took to get here
             if f.kind == "sigstop":
                 os.kill(os.getpid(), signal.SIGSTOP)
             if f.kind == "gil":

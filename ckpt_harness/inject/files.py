@@ -52,7 +52,7 @@ import stat
 import warnings
 from typing import Any, Callable, Optional
 
-from ckpt_harness.inject.faults import Injector, die
+from ckpt_harness.inject.faults import die
 from ckpt_harness.inject.probes import Tracer
 from ckpt_harness.inject.trace import EventKind
 
@@ -146,7 +146,7 @@ class _Handle:
         tracer.record_write(_WRITE, {"point": index, "fid": self.fid, "path": self.rel, "offset": offset,
                                      "n": lands, "data": files.log_data(view[:lands])}, batch=False)
         if fault is not None and fault.kind not in ("crash-mid", "torn", "crash-after"):
-            Injector.before(fault, _WRITE, self.rel)
+            tracer.injector.before(fault, _WRITE, self.rel)
         if fault is not None and fault.kind == "torn":
             while lands:
                 lands -= write(view[n // 2 - lands:n // 2]) or 0
@@ -171,7 +171,7 @@ class _Handle:
         tracer.record_write(_BUFFERED_WRITE, {"point": index, "fid": self.fid, "path": self.rel, "n": n},
                             batch=False)
         if fault is not None and fault.kind != "crash-after":
-            Injector.before(fault, _BUFFERED_WRITE, self.rel)
+            tracer.injector.before(fault, _BUFFERED_WRITE, self.rel)
         result = write(data)
         if fault is not None and fault.kind == "crash-after":  # what sits in the buffer dies with it
             die()

@@ -24,7 +24,8 @@ from typing import Any, Callable, Optional
 
 from ckpt_harness import phase as phase_mod
 from ckpt_harness.inject.faults import Fault, Injector, die
-from ckpt_harness.launch.rank import join_rank, link_for_child
+from ckpt_harness.launch.link import ChildLink, join_rank, link_for_child
+from ckpt_harness.launch.rank import report_blocked
 
 #: Python-level collectives of torch.distributed. Nested calls (all_gather_object
 #: calls all_gather) are recorded once, as the outermost.
@@ -83,7 +84,7 @@ class Tracer:
         self.phase = "start"
         self.local = threading.local()
         self.lock = threading.RLock()
-        self.injector = Injector(rank, faults, self.emit)
+        self.injector = Injector(rank, faults, self.emit, on_block=report_blocked)
         #: Consecutive writes to one file, recorded as one event when nothing
         #: needs them one by one (see `record_write`).
         self.write_run: Optional[_WriteRun] = None
@@ -155,7 +156,7 @@ class Tracer:
             fault = self.injector.armed(where, index, op)
         self.emit(op, point=index, **fields)
         if fault is not None:
-            Injector.before(fault, op, what)
+            self.injector.before(fault, op, what)
         self.local.depth = getattr(self.local, "depth", 0) + 1
         try:
             result = run(fault)
@@ -279,7 +280,7 @@ class Child:
     #: Its link to the rank (`launch.rank.link_for_child`): a blocking fault
     #: fired in it starts its peers' budget as one in the rank does, and a
     #: hang report has its stack.
-    link: Any = None
+    link: Optional[ChildLink] = None
 
 
 def child(actor: str, pg_timeout: Optional[float] = None) -> Optional[Child]:

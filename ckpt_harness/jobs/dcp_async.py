@@ -143,10 +143,12 @@ class DcpAsyncProcessJob(DcpAsyncJob):
 
     The checkpoint processes meet over a store rank 0 hosts for the whole
     run (`DCP_USE_PREFIX_STORE=1`), as they meet over torchrun's store in a
-    real job. DCP's default picks a free port, releases it, and has the
-    checkpoint process bind it seconds later: runs sharing a host (the
-    harness runs cases side by side) race for it, and the loser's every save
-    fails (EADDRINUSE) before any fault fires.
+    real job (there the agent hosts it). They use it only to start, at the
+    first save; then gloo's own connections carry their collectives, so a
+    rank 0 frozen later leaves their store alone. DCP's default picks a free
+    port, releases it, and has the checkpoint process bind it seconds later:
+    runs sharing a host (the harness runs cases side by side) race for it,
+    and the loser's every save fails (EADDRINUSE) before any fault fires.
     """
 
     executor = AsyncCheckpointerType.PROCESS

@@ -2,6 +2,7 @@
 
 from ckpt_harness.launch.group import (
     MAX_WORLD_SIZE,
+    Cut,
     GroupOutcome,
     GroupSpec,
     LaunchError,
@@ -15,6 +16,7 @@ from ckpt_harness.launch.rank import RankInfo
 
 __all__ = [
     "MAX_WORLD_SIZE",
+    "Cut",
     "GroupOutcome",
     "GroupSpec",
     "LaunchError",

@@ -70,6 +70,7 @@ from typing import Mapping, Optional
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.launch import _proc, flight
 from ckpt_harness.launch.group import (
+    Cut,
     GroupOutcome,
     LaunchError,
     RankOutcome,
@@ -378,6 +379,7 @@ class _ElasticRun:
         return ScriptOutcome(
             ranks=ranks, timed_out=timed_out or stuck, elapsed=time.monotonic() - start,
             stuck_after_failure=stuck, stopped_at=stopped_at,
+            cut=Cut.FAILURE if stuck else Cut.DEADLINE if timed_out else None,
             restarts=_restarts(WorkerRecord.read_all(self.run_dir)), agent_logs=self.agent_logs,
         )
 

@@ -26,7 +26,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness.errors import ConfigError, HarnessError
 from ckpt_harness.launch import _proc, _wire, flight
-from ckpt_harness.launch.rank import STACK_SIGNAL, helpers
+from ckpt_harness.launch.link import helpers
+from ckpt_harness.launch.rank import STACK_SIGNAL
 
 MAX_WORLD_SIZE = 8
 #: How long the warm parent may take to import torch and a job's preloads.
@@ -150,6 +151,14 @@ class RankOutcome:
         return {RankStatus.OK: "finished", RankStatus.FAILED: "raised"}.get(self.status, self.status.value)
 
 
+class Cut(enum.Enum):
+    """Why the harness stopped following ranks that were still running."""
+
+    DEADLINE = "deadline"
+    FAILURE = "failure grace"
+    BLOCKED = "blocked grace"
+
+
 @dataclasses.dataclass
 class GroupOutcome:
     ranks: list[RankOutcome]
@@ -163,6 +172,8 @@ class GroupOutcome:
     #: here): ranks run on while they dump their stacks, so what they did
     #: after it is not where the harness found them.
     stopped_at: Optional[float] = None
+    #: Why the watch ended with ranks still running; None if none was.
+    cut: Optional[Cut] = None
 
     @property
     def ok(self) -> bool:
@@ -243,14 +254,6 @@ class _ZygoteClient:
             pass
 
 
-class _Cut(enum.Enum):
-    """Why the watch stopped following ranks that were still running."""
-
-    DEADLINE = "deadline"
-    FAILURE = "failure grace"
-    BLOCKED = "blocked grace"
-
-
 class _GroupRun:
     def __init__(self, zygote: _ZygoteClient, spec: GroupSpec):
         self.zygote = zygote
@@ -283,7 +286,7 @@ class _GroupRun:
                 self._collect_stacks()
         finally:
             self._teardown()
-        return GroupOutcome(self.ranks, cut is not None, time.monotonic() - start, cut is _Cut.FAILURE, stopped_at)
+        return GroupOutcome(self.ranks, cut is not None, time.monotonic() - start, cut is Cut.FAILURE, stopped_at, cut)
 
     def _spawn_request(self, run_dir: Path, store: Path) -> dict:
         spec = self.spec
@@ -330,11 +333,11 @@ class _GroupRun:
             if message is None or message.get("group") == self.group:
                 return message
 
-    def _watch(self, start: float, deadline: float) -> Optional["_Cut"]:
+    def _watch(self, start: float, deadline: float) -> Optional[Cut]:
         """Follow the ranks until each finished or died (None), or until the
         watch is cut: at the deadline, when peers of a failed rank outstay
         the failure grace, or peers of a blocked one the blocked grace."""
-        bounds = {_Cut.DEADLINE: deadline}
+        bounds = {Cut.DEADLINE: deadline}
         while any(r.status is RankStatus.RUNNING for r in self.ranks):
             cut = min(bounds, key=bounds.__getitem__)
             message = self._next(bounds[cut])
@@ -343,8 +346,8 @@ class _GroupRun:
             failed_before = any(r.status.ended_badly for r in self.ranks)
             rank = self.ranks[message["rank"]]
             if message["op"] == "blocked":
-                if self.spec.blocked_grace is not None and _Cut.BLOCKED not in bounds:
-                    bounds[_Cut.BLOCKED] = time.monotonic() + self.spec.blocked_grace
+                if self.spec.blocked_grace is not None and Cut.BLOCKED not in bounds:
+                    bounds[Cut.BLOCKED] = time.monotonic() + self.spec.blocked_grace
             elif message["op"] == "done":
                 rank.status = RankStatus.FAILED if message["failed"] else RankStatus.OK
                 rank.finished_at = time.monotonic() - start
@@ -355,7 +358,7 @@ class _GroupRun:
                     rank.status = RankStatus.CRASHED
                     rank.finished_at = time.monotonic() - start
             if not failed_before and rank.status.ended_badly:
-                bounds[_Cut.FAILURE] = time.monotonic() + self.spec.failure_grace
+                bounds[Cut.FAILURE] = time.monotonic() + self.spec.failure_grace
         return None
 
     def _collect_stacks(self) -> None:
@@ -381,8 +384,8 @@ class _GroupRun:
                     r.status = RankStatus.HUNG
                 _flight_path(run_dir, r.rank).unlink(missing_ok=True)
                 dumps.append(_Dump(r, None, r.pid, r.log, _flight_path(run_dir, r.rank), first=flight.DUMP_SIGNAL))
-            dumps += [_Dump(r, what, pid, stack, None) for what, pid, stack in helpers(str(run_dir), r.rank)
-                      if _in_group(pid, r.pid)]
+            dumps += [_Dump(r, h.name, h.pid, h.stack, None) for h in helpers(str(run_dir), r.rank)
+                      if _answers(h.pid, r.pid)]
         for d in dumps:
             d.request()
         until = time.monotonic() + STACK_GRACE
@@ -398,11 +401,9 @@ class _GroupRun:
         for d in dumps:
             d.collect()
 
-
     def _teardown(self) -> None:
-        for r in self.ranks:
-            if r.rank not in self.exited:
-                _proc.kill_group(r.pid)
+        for r in self.ranks:  # an exited rank's group too: a child it spawned may outlive it
+            _proc.kill_group(r.pid)
         until = time.monotonic() + 10
         while len(self.exited) < len(self.ranks):
             message = self._next(until)
@@ -424,7 +425,7 @@ class _Dump:
     #: The flight recorder's dump it also writes (ranks only).
     recorder: Optional[Path]
     #: Sent before the stack signal (the recorder's), if any.
-    first: Optional[int] = None
+    first: Optional[signal.Signals] = None
     offset: int = 0
     size: int = 0
     grew: float = 0.0
@@ -476,21 +477,27 @@ def _flight_path(run_dir: Path, rank: int) -> Path:
     return run_dir / f"rank{rank}.collectives"
 
 
-def _in_group(pid: int, rank_pid: int) -> bool:
-    """Is `pid` still in the rank's process group (not a reused pid)?"""
+def _answers(pid: int, rank_pid: int) -> bool:
+    """Can a rank's child answer a stack request: alive (not a zombie its rank
+    has not reaped) and still in the rank's process group (not a reused pid)?"""
     try:
-        return os.getpgid(pid) == rank_pid
+        return os.getpgid(pid) == rank_pid and _state(pid) not in ("Z", "X", "")
     except OSError:
         return False
 
 
-def _is_stopped(pid: int) -> bool:
-    """Is the process stopped (SIGSTOP, SIGTSTP, or a tracer's stop)?"""
+def _state(pid: int) -> str:
+    """The process's state letter in /proc ("R", "S", "T", "Z"...); "" if it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0] in ("T", "t")
+            return f.read().rpartition(")")[2].split()[0]
     except (OSError, IndexError):
-        return False
+        return ""
+
+
+def _is_stopped(pid: int) -> bool:
+    """Is the process stopped (SIGSTOP, SIGTSTP, or a tracer's stop)?"""
+    return _state(pid) in ("T", "t")
 
 
 def _signal(pid: int, sig: int) -> None:

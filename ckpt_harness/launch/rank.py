@@ -3,6 +3,8 @@
 Everything here runs in the forked child before the entry point (the job
 runner) gets control, and again after it returns: a rank reports "done" on
 its status pipe and then parks until the harness tears the group down. A
+rank, or a process it spawned that joined it (`link`), also reports there
+when an injected fault is about to block it for good (`report_blocked`). A
 rank that finished, or failed, keeps its sockets open the way a real
 process would while its peers still work, so a peer blocked in a collective
 stays blocked (as it would on NCCL) instead of being rescued by gloo's
@@ -19,7 +21,6 @@ import sys
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, Optional
 
 from ckpt_harness.launch import _proc, flight
@@ -77,7 +78,7 @@ def become_rank(spec: dict, request: dict, status_fd: int, zygote_pid: int) -> N
 
 
 _status_fd: int | None = None
-#: (run directory, rank) of this rank, for the children it links (`link_for_child`).
+#: (run directory, rank) of this rank, for the children it links (`status_pipe`).
 _self: Optional[tuple[str, int]] = None
 #: Status bytes a rank writes: done, failed (then parked), blocked for good.
 DONE, FAILED, BLOCKED = b"D", b"E", b"B"
@@ -105,7 +106,7 @@ def report_blocked() -> None:
     `GroupSpec.blocked_grace` from this moment, not from the group's start,
     so a run-up of any length (a checkpoint process to spawn, a cold cache)
     does not eat their budget. A no-op outside a rank the launcher started,
-    or a process it spawned that joined it (`join_rank`)."""
+    or a process it spawned that joined it (`link.join_rank`)."""
     if _status_fd is None:
         return
     try:
@@ -114,74 +115,19 @@ def report_blocked() -> None:
         pass
 
 
-@dataclass(frozen=True)
-class ChildLink:
-    """What a process a rank spawns with multiprocessing needs to count as
-    part of the rank (`link_for_child`, then `join_rank` in the child).
-
-    Pickled while the child is being spawned, it has multiprocessing pass the
-    rank's status pipe itself to the new interpreter (as it passes a
-    `Connection`): no thread or socket is added to the rank."""
-
-    status_fd: int
-    run_dir: str
-    rank: int
-
-    def __reduce__(self) -> tuple:
-        from multiprocessing import reduction
-
-        return _received_link, (reduction.DupFd(self.status_fd), self.run_dir, self.rank)
-
-
-def _received_link(dup: Any, run_dir: str, rank: int) -> ChildLink:
-    return ChildLink(dup.detach(), run_dir, rank)
-
-
-def link_for_child() -> Optional[ChildLink]:
-    """The link for a process this rank is about to spawn; None outside a
-    launched rank. Hand it to the child with its target."""
+def status_pipe() -> Optional[tuple[int, str, int]]:
+    """(status pipe, run directory, rank) of this launched rank, for a
+    process it spawns to join it (`link.link_for_child`); None elsewhere."""
     if _status_fd is None or _self is None:
         return None
-    return ChildLink(_status_fd, *_self)
+    return (_status_fd, *_self)
 
 
-def join_rank(link: Optional[ChildLink], what: str) -> None:
-    """In the spawned child: report blocks through its rank's pipe, and dump
-    every thread's stack when the harness takes its rank's (a hang report
-    then shows where the child, named `what`, was: "checkpoint process").
-
-    The stack goes to a file of its own (`helper_files`), not the rank's
-    log both share, where two dumps at once would interleave. The pid file
-    is written last: the harness signals only a process that has it, so
-    `STACK_SIGNAL` never meets a child whose default action is to die."""
+def report_on(fd: int) -> None:
+    """In a process a rank spawned (`link.join_rank`): report through the
+    rank's status pipe `fd` from now on."""
     global _status_fd
-    if link is None:
-        return
-    _status_fd = link.status_fd
-    pid_file, stack_file = helper_files(link.run_dir, link.rank, what)
-    stack = open(stack_file, "w")  # kept open by faulthandler for the process's life
-    faulthandler.register(STACK_SIGNAL, file=stack, all_threads=True, chain=False)
-    written = pid_file.with_name(pid_file.name + ".tmp")
-    written.write_text(f"{os.getpid()}\n{what}\n")
-    os.rename(written, pid_file)
-
-
-def helper_files(run_dir: str, rank: int, what: str) -> tuple[Path, Path]:
-    """Where a child of `rank` named `what` leaves its pid and its stack."""
-    word = what.replace(" ", "-")
-    return Path(run_dir, f"rank{rank}.{word}.pid"), Path(run_dir, f"rank{rank}.{word}.stack")
-
-
-def helpers(run_dir: str, rank: int) -> list[tuple[str, int, Path]]:
-    """The children of `rank` that joined it (`join_rank`): name, pid, stack file."""
-    found = []
-    for pid_file in sorted(Path(run_dir).glob(f"rank{rank}.*.pid")):
-        try:
-            pid, what = pid_file.read_text().splitlines()[:2]
-            found.append((what, int(pid), helper_files(run_dir, rank, what)[1]))
-        except (OSError, ValueError):  # being written as the run was cut: it has no handler yet
-            continue
-    return found
+    _status_fd = fd
 
 
 def _run(spec: dict, request: dict) -> bool:

@@ -189,13 +189,15 @@ class Zygote:
         group, rank = self.status_fds[fd]
         data = os.read(fd, 16)
         if data:
-            from ckpt_harness.launch.rank import BLOCKED, FAILED
+            from ckpt_harness.launch.rank import BLOCKED, DONE, FAILED
 
-            for status in (data[i:i + 1] for i in range(len(data))):
+            for status in (data[i:i + 1] for i in range(len(data))):  # one byte each; a read may hold several
                 if status == BLOCKED:
                     _wire.send(self.sock, {"op": "blocked", "group": group, "rank": rank})
-                else:
+                elif status in (DONE, FAILED):
                     _wire.send(self.sock, {"op": "done", "group": group, "rank": rank, "failed": status == FAILED})
+                else:  # the pipe is shared with the rank's joined children: never take noise for an end
+                    print(f"[ckpt_harness zygote] rank {rank}: unknown status byte {status!r}", file=sys.stderr)
         else:
             os.close(fd)
             del self.status_fds[fd]

@@ -10,7 +10,7 @@ from typing import Optional
 from ckpt_harness import phase
 from ckpt_harness.inject.collectives import first_disagreement
 from ckpt_harness.launch import RankStatus
-from ckpt_harness.launch.group import STACK_GRACE
+from ckpt_harness.launch.group import STACK_GRACE, Cut
 from ckpt_harness.records import RankRun, Run
 
 
@@ -31,9 +31,9 @@ def never_fired(run: Run) -> str:
     """Why a faulted run's fault did not fire: the harness's deadline came
     first (its own set-up, not the job's doing), or the run went elsewhere."""
     o = run.outcome
-    if o.timed_out and not o.stuck_after_failure:
+    if o.cut is Cut.DEADLINE:
         return (f"the fault never fired: the run reached the harness's deadline after {o.elapsed:.0f}s, before the "
-                "fault's point; give runs a longer --timeout")
+                "fault's point; give runs longer (--timeout; a blocking fault in a script: --hang-timeout)")
     return "the fault never fired: the run took another path than the golden one"
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ckpt_harness.inject.trace import Event
-from ckpt_harness.launch import GroupOutcome, RankOutcome, RankStatus
+from ckpt_harness.launch import Cut, GroupOutcome, RankOutcome, RankStatus
 from ckpt_harness.oracle import Reference
 from ckpt_harness.records import RankRun, Run
 from ckpt_harness.state import Record, capture
@@ -112,7 +112,9 @@ def rank(r: int) -> RankBuilder:
 
 def run(*ranks: RankBuilder, timed_out: bool = False, stuck: bool = False, name: str = "resume") -> Run:
     built = [b.build() for b in ranks]
-    outcome = GroupOutcome([r.outcome for r in built], timed_out=timed_out, elapsed=0.1, stuck_after_failure=stuck)
+    cut = Cut.FAILURE if stuck else Cut.DEADLINE if timed_out else None
+    outcome = GroupOutcome([r.outcome for r in built], timed_out=timed_out, elapsed=0.1,
+                           stuck_after_failure=stuck, cut=cut)
     return Run(name, Path("/nonexistent"), outcome, built)
 
 

@@ -364,8 +364,10 @@ def test_judge_late(r, verdict, words):
       V.PASS, "every other rank raised within 5s: RuntimeError: peer gone", id="peers-raised"),
     P(run(rank(0).fault("hang").hung(), rank(1).failed(), rank(2).collective("barrier", 5).hung(), timed_out=True),
       V.FAIL, "rank 2 waiting in barrier #5", id="peer-hung"),
-    P(run(rank(0).hung(), rank(1).failed(), rank(2).failed(), timed_out=True), V.UNKNOWN, "never fired",
-      id="not-fired"),
+    P(run(rank(0).hung(), rank(1).failed(), rank(2).failed(), stuck=True), V.UNKNOWN,
+      "never fired: the run took another path", id="not-fired"),
+    P(run(rank(0).hung(), rank(1).hung(), rank(2).hung(), timed_out=True), V.UNKNOWN,
+      "never fired: the run reached the harness's deadline", id="cut-before-the-fault"),
     P(run(rank(0).fault("hang").hung(None), rank(1).failed(), rank(2).failed(), timed_out=True), V.UNKNOWN,
       "no stack from rank(s) [0]", id="no-stack"),
 ])
