@@ -102,12 +102,13 @@ def test_a_writer_on_the_training_group_hangs_with_every_thread_named(correct, t
 
 @pytest.mark.parametrize("job, verdict", [(f"{PLANTED}:PurgesAtReturn", "fail"), ("dcp_async", "pass")])
 def test_old_checkpoints_purged_before_the_new_one_landed_are_flagged(tmp_path, job, verdict):
-    """The catalogue's rotation-crash (keep_last=1, the last save, whose
-    rotation an async job runs when it publishes, at the end), at its
-    renames only: the writer's `.metadata` among them."""
+    """The catalogue's rotation-crash (keep_last=1; for a job that saves in
+    the background, the last save, whose rotation it runs when it publishes,
+    at the end), at its renames only: the writer's `.metadata` among them."""
     (rotation,) = select(builtin_catalogue(), ["rotation-crash"])
     rotation = dataclasses.replace(rotation, params={**rotation.params, "ops": ("rename",)})
     result = Bench(job, 2, tmp_path).run(rotation)
     assert result.verdict == verdict, result.explain()
     if verdict == "fail":
-        assert "crash@r0:bg_save6#" in result.details and "latest" in result.details, result.details
+        assert "/ atomic: FAIL — crash at rank 0 " in result.details and "in bg_save " in result.details
+        assert "`latest` points to a missing checkpoint" in result.details, result.details
