@@ -111,7 +111,7 @@ class _SlowStart:
     grace the stall tests give, so a budget counted from the group's start
     would cut the run before its final save."""
 
-    RUN_UP = 5.0
+    RUN_UP = 4.0
 
     def setup(self, ctx: RankContext) -> None:
         super().setup(ctx)
