@@ -93,12 +93,8 @@ def test_timeout_option_reaches_the_fixture(pytester, importable, pace):
 
 
 def test_ckpt_job_runs_the_builtin_catalogue_against_a_users_job(pytester, importable):
+    """The failing and the n/a side; the passing one (torch_save) is the node-id test's."""
     pytester.makepyfile("def test_nothing(): pass")
-    good = pytester.runpytest_subprocess("--ckpt-job=torch_save", "--ckpt-scenarios=resume-every-save",
-                                         "-v", "-p", "no:cacheprovider")
-    good.assert_outcomes(passed=2)
-    good.stdout.fnmatch_lines(["*ckpt-job::resume-every-save?torch_save-ws2? PASSED*"])
-
     bad = pytester.runpytest_subprocess("--ckpt-job=tests.planted.jobs:NoOptimizerState", "--ckpt-scenarios=resume-every-save",
                                         "-p", "no:cacheprovider")
     bad.assert_outcomes(passed=1, failed=1)
