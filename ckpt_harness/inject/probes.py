@@ -277,7 +277,7 @@ class Child:
     phase: str
     #: Seconds for its process groups' collectives, as the rank's own.
     pg_timeout: Optional[float]
-    #: Its link to the rank (`launch.rank.link_for_child`): a blocking fault
+    #: Its link to the rank (`launch.link.link_for_child`): a blocking fault
     #: fired in it starts its peers' budget as one in the rank does, and a
     #: hang report has its stack.
     link: Optional[ChildLink] = None

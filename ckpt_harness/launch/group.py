@@ -131,7 +131,7 @@ class RankOutcome:
     #: FAILED because the launcher ended it when another rank failed (torchrun's
     #: agent SIGTERMs every worker at once): the failure reached it that way.
     ended_by_launcher: bool = False
-    #: The stack of each process it spawned that joined it (`rank.join_rank`),
+    #: The stack of each process it spawned that joined it (`link.join_rank`),
     #: by name ("checkpoint process"), taken with its own.
     children: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -365,7 +365,7 @@ class _GroupRun:
         """Every live rank's stack and flight recorder, the finished ones too:
         "rank 1 is parked after the run" is half of the explanation of a hang.
         And the stack of every process a rank spawned that joined it
-        (`rank.join_rank`: DCP's checkpoint process), where a save may hang
+        (`link.join_rank`: DCP's checkpoint process), where a save may hang
         while its rank only waits for it.
 
         faulthandler dumps every thread even while a rank sits in native code,
