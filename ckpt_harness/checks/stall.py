@@ -8,10 +8,11 @@ exactly as the uninterrupted one (no resume: a delay kills nothing). `block`
 stops each rank in turn there for good: the job passes if every other rank
 raises within `hang_timeout` of the block (e.g. a monitored barrier or a
 store wait with a timeout); otherwise it is a hang, reported with every
-rank's stack and the collective it is in. `frozen` does as `block` with the ranks that a sleep
-does not model: stopped with SIGSTOP (no thread of it runs, C++ watchdogs
-included) and holding the GIL in a C loop (no Python thread of it runs), so
-a job whose liveness hangs on the stuck rank's own helper threads is caught.
+rank's stack and the collective it is in. `frozen` does as `block` with the
+ranks that a sleep does not model: stopped with SIGSTOP (no thread of it
+runs, C++ watchdogs included) and holding the GIL in a C loop (no Python
+thread of it runs), so a job whose liveness hangs on the stuck rank's own
+helper threads is caught.
 """
 
 from __future__ import annotations
