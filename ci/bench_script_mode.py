@@ -44,8 +44,8 @@ STEPS, SAVE_EVERY, WORLD = 8, 2, 2
 
 def whole_verifies(tmp: Path) -> tuple[float, float]:
     """Seconds of a whole Job verify and of a whole script verify, every case, both passing."""
-    from ckpt_harness.script_mode import verify_script
-    from ckpt_harness.verify import verify
+    from ckpt_harness.pipeline.script_mode import verify_script
+    from ckpt_harness.pipeline.verify import verify
 
     start = time.perf_counter()
     job = verify("torch_save", workdir=tmp / "verify-job", world_size=WORLD, steps=STEPS, save_every=SAVE_EVERY)

@@ -133,9 +133,9 @@ def main() -> None:
     print("\n" + PROBES_TITLE)
     bench_probes.compare(args.before, after=args.after)
 
-    from ckpt_harness.cases import plan_cases, run_cases
-    from ckpt_harness.explore import baseline, explore
-    from ckpt_harness.verify import verify
+    from ckpt_harness.pipeline.cases import plan_cases, run_cases
+    from ckpt_harness.pipeline.explore import baseline, explore
+    from ckpt_harness.pipeline.verify import verify
 
     print("\n3. verify (8 steps, save every 2: golden + 4 stop/resume pairs = 9 group runs)")
     for job in ("torch_save", "dcp"):
@@ -169,8 +169,8 @@ def main() -> None:
               f"(including the golden and committed runs): {counts}")
 
     print("\n5. catalogue scenarios on dcp ws=2: one shared bench vs. a bench per scenario")
-    from ckpt_harness.bench import Bench
-    from ckpt_harness.scenario import builtin_catalogue, select
+    from ckpt_harness.catalogue.bench import Bench
+    from ckpt_harness.catalogue.scenario import builtin_catalogue, select
 
     chosen = select(builtin_catalogue(), ["missing-shard", "corrupt-shard", "torn-write", "power-loss-*"])
     timings = {}
@@ -191,8 +191,8 @@ def main() -> None:
 
 
 def reduced_catalogue(tmp: Path) -> None:
-    from ckpt_harness.matrix import run_matrix
-    from ckpt_harness.scenario import builtin_catalogue
+    from ckpt_harness.catalogue.matrix import run_matrix
+    from ckpt_harness.catalogue.scenario import builtin_catalogue
 
     print("\n7. the whole catalogue at ws=2: with the reduction vs. every case run in full")
     for job in ("torch_save", "dcp"):
@@ -213,8 +213,8 @@ def reduced_catalogue(tmp: Path) -> None:
 
 
 def scenarios_at_once(tmp: Path) -> None:
-    from ckpt_harness.matrix import SCENARIOS_AT_ONCE, run_matrix
-    from ckpt_harness.scenario import builtin_catalogue
+    from ckpt_harness.catalogue.matrix import SCENARIOS_AT_ONCE, run_matrix
+    from ckpt_harness.catalogue.scenario import builtin_catalogue
 
     print(f"\n8. the whole catalogue at ws=2, parallel 2: one scenario at a time vs. {SCENARIOS_AT_ONCE} at once")
     for job in ("torch_save", "dcp"):
@@ -229,7 +229,7 @@ def scenarios_at_once(tmp: Path) -> None:
 
 
 def shared_resumes(tmp: Path) -> None:
-    from ckpt_harness.explore import explore
+    from ckpt_harness.pipeline.explore import explore
 
     print("\n6. explore ws=2, every single fault of save 4: a resume per distinct directory vs. per case")
     for job in ("torch_save", "dcp"):

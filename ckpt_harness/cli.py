@@ -8,7 +8,7 @@ harness could not run or judge some case, or the job cannot run at all
 deterministic). A run with several takes the first of fail, error, unknown.
 `matrix` counts only the cells whose verdicts `--fail-on` names. With
 `--baseline` (`matrix`, `scenario`) only what the baseline does not expect
-counts (`ckpt_harness.gating`).
+counts (`ckpt_harness.catalogue.expectations`).
 """
 
 from __future__ import annotations
@@ -195,16 +195,16 @@ def _bench_settings(args: argparse.Namespace) -> dict:
 
 
 def _catalogue(args: argparse.Namespace):
-    from ckpt_harness.scenario import builtin_catalogue, load_paths
+    from ckpt_harness.catalogue.scenario import builtin_catalogue, load_paths
 
     return load_paths(args.file) if args.file else builtin_catalogue()
 
 
 def _matrix(args: argparse.Namespace) -> int:
     from ckpt_harness.launch import prestart
-    from ckpt_harness.matrix import run_matrix
+    from ckpt_harness.catalogue.matrix import run_matrix
     from ckpt_harness.progress import Progress
-    from ckpt_harness.scenario import default_jobs, select
+    from ckpt_harness.catalogue.scenario import default_jobs, select
 
     try:
         scripts = _matrix_scripts(args)
@@ -282,10 +282,10 @@ def _matrix_exit(matrix, fail_on: Sequence[Verdict]) -> int:
 
 
 def _scenario(args: argparse.Namespace) -> int:
-    from ckpt_harness.bench import Bench
+    from ckpt_harness.catalogue.bench import Bench
     from ckpt_harness.launch import prestart
     from ckpt_harness.progress import Progress
-    from ckpt_harness.scenario import select
+    from ckpt_harness.catalogue.scenario import select
 
     settings = _bench_settings(args)
     progress = Progress(quiet=args.quiet)
@@ -300,7 +300,7 @@ def _scenario(args: argparse.Namespace) -> int:
         result = bench.run(scenario, args.case)
         if baseline is None:
             return result
-        from ckpt_harness.gating import Checked
+        from ckpt_harness.catalogue.expectations import Checked
 
         return Checked(result, baseline.gate([result], scenarios=[scenario.name], catalogue=[s.name for s in catalogue]))
 
@@ -310,7 +310,7 @@ def _scenario(args: argparse.Namespace) -> int:
     return _report_or_error(args, produce, progress, as_report)
 
 
-# -- regression gating (ckpt_harness.gating) ----------------------------------------
+# -- regression gating (ckpt_harness.catalogue.expectations) ----------------------------------------
 def _baseline_options(p: argparse.ArgumentParser, write: bool = False) -> None:
     p.add_argument("--baseline", type=Path, metavar="FILE",
                    help="a previous matrix.json or an expectations .toml: the failures it expects are shown as "
@@ -322,7 +322,7 @@ def _baseline_options(p: argparse.ArgumentParser, write: bool = False) -> None:
 
 
 def _load_baseline(args: argparse.Namespace):
-    from ckpt_harness.gating import load
+    from ckpt_harness.catalogue.expectations import load
 
     return load(args.baseline) if args.baseline else None
 
@@ -330,7 +330,7 @@ def _load_baseline(args: argparse.Namespace):
 def _gate_matrix(args: argparse.Namespace, matrix, baseline, catalogue) -> Optional[int]:
     """Write the expectations file asked for; with a baseline, its word is the
     exit code (None: no baseline, `--fail-on` decides)."""
-    from ckpt_harness.gating import expectations_toml
+    from ckpt_harness.catalogue.expectations import expectations_toml
 
     if args.write_baseline:
         note = (f"from `ckpt-harness matrix` at world size {matrix.world_size} on {matrix.date}: "
@@ -354,7 +354,7 @@ def _split(value: str) -> list[str]:
 
 def _explore(args: argparse.Namespace) -> int:
     from ckpt_harness.config import ExploreConfig, ScriptExploreConfig, values_from
-    from ckpt_harness.explore import run_exploration
+    from ckpt_harness.pipeline.explore import run_exploration
     from ckpt_harness.jobref import resolve
     from ckpt_harness.launch import prestart
     from ckpt_harness.run import prepare_workdir
@@ -367,7 +367,7 @@ def _explore(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     progress = Progress(quiet=args.quiet)
     if args.job is None:
-        from ckpt_harness.script_explore import run_script_exploration
+        from ckpt_harness.pipeline.script_explore import run_script_exploration
 
         def explore_script(workdir: Path):
             config = ScriptExploreConfig(**values_from(args, ScriptExploreConfig))
@@ -392,7 +392,7 @@ def _trace(args: argparse.Namespace) -> int:
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
     try:
         from ckpt_harness import oracle
-        from ckpt_harness.explore import trace
+        from ckpt_harness.pipeline.explore import trace
 
         settings = values_from(args, ExploreConfig)
         prestart()
@@ -441,14 +441,14 @@ def _mode_problem(args: argparse.Namespace, job_config: type, script_config: typ
 def _run(args: argparse.Namespace) -> int:
     from ckpt_harness.config import RunConfig, ScriptConfig, values_from
     from ckpt_harness.launch import prestart
-    from ckpt_harness.verify import verify
+    from ckpt_harness.pipeline.verify import verify
 
     problem = _mode_problem(args, RunConfig, ScriptConfig)
     if problem:
         print(f"ckpt-harness run: error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.job is None:
-        from ckpt_harness.script_mode import verify_script
+        from ckpt_harness.pipeline.script_mode import verify_script
 
         settings = values_from(args, ScriptConfig)
         script = settings.pop("script")
@@ -531,10 +531,10 @@ def _discard(args: argparse.Namespace, workdir: Path) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    from ckpt_harness.checks import registry as checks
+    from ckpt_harness.catalogue.checks import registry as checks
     from ckpt_harness.inject.faults import KINDS
     from ckpt_harness.oracle import PROPERTIES
-    from ckpt_harness.scenario import builtin_catalogue
+    from ckpt_harness.catalogue.scenario import builtin_catalogue
 
     jobs = registry()
     width = max(map(len, [*jobs, *KINDS]))

@@ -165,16 +165,16 @@ class CkptFixture:
         return self.defaults["world_size"]
 
     def verify(self, job: Union[str, type], **settings: Any):
-        """`ckpt_harness.verify` with this test's defaults; returns the Report."""
+        """`ckpt_harness.pipeline.verify` with this test's defaults; returns the Report."""
         from ckpt_harness.config import RunConfig
-        from ckpt_harness.verify import verify
+        from ckpt_harness.pipeline.verify import verify
 
         return self._call(verify, RunConfig, job, settings)
 
     def explore(self, job: Union[str, type], **settings: Any):
-        """`ckpt_harness.explore` with this test's defaults; returns the Report."""
+        """`ckpt_harness.pipeline.explore` with this test's defaults; returns the Report."""
         from ckpt_harness.config import ExploreConfig
-        from ckpt_harness.explore import explore
+        from ckpt_harness.pipeline.explore import explore
 
         return self._call(explore, ExploreConfig, job, settings)
 
@@ -183,14 +183,14 @@ class CkptFixture:
         with this test's defaults; `script` defaults to the marker's, then
         to ``--ckpt-script``. Returns the Report."""
         from ckpt_harness.config import ScriptConfig
-        from ckpt_harness.script_mode import verify_script
+        from ckpt_harness.pipeline.script_mode import verify_script
 
         return self._call(verify_script, ScriptConfig, self._script(script), settings)
 
     def explore_script(self, script: Optional[str] = None, **settings: Any):
         """`explore --script` with this test's defaults; returns the Report."""
         from ckpt_harness.config import ScriptExploreConfig
-        from ckpt_harness.script_explore import explore_script
+        from ckpt_harness.pipeline.script_explore import explore_script
 
         return self._call(explore_script, ScriptExploreConfig, self._script(script), settings)
 
@@ -254,7 +254,7 @@ class ScriptItem(pytest.Item):
     def runtest(self) -> None:
         from ckpt_harness.config import SETTINGS
         from ckpt_harness.errors import Unavailable
-        from ckpt_harness.script_mode import verify_script
+        from ckpt_harness.pipeline.script_mode import verify_script
 
         settings = _script_options(self.config)
         script = settings.pop("script")
@@ -307,8 +307,8 @@ def _script_items(parent: pytest.Collector, config: pytest.Config) -> list:
     against the script (``ckpt-script::crash-every-phase``), run as a
     `matrix --script` row runs it; n/a skips with the reason."""
     from ckpt_harness.errors import ScenarioError
-    from ckpt_harness.scenario import builtin_catalogue, select
-    from ckpt_harness.script_bench import row_name
+    from ckpt_harness.catalogue.scenario import builtin_catalogue, select
+    from ckpt_harness.catalogue.script_bench import row_name
 
     patterns = [p.strip() for p in (config.getoption("--ckpt-scenarios") or "").split(",") if p.strip()]
     if not patterns:
@@ -336,7 +336,7 @@ class ScenarioFile(pytest.File):
 
     def collect(self):
         from ckpt_harness.errors import ScenarioError
-        from ckpt_harness.scenario import load_file
+        from ckpt_harness.catalogue.scenario import load_file
 
         try:
             scenarios = load_file(self.path)
@@ -347,7 +347,7 @@ class ScenarioFile(pytest.File):
 
 
 def _items(parent: pytest.Collector, scenario: Any, config: pytest.Config):
-    from ckpt_harness.scenario import default_jobs
+    from ckpt_harness.catalogue.scenario import default_jobs
 
     job = config.getoption("--ckpt-job")
     jobs = [job] if job else default_jobs([scenario])
@@ -388,7 +388,7 @@ class ScenarioItem(pytest.Item):
         if self.script is None:
             return _bench(self.config, self.job, self.world_size)
         if _SCRIPT_BENCH not in self.config.stash:
-            from ckpt_harness.script_bench import ScriptBench
+            from ckpt_harness.catalogue.script_bench import ScriptBench
 
             root = self.config._tmp_path_factory.mktemp("ckpt-script-catalogue")  # type: ignore[attr-defined]
             self.config.stash[_SCRIPT_BENCH] = ScriptBench(self.script, root, name=self.job)
@@ -428,14 +428,14 @@ class KnownFailure(ScenarioFailed):
     this) is what its xfail marker accepts, so another failure still fails."""
 
 
-# -- regression gating (ckpt_harness.gating) ----------------------------------------
+# -- regression gating (ckpt_harness.catalogue.expectations) ----------------------------------------
 _BASELINE = pytest.StashKey[Any]()
 _GATED = pytest.StashKey[list]()
 
 
 def _load_baseline(config: pytest.Config) -> None:
     from ckpt_harness.errors import UsageError
-    from ckpt_harness.gating import load
+    from ckpt_harness.catalogue.expectations import load
 
     path = config.getoption("--ckpt-baseline")
     if path is None and config.getini("ckpt_baseline"):
@@ -472,7 +472,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     results = config.stash.get(_GATED, [])
     if baseline is None or not results:
         return
-    from ckpt_harness.scenario import builtin_catalogue
+    from ckpt_harness.catalogue.scenario import builtin_catalogue
 
     catalogue = {s.name for s in builtin_catalogue()} | {r.scenario for r in results}
     gating = baseline.gate(results, catalogue=catalogue)
@@ -488,7 +488,7 @@ _BENCHES = pytest.StashKey[dict]()
 
 def _bench(config: pytest.Config, job: str, world_size: int):
     """Benches live for the session, so scenarios of one job share golden runs."""
-    from ckpt_harness.bench import Bench
+    from ckpt_harness.catalogue.bench import Bench
 
     benches = config.stash.setdefault(_BENCHES, {})
     if (job, world_size) not in benches:
@@ -536,7 +536,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return
     from ckpt_harness.errors import JobError, ScenarioError, Unavailable
     from ckpt_harness.jobref import resolve
-    from ckpt_harness.scenario import builtin_catalogue, builtin_dir, select
+    from ckpt_harness.catalogue.scenario import builtin_catalogue, builtin_dir, select
 
     try:
         resolve(job)

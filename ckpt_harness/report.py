@@ -80,7 +80,7 @@ class Report:
         The envelope (kind, verdict, world_size, settings, elapsed_seconds,
         versions) is the one `matrix.json` has too, so one reader takes both.
         """
-        from ckpt_harness.matrix import versions
+        from ckpt_harness.catalogue.matrix import versions
 
         return {
             "kind": self.kind,

@@ -49,7 +49,7 @@ def launch(config: Union[RunConfig, ScriptConfig], name: str, ckpt_dir: Path, ru
     meaning there; a preempted run stops the ranks that make that save.
     """
     if isinstance(config, ScriptConfig):
-        from ckpt_harness.script_mode import launch_script
+        from ckpt_harness.pipeline.script_mode import launch_script
 
         if hard_stop:
             raise UsageError("a hard stop is for jobs that save in the background; a script's stop is its own")
@@ -59,7 +59,7 @@ def launch(config: Union[RunConfig, ScriptConfig], name: str, ckpt_dir: Path, ru
         return launch_script(config, name, ckpt_dir, run_dir, stop_after_save=stop_after_save,
                              stop_ranks=config.stop_ranks(stop_after_save), faults=faults, log_data=log_data,
                              trace_files=trace_files, deadline=deadline or blocked_grace, failure_grace=failure_grace)
-    from ckpt_harness.runner import RunPlan  # the rank-side payload
+    from ckpt_harness.rankside.job import RunPlan  # the rank-side payload
 
     cls = load(config.job)
     jit.ensure_built(cls.jit_ops())  # before the deadline starts: a build is not the job's time
@@ -71,10 +71,10 @@ def launch(config: Union[RunConfig, ScriptConfig], name: str, ckpt_dir: Path, ru
         full_state=full_state,
     )
     spec = GroupSpec(
-        world_size=config.world_size, entry="ckpt_harness.runner:run_rank", payload=plan, run_dir=run_dir,
+        world_size=config.world_size, entry="ckpt_harness.rankside.job:run_rank", payload=plan, run_dir=run_dir,
         deadline=deadline or config.timeout, backend=config.backend, nodes=config.nodes,
         preload=tuple(cls.preload), env=dict(cls.env), failure_grace=failure_grace, blocked_grace=blocked_grace,
-        warmup=("ckpt_harness.runner:warm_up", (config.job, config.world_size, config.seed))
+        warmup=("ckpt_harness.rankside.job:warm_up", (config.job, config.world_size, config.seed))
         if cls.warm_start and config.backend == "gloo" else None,
     )
     return Run.collect(name, run_dir, run_group(spec))

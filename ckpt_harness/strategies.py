@@ -20,8 +20,8 @@ from typing import Sequence
 
 from hypothesis import strategies as st
 
-from ckpt_harness.baseline import Baseline
-from ckpt_harness.cases import Case, run_case
+from ckpt_harness.pipeline.baseline import Baseline
+from ckpt_harness.pipeline.cases import Case, run_case
 from ckpt_harness.config import DEFAULT_FAULTS
 from ckpt_harness.errors import UsageError
 from ckpt_harness.inject.faults import Fault, applicable_kinds

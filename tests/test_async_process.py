@@ -14,8 +14,8 @@ import dataclasses
 import pytest
 
 from ckpt_harness import phase
-from ckpt_harness.cases import Case, run_case
-from ckpt_harness.explore import baseline
+from ckpt_harness.pipeline.cases import Case, run_case
+from ckpt_harness.pipeline.explore import baseline
 from ckpt_harness.inject import durability
 from ckpt_harness.inject.faults import Fault
 from ckpt_harness.inject.trace import fields
@@ -23,10 +23,10 @@ from ckpt_harness.jobref import resolve
 from ckpt_harness.launch.group import Cut
 from ckpt_harness.oracle import health
 from ckpt_harness.records import data_reader
-from ckpt_harness.resumes import Resumes
+from ckpt_harness.pipeline.resumes import Resumes
 from ckpt_harness.run import launch
 from ckpt_harness.verdict import Verdict
-from ckpt_harness.verify import verify
+from ckpt_harness.pipeline.verify import verify
 
 PLANTED = "tests.planted.async_jobs"
 BG = phase.background(phase.save(4))

@@ -13,13 +13,13 @@ import dataclasses
 import pytest
 
 from ckpt_harness import phase
-from ckpt_harness.bench import Bench
-from ckpt_harness.cases import Case, run_case
-from ckpt_harness.explore import baseline
+from ckpt_harness.catalogue.bench import Bench
+from ckpt_harness.pipeline.cases import Case, run_case
+from ckpt_harness.pipeline.explore import baseline
 from ckpt_harness.inject.faults import Fault
-from ckpt_harness.scenario import builtin_catalogue, select
+from ckpt_harness.catalogue.scenario import builtin_catalogue, select
 from ckpt_harness.verdict import Verdict
-from ckpt_harness.verify import verify
+from ckpt_harness.pipeline.verify import verify
 
 PLANTED = "tests.planted.async_jobs"
 BG = phase.background(phase.save(4))

@@ -6,8 +6,8 @@ are still in its buffer. Each planted bug is flagged, its fixed twin passes.
 
 import re
 
-from ckpt_harness.cases import Case, run_case
-from ckpt_harness.explore import baseline, explore
+from ckpt_harness.pipeline.cases import Case, run_case
+from ckpt_harness.pipeline.explore import baseline, explore
 from ckpt_harness.inject.faults import Fault
 from ckpt_harness.verdict import Verdict
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from ckpt_harness.explore import explore
+from ckpt_harness.pipeline.explore import explore
 from ckpt_harness.verdict import Verdict
 
 #: The narrowest exploration that judges durable: no faults inside the save,

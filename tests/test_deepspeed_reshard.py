@@ -9,8 +9,8 @@ import importlib.util
 
 import pytest
 
-from ckpt_harness.bench import Bench
-from ckpt_harness.scenario import parse
+from ckpt_harness.catalogue.bench import Bench
+from ckpt_harness.catalogue.scenario import parse
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed (extra 'deepspeed')"

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ckpt_harness.explore import baseline, explore
+from ckpt_harness.pipeline.explore import baseline, explore
 from ckpt_harness.verdict import Verdict
 from tests.test_reduction import judged_cells
 from ckpt_harness.strategies import check, fault_plans, skews

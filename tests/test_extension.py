@@ -1,5 +1,5 @@
 """A separate, pip-installed package extends the harness only through entry points
-(`ckpt_harness.checks`, `ckpt_harness.jobs`): the CLI finds its check and its job,
+(`ckpt_harness.catalogue.checks`, `ckpt_harness.jobs`): the CLI finds its check and its job,
 and `matrix` runs them in real process groups. No mocks: a real install, real runs."""
 
 import json

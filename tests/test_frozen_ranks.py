@@ -9,15 +9,15 @@ and why a stopped rank's threads or a GIL-holding rank's Python helpers
 
 import pytest
 
-from ckpt_harness.bench import Bench
+from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.config import DEFAULT_FAULTS, RunConfig
-from ckpt_harness.explore import explore
+from ckpt_harness.pipeline.explore import explore
 from ckpt_harness.inject.faults import BLOCKING, Fault
 from ckpt_harness.jobref import resolve
 from ckpt_harness.launch.group import STACK_GRACE
 from ckpt_harness.oracle import health
 from ckpt_harness.run import PROPAGATION, launch
-from ckpt_harness.scenario import parse
+from ckpt_harness.catalogue.scenario import parse
 from tests.test_launch import alive
 
 REF = "tests.planted.checkpointers:ReferenceCheckpointer"

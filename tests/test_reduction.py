@@ -14,8 +14,8 @@ import os
 
 import pytest
 
-from ckpt_harness.bench import Bench
-from ckpt_harness.scenario import builtin_catalogue
+from ckpt_harness.catalogue.bench import Bench
+from ckpt_harness.catalogue.scenario import builtin_catalogue
 
 FULL = os.environ.get("CKPT_HARNESS_FULL_CATALOGUE") == "1"
 SAMPLE = {

@@ -16,11 +16,11 @@ import pickle
 import pytest
 import torch
 
-from ckpt_harness.bench import Bench
+from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.inject.corrupt import CORRUPTIONS, UNSAFE_PICKLE
 from ckpt_harness.inject.payload import ran
 from ckpt_harness.oracle import judge_fault
-from ckpt_harness.scenario import builtin_catalogue, select
+from ckpt_harness.catalogue.scenario import builtin_catalogue, select
 from ckpt_harness.verdict import Verdict
 from tests.unit.synthetic import K, both, rank, reference, resumed, run
 

@@ -8,13 +8,13 @@ import io
 
 import pytest
 
-from ckpt_harness.bench import Bench
-from ckpt_harness.checks import BUILTIN_CHECKS
+from ckpt_harness.catalogue.bench import Bench
+from ckpt_harness.catalogue.checks import BUILTIN_CHECKS
 from ckpt_harness.errors import ScenarioError
-from ckpt_harness.matrix import cell
+from ckpt_harness.catalogue.matrix import cell
 from ckpt_harness.oracle import PROPERTIES
 from ckpt_harness.progress import Progress
-from ckpt_harness.scenario import ScenarioResult, builtin_catalogue, load_file, parse, select
+from ckpt_harness.catalogue.scenario import ScenarioResult, builtin_catalogue, load_file, parse, select
 from ckpt_harness.verdict import Verdict
 
 NOT_APPLICABLE = Verdict.NA

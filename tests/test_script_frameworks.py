@@ -74,7 +74,7 @@ def prebuilt_ops():
 @pytest.fixture(scope="module")
 def verified(tmp_path_factory) -> Callable[[str], tuple]:
     """framework -> the correct script's resume@2 verify: report and work directory."""
-    from ckpt_harness.script_mode import verify_script
+    from ckpt_harness.pipeline.script_mode import verify_script
 
     done = {}
 
@@ -108,7 +108,7 @@ def test_a_framework_save_is_one_boundary_per_step_and_resumes_bitwise(verified,
 @pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
 def test_a_resume_that_forgets_the_optimizer_state_is_flagged(verified, framework, tmp_path):
     from ckpt_harness import oracle
-    from ckpt_harness.script_mode import launch_script
+    from ckpt_harness.pipeline.script_mode import launch_script
 
     _, workdir = verified(framework)
     ckpt = shutil.copytree(workdir / "golden" / "ckpt", tmp_path / "ckpt")

@@ -27,9 +27,9 @@ import pytest
 
 from ckpt_harness import cli
 from ckpt_harness.config import ScriptConfig
-from ckpt_harness.matrix import Matrix, run_matrix
+from ckpt_harness.catalogue.matrix import Matrix, run_matrix
 from ckpt_harness.records import Kind, read_records
-from ckpt_harness.scenario import builtin_catalogue, parse, select
+from ckpt_harness.catalogue.scenario import builtin_catalogue, parse, select
 from ckpt_harness.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,7 +124,7 @@ def test_the_cli_refuses_options_of_the_other_mode(argv, says, capsys, tmp_path)
     ("train.py {ckpt_dir} " + "--flag " * 30, ("train.py " + "--flag " * 30)[:79] + "…"),
 ])
 def test_a_row_is_named_by_its_command_without_the_checkpoint_directory(script, name):
-    from ckpt_harness.script_bench import row_name
+    from ckpt_harness.catalogue.script_bench import row_name
 
     assert row_name(script) == name
 

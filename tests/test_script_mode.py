@@ -22,7 +22,7 @@ import pytest
 from ckpt_harness.config import ScriptConfig
 from ckpt_harness.records import Kind, read_records
 from ckpt_harness.report import Report
-from ckpt_harness.script_mode import verify_script
+from ckpt_harness.pipeline.script_mode import verify_script
 from ckpt_harness.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,7 +77,7 @@ def test_a_script_that_resumes_from_scratch_is_flagged(correct_runs, tmp_path):
     """The bug run where verify runs a resume: on a directory holding saves 2
     and 4 (the correct script's golden one), judged by verify's own judges."""
     from ckpt_harness import oracle
-    from ckpt_harness.script_mode import launch_script
+    from ckpt_harness.pipeline.script_mode import launch_script
 
     _, workdir = correct_runs(1, 2)
     ckpt = shutil.copytree(workdir / "golden" / "ckpt", tmp_path / "ckpt")
@@ -163,7 +163,7 @@ def test_a_script_run_is_recorded_and_traced_like_a_job_run(tmp_path):
     fault points are made of), what it was handed, in the records the
     oracle reads; no framework the script did not import is imported."""
     from ckpt_harness.inject.trace import EventKind
-    from ckpt_harness.script_mode import launch_script
+    from ckpt_harness.pipeline.script_mode import launch_script
 
     config = ScriptConfig(script=f"{ROOT / 'tests' / 'scripts' / 'dcp_save.py'} {{ckpt_dir}}", nproc_per_node=2)
     run = launch_script(config, "traced", tmp_path / "ckpt", tmp_path / "run", trace_files=True)
@@ -221,7 +221,7 @@ def test_a_tiny_hf_trainer_script_is_verified_through_its_save_checkpoint(tmp_pa
     handed one saves their steps again: started from scratch."""
     pytest.importorskip("transformers")
     from ckpt_harness import oracle
-    from ckpt_harness.script_mode import launch_script
+    from ckpt_harness.pipeline.script_mode import launch_script
 
     command = f"{ROOT / 'tests' / 'scripts' / 'hf_train.py'} {{ckpt_dir}} 4 2"
     report = verify_script(command, workdir=tmp_path / "verify", cases=["resume@2"], nproc_per_node=2)

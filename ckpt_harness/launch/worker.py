@@ -135,7 +135,7 @@ def prepare(worker: WorkerInfo, park: Callable[[], None]) -> Optional[Any]:
     flight recorder) and before any of the script's code. `park` stops the
     worker where it is, for good (a preemption).
     """
-    from ckpt_harness import script_runner
+    from ckpt_harness.rankside import script as script_runner
 
     return script_runner.arm(worker.rank, worker.run_dir, park)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness import oracle
-from ckpt_harness.checks import run_settings
+from ckpt_harness.catalogue.checks import run_settings
 from ckpt_harness.config import RunConfig
 from ckpt_harness.jobs.torch_save import TorchSaveJob
 from ckpt_harness.records import Kind

@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from ckpt_harness.resumes import DirState, Resumes
+from ckpt_harness.pipeline.resumes import DirState, Resumes
 
 
 def tree(root, files, mtimes=None):

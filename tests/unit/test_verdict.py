@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ckpt_harness.matrix import cell
-from ckpt_harness.scenario import Scenario, ScenarioResult, summarize
+from ckpt_harness.catalogue.matrix import cell
+from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult, summarize
 from ckpt_harness.verdict import CaseResult, fold
 from ckpt_harness.verdict import Verdict as V
 

@@ -3,7 +3,7 @@ every point kept with its own kind, the kernel bytes one range."""
 
 from __future__ import annotations
 
-from ckpt_harness.baseline import fault_points
+from ckpt_harness.pipeline.baseline import fault_points
 from ckpt_harness.inject.probes import Tracer
 from ckpt_harness.inject.trace import EventKind, describe_phase, read_events
 
@@ -54,7 +54,7 @@ def test_after_the_last_save_means_after_it_not_the_same_phase_name_earlier():
     its last save are the run's operations after that save ended (by position
     on a rank that made the save, by time on one that did not), not the run's
     operations before it."""
-    from ckpt_harness.baseline import broken_events, broken_phases
+    from ckpt_harness.pipeline.baseline import broken_events, broken_phases
     from ckpt_harness.inject.trace import Event
 
     def event(rank, kind, where, point, t, **fields):

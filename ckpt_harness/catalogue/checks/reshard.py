@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness import oracle
-from ckpt_harness.checks import NotApplicable, run_settings
+from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import RunConfig, Setting
 from ckpt_harness.run import PROPAGATION, launch
 from ckpt_harness.verdict import CaseResult

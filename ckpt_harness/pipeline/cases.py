@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from ckpt_harness import oracle, phase
-from ckpt_harness.baseline import Baseline, Point
+from ckpt_harness.pipeline.baseline import Baseline, Point
 from ckpt_harness.config import ScriptConfig
 from ckpt_harness.errors import UsageError
 from ckpt_harness.inject import corrupt, durability, payload
@@ -27,7 +27,7 @@ from ckpt_harness.inject.faults import BLOCKING, Fault, applicable_kinds, parse_
 from ckpt_harness.inject.trace import Event, EventKind, fields
 from ckpt_harness.jobref import load
 from ckpt_harness.records import Run, data_reader
-from ckpt_harness.resumes import DirState
+from ckpt_harness.pipeline.resumes import DirState
 from ckpt_harness.run import PROPAGATION, fresh_dir, launch
 from ckpt_harness.verdict import CaseResult
 

@@ -8,7 +8,7 @@ it needs and returns the oracle's results of its cases, which the bench
 folds into the scenario's verdict. A check that does not apply to the
 bench's job raises `NotApplicable` saying why.
 
-Other packages add checks under the entry-point group `ckpt_harness.checks`:
+Other packages add checks under the entry-point group `ckpt_harness.catalogue.checks`:
 
     [project.entry-points."ckpt_harness.checks"]
     my-check = "my_package.checks:MY_CHECK"     # an object satisfying `Check`
@@ -25,18 +25,18 @@ from ckpt_harness.errors import ScenarioError
 from ckpt_harness.extensions import with_entry_points
 
 if TYPE_CHECKING:
-    from ckpt_harness.bench import Bench
-    from ckpt_harness.scenario import Scenario
+    from ckpt_harness.catalogue.bench import Bench
+    from ckpt_harness.catalogue.scenario import Scenario
     from ckpt_harness.verdict import CaseResult
 
 ENTRY_POINT_GROUP = "ckpt_harness.checks"
 
 BUILTIN_CHECKS = {
-    "resume": "ckpt_harness.checks.resume:CHECK",
-    "faults": "ckpt_harness.checks.faults:CHECK",
-    "overwrite": "ckpt_harness.checks.overwrite:CHECK",
-    "reshard": "ckpt_harness.checks.reshard:CHECK",
-    "stall": "ckpt_harness.checks.stall:CHECK",
+    "resume": "ckpt_harness.catalogue.checks.resume:CHECK",
+    "faults": "ckpt_harness.catalogue.checks.faults:CHECK",
+    "overwrite": "ckpt_harness.catalogue.checks.overwrite:CHECK",
+    "reshard": "ckpt_harness.catalogue.checks.reshard:CHECK",
+    "stall": "ckpt_harness.catalogue.checks.stall:CHECK",
 }
 
 
@@ -92,5 +92,5 @@ def get(name: str) -> Check:
     except (ImportError, AttributeError) as exc:
         raise ScenarioError(f"check {name!r} ({target}) cannot be loaded: {exc}") from exc
     if not isinstance(check, Check):
-        raise ScenarioError(f"check {name!r} ({target}) has no params, validate() and run(): see ckpt_harness.checks.Check")
+        raise ScenarioError(f"check {name!r} ({target}) has no params, validate() and run(): see ckpt_harness.catalogue.checks.Check")
     return check

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness import oracle, phase
-from ckpt_harness.checks import NotApplicable, run_settings
+from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import Setting
 from ckpt_harness.records import Kind
 from ckpt_harness.run import PROPAGATION, launch

@@ -25,13 +25,13 @@ import shlex
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence
 
-from ckpt_harness import checks
-from ckpt_harness.baseline import Baseline, BaselineFailed
-from ckpt_harness.bench import Bench
+from ckpt_harness.catalogue import checks
+from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
+from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.config import SETTINGS, ExploreConfig, ScriptConfig, ScriptExploreConfig, cli_args, settings_of
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.records import Run
-from ckpt_harness.scenario import Scenario, ScenarioResult, not_applicable
+from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult, not_applicable
 from ckpt_harness.verdict import CaseResult
 
 #: A Job run's shape, which a script's own arguments set.
@@ -57,7 +57,7 @@ def row_name(script: str, limit: int = NAME_LENGTH) -> str:
     arguments, cut to `limit`. Left out: its directories, a leading
     ``python``, and the checkpoint directory (with the option naming it),
     which every row has and which tells rows nothing apart."""
-    from ckpt_harness.script_mode import PLACEHOLDER
+    from ckpt_harness.pipeline.script_mode import PLACEHOLDER
 
     words = shlex.split(script)
     if words and Path(words[0]).name.startswith("python") and len(words) > 1:
@@ -78,7 +78,7 @@ def row_name(script: str, limit: int = NAME_LENGTH) -> str:
 def check_script(script: ScriptConfig) -> None:
     """Refuse a script that is not there (ConfigError), before any run: else
     every scenario of its row would be n/a, each saying so, for bad input."""
-    from ckpt_harness.script_mode import command
+    from ckpt_harness.pipeline.script_mode import command
 
     path = command(script, Path("ckpt"))[0]
     if not Path(path).is_file():
@@ -122,7 +122,7 @@ class ScriptBench(Bench):
     def golden(self) -> Run:
         """The row's one golden run (traced, every byte logged); raises
         `BaselineFailed` (every time) if it failed or saved nothing numbered."""
-        from ckpt_harness.script_explore import script_golden
+        from ckpt_harness.pipeline.script_explore import script_golden
 
         def make() -> Any:
             try:
@@ -139,7 +139,7 @@ class ScriptBench(Bench):
         """As `Bench.baseline`, from the row's golden run. The run stopped after
         save k is made only for scenarios that corrupt its files (as
         `explore --script`), so those share a baseline of their own."""
-        from ckpt_harness.script_explore import knowing, script_baseline
+        from ckpt_harness.pipeline.script_explore import knowing, script_baseline
 
         golden = self.golden()
         known = knowing(config, golden)  # a save step the script never made: ConfigError, n/a

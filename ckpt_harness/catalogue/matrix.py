@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from ckpt_harness.bench import Bench
+from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.config import SETTINGS, ScriptConfig
 from ckpt_harness.oracle import PROPERTIES
 from ckpt_harness.progress import Progress
-from ckpt_harness.scenario import Scenario, ScenarioResult
-from ckpt_harness.script_bench import ScriptBench, check_script, row_name
+from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult
+from ckpt_harness.catalogue.script_bench import ScriptBench, check_script, row_name
 from ckpt_harness.verdict import Verdict, fold
 
 #: Scenarios run at once (when `parallel` > 1), each running `parallel` cases

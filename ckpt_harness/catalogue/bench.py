@@ -17,14 +17,14 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
-from ckpt_harness import baseline as baselines
-from ckpt_harness import checks
-from ckpt_harness.baseline import Baseline, BaselineFailed
+from ckpt_harness.pipeline import baseline as baselines
+from ckpt_harness.catalogue import checks
+from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
 from ckpt_harness.config import SETTINGS, ExploreConfig, settings_of, shown
 from ckpt_harness.errors import ConfigError, UsageError
 from ckpt_harness.jobref import resolve
 from ckpt_harness.run import repro_line
-from ckpt_harness.scenario import Scenario, ScenarioResult, not_applicable, summarize
+from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult, not_applicable, summarize
 from ckpt_harness.verdict import CaseResult, Verdict
 
 

@@ -21,7 +21,7 @@ import concurrent.futures
 from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness import oracle
-from ckpt_harness.checks import run_settings
+from ckpt_harness.catalogue.checks import run_settings
 from ckpt_harness.config import Setting
 from ckpt_harness.inject.faults import BLOCKING, Fault
 from ckpt_harness.run import PROPAGATION, launch
@@ -47,7 +47,7 @@ class Stall:
         return None
 
     def run(self, bench, scenario, only: Optional[Sequence[str]] = None) -> Sequence[CaseResult]:
-        from ckpt_harness.cases import Case, plan_of
+        from ckpt_harness.pipeline.cases import Case, plan_of
 
         p = scenario.params
         base = bench.baseline(bench.config(p, save="last"))

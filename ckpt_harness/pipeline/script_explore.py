@@ -28,12 +28,12 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from ckpt_harness import baseline as baselines
+from ckpt_harness.pipeline import baseline as baselines
 from ckpt_harness import oracle
-from ckpt_harness.baseline import Baseline, BaselineFailed
+from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
 from ckpt_harness.config import ScriptExploreConfig, settings_of
 from ckpt_harness.errors import UsageError
-from ckpt_harness.explore import Progress, explore_baseline
+from ckpt_harness.pipeline.explore import Progress, explore_baseline
 from ckpt_harness.records import Kind, Run
 from ckpt_harness.report import Report
 from ckpt_harness.run import prepare_workdir

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ckpt_harness.errors import UsageError
-from ckpt_harness.gating import Baseline, BaselineError, Outcome, expectations_toml, from_matrix_json, from_toml, load
-from ckpt_harness.scenario import ScenarioResult
+from ckpt_harness.catalogue.expectations import Baseline, BaselineError, Outcome, expectations_toml, from_matrix_json, from_toml, load
+from ckpt_harness.catalogue.scenario import ScenarioResult
 from ckpt_harness.verdict import Verdict as V
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -202,7 +202,7 @@ def test_a_missing_baseline_file_says_what_to_give(tmp_path):
 
 
 def test_gating_is_torch_free():
-    code = "import sys, ckpt_harness.gating; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, ckpt_harness.catalogue.expectations; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
 
 

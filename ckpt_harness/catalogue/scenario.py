@@ -4,7 +4,7 @@ A scenario file (TOML) holds one table per scenario:
 
     [crash-every-phase]
     property = "atomic"                 # what a failure breaks (oracle.PROPERTIES)
-    check = "faults"                    # how it is run (ckpt_harness.checks)
+    check = "faults"                    # how it is run (ckpt_harness.catalogue.checks)
     description = "SIGKILL one rank before every operation of a save"
     jobs = ["*"]                        # job names it applies to (fnmatch), default all
     faults = ["crash"]                  # the rest are the check's parameters
@@ -145,7 +145,7 @@ def not_applicable(job: str, scenario: Scenario, reason: str) -> ScenarioResult:
 
 # -- loading ------------------------------------------------------------------------
 def builtin_dir() -> Path:
-    return Path(__file__).resolve().parent / "_scenarios"
+    return Path(__file__).resolve().parent.parent / "_scenarios"
 
 
 def builtin_catalogue() -> list[Scenario]:
@@ -198,7 +198,7 @@ def load_file(path: Union[str, Path]) -> list[Scenario]:
 
 def parse(name: str, table: Any, source: str = "<scenario>") -> Scenario:
     """Validate one scenario table against its check's parameters."""
-    from ckpt_harness import checks
+    from ckpt_harness.catalogue import checks
     from ckpt_harness.config import check_run_settings
     from ckpt_harness.oracle import PROPERTIES
 

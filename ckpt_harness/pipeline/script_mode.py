@@ -58,7 +58,7 @@ def launch_script(config: ScriptConfig, name: str, ckpt_dir: Path, run_dir: Path
     `trace_files` probes file operations under `ckpt_dir`.
     """
     from ckpt_harness.launch.elastic import ScriptSpec, run_elastic
-    from ckpt_harness.script_runner import CKPT_DIR_ENV, PLAN_ENV, ScriptPlan
+    from ckpt_harness.rankside.script import CKPT_DIR_ENV, PLAN_ENV, ScriptPlan
 
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     plan = ScriptPlan(ckpt_dir=str(ckpt_dir.resolve()), stop_after_save=stop_after_save, crash=crash, faults=faults,
@@ -152,7 +152,7 @@ def restart_case(config: ScriptConfig, root: Path, case: str, golden: Run, step:
 
     No second run tells here whether the script is deterministic: the
     resume case of the same step does, when it ran before."""
-    from ckpt_harness.script_runner import crash_marker
+    from ckpt_harness.rankside.script import crash_marker
 
     line = repro(config, case)
     run = launch_script(config, "restarted run", root / "ckpt", root / "run", stop_after_save=step, crash=True)

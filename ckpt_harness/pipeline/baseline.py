@@ -21,7 +21,7 @@ from ckpt_harness.inject.faults import OPS
 from ckpt_harness.inject.trace import Event, EventKind, fields, unseen_writes
 from ckpt_harness.jobref import load
 from ckpt_harness.records import Kind, Run, data_reader
-from ckpt_harness.resumes import Resumes
+from ckpt_harness.pipeline.resumes import Resumes
 from ckpt_harness.run import launch, repro, require_backend
 from ckpt_harness.verdict import CaseResult, Verdict
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from ckpt_harness.checks import NotApplicable, run_settings
+from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import Setting
 from ckpt_harness.verdict import CaseResult
 
@@ -36,7 +36,7 @@ class Faults:
         return None
 
     def run(self, bench, scenario, only: Optional[Sequence[str]] = None) -> Sequence[CaseResult]:
-        from ckpt_harness.cases import named, plan_cases, run_cases
+        from ckpt_harness.pipeline.cases import named, plan_cases, run_cases
 
         base = bench.baseline(bench.config(scenario.params))
         nothing = base.nothing_to_break()

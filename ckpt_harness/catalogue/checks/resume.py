@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Sequence
 
-from ckpt_harness.checks import NotApplicable, run_settings
+from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import RunConfig, ScriptConfig, Setting
 from ckpt_harness.verdict import CaseResult
 
@@ -33,7 +33,7 @@ class Resume:
     def run(self, bench, scenario, only: Optional[Sequence[str]] = None) -> Sequence[CaseResult]:
         from ckpt_harness.jobref import load
         from ckpt_harness.run import prepare_workdir
-        from ckpt_harness.verify import run_verification
+        from ckpt_harness.pipeline.verify import run_verification
 
         config = bench.config(scenario.params, RunConfig)
         script = isinstance(config, ScriptConfig)
@@ -46,7 +46,7 @@ class Resume:
                                 "is the graceful one (resume-every-save)")
         root = prepare_workdir(bench.root / scenario.name)
         if script:  # a script row: judged against the golden run its explorations share
-            from ckpt_harness.script_mode import run_script_verification
+            from ckpt_harness.pipeline.script_mode import run_script_verification
 
             return run_script_verification(config, root, only, golden=bench.golden()).results
         return run_verification(config, root, only, stop).results

@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
-from ckpt_harness import baseline as baselines
+from ckpt_harness.pipeline import baseline as baselines
 from ckpt_harness import phase
-from ckpt_harness.baseline import Baseline, BaselineFailed
-from ckpt_harness.cases import named, plan_cases, run_cases
+from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
+from ckpt_harness.pipeline.cases import named, plan_cases, run_cases
 from ckpt_harness.config import ExploreConfig
 from ckpt_harness.jobref import resolve
 from ckpt_harness.records import Run
