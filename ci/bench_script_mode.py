@@ -35,7 +35,7 @@ from ckpt_harness.jobref import resolve  # noqa: E402
 from ckpt_harness.launch import prestart  # noqa: E402
 from ckpt_harness.launch.elastic import ScriptSpec, run_elastic  # noqa: E402
 from ckpt_harness.launch.worker import WorkerRecord  # noqa: E402
-from ckpt_harness.run import launch  # noqa: E402
+from ckpt_harness.targets import RunRequest, of  # noqa: E402
 
 SCRIPT = ROOT / "tests" / "scripts" / "ddp_train.py"
 RESUMABLE = ROOT / "tests" / "scripts" / "resumable.py"
@@ -44,8 +44,7 @@ STEPS, SAVE_EVERY, WORLD = 8, 2, 2
 
 def whole_verifies(tmp: Path) -> tuple[float, float]:
     """Seconds of a whole Job verify and of a whole script verify, every case, both passing."""
-    from ckpt_harness.pipeline.script_mode import verify_script
-    from ckpt_harness.pipeline.verify import verify
+    from ckpt_harness.pipeline.verify import verify, verify_script
 
     start = time.perf_counter()
     job = verify("torch_save", workdir=tmp / "verify-job", world_size=WORLD, steps=STEPS, save_every=SAVE_EVERY)
@@ -65,7 +64,7 @@ def job_run(tmp: Path, i: int) -> float:
     ref, _ = resolve("torch_save")
     config = RunConfig.build(ref, world_size=WORLD, steps=STEPS, save_every=SAVE_EVERY)
     start = time.perf_counter()
-    run = launch(config, f"job{i}", tmp / f"job{i}" / "ckpt", tmp / f"job{i}" / "run")
+    run = of(config).run(RunRequest(f"job{i}"), tmp / f"job{i}" / "ckpt", tmp / f"job{i}" / "run")
     elapsed = time.perf_counter() - start
     assert run.outcome.ok, run.outcome
     return elapsed

@@ -44,6 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import bench_probes  # noqa: E402
+from ckpt_harness import targets
 from ckpt_harness.launch import GroupSpec, prestart, run_group  # noqa: E402
 
 PROBES_TITLE = "2. probe overhead, before and after: no probes / golden run (trace) / faulted run (exact)"
@@ -179,7 +180,7 @@ def main() -> None:
         bench = None
         for i, scenario in enumerate(chosen):
             if bench is None or not shared:
-                bench = Bench("dcp", 2, tmp / f"bench-{label}-{i}")
+                bench = Bench(targets.job("dcp", world_size=2), tmp / f"bench-{label}-{i}")
             bench.run(scenario)
         timings[label] = time.perf_counter() - start
         print(f"   {label}: {timings[label]:.1f} s for {len(chosen)} scenarios")

@@ -282,7 +282,10 @@ def _matrix_exit(matrix, fail_on: Sequence[Verdict]) -> int:
 
 
 def _scenario(args: argparse.Namespace) -> int:
+    from ckpt_harness import targets
     from ckpt_harness.catalogue.bench import Bench
+    from ckpt_harness.config import RunConfig
+    from ckpt_harness.jobref import resolve
     from ckpt_harness.launch import prestart
     from ckpt_harness.progress import Progress
     from ckpt_harness.catalogue.scenario import select
@@ -295,8 +298,9 @@ def _scenario(args: argparse.Namespace) -> int:
         catalogue = _catalogue(args)
         (scenario,) = select(catalogue, [args.name])
         prestart(settings["parallel"])
-        bench = Bench(args.job, settings["world_size"], workdir, timeout=settings["timeout"],
-                      parallel=settings["parallel"], progress=progress)
+        target = targets.of(RunConfig.build(resolve(args.job)[0], world_size=settings["world_size"],
+                                            timeout=settings["timeout"]))
+        bench = Bench(target, workdir, parallel=settings["parallel"], progress=progress)
         result = bench.run(scenario, args.case)
         if baseline is None:
             return result
@@ -353,11 +357,12 @@ def _split(value: str) -> list[str]:
 
 
 def _explore(args: argparse.Namespace) -> int:
+    from ckpt_harness import targets
     from ckpt_harness.config import ExploreConfig, ScriptExploreConfig, values_from
-    from ckpt_harness.pipeline.explore import run_exploration
     from ckpt_harness.jobref import resolve
     from ckpt_harness.launch import prestart
-    from ckpt_harness.run import prepare_workdir
+    from ckpt_harness.pipeline.explore import run_exploration
+    from ckpt_harness.pipeline.workdir import prepare_workdir
 
     from ckpt_harness.progress import Progress
 
@@ -367,11 +372,9 @@ def _explore(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     progress = Progress(quiet=args.quiet)
     if args.job is None:
-        from ckpt_harness.pipeline.script_explore import run_script_exploration
-
         def explore_script(workdir: Path):
             config = ScriptExploreConfig(**values_from(args, ScriptExploreConfig))
-            return run_script_exploration(config, workdir, args.case, progress)
+            return run_exploration(*targets.split(config), workdir, args.case, progress)
 
         return _report_or_error(args, explore_script, progress)
     settings = values_from(args, ExploreConfig)
@@ -379,7 +382,7 @@ def _explore(args: argparse.Namespace) -> int:
     def produce(workdir: Path):
         config = ExploreConfig.build(resolve(args.job)[0], **settings)  # bad settings fail before the fork server starts
         prestart(config.parallel)
-        return run_exploration(config, prepare_workdir(workdir), args.case, progress)
+        return run_exploration(*targets.split(config), prepare_workdir(workdir), args.case, progress)
 
     return _report_or_error(args, produce, progress)
 
@@ -448,7 +451,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"ckpt-harness run: error: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.job is None:
-        from ckpt_harness.pipeline.script_mode import verify_script
+        from ckpt_harness.pipeline.verify import verify_script
 
         settings = values_from(args, ScriptConfig)
         script = settings.pop("script")
@@ -467,7 +470,7 @@ def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report
     """Run `produce(workdir)`, print its report (or scenario result) and write
     it as JSON if asked (`as_report` makes a `Report` of it); bad input exits
     2, findings 1."""
-    from ckpt_harness.run import prepare_workdir
+    from ckpt_harness.pipeline.workdir import prepare_workdir
 
     try:  # a workdir or output path that cannot be used is refused before anything starts
         workdir = prepare_workdir(args.workdir)

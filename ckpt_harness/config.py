@@ -255,10 +255,6 @@ class ScriptConfig:
     def values(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in settings_of(type(self))}
 
-    def stop_ranks(self, step: Optional[int]) -> Optional[frozenset[int]]:
-        """The ranks a run preempted after save `step` waits for (None: not known here)."""
-        return None
-
 
 def script_mode_settings() -> tuple[str, ...]:
     """The settings only script mode has: what --script adds to a command
@@ -268,13 +264,11 @@ def script_mode_settings() -> tuple[str, ...]:
 
 
 @dataclasses.dataclass(frozen=True)
-class ScriptExploreConfig(ScriptConfig):
-    """A script whose save `save` is broken at every point (`explore --script`).
-
-    A script's saves are its own: which steps it saves, and on which ranks,
-    is known only once its golden run made them (`knowing`). Until then `k`
-    cannot be asked for.
-    """
+class ExplorePlan:
+    """What breaking one save adds to a target's runs, whatever the target:
+    which save, which faults and corruptions, and how the cases are run.
+    `explore`, the `faults` and `stall` checks and a matrix row all hand the
+    pipeline a target and one of these."""
 
     save: Union[str, int] = setting("save")
     faults: tuple[str, ...] = setting("faults")
@@ -283,14 +277,59 @@ class ScriptExploreConfig(ScriptConfig):
     after: Optional[bool] = setting("after")
     durability: str = setting("durability")
     delay: float = setting("delay")
-    #: A torchrun run starts fresh interpreters: seconds before the save is reached.
-    hang_timeout: float = setting("hang_timeout", 60.0)
+    hang_timeout: float = setting("hang_timeout")
     parallel: int = setting("parallel")
     derive_states: bool = setting("derive_states")
     share_resumes: bool = setting("share_resumes")
-    #: step -> the ranks that made that save in the golden run (steps known by
-    #: number only); not a setting: the golden run tells it.
-    savers: tuple[tuple[int, frozenset[int]], ...] = ()
+
+    def __post_init__(self) -> None:
+        for name, s in settings_of(type(self)).items():
+            object.__setattr__(self, name, s.check(getattr(self, name)))
+
+    def broken(self, steps: Sequence[int]) -> int:
+        """The step of the save this plan breaks among a target's save `steps`."""
+        return broken_save(steps, self.save)
+
+    @property
+    def power_loss_after(self) -> bool:
+        return self.after if self.after is not None else "power-loss" in self.faults
+
+    @property
+    def values(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in settings_of(type(self))}
+
+    def replace(self, **changes: Any) -> "ExplorePlan":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def of(cls, config: Any) -> "ExplorePlan":
+        """The plan part of a config that breaks a save (`ExploreConfig`, `ScriptExploreConfig`)."""
+        return cls(**{name: getattr(config, name) for name in settings_of(cls)})
+
+
+def plus_plan(**defaults: Any) -> Callable[[type], type]:
+    """A frozen config class that takes the plan's settings after its own
+    (with `defaults` for some): a target's settings and `ExplorePlan`'s, as
+    one set of options, marker keys and repro arguments per command."""
+    def make(cls: type) -> type:
+        if "__annotations__" not in cls.__dict__:
+            cls.__annotations__ = {}
+        own = cls.__dict__["__annotations__"]
+        for f in dataclasses.fields(ExplorePlan):
+            if f.name not in own:
+                own[f.name] = f.type
+                setattr(cls, f.name, setting(f.name, defaults.get(f.name, dataclasses.MISSING)))
+        return dataclasses.dataclass(frozen=True)(cls)
+    return make
+
+
+@plus_plan(hang_timeout=60.0)  # a torchrun run starts fresh interpreters: seconds before the save is reached
+class ScriptExploreConfig(ScriptConfig):
+    """A script whose save `save` is broken at every point (`explore --script`).
+
+    A script's saves are its own: which steps it saves, and on which ranks,
+    is known only once its golden run made them (`ScriptTarget.knowing`).
+    """
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -298,42 +337,13 @@ class ScriptExploreConfig(ScriptConfig):
             raise ConfigError("explore --script runs each case's resume itself, and torchrun restarting a faulted "
                               "group would run its fault again: leave out --max-restarts (run --script takes it)")
 
-    def knowing(self, savers: Mapping[int, frozenset[int]]) -> "ScriptExploreConfig":
-        """This config once the golden run made its saves: refuses a `save`
-        step the script never made."""
-        known = dataclasses.replace(self, savers=tuple(sorted(savers.items())))
-        if isinstance(self.save, int) and self.save not in savers:
-            raise ConfigError(f"save {self.save} is not a step the script saved; choose from "
-                              f"{', '.join(map(str, known.save_steps)) or 'none (it never saved)'}")
-        return known
+    @property
+    def plan(self) -> ExplorePlan:
+        return ExplorePlan.of(self)
 
     @property
-    def save_steps(self) -> list[int]:
-        return [step for step, _ in self.savers]
-
-    @property
-    def k(self) -> int:
-        steps = self.save_steps
-        if not steps:
-            raise ConfigError("the script's saves are not known before its golden run (ScriptExploreConfig.knowing)")
-        return broken_save(steps, self.save)
-
-    @property
-    def prev(self) -> Optional[int]:
-        return save_before(self.save_steps, self.k)
-
-    @property
-    def power_loss_after(self) -> bool:
-        return self.after if self.after is not None else "power-loss" in self.faults
-
-    def stop_ranks(self, step: Optional[int]) -> Optional[frozenset[int]]:
-        return dict(self.savers).get(step) if step is not None else None
-
-    @property
-    def runs(self) -> tuple[ScriptConfig, int]:
-        """What its baseline depends on (as `ExploreConfig.runs`): the script's
-        runs and the save broken, once known."""
-        return ScriptConfig(**{name: getattr(self, name) for name in settings_of(ScriptConfig)}), self.k
+    def script_config(self) -> ScriptConfig:
+        return ScriptConfig(**{name: getattr(self, name) for name in settings_of(ScriptConfig)})
 
 
 def broken_save(steps: Sequence[int], save: Union[str, int]) -> int:
@@ -348,22 +358,11 @@ def save_before(steps: Sequence[int], k: int) -> Optional[int]:
     return steps[i - 1] if i else None
 
 
-@dataclasses.dataclass(frozen=True)
+@plus_plan()
 class ExploreConfig(RunConfig):
     """A run whose save `save` is broken at every point (see `explore`)."""
 
     steps: int = setting("steps", 4)
-    save: Union[str, int] = setting("save")
-    faults: tuple[str, ...] = setting("faults")
-    corruptions: tuple[str, ...] = setting("corruptions")
-    ops: tuple[str, ...] = setting("ops")
-    after: Optional[bool] = setting("after")
-    durability: str = setting("durability")
-    delay: float = setting("delay")
-    hang_timeout: float = setting("hang_timeout")
-    parallel: int = setting("parallel")
-    derive_states: bool = setting("derive_states")
-    share_resumes: bool = setting("share_resumes")
 
     @property
     def k(self) -> int:
@@ -376,15 +375,22 @@ class ExploreConfig(RunConfig):
         return save_before(self.save_steps, self.k)
 
     @property
+    def run_config(self) -> RunConfig:
+        return RunConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RunConfig)})
+
+    @property
     def runs(self) -> tuple[RunConfig, int]:
         """What the baseline depends on: the run itself and the save broken
         (not which faults, corruptions or models the cases then apply)."""
-        plain = {f.name: getattr(self, f.name) for f in dataclasses.fields(RunConfig)}
-        return RunConfig(**plain), self.k
+        return self.run_config, self.k
+
+    @property
+    def plan(self) -> ExplorePlan:
+        return ExplorePlan.of(self)
 
     @property
     def power_loss_after(self) -> bool:
-        return self.after if self.after is not None else "power-loss" in self.faults
+        return self.plan.power_loss_after
 
 
 # -- the command line -------------------------------------------------------------------
@@ -449,12 +455,14 @@ def shown(value: Any) -> str:
     return repr(value) if isinstance(value, float) else str(value)
 
 
-def cli_args(config: Union[RunConfig, ScriptConfig]) -> list[str]:
-    """Options that rebuild `config` from its class defaults (for repro lines);
-    a script config's own `script` setting names it (--script)."""
-    args = ["--job", config.job.display] if isinstance(config, RunConfig) else []
-    for name, s in settings_of(type(config)).items():
-        value = getattr(config, name)
+def cli_args(values: Mapping[str, Any], settings: Mapping[str, Setting]) -> list[str]:
+    """Options that rebuild `values` from the defaults of `settings` (a
+    command's table, as `settings_of` gives it): what a repro line passes."""
+    args = []
+    for name, s in settings.items():
+        if name not in values:
+            continue
+        value = values[name]
         if not s.replayed or value == s.default:
             continue
         if s.kind is bool:

@@ -183,14 +183,14 @@ class CkptFixture:
         with this test's defaults; `script` defaults to the marker's, then
         to ``--ckpt-script``. Returns the Report."""
         from ckpt_harness.config import ScriptConfig
-        from ckpt_harness.pipeline.script_mode import verify_script
+        from ckpt_harness.pipeline.verify import verify_script
 
         return self._call(verify_script, ScriptConfig, self._script(script), settings)
 
     def explore_script(self, script: Optional[str] = None, **settings: Any):
         """`explore --script` with this test's defaults; returns the Report."""
         from ckpt_harness.config import ScriptExploreConfig
-        from ckpt_harness.pipeline.script_explore import explore_script
+        from ckpt_harness.pipeline.explore import explore_script
 
         return self._call(explore_script, ScriptExploreConfig, self._script(script), settings)
 
@@ -254,7 +254,7 @@ class ScriptItem(pytest.Item):
     def runtest(self) -> None:
         from ckpt_harness.config import SETTINGS
         from ckpt_harness.errors import Unavailable
-        from ckpt_harness.pipeline.script_mode import verify_script
+        from ckpt_harness.pipeline.verify import verify_script
 
         settings = _script_options(self.config)
         script = settings.pop("script")
@@ -284,7 +284,7 @@ _SCRIPT_BENCH = pytest.StashKey[Any]()
 
 def _script_config(config: pytest.Config) -> Any:
     """The --ckpt-script script's `ScriptConfig` for catalogue items (a matrix
-    row's: `script_bench`); bad settings are usage errors, at collection."""
+    row's); bad settings are usage errors, at collection."""
     from ckpt_harness.config import SETTINGS, ScriptConfig
     from ckpt_harness.errors import ConfigError
 
@@ -308,7 +308,7 @@ def _script_items(parent: pytest.Collector, config: pytest.Config) -> list:
     `matrix --script` row runs it; n/a skips with the reason."""
     from ckpt_harness.errors import ScenarioError
     from ckpt_harness.catalogue.scenario import builtin_catalogue, select
-    from ckpt_harness.catalogue.script_bench import row_name
+    from ckpt_harness.targets.script import row_name
 
     patterns = [p.strip() for p in (config.getoption("--ckpt-scenarios") or "").split(",") if p.strip()]
     if not patterns:
@@ -388,10 +388,11 @@ class ScenarioItem(pytest.Item):
         if self.script is None:
             return _bench(self.config, self.job, self.world_size)
         if _SCRIPT_BENCH not in self.config.stash:
-            from ckpt_harness.catalogue.script_bench import ScriptBench
+            from ckpt_harness import targets
+            from ckpt_harness.catalogue.bench import Bench
 
             root = self.config._tmp_path_factory.mktemp("ckpt-script-catalogue")  # type: ignore[attr-defined]
-            self.config.stash[_SCRIPT_BENCH] = ScriptBench(self.script, root, name=self.job)
+            self.config.stash[_SCRIPT_BENCH] = Bench(targets.of(self.script), root, name=self.job)
         return self.config.stash[_SCRIPT_BENCH]
 
     def runtest(self) -> None:
@@ -488,12 +489,17 @@ _BENCHES = pytest.StashKey[dict]()
 
 def _bench(config: pytest.Config, job: str, world_size: int):
     """Benches live for the session, so scenarios of one job share golden runs."""
+    from ckpt_harness import targets
     from ckpt_harness.catalogue.bench import Bench
+    from ckpt_harness.config import RunConfig
+    from ckpt_harness.jobref import resolve
 
     benches = config.stash.setdefault(_BENCHES, {})
     if (job, world_size) not in benches:
+        target = targets.of(RunConfig.build(resolve(job)[0], world_size=world_size,
+                                            timeout=config.getoption("--ckpt-timeout")))
         root = config._tmp_path_factory.mktemp(f"ckpt-ws{world_size}")  # type: ignore[attr-defined]
-        benches[job, world_size] = Bench(job, world_size, root, timeout=config.getoption("--ckpt-timeout"))
+        benches[job, world_size] = Bench(target, root)
     return benches[job, world_size]
 
 

@@ -24,7 +24,7 @@ from ckpt_harness.launch.group import Cut
 from ckpt_harness.oracle import health
 from ckpt_harness.records import data_reader
 from ckpt_harness.pipeline.resumes import Resumes
-from ckpt_harness.run import launch
+from ckpt_harness.targets import RunRequest
 from ckpt_harness.verdict import Verdict
 from ckpt_harness.pipeline.verify import verify
 
@@ -40,8 +40,8 @@ def process_job(tmp_path_factory):
 
 def borrowed(base, job):
     """`base` as the baseline of `job`, a planted variant whose fault-free run is `base`'s job's."""
-    config = dataclasses.replace(base.config, job=resolve(job)[0])
-    return dataclasses.replace(base, config=config, resumes=Resumes())
+    target = dataclasses.replace(base.target, config=dataclasses.replace(base.target.config, job=resolve(job)[0]))
+    return dataclasses.replace(base, target=target, resumes=Resumes())
 
 
 def at(base, kind, rank, op, target):
@@ -104,8 +104,8 @@ def test_a_hang_in_the_checkpoint_process_is_reported_there(process_job, tmp_pat
     first = phase.background(phase.save(2))
     gather = next(e for e in process_job.golden.ranks[0].events
                   if e.phase == first and e.point is not None and e.collective == "gather_object")
-    run = launch(process_job.config, "hung", tmp_path / "ckpt", tmp_path / "run", stop_after_save=4,
-                 faults=(Fault("hang", 0, first, gather.point),), blocked_grace=2.0)
+    run = process_job.target.run(RunRequest("hung", stop_after_save=4, faults=(Fault("hang", 0, first, gather.point),),
+                                            blocked_grace=2.0), tmp_path / "ckpt", tmp_path / "run")
     assert run.outcome.cut is Cut.BLOCKED, run.outcome
     mine, peer = (run.ranks[r].where() for r in (0, 1))
     assert mine.startswith("blocked by the injected hang in checkpoint process ") and first in mine, mine

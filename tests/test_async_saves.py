@@ -12,6 +12,7 @@ import dataclasses
 
 import pytest
 
+from ckpt_harness import targets
 from ckpt_harness import phase
 from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.pipeline.cases import Case, run_case
@@ -107,7 +108,7 @@ def test_old_checkpoints_purged_before_the_new_one_landed_are_flagged(tmp_path, 
     at the end), at its renames only: the writer's `.metadata` among them."""
     (rotation,) = select(builtin_catalogue(), ["rotation-crash"])
     rotation = dataclasses.replace(rotation, params={**rotation.params, "ops": ("rename",)})
-    result = Bench(job, 2, tmp_path).run(rotation)
+    result = Bench(targets.job(job, world_size=2), tmp_path).run(rotation)
     assert result.verdict == verdict, result.explain()
     if verdict == "fail":
         assert "/ atomic: FAIL — crash at rank 0 " in result.details and "in bg_save " in result.details

@@ -9,6 +9,7 @@ and why a stopped rank's threads or a GIL-holding rank's Python helpers
 
 import pytest
 
+from ckpt_harness import targets
 from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.config import DEFAULT_FAULTS, RunConfig
 from ckpt_harness.pipeline.explore import explore
@@ -16,7 +17,7 @@ from ckpt_harness.inject.faults import BLOCKING, Fault
 from ckpt_harness.jobref import resolve
 from ckpt_harness.launch.group import STACK_GRACE
 from ckpt_harness.oracle import health
-from ckpt_harness.run import PROPAGATION, launch
+from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.catalogue.scenario import parse
 from tests.test_launch import alive
 
@@ -26,10 +27,9 @@ FROZEN = ("sigstop", "gil")
 
 def frozen_run(tmp_path, kind, deadline):
     """Rank 0 frozen before the first operation of the only save: the barrier rank 1 then waits in."""
-    ref, _ = resolve(REF)
-    config = RunConfig.build(ref, world_size=2, steps=2, save_every=2)
-    return launch(config, "frozen run", tmp_path / "ckpt", tmp_path / "run", faults=(Fault(kind, 0, "save 2", 0),),
-                  deadline=deadline, failure_grace=PROPAGATION)
+    target = targets.job(REF, world_size=2, steps=2, save_every=2)
+    return target.run(RunRequest("frozen run", faults=(Fault(kind, 0, "save 2", 0),), deadline=deadline,
+                                 failure_grace=PROPAGATION), tmp_path / "ckpt", tmp_path / "run")
 
 
 @pytest.mark.parametrize("kind", FROZEN)
@@ -65,7 +65,7 @@ STALL = {"description": "d", "property": "live", "check": "stall", "mode": "froz
 def frozen_at_final_save(job, tmp_path, rank):
     """The catalogue's frozen-rank-at-save, for `rank`'s cases only (the other rank's are alike)."""
     cases = [f"{kind}@r{rank}:save6#0" for kind in FROZEN]
-    return Bench(job, 2, tmp_path, timeout=30).run(parse("s", STALL), cases)
+    return Bench(targets.job(job, world_size=2, timeout=30), tmp_path).run(parse("s", STALL), cases)
 
 
 def test_frozen_rank_at_save_flags_peers_that_wait_forever(tmp_path):

@@ -14,6 +14,7 @@ import os
 
 import pytest
 
+from ckpt_harness import targets
 from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.catalogue.scenario import builtin_catalogue
 
@@ -38,7 +39,7 @@ def test_the_reduction_changes_no_case_of_the_catalogue(tmp_path, job):
     scenarios = [s for s in builtin_catalogue() if s.applies_to(job) and (FULL or s.name in SAMPLE[job])]
     cases = {}
     for reduce in (True, False):
-        bench = Bench(job, 2, tmp_path / f"reduce-{reduce}", reduce=reduce)
+        bench = Bench(targets.job(job, world_size=2), tmp_path / f"reduce-{reduce}", reduce=reduce)
         results = [bench.run(s) for s in scenarios]
         cases[reduce] = {(s.scenario, r.case): (r.check, r.verdict, judged_cells(r)) for s in results for r in s.results}
         reduced = [r for s in results for r in s.results if "derived from the golden" in r.details or r.shares]

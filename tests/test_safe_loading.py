@@ -16,6 +16,7 @@ import pickle
 import pytest
 import torch
 
+from ckpt_harness import targets
 from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.inject.corrupt import CORRUPTIONS, UNSAFE_PICKLE
 from ckpt_harness.inject.payload import ran
@@ -99,7 +100,7 @@ PLANTED = "tests.planted.loaders:"
 
 def test_a_loader_with_weights_only_false_is_flagged_naming_file_rank_and_loader(tmp_path):
     case = "unsafe-pickle:step_000004/model.pt"
-    result = Bench(PLANTED + "UnsafeTorchLoad", 2, tmp_path, timeout=30).run(UNSAFE_LOAD, [case])
+    result = Bench(targets.job(PLANTED + "UnsafeTorchLoad", world_size=2, timeout=30), tmp_path).run(UNSAFE_LOAD, [case])
     assert result.verdict is Verdict.FAIL and result.property == "safe-loading", result.explain()
     assert f"{case}: step_000004/model.pt replaced" in result.reason
     assert "rank 0 and rank 1 ran code the file carries, via _load (torch/serialization.py:" in result.reason
@@ -112,12 +113,12 @@ def test_a_loader_with_weights_only_false_is_flagged_naming_file_rank_and_loader
 
 
 def test_a_pickled_side_file_is_flagged_and_the_correct_loader_passes_every_file(tmp_path):
-    side = Bench(PLANTED + "UnpicklesSideFile", 2, tmp_path / "side", timeout=30).run(
+    side = Bench(targets.job(PLANTED + "UnpicklesSideFile", world_size=2, timeout=30), tmp_path / "side").run(
         UNSAFE_LOAD, ["unsafe-pickle:step_000004/run_meta.pkl"])
     assert side.verdict is Verdict.FAIL, side.explain()
     assert "by a plain pickle" in side.reason and "_load_meta (planted/loaders.py:" in side.reason
 
-    safe = Bench(PLANTED + "SafeLoad", 2, tmp_path / "safe", timeout=30).run(UNSAFE_LOAD)
+    safe = Bench(targets.job(PLANTED + "SafeLoad", world_size=2, timeout=30), tmp_path / "safe").run(UNSAFE_LOAD)
     assert safe.verdict is Verdict.PASS, safe.explain()
     planted = {r.case.split(":", 1)[1] for r in safe.results}
     assert {"step_000004/model.pt", "step_000004/run_meta.json", "latest"} <= planted

@@ -8,6 +8,7 @@ import io
 
 import pytest
 
+from ckpt_harness import targets
 from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.catalogue.checks import BUILTIN_CHECKS
 from ckpt_harness.errors import ScenarioError
@@ -88,7 +89,7 @@ def test_a_cell_folds_its_scenarios_failure_first():
 # -- checks against real runs -----------------------------------------------------
 def _run(job, table, tmp_path, world_size=2, cases=None):
     scenario = parse("s", {"description": "d", **table})
-    return Bench(job, world_size, tmp_path, timeout=30).run(scenario, cases)
+    return Bench(targets.job(job, world_size=world_size, timeout=30), tmp_path).run(scenario, cases)
 
 
 OVERWRITE = {"property": "overwrite-safe", "check": "overwrite"}
@@ -191,7 +192,7 @@ def test_scenarios_run_at_once_on_a_bench_share_its_golden_run_and_count_their_o
     counts only its own scenario's cases."""
     out = io.StringIO()
     progress = Progress(out, every=0)
-    bench = Bench("torch_save", 2, tmp_path, timeout=30)
+    bench = Bench(targets.job("torch_save", world_size=2, timeout=30), tmp_path)
     crash = parse("c", {"property": "atomic", "check": "faults", "description": "d", "faults": ["crash"],
                         "ops": ["rename"]})
     power = parse("p", {"property": "durable", "check": "faults", "description": "d", "after": True})
@@ -217,7 +218,7 @@ def test_rotation_is_not_applicable_to_a_job_that_deletes_nothing(tmp_path):
 def test_a_scenario_whose_settings_do_not_fit_the_bench_is_not_applicable(tmp_path):
     """nodes = 2 cannot split 3 ranks: that scenario is n/a at world size 3, decided before any run."""
     (skew,) = select(builtin_catalogue(), ["multi-node-skew"])
-    result = Bench("torch_save", 3, tmp_path).run(skew)
+    result = Bench(targets.job("torch_save", world_size=3), tmp_path).run(skew)
     assert result.verdict is Verdict.NA and "2 simulated nodes cannot share 3 ranks evenly" in result.reason
     assert list(tmp_path.iterdir()) == []
 
@@ -225,5 +226,5 @@ def test_a_scenario_whose_settings_do_not_fit_the_bench_is_not_applicable(tmp_pa
 def test_a_hard_preemption_of_a_job_that_saves_synchronously_is_not_applicable(tmp_path):
     """Its save has landed when it returns: the hard stop is the graceful one (no run)."""
     (hard,) = select(builtin_catalogue(), ["hard-preemption"])
-    result = Bench("torch_save", 2, tmp_path).run(hard)
+    result = Bench(targets.job("torch_save", world_size=2), tmp_path).run(hard)
     assert result.verdict is Verdict.NA and "the job saves synchronously" in result.reason, result.reason

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 
 from ckpt_harness.records import Kind, read_records
-from ckpt_harness.pipeline.script_explore import explore_script
+from ckpt_harness.pipeline.explore import explore_script
 from ckpt_harness.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent

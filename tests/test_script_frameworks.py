@@ -74,7 +74,7 @@ def prebuilt_ops():
 @pytest.fixture(scope="module")
 def verified(tmp_path_factory) -> Callable[[str], tuple]:
     """framework -> the correct script's resume@2 verify: report and work directory."""
-    from ckpt_harness.pipeline.script_mode import verify_script
+    from ckpt_harness.pipeline.verify import verify_script
 
     done = {}
 
@@ -108,13 +108,14 @@ def test_a_framework_save_is_one_boundary_per_step_and_resumes_bitwise(verified,
 @pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
 def test_a_resume_that_forgets_the_optimizer_state_is_flagged(verified, framework, tmp_path):
     from ckpt_harness import oracle
-    from ckpt_harness.pipeline.script_mode import launch_script
+    from ckpt_harness import targets
+    from ckpt_harness.targets import RunRequest
 
     _, workdir = verified(framework)
     ckpt = shutil.copytree(workdir / "golden" / "ckpt", tmp_path / "ckpt")
     FRAMEWORKS[framework][1](ckpt)
-    resumed = launch_script(ScriptConfig(script=command(framework, "--bug", "forget-optimizer"), nproc_per_node=2),
-                            "resumed run", ckpt, tmp_path / "resume")
+    resumed = targets.script(command(framework, "--bug", "forget-optimizer"), nproc_per_node=2).run(
+        RunRequest("resumed run", trace_files=False), ckpt, tmp_path / "resume")
     assert resumed.ok, [r.outcome for r in resumed.ranks]
     assert oracle.judge_resume_point("resume@2", resumed, 2, None).verdict is Verdict.PASS  # it did resume from 2
     expected = {rank: next(r["state"] for r in read_records(workdir / "golden" / "run", rank)

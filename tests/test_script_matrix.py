@@ -124,7 +124,7 @@ def test_the_cli_refuses_options_of_the_other_mode(argv, says, capsys, tmp_path)
     ("train.py {ckpt_dir} " + "--flag " * 30, ("train.py " + "--flag " * 30)[:79] + "…"),
 ])
 def test_a_row_is_named_by_its_command_without_the_checkpoint_directory(script, name):
-    from ckpt_harness.catalogue.script_bench import row_name
+    from ckpt_harness.targets.script import row_name
 
     assert row_name(script) == name
 

@@ -22,7 +22,7 @@ import pytest
 from ckpt_harness.config import ScriptConfig
 from ckpt_harness.records import Kind, read_records
 from ckpt_harness.report import Report
-from ckpt_harness.pipeline.script_mode import verify_script
+from ckpt_harness.pipeline.verify import verify_script
 from ckpt_harness.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,13 +77,14 @@ def test_a_script_that_resumes_from_scratch_is_flagged(correct_runs, tmp_path):
     """The bug run where verify runs a resume: on a directory holding saves 2
     and 4 (the correct script's golden one), judged by verify's own judges."""
     from ckpt_harness import oracle
-    from ckpt_harness.pipeline.script_mode import launch_script
+    from ckpt_harness import targets
+    from ckpt_harness.targets import RunRequest
 
     _, workdir = correct_runs(1, 2)
     ckpt = shutil.copytree(workdir / "golden" / "ckpt", tmp_path / "ckpt")
     assert sorted(p.name for p in ckpt.glob("step_*")) == ["step_2", "step_4"]
-    resumed = launch_script(ScriptConfig(script=script("--bug", "from-scratch"), nproc_per_node=2), "resumed run",
-                            ckpt, tmp_path / "resume")
+    resumed = targets.of(ScriptConfig(script=script("--bug", "from-scratch"), nproc_per_node=2)).run(
+        RunRequest("resumed run", trace_files=False), ckpt, tmp_path / "resume")
     assert resumed.ok, [r.outcome for r in resumed.ranks]
     judged = oracle.judge_resume_point("resume@4", resumed, 4, None)
     assert judged.verdict is Verdict.FAIL, judged.summary
@@ -163,10 +164,11 @@ def test_a_script_run_is_recorded_and_traced_like_a_job_run(tmp_path):
     fault points are made of), what it was handed, in the records the
     oracle reads; no framework the script did not import is imported."""
     from ckpt_harness.inject.trace import EventKind
-    from ckpt_harness.pipeline.script_mode import launch_script
+    from ckpt_harness import targets
+    from ckpt_harness.targets import RunRequest
 
     config = ScriptConfig(script=f"{ROOT / 'tests' / 'scripts' / 'dcp_save.py'} {{ckpt_dir}}", nproc_per_node=2)
-    run = launch_script(config, "traced", tmp_path / "ckpt", tmp_path / "run", trace_files=True)
+    run = targets.of(config).run(RunRequest("traced"), tmp_path / "ckpt", tmp_path / "run")
     assert run.ok, [r.outcome for r in run.ranks]
     for r in run.ranks:
         saved = [(rec["step"], rec["source"], sorted(rec["state"])) for rec in r.records if rec["event"] == Kind.SAVED]
@@ -221,7 +223,8 @@ def test_a_tiny_hf_trainer_script_is_verified_through_its_save_checkpoint(tmp_pa
     handed one saves their steps again: started from scratch."""
     pytest.importorskip("transformers")
     from ckpt_harness import oracle
-    from ckpt_harness.pipeline.script_mode import launch_script
+    from ckpt_harness import targets
+    from ckpt_harness.targets import RunRequest
 
     command = f"{ROOT / 'tests' / 'scripts' / 'hf_train.py'} {{ckpt_dir}} 4 2"
     report = verify_script(command, workdir=tmp_path / "verify", cases=["resume@2"], nproc_per_node=2)
@@ -233,7 +236,7 @@ def test_a_tiny_hf_trainer_script_is_verified_through_its_save_checkpoint(tmp_pa
     ckpt = shutil.copytree(tmp_path / "verify" / "golden" / "ckpt", tmp_path / "ckpt")  # checkpoints 2 and 4
     assert sorted(p.name for p in ckpt.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
     config = ScriptConfig(script=f"{command} from-scratch", nproc_per_node=2)
-    resumed = launch_script(config, "resumed run", ckpt, tmp_path / "resume")
+    resumed = targets.of(config).run(RunRequest("resumed run", trace_files=False), ckpt, tmp_path / "resume")
     assert resumed.ok, [r.outcome for r in resumed.ranks]
     judged = oracle.judge_resume_point("resume@4", resumed, 4, None)
     assert judged.verdict is Verdict.FAIL and "saved step 2 again" in judged.summary, judged.summary

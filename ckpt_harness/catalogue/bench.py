@@ -1,9 +1,12 @@
-"""A bench: one job at one world size, and the runs its scenarios share.
+"""A bench: one target (a job at one world size, a script at one layout), and the runs its scenarios share.
 
-Scenarios that ask for the same config share one baseline (golden run,
-fault points, committed save), so a catalogue costs one golden run per
-distinct config rather than one per scenario. Running a scenario on a bench
-is the one place its check's results become a `ScenarioResult`.
+Scenarios share what they can: one golden run per distinct target (a
+script's scenarios all share its one, since its own arguments set its
+shape), one baseline per target and broken save, so a catalogue costs one
+golden run per distinct target rather than one per scenario. Running a
+scenario on a bench is the one place its check's results become a
+`ScenarioResult`, and where a check that needs what the target cannot do is
+n/a, saying why.
 """
 
 from __future__ import annotations
@@ -15,16 +18,16 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ckpt_harness.pipeline import baseline as baselines
 from ckpt_harness.catalogue import checks
-from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
-from ckpt_harness.config import SETTINGS, ExploreConfig, settings_of, shown
-from ckpt_harness.errors import ConfigError, UsageError
-from ckpt_harness.jobref import resolve
-from ckpt_harness.run import repro_line
 from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult, not_applicable, summarize
+from ckpt_harness.config import SETTINGS, ExplorePlan, settings_of
+from ckpt_harness.errors import ConfigError, UsageError
+from ckpt_harness.pipeline import baseline as baselines
+from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
+from ckpt_harness.records import Run
+from ckpt_harness.targets import NotApplicable, Target
 from ckpt_harness.verdict import CaseResult, Verdict
 
 
@@ -37,17 +40,12 @@ class Bench:
     another one prepares waits for that one only.
     """
 
-    def __init__(self, job: Union[str, type], world_size: int, root: Path, *,
-                 timeout: float = SETTINGS["timeout"].default, parallel: int = SETTINGS["parallel"].default,
-                 progress: Optional[Callable[[int, int, CaseResult], None]] = None, reduce: bool = True):
-        self.ref, self.job_class = resolve(job)
-        self.world_size = SETTINGS["world_size"].check(world_size)
-        self.timeout = SETTINGS["timeout"].check(timeout)
-        self._shared(root, parallel, progress, reduce)
-
-    def _shared(self, root: Path, parallel: int, progress: Optional[Callable[[int, int, CaseResult], None]],
-                reduce: bool) -> None:
-        """What every bench has, whatever runs on it (a Job here, a script in `script_bench`)."""
+    def __init__(self, target: Target, root: Path, *, parallel: int = SETTINGS["parallel"].default,
+                 progress: Optional[Callable[[int, int, CaseResult], None]] = None, reduce: bool = True,
+                 name: Optional[str] = None):
+        self.target = target
+        #: The row its results are filed under (a matrix tells apart rows their targets do not).
+        self.name = name or target.row
         self.parallel = SETTINGS["parallel"].check(parallel)
         self.root = Path(root)
         self.progress = progress
@@ -60,31 +58,55 @@ class Bench:
 
     @property
     def job(self) -> str:
-        return self.ref.display
+        return self.name
 
-    def config(self, params: dict[str, Any], cls: type = ExploreConfig, **changes: Any) -> Any:
-        """The config of `cls` for this bench and a scenario's parameters (those `cls` takes)."""
-        takes = settings_of(cls)
-        values = {k: v for k, v in params.items() if k in takes}
-        values.update(world_size=self.world_size, timeout=self.timeout, **changes)
-        if "parallel" in takes:
-            values["parallel"] = self.parallel
-        values.update({name: self.reduce for name in ("derive_states", "share_resumes") if name in takes})
-        return cls.build(self.ref, **values)
+    @property
+    def world_size(self) -> int:
+        return self.target.world_size
 
-    def baseline(self, config: ExploreConfig) -> Baseline:
-        """The prepared baseline of `config`, shared by every scenario that asks
-        for the same one; raises `BaselineFailed` (every time) if its golden run failed."""
-        def prepare() -> Any:
+    def target_for(self, params: Mapping[str, Any], **changes: Any) -> Target:
+        """The bench's target with a scenario's run settings; `NotApplicable`
+        for a setting it cannot honour (a script's rotation)."""
+        return self.target.with_settings({**params, **changes})
+
+    def plan(self, params: Mapping[str, Any], **changes: Any) -> ExplorePlan:
+        """How a scenario breaks a save: its explore settings, the bench's
+        parallelism and reductions, and what the target keeps as its own."""
+        takes = settings_of(ExplorePlan)
+        values = {k: v for k, v in {**params, **changes}.items() if k in takes}
+        values.update(self.target.plan_defaults(), parallel=self.parallel, derive_states=self.reduce,
+                      share_resumes=self.reduce)
+        return ExplorePlan(**values)
+
+    def golden(self, target: Target) -> Run:
+        """The golden run of `target` (traced, every byte logged), shared by
+        every scenario of this bench that runs it; raises `BaselineFailed`
+        (every time) if it failed or saved nothing to break."""
+        def make() -> Any:
+            target.preflight()
             try:
-                return baselines.prepare(config, self.root / f"ex{next(self._numbers)}")
+                return baselines.golden_run(target, self.plan({}), self.root / f"golden{next(self._numbers)}")
             except BaselineFailed as failed:
                 return failed.result
 
-        found = self.memo(("baseline", config.runs), prepare)
-        if not isinstance(found, Baseline):
+        found = self.memo(("golden", target), make)
+        if not isinstance(found, Run):
             raise BaselineFailed(found)
-        return found.with_config(config)
+        return found
+
+    def baseline(self, target: Target, plan: ExplorePlan, *, committed: bool = False) -> Baseline:
+        """The baseline of `plan` on `target`, shared by every scenario that
+        breaks the same save; raises `BaselineFailed` if its golden run failed,
+        ConfigError for a save step the target does not make. The run stopped
+        after save k is made where corruption cases (or `committed`) need its
+        directory, or the golden trace does not replay to the golden run's."""
+        golden = self.golden(target)
+        known = target.knowing(golden)
+        k = baselines.broken(known, plan)
+        need = committed or bool(plan.corruptions)
+        found = self.memo(("baseline", known, k, need), lambda: baselines.from_golden(
+            known, plan, self.root / f"ex{next(self._numbers)}", golden, committed_run=need))
+        return found.with_plan(plan)
 
     def memo(self, key: Any, make: Callable[[], Any]) -> Any:
         """`make()` once per key on this bench (runs several scenarios share);
@@ -94,11 +116,24 @@ class Bench:
         return once.get(make)
 
     def repro(self, scenario: Scenario, case: Optional[str] = None) -> str:
-        args = ["scenario", scenario.name, "--job", self.job, "--world-size", shown(self.world_size),
-                "--timeout", shown(self.timeout)]
+        args = ["scenario", scenario.name, *self.target.bench_args()]
         if not scenario.builtin:
             args += ["--file", scenario.source]
-        return repro_line(self.ref, args + (["--case", case] if case else []))
+        return self.target.shell(args + (["--case", case] if case else []))
+
+    def not_applicable(self, scenario: Scenario) -> Optional[str]:
+        """Why `scenario` cannot run on this bench's target (None: it can):
+        its check needs what the target lacks, or it sets what the target
+        cannot take."""
+        caps = self.target.caps
+        lacking = [name for name in getattr(checks.get(scenario.check), "requires", ()) if not caps.has(name)]
+        if lacking:
+            return f"check {scenario.check!r} needs what the {self.target.noun} lacks: {caps.lacks[lacking[0]]}"
+        try:
+            self.target_for(scenario.params)
+        except NotApplicable as exc:
+            return str(exc)
+        return None
 
     def run(self, scenario: Scenario, cases: Optional[Sequence[str]] = None, *,
             progress: Optional[Callable[[int, int, CaseResult], None]] = None) -> ScenarioResult:
@@ -107,6 +142,9 @@ class Bench:
         `progress` replaces the bench's for this scenario (concurrent scenarios
         each count their own cases)."""
         started = time.monotonic()
+        why = self.not_applicable(scenario)
+        if why is not None:
+            return _with_elapsed(not_applicable(self.job, scenario, why), time.monotonic() - started)
         check = checks.get(scenario.check)
         bench = self
         if progress is not None:  # a view sharing every run made so far, reporting elsewhere
@@ -114,7 +152,7 @@ class Bench:
             bench.progress = progress
         try:
             results = check.run(bench, scenario, cases)
-        except (checks.NotApplicable, ConfigError) as exc:  # e.g. nodes = 2 at world size 3
+        except (NotApplicable, ConfigError) as exc:  # e.g. nodes = 2 at world size 3
             result = not_applicable(self.job, scenario, str(exc))
         except BaselineFailed as failed:
             result = summarize(self.job, scenario, [failed.result])
@@ -146,4 +184,3 @@ class _Once:
 
 def _with_elapsed(result: ScenarioResult, elapsed: float) -> ScenarioResult:
     return dataclasses.replace(result, elapsed=elapsed)
-

@@ -20,12 +20,12 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
+from ckpt_harness import targets
 from ckpt_harness.catalogue.bench import Bench
-from ckpt_harness.config import SETTINGS, ScriptConfig
+from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult
+from ckpt_harness.config import SETTINGS, RunConfig, ScriptConfig
 from ckpt_harness.oracle import PROPERTIES
 from ckpt_harness.progress import Progress
-from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult
-from ckpt_harness.catalogue.script_bench import ScriptBench, check_script, row_name
 from ckpt_harness.verdict import Verdict, fold
 
 #: Scenarios run at once (when `parallel` > 1), each running `parallel` cases
@@ -208,8 +208,8 @@ def run_matrix(
     from ckpt_harness.jobref import resolve
 
     started = time.monotonic()
-    names, skipped, plans = [], {}, []
-    commands: dict[str, str] = {}
+    rows: list[tuple[targets.Target, str]] = []
+    skipped: dict[str, str] = {}
     if scripts:
         if jobs:
             raise UsageError("a matrix has rows of jobs or of scripts, not both: run one matrix of each")
@@ -217,31 +217,33 @@ def run_matrix(
         if len(layouts) > 1:
             raise UsageError("the scripts of one matrix share one layout and timeout (nproc_per_node, nnodes, "
                              f"timeout); got {', '.join(map(str, sorted(layouts)))}")
+        if any(s.max_restarts for s in scripts):
+            raise UsageError("a matrix row runs each resume itself, and torchrun restarting a faulted group would "
+                             "run its fault again: leave out --max-restarts")
         world_size, timeout = scripts[0].world_size, scripts[0].timeout
-        for config in scripts:
-            check_script(config)
-            name = row_name(config.script)
-            name = name if name not in commands else f"{name} #{len(names) + 1}"  # rows apart, if cut alike
-            commands[name] = config.script
-            names.append(name)
-            plans.append((config, name, [s for s in scenarios if s.applies_to(name)]))
+    for config in scripts:
+        target = targets.of(config)
+        target.preflight()  # a script that is not there is bad input, not a row of n/a cells
+        rows.append((target, target.row))
     for job in jobs:
         try:
             ref, _ = resolve(job)
         except Unavailable as exc:  # a framework not installed here: not run, and said why
             skipped[job if isinstance(job, str) else job.__qualname__] = str(exc)
             continue
-        names.append(ref.display)
-        plans.append((job, ref.display, [s for s in scenarios if s.applies_to(ref.display)]))
+        rows.append((targets.of(RunConfig.build(ref, world_size=world_size, timeout=timeout)), ref.display))
+    names: list[str] = []
+    for i, (_, name) in enumerate(rows):
+        names.append(name if name not in names else f"{name} #{i + 1}")  # rows apart, if cut alike
+    commands = {names[i]: config.script for i, config in enumerate(scripts)}  # script rows come first
+    plans = [(target, name, [s for s in scenarios if s.applies_to(name)]) for (target, _), name in zip(rows, names)]
     root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-matrix-"))
     tasks = [(i, name, scenario) for i, (_, name, mine) in enumerate(plans) for scenario in mine]
     if scripts:  # row by row in turn: a script row's first scenarios all wait for its golden torchrun run,
         # so the rows' golden runs go at once rather than one row after the other
         tasks.sort(key=lambda task: plans[task[0]][2].index(task[2]))
-    benches = [ScriptBench(row, root / f"job{i}", parallel=parallel, reduce=reduce, name=name)
-               if isinstance(row, ScriptConfig) else
-               Bench(row, world_size, root / f"job{i}", timeout=timeout, parallel=parallel, reduce=reduce)
-               for i, (row, name, _) in enumerate(plans)]
+    benches = [Bench(target, root / f"job{i}", parallel=parallel, reduce=reduce, name=name)
+               for i, (target, name, _) in enumerate(plans)]
     left = [len(mine) for _, _, mine in plans]
     lock = threading.Lock()
     done = 0

@@ -105,7 +105,7 @@ class Ran:
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 #: The harness's frames that run a rank's job (`Ran.job_stack` starts after the last).
-_HARNESS = re.compile(r"ckpt_harness/(launch/|runner\.py)")
+_HARNESS = re.compile(r"ckpt_harness/(launch/|rankside/)")
 #: Frames of the stack `Ran.loader` shows.
 _SHOWN = 4
 

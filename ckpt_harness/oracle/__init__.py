@@ -10,7 +10,6 @@ from ckpt_harness.oracle.judges import (
     cannot_judge,
     float_noise,
     harness_error,
-    judge_deterministic,
     judge_fault,
     judge_finished,
     judge_fresh_start,
@@ -25,10 +24,12 @@ from ckpt_harness.oracle.judges import (
 from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind, classify_resume
 from ckpt_harness.oracle.problems import Problem, health
 from ckpt_harness.oracle.retention import judge_retention
-from ckpt_harness.oracle.resumed import Inferred, infer_start, judge_unreported_load
 from ckpt_harness.oracle.properties import PROPERTIES, Background, accepted, expected, property_for
-from ckpt_harness.oracle.script_resume import (
-    judge_deterministic_saves,
+from ckpt_harness.oracle.start import (
+    Inferred,
+    infer_start,
+    judge_deterministic,
+    judge_unreported_load,
     judge_later_saves,
     judge_named_steps,
     judge_resume_point,
@@ -53,6 +54,6 @@ __all__ = [
     "judge_replaced",
     "judge_reshard", "judge_reshard_save", "judge_same_state", "nothing_to_break", "property_for", "undecided_if",
     "Inferred", "infer_start", "judge_unreported_load", "judge_retention",
-    "judge_deterministic_saves", "judge_later_saves", "judge_named_steps", "judge_resume_point", "judge_stopped",
+    "judge_later_saves", "judge_named_steps", "judge_resume_point", "judge_stopped",
     "save_steps", "saves_by_step", "savers",
 ]

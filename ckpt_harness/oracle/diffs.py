@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
-from ckpt_harness.state import Difference
+from ckpt_harness.state import Difference, Record, diff
 
 #: Keys of one group and kind listed one by one up to this many; more fold into one line.
 FOLD_AT = 3
@@ -140,3 +140,13 @@ def _what(kind: str, ds: Sequence[Difference]) -> str:
     if kind in ("missing", "unexpected"):
         return words
     return f"{words} (first: {ds[0]})"
+
+
+def by_rank(expected_states: Mapping[int, Record], actual: Mapping[int, Record]) -> list[tuple[int, list[Difference]]]:
+    """Each rank's differences from its expected state (ranks that differ only)."""
+    out = []
+    for rank in sorted(expected_states):
+        differences = diff(expected_states[rank], actual.get(rank, {}))
+        if differences:
+            out.append((rank, differences))
+    return out

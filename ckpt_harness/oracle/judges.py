@@ -64,21 +64,6 @@ def judge_fresh_start(case: str, run: Run, repro: Optional[str]) -> CaseResult:
     return CaseResult(case, "fresh start", Verdict.FAIL, "the job never reported its load (ctx.loaded)", repro=repro)
 
 
-def judge_deterministic(case: str, golden: Run, stopped: Run, step: int) -> Optional[CaseResult]:
-    """UNKNOWN when two identical runs disagree at save `step`: nothing to judge against."""
-    a, b = golden.states(Kind.SAVED, step), stopped.states(Kind.SAVED, step)
-    if a is None or b is None:
-        return None
-    problems = _diff_ranks(a, b)
-    if not problems:
-        return None
-    return CaseResult(
-        case, "deterministic", Verdict.UNKNOWN,
-        f"two identical runs differ at save {step}: {_first(problems)}; seed every source of randomness from ctx.seed",
-        _list(problems),
-    )
-
-
 def undecided_if(nondeterminism: Optional[CaseResult], result: CaseResult) -> CaseResult:
     """A comparison with an uninterrupted run means nothing if two
     uninterrupted runs already differ: downgrade its failure to UNKNOWN."""
@@ -105,7 +90,7 @@ def judge_same_state(case: str, check: str, expected_states: Optional[States], a
                      what: str, repro: Optional[str]) -> CaseResult:
     if expected_states is None or actual is None:
         return CaseResult(case, check, Verdict.FAIL, f"no {what} recorded on every rank", repro=repro)
-    problems = _diff_ranks(expected_states, actual)
+    problems = diffs.by_rank(expected_states, actual)
     if not problems:
         keys = len(next(iter(expected_states.values()), {}))
         return CaseResult(case, check, Verdict.PASS, f"bitwise equal on every rank ({keys} keys each)")
@@ -274,7 +259,7 @@ def float_noise(result: CaseResult, expected_states: Optional[States], actual: O
     its fix, instead of a bare FAIL."""
     if result.verdict is not Verdict.FAIL or not loaded_bitwise or expected_states is None or actual is None:
         return result
-    differences = [d for _, ds in _diff_ranks(expected_states, actual) for d in ds]
+    differences = [d for _, ds in diffs.by_rank(expected_states, actual) for d in ds]
     if not differences or not all(d.kind == "values" and d.max_rel is not None and d.max_rel <= FLOAT_NOISE
                                   for d in differences):
         return result
@@ -286,13 +271,6 @@ def float_noise(result: CaseResult, expected_states: Optional[States], actual: O
 
 
 # -- diffs -----------------------------------------------------------------------------
-def _diff_ranks(expected_states: States, actual: States) -> list[tuple[int, list]]:
-    out = []
-    for rank in sorted(expected_states):
-        differences = diff(expected_states[rank], actual.get(rank, {}))
-        if differences:
-            out.append((rank, differences))
-    return out
 
 
 def _first(problems: list[tuple[int, list]]) -> str:

@@ -8,7 +8,7 @@ import re
 from typing import Mapping, Optional
 
 from ckpt_harness.oracle.problems import health
-from ckpt_harness.oracle.resumed import REPORT_IT, infer_start
+from ckpt_harness.oracle.start import REPORT_IT, infer_start
 from ckpt_harness.records import Kind, RankRun, Run
 from ckpt_harness.state import Record
 

@@ -4,7 +4,7 @@ A golden run (traced, uninterrupted) gives the states after every save and
 at the end, and the trace of save k: its *points*, every collective and
 file operation of every rank. A stopped run gives the directory as it is
 right after save k returned (what corruption cases damage). Both are done
-once per config; a `Baseline` is a frozen value, so any number of cases,
+once per target and save; a `Baseline` is a frozen value, so any number of cases,
 scenarios and threads can run against it in any order.
 """
 
@@ -15,14 +15,14 @@ from pathlib import Path
 from typing import Collection, Mapping, Optional, Sequence, Union
 
 from ckpt_harness import oracle, phase
-from ckpt_harness.config import ExploreConfig, ScriptExploreConfig
+from ckpt_harness.config import ExplorePlan, save_before
+from ckpt_harness.errors import ConfigError
 from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import OPS
 from ckpt_harness.inject.trace import Event, EventKind, fields, unseen_writes
-from ckpt_harness.jobref import load
-from ckpt_harness.records import Kind, Run, data_reader
 from ckpt_harness.pipeline.resumes import Resumes
-from ckpt_harness.run import launch, repro, require_backend
+from ckpt_harness.records import Kind, Run, data_reader
+from ckpt_harness.targets import RunRequest, Target
 from ckpt_harness.verdict import CaseResult, Verdict
 
 
@@ -128,7 +128,10 @@ class BaselineFailed(Exception):
 
 @dataclasses.dataclass(frozen=True)
 class Baseline:
-    config: Union[ExploreConfig, ScriptExploreConfig]
+    #: What runs, once its golden run told its saves (`Target.knowing`).
+    target: Target
+    #: How its save `k` is broken.
+    plan: ExplorePlan
     root: Path
     golden: Run
     reference: oracle.Reference
@@ -151,24 +154,30 @@ class Baseline:
 
     @property
     def k(self) -> int:
-        return self.config.k
+        return self.reference.k
 
     @property
     def prev(self) -> Optional[int]:
-        return self.config.prev
+        return self.reference.prev
 
     @property
     def phase(self) -> str:
         return phase.save(self.k)
 
-    def repro(self, case: str) -> str:
-        return repro("explore", self.config, case)
+    @property
+    def runs(self) -> tuple[Target, int]:
+        """What it depends on: the target and the save broken (not which
+        faults, corruptions or models the cases then apply)."""
+        return self.target, self.k
 
-    def with_config(self, config: ExploreConfig) -> "Baseline":
-        """The same baseline, with the cases (faults, corruptions, ...) of another config of the same runs."""
-        if config.runs != self.config.runs:
-            raise ValueError(f"a baseline of {self.config.runs} cannot serve {config.runs}")
-        return dataclasses.replace(self, config=config)
+    def repro(self, case: str) -> str:
+        return self.target.repro("explore", self.plan.values, case)
+
+    def with_plan(self, plan: ExplorePlan) -> "Baseline":
+        """The same baseline, with the cases (faults, corruptions, ...) of another plan breaking the same save."""
+        if broken(self.target, plan) != self.k:
+            raise ValueError(f"a baseline of save {self.k} cannot serve a plan breaking save {plan.save}")
+        return dataclasses.replace(self, plan=plan)
 
     def nothing_to_break(self) -> Optional[CaseResult]:
         """UNKNOWN when save k recorded no operation (an owned loop that names no phases)."""
@@ -177,52 +186,72 @@ class Baseline:
     def nothing_to_corrupt(self) -> Optional[CaseResult]:
         """UNKNOWN when corruptions were asked for and the run stopped after
         save k failed: saying so, rather than running no corruption case in silence."""
-        if not self.config.corruptions or self.committed is not None:
+        if not self.plan.corruptions or self.committed is not None:
             return None
         return oracle.cannot_judge("committed run", "corruptions", f"no corruption case was run: the run stopped "
                                    f"after save {self.k} (whose files they damage) failed: {self.committed_problem}")
 
 
-def prepare(config: ExploreConfig, root: Path) -> Baseline:
+def broken(target: Target, plan: ExplorePlan) -> int:
+    """The step of the save `plan` breaks among `target`'s (known) save steps;
+    ConfigError for a step it does not save at."""
+    steps = target.save_steps() or []
+    if isinstance(plan.save, int) and plan.save not in steps:
+        raise ConfigError(f"save {plan.save} is not a step the {target.noun} saved; choose from "
+                          f"{', '.join(map(str, steps)) or 'none (it never saved)'}")
+    return plan.broken(steps)
+
+
+def prepare(target: Target, plan: ExplorePlan, root: Path, *, committed_run: bool = False) -> Baseline:
     """The golden run, its fault points and the committed save; raises
-    `BaselineFailed` if the golden run did not finish."""
-    require_backend(config)
-    golden = golden_run(config, root)
-    saved = {s: golden.states(Kind.SAVED, s) for s in golden.saved_steps()}
-    reference = oracle.Reference(saved, config.k, config.prev, golden.states(Kind.FINAL))
-    return from_golden(config, root, golden, reference, background=load(config.job).saves_in_background())
+    `BaselineFailed` if the golden run did not finish or saved nothing to
+    break, ConfigError for a save step the target does not make.
+    `committed_run` as `from_golden`'s."""
+    target.preflight()
+    if target.save_steps() is not None:
+        broken(target, plan)  # a bad step is bad input: refused before any run
+    golden = golden_run(target, plan, root)
+    return from_golden(target.knowing(golden), plan, root, golden, committed_run=committed_run)
 
 
-def golden_run(config: Union[ExploreConfig, ScriptExploreConfig], root: Path) -> Run:
-    """The uninterrupted run every case is judged against; raises
-    `BaselineFailed` if it did not finish."""
-    # every byte logged: power-loss cases are cut from this trace (`cases._derived_power_loss`)
-    golden = launch(config, "golden", root / "golden" / "ckpt", root / "golden" / "run", log_data=True)
-    live = oracle.judge_golden("golden", golden, repro("explore", config, "golden"))
+def golden_run(target: Target, plan: ExplorePlan, root: Path) -> Run:
+    """The uninterrupted run every case is judged against (traced, every byte
+    logged: power-loss cases are cut from its trace, `cases._derived_power_loss`);
+    raises `BaselineFailed` if it did not finish, or if it saved nothing whose
+    step the harness can tell."""
+    golden = target.run(RunRequest("golden", log_data=True), root / "golden" / "ckpt", root / "golden" / "run")
+    live = oracle.judge_golden("golden", golden, target.repro("explore", plan.values, "golden"))
     if live.verdict is not Verdict.PASS:
         raise BaselineFailed(live)
+    unnamed = oracle.judge_named_steps("golden", golden)
+    if unnamed is not None or not oracle.save_steps(golden):
+        raise BaselineFailed(unnamed or oracle.cannot_judge(
+            "golden", "saves", "the script never saved into the checkpoint directory: there is no save to break "
+                               "(give {ckpt_dir} where it writes its checkpoints)"))
     return golden
 
 
-def from_golden(config: Union[ExploreConfig, ScriptExploreConfig], root: Path, golden: Run,
-                reference: oracle.Reference, *, background: bool, committed_run: bool = True) -> Baseline:
-    """The baseline of a finished golden run: its fault points, the committed
-    save. `background`: the saves land in the background (no state is derived
-    from the trace then). Without `committed_run`, no run is stopped after
-    save k unless a corruption case needs its directory or the golden trace
-    does not replay to the golden directory (then it finds the writes no
-    probe saw); a replay that matches byte for byte already shows there are none."""
-    where = phase.save(config.k)
+def from_golden(target: Target, plan: ExplorePlan, root: Path, golden: Run, *, committed_run: bool = False) -> Baseline:
+    """The baseline of a finished golden run of `target` (which knows its
+    saves): its fault points, the committed save. Without `committed_run`,
+    no run is stopped after save k unless a corruption case needs its
+    directory or the golden trace does not replay to the golden directory
+    (then it finds the writes no probe saw); a replay that matches byte for
+    byte already shows there are none."""
+    steps = target.save_steps() or []
+    k = broken(target, plan)
+    reference = oracle.Reference(oracle.saves_by_step(golden), k, save_before(steps, k), golden.states(Kind.FINAL))
+    where = phase.save(k)
     events = {r.rank: r.events for r in golden.ranks}
-    last = config.k == config.save_steps[-1]
-    points = fault_points(broken_events(events, config.k, last), broken_phases(events, config.k, last))
-    gap = _replay_gap(golden, Path(golden.run_dir).parent / "ckpt", background)  # golden_run's layout
+    last = k == steps[-1]
+    points = fault_points(broken_events(events, k, last), broken_phases(events, k, last))
+    gap = _replay_gap(golden, Path(golden.run_dir).parent / "ckpt", target.saves_in_background())  # golden_run's layout
     committed = root / "committed" / "ckpt"
     files: tuple[str, ...] = ()
     unseen: tuple[str, ...] = ()
     ok, problem = False, ""
-    if committed_run or config.corruptions or gap:
-        stopped = launch(config, "committed", committed, root / "committed" / "run", stop_after_save=config.k)
+    if committed_run or plan.corruptions or gap:
+        stopped = target.run(RunRequest("committed", stop_after_save=k), committed, root / "committed" / "run")
         ok = stopped.ok
         if not ok:
             found = oracle.health(stopped)
@@ -232,7 +261,7 @@ def from_golden(config: Union[ExploreConfig, ScriptExploreConfig], root: Path, g
             present = corrupt.committed_files(committed)
             files = tuple(f for f in present if _covered(f, written))
             unseen = tuple(unseen_writes(stopped.events(), {f: (committed / f).stat().st_size for f in present}))
-    return Baseline(config, root, golden, reference, tuple(points), committed if ok else None, files, unseen,
+    return Baseline(target, plan, root, golden, reference, tuple(points), committed if ok else None, files, unseen,
                     problem, gap)
 
 

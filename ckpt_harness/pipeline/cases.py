@@ -19,16 +19,15 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from ckpt_harness import oracle, phase
-from ckpt_harness.pipeline.baseline import Baseline, Point
-from ckpt_harness.config import ScriptConfig
 from ckpt_harness.errors import UsageError
 from ckpt_harness.inject import corrupt, durability, payload
 from ckpt_harness.inject.faults import BLOCKING, Fault, applicable_kinds, parse_plan, plan_label
 from ckpt_harness.inject.trace import Event, EventKind, fields
-from ckpt_harness.jobref import load
-from ckpt_harness.records import Run, data_reader
+from ckpt_harness.pipeline.baseline import Baseline, Point
 from ckpt_harness.pipeline.resumes import DirState
-from ckpt_harness.run import PROPAGATION, fresh_dir, launch
+from ckpt_harness.pipeline.workdir import fresh_dir
+from ckpt_harness.records import Run, data_reader
+from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
 
 #: The kind of a multi-fault plan whose property is judged, most severe first.
@@ -81,16 +80,16 @@ def dominant(faults: Sequence[Fault]) -> str:
 
 
 def plan_cases(baseline: Baseline, points: Optional[Iterable[Point]] = None) -> list[Case]:
-    """Every case the config asks for: each fault kind at each point it
-    applies to (of the config's `ops`), power loss after the save, each
+    """Every case the plan asks for: each fault kind at each point it
+    applies to (of the plan's `ops`), power loss after the save, each
     corruption of each committed file."""
-    config = baseline.config
-    chosen = [p for p in (baseline.points if points is None else points) if not config.ops or p.op in config.ops]
-    cases = [Case.of((Fault(kind, p.rank, p.phase, p.index, config.delay),), [p])
-             for p in chosen for kind in applicable_kinds(p.op, config.faults)]
-    if config.power_loss_after:
+    plan = baseline.plan
+    chosen = [p for p in (baseline.points if points is None else points) if not plan.ops or p.op in plan.ops]
+    cases = [Case.of((Fault(kind, p.rank, p.phase, p.index, plan.delay),), [p])
+             for p in chosen for kind in applicable_kinds(p.op, plan.faults)]
+    if plan.power_loss_after:
         cases.append(Case(POWER_LOSS_AFTER, POWER_LOSS_AFTER))
-    cases += [Case(f"{kind}:{path}", kind, path=path) for path in baseline.committed_files for kind in config.corruptions]
+    cases += [Case(f"{kind}:{path}", kind, path=path) for path in baseline.committed_files for kind in plan.corruptions]
     return cases
 
 
@@ -150,12 +149,12 @@ def run_cases(baseline: Baseline, cases: Sequence[Case],
                 progress(done, len(cases), result)
         return result
 
-    with concurrent.futures.ThreadPoolExecutor(baseline.config.parallel) as pool:
+    with concurrent.futures.ThreadPoolExecutor(baseline.plan.parallel) as pool:
         return list(pool.map(one, cases))
 
 
 def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
-    config = baseline.config
+    plan, target = baseline.plan, baseline.target
     ckpt = case_dir / "ckpt"
     save_returned = True
     faulted: Optional[Run] = None
@@ -166,7 +165,7 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
         shutil.copytree(baseline.committed, ckpt)
         detail = f"{case.path} {corrupt.CORRUPTIONS[case.kind](ckpt / case.path, canary)}"
     else:
-        derived = _derived(baseline, case, ckpt) if config.derive_states and not baseline.replay_gap else None
+        derived = _derived(baseline, case, ckpt) if plan.derive_states and not baseline.replay_gap else None
         if derived is not None:
             save_returned, lost = derived
         else:
@@ -174,9 +173,10 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
             save_returned = faulted.saved_steps()[-1:] == [baseline.k]
         detail = case.describe()
     resumed, shares = _resume(baseline, case, ckpt, case_dir / "resume")
+    # Only a target that says when a background save was published may have an unpublished one taken back.
     background = (oracle.Background(faulted.published_step())
-                  if faulted is not None and case.faults and not isinstance(config, ScriptConfig)
-                  and load(config.job).saves_in_background() else None)
+                  if faulted is not None and case.faults and target.caps.reports and target.saves_in_background()
+                  else None)
     result = oracle.judge_fault(case.name, case.kind, baseline.reference, faulted if case.faults else None, resumed,
                                 save_returned=save_returned, detail=detail, repro=baseline.repro(case.name),
                                  row=case.row, ran=payload.ran(canary), background=background)
@@ -190,7 +190,7 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
     if notes:
         note = "\n".join(notes)
         result = dataclasses.replace(result, details=f"{note}\n\n{result.details}" if result.details else note)
-    return _explain_power_loss(result, lost, config.durability)
+    return _explain_power_loss(result, lost, plan.durability)
 
 
 _DERIVED_WHY = {
@@ -205,12 +205,12 @@ def _derived(baseline: Baseline, case: Case, ckpt: Path) -> Optional[tuple[bool,
     """The state a case leaves, written to `ckpt` from the golden trace, and
     whether save k returned on every rank; None where the trace does not decide it.
 
-    A script's run stopped after save k does not park its ranks as that save
-    ends (`script_runner`: they go on to their next save, the ranks that did
-    not save until the group is torn down), so what its peers do after a
-    crash, or before a power loss right after the save, is not the golden
-    trace cut at the save's end: those cases run."""
-    if isinstance(baseline.config, ScriptConfig) and case.kind in ("crash", "crash-after", POWER_LOSS_AFTER):
+    A target whose stopped run does not park every rank as save k ends
+    (`Capabilities.parks`: a script's ranks go on to their next save, the
+    ranks that did not save until the group is torn down) leaves something
+    other than the golden trace cut at the save's end after a crash, or
+    before a power loss right after the save: those cases run."""
+    if not baseline.target.caps.parks and case.kind in ("crash", "crash-after", POWER_LOSS_AFTER):
         return None
     if case.kind == "crash" or case.kind == "crash-after":
         returned = _derived_crash(baseline, case, ckpt)
@@ -281,7 +281,7 @@ def _derived_power_loss(baseline: Baseline, case: Case, ckpt: Path) -> Optional[
     else:
         return None
     return returned, durability.apply_power_loss(ckpt, durability.Snapshot(), records,
-                                                 data_reader(baseline.golden.run_dir), baseline.config.durability)
+                                                 data_reader(baseline.golden.run_dir), baseline.plan.durability)
 
 
 def _through(events: Sequence[Event], phase: str) -> Sequence[Event]:
@@ -294,9 +294,10 @@ def _resume(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> tuple[
     """The resume from `ckpt`, shared with every case that left the same
     directory (`resumes`); and the case it is shared with, if not this one."""
     def resume() -> Run:
-        return launch(baseline.config, "resumed run", ckpt, run_dir, trace_files=False, failure_grace=PROPAGATION)
+        return baseline.target.run(RunRequest("resumed run", trace_files=False, failure_grace=PROPAGATION), ckpt,
+                                   run_dir)
 
-    if not baseline.config.share_resumes:
+    if not baseline.plan.share_resumes:
         return resume(), None
     return baseline.resumes.resume(DirState.of(ckpt), case.name, resume)
 
@@ -314,14 +315,14 @@ def _explain_power_loss(result: CaseResult, lost: Optional[durability.PowerLoss]
 
 
 def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> tuple[Run, Optional[durability.PowerLoss]]:
-    config = baseline.config
+    plan = baseline.plan
     kinds = {f.kind for f in case.faults} | {case.kind}
     power = bool(kinds & {"power-loss", POWER_LOSS_AFTER})
-    blocked_grace = config.hang_timeout if kinds & BLOCKING.keys() else None
+    blocked_grace = plan.hang_timeout if kinds & BLOCKING.keys() else None
     # A fault after save k (in the end of the run) needs the run to go on past it.
     stop = baseline.k if all(phase.foreground(f.phase) == baseline.phase for f in case.faults) else None
-    run = launch(config, "faulted run", ckpt, run_dir, stop_after_save=stop, faults=case.faults,
-                 log_data=power, blocked_grace=blocked_grace, failure_grace=PROPAGATION)
+    run = baseline.target.run(RunRequest("faulted run", stop_after_save=stop, faults=case.faults, log_data=power,
+                                         blocked_grace=blocked_grace, failure_grace=PROPAGATION), ckpt, run_dir)
     if power:
         events = run.events()
         records = fields(events)
@@ -329,6 +330,6 @@ def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> t
         if moment is not None:  # the machine stopped there: nothing after it happened
             records = durability.events_before(records, moment)
         return run, durability.apply_power_loss(ckpt, durability.Snapshot(), records, data_reader(run_dir),
-                                                config.durability)
+                                                plan.durability)
     return run, None
 

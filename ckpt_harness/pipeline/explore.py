@@ -1,9 +1,11 @@
 """Systematic exploration: break one save at every point, judge every resume.
 
-config → baseline (golden run, its fault points, the committed save) →
-cases (each fault kind at each point, power loss after the save, each
-corruption of each committed file) → each case run and judged by the
-oracle → report.
+target + plan → baseline (golden run, its fault points, the committed
+save) → cases (each fault kind at each point, power loss after the save,
+each corruption of each committed file) → each case run and judged by the
+oracle → report. The same pipeline for every target: what a script cannot
+say in advance (its save steps, which ranks make each save) its golden run
+tells (`Target.knowing`), and the save broken is picked among those.
 """
 
 from __future__ import annotations
@@ -12,15 +14,17 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
+from ckpt_harness import phase, targets
+from ckpt_harness.config import ExploreConfig, ExplorePlan, ScriptExploreConfig, settings_of
+from ckpt_harness.errors import UsageError
+from ckpt_harness.jobref import resolve
 from ckpt_harness.pipeline import baseline as baselines
-from ckpt_harness import phase
 from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
 from ckpt_harness.pipeline.cases import named, plan_cases, run_cases
-from ckpt_harness.config import ExploreConfig
-from ckpt_harness.jobref import resolve
+from ckpt_harness.pipeline.workdir import prepare_workdir
 from ckpt_harness.records import Run
 from ckpt_harness.report import Report
-from ckpt_harness.run import launch, prepare_workdir
+from ckpt_harness.targets import RunRequest, Target
 from ckpt_harness.verdict import CaseResult
 
 Progress = Callable[[int, int, CaseResult], None]
@@ -37,23 +41,51 @@ def explore(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None
     called after each case.
     """
     ref, _ = resolve(job)
-    return run_exploration(ExploreConfig.build(ref, **settings), prepare_workdir(workdir), cases, progress)
+    target, plan = targets.split(ExploreConfig.build(ref, **settings))
+    return run_exploration(target, plan, prepare_workdir(workdir), cases, progress)
 
 
-def run_exploration(config: ExploreConfig, root: Path, only: Optional[Sequence[str]] = None,
+def explore_script(script: str, *, workdir: Optional[Union[str, Path]] = None,
+                   cases: Optional[Sequence[str]] = None, progress: Optional[Progress] = None,
+                   **settings: Any) -> Report:
+    """Break save `save` (default: the second the script makes) of `script`
+    at every point; judge each resume.
+
+    `script` is its command as after ``python``, with ``{ckpt_dir}`` where the
+    checkpoint directory goes; `settings` are those of `ScriptExploreConfig`
+    (`nproc_per_node`, `nnodes`, `faults`, `ops`, `corruptions`, ...).
+    `cases` replays only the named cases (the names the report prints).
+    """
+    known = settings_of(ScriptExploreConfig)
+    unknown = sorted(set(settings) - set(known))
+    if unknown:
+        raise UsageError(f"unknown setting {', '.join(unknown)}: explore --script takes "
+                         f"{', '.join(n for n in known if n != 'script')}")
+    target, plan = targets.split(ScriptExploreConfig(script=script, **settings))
+    return run_exploration(target, plan, prepare_workdir(workdir), cases, progress)
+
+
+def run_exploration(target: Target, plan: ExplorePlan, root: Path, only: Optional[Sequence[str]] = None,
                     progress: Optional[Progress] = None) -> Report:
     started = time.monotonic()
-    note = f"save {config.k} broken; durability model {config.durability}"
 
-    def report(results: list[CaseResult], warnings: tuple[str, ...] = ()) -> Report:
-        return Report(config.job.display, config.world_size, results, time.monotonic() - started, "explore", note,
-                      config.values, warnings)
+    def report(results: list[CaseResult], warnings: tuple[str, ...] = (), note: str = "") -> Report:
+        return Report(target.name, target.world_size, results, time.monotonic() - started, "explore", note,
+                      {**target.values, **plan.values}, warnings)
 
     try:
-        base = baselines.prepare(config, root)
+        base = baselines.prepare(target, plan, root)
     except BaselineFailed as failed:
         return report([failed.result])
-    return report(*explore_baseline(base, only, progress))
+    results, warnings = explore_baseline(base, only, progress)
+    return report(results, warnings, describe(base))
+
+
+def describe(base: Baseline) -> str:
+    """The note of an exploration's report: which save, among which, under which model."""
+    steps = "" if base.target.caps.steps_known else \
+        f" (the {base.target.noun} saved at steps {', '.join(map(str, base.target.save_steps() or []))})"
+    return f"save {base.k} broken{steps}; durability model {base.plan.durability}"
 
 
 def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,
@@ -61,7 +93,7 @@ def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,
     """Every case of a prepared baseline (or the `only` named), run and judged;
     with what a person must know about how they were run."""
     warnings = (baselines.unseen_warning(base.unseen),) if base.unseen else ()
-    if base.replay_gap and base.config.derive_states:
+    if base.replay_gap and base.plan.derive_states:
         warnings += (f"no case state was derived from the golden run's trace, every case ran its faulted save: "
                      f"{base.replay_gap}",)
     nothing = base.nothing_to_break()
@@ -78,7 +110,8 @@ def baseline(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = Non
     """A prepared baseline to run cases of your own against (see `strategies`);
     raises `BaselineFailed` if the golden run fails."""
     ref, _ = resolve(job)
-    return baselines.prepare(ExploreConfig.build(ref, **settings), prepare_workdir(workdir))
+    target, plan = targets.split(ExploreConfig.build(ref, **settings))
+    return baselines.prepare(target, plan, prepare_workdir(workdir), committed_run=True)
 
 
 def trace(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None, **settings: Any) -> tuple[Run, str]:
@@ -86,4 +119,4 @@ def trace(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None, 
     ref, _ = resolve(job)
     config = ExploreConfig.build(ref, **settings)
     root = prepare_workdir(workdir)
-    return launch(config, "trace", root / "ckpt", root / "run"), phase.save(config.k)
+    return targets.of(config).run(RunRequest("trace"), root / "ckpt", root / "run"), phase.save(config.k)

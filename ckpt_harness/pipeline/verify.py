@@ -1,10 +1,16 @@
 """Fault-free verification: does every save resume bitwise?
 
 A golden run records the state after every save and at the end. Then, for
-each save step k, one run stops right after save k returned on every rank
-(the group is torn down, as a preemption would) and a fresh group resumes
-from the same directory through the job's own `load`. The oracle judges the
-step `load` reports, the state right after it, and the final state.
+each save step k, one run stops right after save k returned (on every rank
+that made it; the group is torn down, as a preemption would) and a fresh
+group resumes from the same directory by the target's own logic. The
+oracle judges where the resume started, the state after it and the final
+state against the golden run's.
+
+One pipeline for every target; its judges are picked by what the target
+can tell (`Capabilities`): a Job reports its load, so the state right after
+it is compared; a script does not, so its start is inferred from the saves
+it makes, and every later save is compared instead.
 """
 
 from __future__ import annotations
@@ -13,14 +19,20 @@ import time
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from ckpt_harness import oracle
-from ckpt_harness.config import RunConfig
+from ckpt_harness import oracle, targets
+from ckpt_harness.config import RunConfig, ScriptConfig, settings_of
 from ckpt_harness.errors import UsageError
-from ckpt_harness.jobref import load, resolve
+from ckpt_harness.jobref import resolve
+from ckpt_harness.pipeline.workdir import prepare_workdir
 from ckpt_harness.records import Kind, Run
 from ckpt_harness.report import Report
-from ckpt_harness.run import launch, prepare_workdir, repro, require_backend
+from ckpt_harness.targets import RunRequest, Stop, Target
 from ckpt_harness.verdict import CaseResult, Verdict
+
+#: A case's kind -> the capability it needs (None: every target) and how its run stops.
+#: "hard@4": stop without waiting for a background save; "restart@4": the launcher's restart.
+KINDS = {"resume": (None, Stop.GRACEFUL), "hard": ("hard_stop", Stop.HARD), "restart": ("launcher_restart", Stop.CRASH)}
+HARD = "hard"
 
 
 def verify(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None,
@@ -35,75 +47,171 @@ def verify(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None,
     (cases "hard@4"; jobs that save in the background only).
     """
     ref, _ = resolve(job)
-    return run_verification(RunConfig.build(ref, **settings), prepare_workdir(workdir), cases, stop)
+    return run_verification(targets.of(RunConfig.build(ref, **settings)), prepare_workdir(workdir), cases, stop)
 
 
-#: The case of a hard stop after save k: "hard@4" (`RunPlan.hard_stop`).
-HARD = "hard"
+def verify_script(script: str, *, workdir: Optional[Union[str, Path]] = None,
+                  cases: Optional[Sequence[str]] = None, **settings: Any) -> Report:
+    """Verify that `script` resumes bitwise from every save; return the report.
 
-
-def case_names(config: RunConfig, stop: str = "graceful") -> list[str]:
-    """`resume@k` for each save (a graceful stop), or `hard@k` (a hard one)."""
-    return [f"{HARD if stop == HARD else 'resume'}@{k}" for k in config.save_steps]
-
-
-def run_verification(config: RunConfig, root: Path, cases: Optional[Sequence[str]] = None,
-                     stop: str = "graceful") -> Report:
-    """`stop="hard"` stops without waiting for a background save in flight
-    (`hard@k` cases, for jobs that save in the background); named `cases`
-    may be of either kind, as repro lines give them."""
-    started = time.monotonic()
-    known = case_names(config) + (case_names(config, HARD) if load(config.job).saves_in_background() else [])
-    unknown = [c for c in cases or () if c not in known and c != "golden"]
+    `script` is its command as after ``python``, with ``{ckpt_dir}`` where
+    the checkpoint directory goes; `settings` are those of `ScriptConfig`
+    (`nproc_per_node`, `nnodes`, `max_restarts`, `timeout`). `cases` limits
+    the resume cases to names like "resume@4".
+    """
+    unknown = sorted(set(settings) - set(settings_of(ScriptConfig)))
     if unknown:
-        raise UsageError(f"unknown case {', '.join(unknown)}: choose from golden, {', '.join(known)}")
-    require_backend(config)
-    chosen = [c for c in (known if cases else case_names(config, stop)) if not cases or c in cases]
-    rotates = config.keep_last is not None  # then the trace tells which entries each save made
-    golden = launch(config, "golden", root / "golden" / "ckpt", root / "golden" / "run", trace_files=rotates)
-    results = [oracle.judge_golden("golden", golden, repro("run", config, "golden"))]
+        raise UsageError(f"unknown setting {', '.join(unknown)}: script mode takes "
+                         f"{', '.join(n for n in settings_of(ScriptConfig) if n != 'script')}")
+    return run_verification(targets.of(ScriptConfig(script=script, **settings)), prepare_workdir(workdir), cases)
+
+
+def case_names(target: Target, steps: Sequence[int], stop: str = "graceful") -> tuple[list[str], list[str]]:
+    """The cases `target` can run at save `steps`, and those run unless named:
+    resume@k (or hard@k, `stop="hard"`), and restart@k where the launcher restarts."""
+    kinds = [kind for kind, (needs, _) in KINDS.items() if needs is None or target.caps.has(needs)]
+    default = [HARD if stop == HARD else "resume"] + (["restart"] if "restart" in kinds else [])
+    return [f"{kind}@{k}" for kind in kinds for k in steps], [f"{kind}@{k}" for k in steps for kind in default]
+
+
+def _check_names(target: Target, names: Optional[Sequence[str]], steps: Sequence[int]) -> None:
+    known, _ = case_names(target, steps)
+    unknown = [c for c in names or () if c not in known and c != "golden"]
+    if unknown:
+        hint = "" if target.caps.has("launcher_restart") else f" (restart@K: {target.caps.lacks['launcher_restart']})"
+        raise UsageError(f"unknown case {', '.join(unknown)}: the {target.noun} saves at steps "
+                         f"{', '.join(map(str, steps)) or 'none'}; choose from golden, {', '.join(known)}{hint}")
+
+
+def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] = None, stop: str = "graceful", *,
+                     golden: Optional[Run] = None) -> Report:
+    """`golden`: a finished golden run of the same target to judge against
+    instead of launching one (a matrix row shares its explorations' one)."""
+    started = time.monotonic()
+    steps = target.save_steps()
+    if steps is not None:  # known up front: a bad case name is refused before any run
+        _check_names(target, cases, steps)
+    target.preflight()
+    keep_last = target.values.get("keep_last")  # then the trace tells which entries each save made
+    line = target.repro("run", case="golden")
+    if golden is None:
+        golden = target.run(RunRequest("golden", trace_files=keep_last is not None), root / "golden" / "ckpt",
+                            root / "golden" / "run")
+    results = [oracle.judge_golden("golden", golden, line)]
     if results[0].verdict is Verdict.PASS:  # else there is nothing to compare against
-        results.append(oracle.judge_fresh_start("golden", golden, repro("run", config, "golden")))
-        if rotates:
-            results.append(oracle.judge_retention("golden", golden, config.keep_last, repro("run", config, "golden")))
-        for case in chosen:
-            results += resume_case(config, root / case, case, golden)
-    return Report(config.job.display, config.world_size, results, time.monotonic() - started, settings=config.values)
+        known = target.knowing(golden)
+        steps = known.save_steps() or []
+        if known.caps.reports:
+            results.append(oracle.judge_fresh_start("golden", golden, line))
+        unnamed = oracle.judge_named_steps("golden", golden)
+        results += [unnamed] if unnamed else []
+        if keep_last is not None:
+            results.append(oracle.judge_retention("golden", golden, keep_last, line))
+        _check_names(known, cases, steps)
+        every, default = case_names(known, steps, stop)
+        nondeterminism: dict[int, Optional[CaseResult]] = {}
+        for case in every if cases else default:
+            if not cases or case in cases:
+                results += resume_case(known, root / case, case, golden, nondeterminism)
+    return Report(target.name, target.world_size, results, time.monotonic() - started, settings=target.values)
 
 
-def resume_case(config: RunConfig, root: Path, case: str, golden: Run) -> list[CaseResult]:
-    """Stop right after save k, resume in a fresh group, judge the load and the end."""
+def resume_case(target: Target, root: Path, case: str, golden: Run,
+                nondeterminism: dict[int, Optional[CaseResult]]) -> list[CaseResult]:
+    """Stop right after save k (as the case's kind says), resume, judge.
+    `nondeterminism` holds, per step, whether two identical runs differed at
+    that save: a restart case has no second run of its own to tell it."""
     kind, _, k = case.partition("@")
-    step, hard = int(k), kind == HARD
-    line = repro("run", config, case)
+    step, stop = int(k), KINDS[kind][1]
+    line = target.repro("run", case=case)
+    if stop is Stop.CRASH:
+        return restart_case(target, root, case, golden, step, nondeterminism.get(step))
     ckpt = root / "ckpt"
-    stopped = launch(config, "stopped run", ckpt, root / "stop", stop_after_save=step, hard_stop=hard,
-                     trace_files=False)
+    stopped = target.run(RunRequest("stopped run", stop_after_save=step, stop=stop, trace_files=False), ckpt,
+                         root / "stop")
     live = oracle.judge_golden(case, stopped, line)
     if live.verdict is not Verdict.PASS:
         return [live]
-    nondeterminism = oracle.judge_deterministic(case, golden, stopped, step)
-    results = [nondeterminism] if nondeterminism else []
-    resumed = launch(config, "resumed run", ckpt, root / "resume", trace_files=False)
-    if hard:
-        return results + [oracle.undecided_if(nondeterminism,
-                                              oracle.judge_hard_stop(case, golden, stopped, resumed, step, line))]
+    ranks = target.savers(step)
+    not_stopped = oracle.judge_stopped(case, stopped, step, ranks if ranks is not None else
+                                       frozenset(r.rank for r in stopped.ranks))
+    if not_stopped:
+        return [not_stopped]
+    nondeterminism[step] = found = oracle.judge_deterministic(case, golden, stopped, step)
+    results = [found] if found else []
+    resumed = target.run(RunRequest("resumed run", trace_files=False), ckpt, root / "resume")
+    if stop is Stop.HARD:
+        return results + [oracle.undecided_if(found, oracle.judge_hard_stop(case, golden, stopped, resumed, step,
+                                                                            line))]
+    return results + judge_resumed(target, case, golden, stopped, resumed, step, line, found)
+
+
+def restart_case(target: Target, root: Path, case: str, golden: Run, step: int,
+                 nondeterminism: Optional[CaseResult]) -> list[CaseResult]:
+    """The launcher's own restart path: the first rank that made save `step`
+    dies right after it (SIGKILL, where a preempted run stops), the launcher
+    restarts the group on the same directory, and the restarted attempt is
+    judged as a resume after save `step`.
+
+    No second run tells here whether the target is deterministic: the
+    resume case of the same step does, when it ran before."""
+    from ckpt_harness.rankside.script import crash_marker
+
+    line = target.repro("run", case=case)
+    run = target.run(RunRequest("restarted run", stop_after_save=step, stop=Stop.CRASH, trace_files=False),
+                     root / "ckpt", root / "run")
+    if not crash_marker(root / "run").exists():
+        live = oracle.judge_golden(case, run, line)
+        return [live if live.verdict is not Verdict.PASS else oracle.cannot_judge(
+            case, "restart", f"no rank died after save {step}: the run did not save as the golden run did")]
+    if run.outcome.restarts < 1:
+        return [oracle.judge_live(case, run, line)]
+    return judge_resumed(target, case, golden, None, run, step, line, nondeterminism)
+
+
+def judge_resumed(target: Target, case: str, golden: Run, stopped: Optional[Run], resumed: Run, step: int,
+                  line: str, nondeterminism: Optional[CaseResult]) -> list[CaseResult]:
+    """The oracle on a run that resumed after save `step`: live; where it
+    started (reported, or inferred); the state right after the load where
+    it was reported, else every later save; the final state."""
     live = oracle.judge_live(case, resumed, line)
-    results.append(live)
-    if not resumed.loaded_steps():  # judged from what it did instead
+    results = [live]
+    if not target.caps.reports:
+        results.append(oracle.judge_resume_point(case, resumed, step, line))
+        later = oracle.judge_later_saves(case, golden, resumed, step, line)
+        results += [oracle.undecided_if(nondeterminism, later)] if later else []
+    elif not resumed.loaded_steps():  # judged from what it did instead
         inferred = oracle.judge_unreported_load(case, resumed, step, golden.saved_steps(), line)
         results += [inferred] if inferred else []
-    elif resumed.states(Kind.LOADED) is not None:  # a resume that loaded and then failed still tells what it loaded
+    elif resumed.states(Kind.LOADED) is not None and stopped is not None:
+        # a resume that loaded and then failed still tells what it loaded
         results += [
             oracle.judge_load_step(case, resumed, step, line),
             oracle.judge_same_state(case, "state after load", stopped.states(Kind.SAVED, step),
                                     resumed.states(Kind.LOADED), f"state after load vs. state saved at step {step}",
                                     line),
         ]
-    if live.verdict is Verdict.PASS:
-        final = oracle.judge_same_state(case, "final state", golden.states(Kind.FINAL), resumed.states(Kind.FINAL),
-                                        "final state vs. uninterrupted run", line)
+    # A target whose final state is its last save's: only the ranks that save after `step` tell anything.
+    ranks = frozenset(r.rank for r in golden.ranks) if target.caps.live_state else saving_after(golden, step)
+    if live.verdict is Verdict.PASS and ranks:
+        expected, actual = _of(golden.states(Kind.FINAL), ranks), _of(resumed.states(Kind.FINAL), ranks)
+        what = "final state vs. uninterrupted run" if target.caps.live_state else \
+            "final state (the last save) vs. uninterrupted run"
+        final = oracle.judge_same_state(case, "final state", expected, actual, what, line)
         bitwise = any(r.check == "state after load" and r.verdict is Verdict.PASS for r in results)
-        final = oracle.float_noise(final, golden.states(Kind.FINAL), resumed.states(Kind.FINAL), loaded_bitwise=bitwise)
+        final = oracle.float_noise(final, expected, actual, loaded_bitwise=bitwise)
         results.append(oracle.undecided_if(nondeterminism, final))
     return results
+
+
+def saving_after(golden: Run, step: int) -> frozenset[int]:
+    """The ranks that saved after save `step` in the golden run: only their
+    final state (their last save) tells anything about a resume from it. A
+    rank whose last save was `step` itself, or earlier, saves nothing once
+    resumed there (resumable.py --staging's rank 1 after its last save)."""
+    return frozenset(r.rank for r in golden.ranks
+                     if any(rec["event"] == Kind.SAVED and rec["step"] > step for rec in r.records))
+
+
+def _of(states: Optional[dict[int, Any]], ranks: frozenset[int]) -> Optional[dict[int, Any]]:
+    return None if states is None else {rank: state for rank, state in states.items() if rank in ranks}

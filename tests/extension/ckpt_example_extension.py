@@ -12,10 +12,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness import oracle
 from ckpt_harness.catalogue.checks import run_settings
-from ckpt_harness.config import RunConfig
 from ckpt_harness.jobs.torch_save import TorchSaveJob
 from ckpt_harness.records import Kind
-from ckpt_harness.run import launch
+from ckpt_harness.targets import RunRequest
 
 
 class Rerun:
@@ -25,11 +24,11 @@ class Rerun:
         return None
 
     def run(self, bench, scenario, only: Optional[Sequence[str]] = None) -> Sequence[Any]:
-        config = bench.config(scenario.params, RunConfig)
+        target = bench.target_for(scenario.params)  # a job or a script: the check does not ask which
         root = bench.root / scenario.name
         repro = bench.repro(scenario, "rerun")
-        first = launch(config, "first run", root / "a" / "ckpt", root / "a" / "run", trace_files=False)
-        second = launch(config, "second run", root / "b" / "ckpt", root / "b" / "run", trace_files=False)
+        first, second = (target.run(RunRequest(f"{name} run", trace_files=False), root / name / "ckpt",
+                                    root / name / "run") for name in ("first", "second"))
         if not (first.ok and second.ok):
             return [oracle.judge_live("rerun", run, repro) for run in (first, second) if not run.ok]
         return [oracle.judge_same_state("rerun", scenario.property, first.states(Kind.FINAL),

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from ckpt_harness import config
+from ckpt_harness import config, targets
 from ckpt_harness.catalogue import scenario
 from ckpt_harness.config import SETTINGS, ExploreConfig, RunConfig
 from ckpt_harness.errors import ConfigError, ScenarioError
@@ -120,10 +120,16 @@ def test_explore_config_refuses_a_save_that_is_not_one(values, words):
         ExploreConfig.build(JOB, **values)
 
 
+def repro_args(cfg: ExploreConfig) -> list[str]:
+    """What an exploration's repro lines pass: the target's settings and the plan's, defaults left out."""
+    target, plan = targets.split(cfg)
+    return target.cli_args("explore", plan.values)
+
+
 def replay(cfg: ExploreConfig) -> ExploreConfig:
     parser = argparse.ArgumentParser()
     config.add_arguments(parser, ExploreConfig)
-    args = config.cli_args(cfg)
+    args = repro_args(cfg)
     assert args[:2] == ["--job", "torch_save"]
     return ExploreConfig.build(JOB, **config.values_from(parser.parse_args(args[2:]), ExploreConfig))
 
@@ -142,8 +148,8 @@ def test_cli_round_trip(values):
 
 
 def test_cli_args_leave_out_defaults_and_settings_that_are_not_replayed():
-    assert config.cli_args(ExploreConfig.build(JOB, parallel=8)) == ["--job", "torch_save"]
-    assert config.cli_args(ExploreConfig.build(JOB, after=False, seed=5)) == [
+    assert repro_args(ExploreConfig.build(JOB, parallel=8)) == ["--job", "torch_save"]
+    assert repro_args(ExploreConfig.build(JOB, after=False, seed=5)) == [
         "--job", "torch_save", "--seed", "5", "--no-after"]
 
 

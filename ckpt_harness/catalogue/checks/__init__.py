@@ -5,10 +5,13 @@ parameters a scenario may set (`params`: run settings from
 `config.SETTINGS` with the check's own defaults, and settings of its own),
 validates them together, and runs the scenario on a bench: it launches what
 it needs and returns the oracle's results of its cases, which the bench
-folds into the scenario's verdict. A check that does not apply to the
-bench's job raises `NotApplicable` saying why.
+folds into the scenario's verdict. A check is written once for every target
+(`ckpt_harness.targets`): what it needs that some targets cannot do, it
+names in `requires` (capabilities, see `targets.Capabilities`), and the
+bench makes it n/a on those, in the target's words; anything else that
+does not apply raises `NotApplicable` saying why.
 
-Other packages add checks under the entry-point group `ckpt_harness.catalogue.checks`:
+Other packages add checks under the entry-point group `ckpt_harness.checks`:
 
     [project.entry-points."ckpt_harness.checks"]
     my-check = "my_package.checks:MY_CHECK"     # an object satisfying `Check`
@@ -23,11 +26,14 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Sequence, ru
 from ckpt_harness.config import SETTINGS, Setting
 from ckpt_harness.errors import ScenarioError
 from ckpt_harness.extensions import with_entry_points
+from ckpt_harness.targets import NotApplicable
 
 if TYPE_CHECKING:
     from ckpt_harness.catalogue.bench import Bench
     from ckpt_harness.catalogue.scenario import Scenario
     from ckpt_harness.verdict import CaseResult
+
+__all__ = ["BUILTIN_CHECKS", "Check", "NotApplicable", "get", "registry", "run_settings"]
 
 ENTRY_POINT_GROUP = "ckpt_harness.checks"
 
@@ -44,9 +50,9 @@ BUILTIN_CHECKS = {
 class Check(Protocol):
     #: The parameters a scenario may set, with their defaults.
     params: Sequence[Setting]
-    # Optionally `scripts`: True if the check also runs an unmodified script
-    # under torchrun (a `matrix --script` row, `script_bench`), or a line
-    # saying why it cannot; a check without it runs Jobs only.
+    # Optionally `requires`: the capabilities its runs need ("full_state",
+    # "overwrite_flag", ...: `targets.Capabilities`); a target lacking one
+    # makes the scenario n/a with the target's reason.
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
         """A problem with these parameters together, in words, or None."""
@@ -54,18 +60,6 @@ class Check(Protocol):
     def run(self, bench: "Bench", scenario: "Scenario", only: Optional[Sequence[str]]) -> Sequence["CaseResult"]:
         """Run the scenario's cases (only those named in `only`, if given) and
         return the oracle's results."""
-
-
-def script_mode(check: Check) -> Optional[str]:
-    """Why `check` cannot run a script (None: it can); see `Check`."""
-    says = getattr(check, "scripts", None)
-    if says is True:
-        return None
-    return says if isinstance(says, str) and says else "it runs Jobs only (it declares no scripts = True)"
-
-
-class NotApplicable(Exception):
-    """The scenario does not apply to this job; the message says why."""
 
 
 def run_settings(*names: str, **defaults: Any) -> tuple[Setting, ...]:

@@ -24,10 +24,6 @@ class Faults:
         *run_settings("save", "save_every", "keep_last", "nodes", "durability", "delay", "hang_timeout", steps=6),
         Setting("rotates", bool, False, "n/a unless the save deletes something (the job honours keep_last)"),
     )
-    #: A script row explores the script (`script_explore`); keep_last, nodes and
-    #: rotates are a Job's, so a scenario setting them is n/a there (`script_bench`).
-    scripts = True
-
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
         if params["rotates"] and params["keep_last"] is None:
             return "rotates = true needs keep_last"
@@ -38,18 +34,19 @@ class Faults:
     def run(self, bench, scenario, only: Optional[Sequence[str]] = None) -> Sequence[CaseResult]:
         from ckpt_harness.pipeline.cases import named, plan_cases, run_cases
 
-        base = bench.baseline(bench.config(scenario.params))
+        target = bench.target_for(scenario.params)
+        base = bench.baseline(target, bench.plan(scenario.params))
         nothing = base.nothing_to_break()
         if nothing is not None:
             return [nothing]
         if scenario.params["rotates"] and not _deletes(base):
-            if base.config.save != "last" and bench.job_class is not None and bench.job_class.saves_in_background():
+            if base.plan.save != "last" and target.saves_in_background():
                 # A background save is rotated in when it is published, at the next save or the end of
                 # training: only the last save's publication is in the window a case breaks.
-                base = bench.baseline(bench.config(scenario.params, save="last"))
+                base = bench.baseline(target, bench.plan(scenario.params, save="last"))
             if not _deletes(base):
-                raise NotApplicable(f"with keep_last={base.config.keep_last} save {base.k} deleted nothing: "
-                                    "the job does not rotate its checkpoints")
+                raise NotApplicable(f"with keep_last={target.values.get('keep_last')} save {base.k} deleted "
+                                    f"nothing: the {target.noun} does not rotate its checkpoints")
         cases = plan_cases(base)
         if only:
             cases = named(base, only, cases)

@@ -26,7 +26,7 @@ from ckpt_harness import oracle, phase
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import Setting
 from ckpt_harness.records import Kind
-from ckpt_harness.run import PROPAGATION, launch
+from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
 
 STATES = ("complete", "partial", "larger-world")
@@ -54,9 +54,8 @@ class Overwrite:
         Setting("overwrite", tuple, (True, False), "the values of ctx.overwrite to save with", rule=_flags),
         *run_settings("save_every", steps=6),
     )
-    scripts = ("it saves into a step directory an earlier run left with the job's ctx.overwrite on and off: "
-               "the harness cannot set a script's overwrite flag (pass it in --script and run `run --script` "
-               "on an output directory that holds a checkpoint)")
+    #: It saves with the job's ctx.overwrite on and off.
+    requires = ("overwrite_flag",)
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
         return None
@@ -65,15 +64,16 @@ class Overwrite:
         from ckpt_harness.launch import MAX_WORLD_SIZE
 
         p = scenario.params
-        # `overwrite` here lists the flag's values to try, so only the run's shape goes into the config.
-        base = bench.baseline(bench.config({"steps": p["steps"], "save_every": p["save_every"]}, save="first"))
+        # `overwrite` here lists the flag's values to try, so only the run's shape goes into the target.
+        shape = {"steps": p["steps"], "save_every": p["save_every"]}
+        base = bench.baseline(bench.target_for(shape), bench.plan(shape, save="first"), committed=True)
         if base.committed is None:
             return [oracle.cannot_judge("committed run", "live", f"the run stopped after save {base.k} failed")]
         world = bench.world_size * (2 if p["state"] == "larger-world" else 1)
         if world > MAX_WORLD_SIZE:
             raise NotApplicable(f"needs an earlier run at world size {world} (at most {MAX_WORLD_SIZE})")
-        seed = base.config.seed + (p["state"] != "complete")
-        earlier = bench.memo(("earlier run", base.config.runs, world, seed),
+        seed = base.target.values["seed"] + (p["state"] != "complete")
+        earlier = bench.memo(("earlier run", base.runs, world, seed),
                              lambda: _earlier_run(bench, base, world, seed))
         if isinstance(earlier, CaseResult):
             return [earlier]
@@ -91,9 +91,9 @@ class Overwrite:
 
 
 def _earlier_run(bench, base, world: int, seed: int) -> Union[Earlier, CaseResult]:
-    config = base.config.replace(world_size=world, seed=seed)
+    target = base.target.replace(world_size=world, seed=seed)
     root = bench.root / f"earlier-ws{world}-seed{seed}"
-    run = launch(config, "earlier run", root / "ckpt", root / "run", stop_after_save=base.k)
+    run = target.run(RunRequest("earlier run", stop_after_save=base.k), root / "ckpt", root / "run")
     problem = oracle.health(run)
     if problem is not None:
         return oracle.cannot_judge("earlier run", "live",
@@ -129,15 +129,16 @@ def _case(bench, scenario, base, earlier: Earlier, template: Path, flag: bool, c
     ckpt = case_dir / "ckpt"
     shutil.copytree(template, ckpt)
     before = _snapshot(ckpt)
-    config = base.config.replace(overwrite=flag)
-    run = launch(config, "overwriting run", ckpt, case_dir / "run", stop_after_save=base.k, trace_files=False,
-                 failure_grace=PROPAGATION)
+    target = base.target.replace(overwrite=flag)
+    run = target.run(RunRequest("overwriting run", stop_after_save=base.k, trace_files=False,
+                                failure_grace=PROPAGATION), ckpt, case_dir / "run")
     decided = oracle.judge_overwriting_save(
         case, scenario.property, run, label=label, state=state, flag=flag, earlier_saved=earlier.saved,
         before=before, after=_snapshot(ckpt), committed=_snapshot(base.committed), tops=earlier.tops, repro=repro)
     if decided is not None:
         return decided
-    resumed = launch(config, "resumed run", ckpt, case_dir / "resume", trace_files=False, failure_grace=PROPAGATION)
+    resumed = target.run(RunRequest("resumed run", trace_files=False, failure_grace=PROPAGATION), ckpt,
+                         case_dir / "resume")
     return oracle.judge_replaced(case, scenario.property, resumed, base.reference, label=label, repro=repro)
 
 

@@ -12,8 +12,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness import oracle
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
-from ckpt_harness.config import RunConfig, Setting
-from ckpt_harness.run import PROPAGATION, launch
+from ckpt_harness.config import Setting
+from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
 
 
@@ -22,8 +22,8 @@ class Reshard:
         Setting("resume_at", str, "double", "the world size to resume at, from the bench's", choices=("double", "half")),
         *run_settings("save_every", steps=6),
     )
-    scripts = ("it compares Job.full_state (the unsharded model and optimizer) between world sizes: "
-               "a script exposes no state that is the same at every world size")
+    #: The state that is the same at every world size (`Job.full_state`).
+    requires = ("full_state",)
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
         return None
@@ -31,24 +31,24 @@ class Reshard:
     def run(self, bench, scenario, only: Optional[Sequence[str]] = None) -> Sequence[CaseResult]:
         from ckpt_harness.launch import MAX_WORLD_SIZE
 
-        if not bench.job_class.reshardable():
-            raise NotApplicable("the job defines no full_state(ctx), so it claims no world-size change")
         n = bench.world_size
         m = n * 2 if scenario.params["resume_at"] == "double" else n // 2
         if not 1 <= m <= MAX_WORLD_SIZE or m == n:
             raise NotApplicable(f"world size {n} has no {scenario.params['resume_at']} in 1..{MAX_WORLD_SIZE}")
         case = f"ws{n}->ws{m}"
         repro = bench.repro(scenario, case)
-        saver = bench.config(scenario.params, RunConfig)
-        k = saver.save_steps[-1] if len(saver.save_steps) < 2 else saver.save_steps[-2]
+        saver = bench.target_for(scenario.params)
+        steps = saver.save_steps() or []
+        k = steps[-1] if len(steps) < 2 else steps[-2]
         root = bench.root / scenario.name
-        saved = launch(saver, "saving run", root / "ckpt", root / "save", stop_after_save=k, trace_files=False,
-                       full_state=True)
+        saved = saver.run(RunRequest("saving run", stop_after_save=k, trace_files=False, full_state=True),
+                          root / "ckpt", root / "save")
         failed = oracle.judge_reshard_save(case, scenario.property, saved, k, n, repro)
         if failed is not None:
             return [failed]
-        resumed = launch(saver.replace(world_size=m), "resumed run", root / "ckpt", root / "resume",
-                         trace_files=False, full_state=True, failure_grace=PROPAGATION)
+        resumed = saver.replace(world_size=m).run(
+            RunRequest("resumed run", trace_files=False, full_state=True, failure_grace=PROPAGATION), root / "ckpt",
+            root / "resume")
         return [oracle.judge_reshard(case, scenario.property, saved, resumed, k, n, m, repro)]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
-from ckpt_harness.config import RunConfig, ScriptConfig, Setting
+from ckpt_harness.config import Setting
 from ckpt_harness.verdict import CaseResult
 
 
@@ -24,32 +24,21 @@ class Resume:
     )
     #: Its results are checks of a few cases.
     unit = "checks"
-    #: A script row verifies the script (`script_mode`), judged alike.
-    scripts = True
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
         return None
 
     def run(self, bench, scenario, only: Optional[Sequence[str]] = None) -> Sequence[CaseResult]:
-        from ckpt_harness.jobref import load
-        from ckpt_harness.run import prepare_workdir
         from ckpt_harness.pipeline.verify import run_verification
+        from ckpt_harness.pipeline.workdir import prepare_workdir
 
-        config = bench.config(scenario.params, RunConfig)
-        script = isinstance(config, ScriptConfig)
+        target = bench.target_for(scenario.params)
         stop = scenario.params["stop"]
-        if stop == "hard" and script:
-            raise NotApplicable("a script's run stops where a save returns, and script mode cannot tell a "
-                                "background save from a synchronous one: give the job as a Job for a hard stop")
-        if stop == "hard" and not load(config.job).saves_in_background():
-            raise NotApplicable("the job saves synchronously: a save has landed when it returns, so a hard stop "
-                                "is the graceful one (resume-every-save)")
+        if stop == "hard" and not target.caps.has("hard_stop"):
+            raise NotApplicable(target.caps.lacks["hard_stop"])
         root = prepare_workdir(bench.root / scenario.name)
-        if script:  # a script row: judged against the golden run its explorations share
-            from ckpt_harness.pipeline.script_mode import run_script_verification
-
-            return run_script_verification(config, root, only, golden=bench.golden()).results
-        return run_verification(config, root, only, stop).results
+        # judged against the golden run its bench's explorations of the same target share
+        return run_verification(target, root, only, stop, golden=bench.golden(target)).results
 
 
 CHECK = Resume()

@@ -24,7 +24,7 @@ from ckpt_harness import oracle
 from ckpt_harness.catalogue.checks import run_settings
 from ckpt_harness.config import Setting
 from ckpt_harness.inject.faults import BLOCKING, Fault
-from ckpt_harness.run import PROPAGATION, launch
+from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
 
 
@@ -38,10 +38,8 @@ class Stall:
                 choices=("block", "frozen", "late")),
         *run_settings("save_every", delay=2.0, hang_timeout=5.0, steps=6),
     )
-    scripts = ("its peers get hang_timeout seconds from the moment the rank blocked, which a torchrun worker "
-               "cannot report (no status pipe), so there it would count from the start, and a torchrun run "
-               "spends longer starting fresh interpreters (use `explore --script --save last --faults hang`, "
-               "whose deadline is a script's)")
+    #: Its peers' grace counts from the moment a rank blocked, which the rank must report.
+    requires = ("blocked_report",)
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
         return None
@@ -50,7 +48,7 @@ class Stall:
         from ckpt_harness.pipeline.cases import Case, plan_of
 
         p = scenario.params
-        base = bench.baseline(bench.config(p, save="last"))
+        base = bench.baseline(bench.target_for(p), bench.plan(p, save="last"))
         nothing = base.nothing_to_break()
         if nothing is not None:
             return [nothing]
@@ -71,8 +69,8 @@ def _stalled(bench, scenario, base, case) -> CaseResult:
     fault, point = case.faults[0], case.points[0]
     blocked = fault.kind in BLOCKING
     run_dir = bench.root / scenario.name / case.name
-    run = launch(base.config, "stalled run", run_dir / "ckpt", run_dir / "run", faults=case.faults,
-                 blocked_grace=p["hang_timeout"] if blocked else None, failure_grace=PROPAGATION)
+    run = base.target.run(RunRequest("stalled run", faults=case.faults, blocked_grace=p["hang_timeout"] if blocked
+                                     else None, failure_grace=PROPAGATION), run_dir / "ckpt", run_dir / "run")
     what = {"hang": "blocked", "delay": f"{p['delay']:g}s late"}.get(fault.kind) or BLOCKING[fault.kind]
     label = f"rank {fault.rank} {what} before {point.op} {point.target} of {fault.phase}"
     repro = bench.repro(scenario, case.name)

@@ -1,25 +1,79 @@
-"""Judging a script's resume: its saves after the resume against the golden run's.
+"""Where a resume started, and what a run saved: judged from the records alone.
 
-A script does not report its load (there is no `ctx.loaded`), so a resume
-after save k is judged by what it saves: every save the golden run made
-after step k, per rank, bitwise, and its final state (its last save, see
-`script_runner`). A resume that saves a step the checkpoint already held
-started from scratch: a failure even when it ends equal to the golden run,
-as a script that ignores its checkpoint always does.
+A Job says where it resumed (`ctx.loaded`); one that forgot to, and every
+script, does not. Then the records still tell it: the first step it
+trained (if it names its phases) and the saves it made again. A save is
+made once per save step, so a resume that saves a step the checkpoint
+already held started before it (from scratch, as a job that never passes
+the checkpoint to its framework does, retraining to the same final state).
 
-Only saves whose step is known are matched by step; those numbered by a
-count of saves (`inject.saves`) count as the final save only.
+What a run saved is read per step and rank (`saves_by_step`, all the saves
+of one step merged), for saves whose step is known: a script's are found
+at the save entry points it calls, and those numbered by a count of saves
+(`inject.saves`) count as the final save only.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+import dataclasses
+from typing import Optional, Sequence
 
+from ckpt_harness import phase
+from ckpt_harness.inject.trace import EventKind
 from ckpt_harness.oracle import diffs
-from ckpt_harness.oracle.judges import _diff_ranks
+from ckpt_harness.oracle.problems import health
 from ckpt_harness.records import Kind, Run
 from ckpt_harness.state import Record
 from ckpt_harness.verdict import CaseResult, Verdict
+
+#: What a job adds so that its resume is judged on its state, not inferred.
+REPORT_IT = "call ctx.loaded(step) once the job has loaded (ctx.loaded(None) on a fresh start)"
+
+
+@dataclasses.dataclass(frozen=True)
+class Inferred:
+    """The step a resume started from (0: from scratch), and the evidence; step None: no evidence."""
+
+    step: Optional[int]
+    evidence: str
+
+
+def infer_start(run: Run, save_steps: Sequence[int]) -> Inferred:
+    """From what `run` did, the step it resumed from; `save_steps` are those of an uninterrupted run."""
+    trained = [s for r in run.ranks for e in r.events if e.kind is EventKind.PHASE
+               and (s := phase.step_of(e.phase, "train_step")) is not None]
+    if trained:
+        first = min(trained)
+        return Inferred(first - 1, f"its first train step was step {first}")
+    saves = sorted({rec["step"] for r in run.ranks for rec in r.records if rec["event"] == Kind.SAVED})
+    if saves:
+        start = max((s for s in save_steps if s < saves[0]), default=0)
+        return Inferred(start, f"its first save was step {saves[0]}")
+    if save_steps and health(run) is None and run.states(Kind.FINAL) is not None:
+        return Inferred(save_steps[-1], f"it finished without saving, so after the last save (step {save_steps[-1]})")
+    return Inferred(None, "it neither trained nor saved a step the records show")
+
+
+def judge_unreported_load(case: str, resumed: Run, step: int, save_steps: Sequence[int],
+                          repro: Optional[str]) -> Optional[CaseResult]:
+    """"load step" of a resume after save `step` that no rank reported; None
+    when nothing can be said and the run already failed (its "live" says why)."""
+    inferred = infer_start(resumed, save_steps)
+    silent = f"the job never reported its load (ctx.loaded), and {inferred.evidence}"
+    if inferred.step == step:
+        return CaseResult(case, "load step", Verdict.PASS,
+                          f"{silent}: it resumed from step {step} (to compare the state after load, {REPORT_IT})")
+    if inferred.step == 0:
+        return CaseResult(case, "load step", Verdict.FAIL, f"the job never resumed: {silent}, though the directory "
+                                                           f"held the checkpoint of step {step}", repro=repro)
+    if inferred.step is not None:
+        return CaseResult(case, "load step", Verdict.FAIL,
+                          f"{silent}: it resumed from step {inferred.step}, expected {step}", repro=repro)
+    if health(resumed) is not None:
+        return None
+    return CaseResult(case, "load step", Verdict.UNKNOWN, f"{silent}: nothing tells where it resumed; {REPORT_IT}",
+                      repro=repro)
+
 
 #: What a script adds when its saves' steps cannot be told from them.
 NAME_THE_STEP = "wrap the save in `with ckpt_harness.saving(step):` (one line) so each save names its step"
@@ -68,17 +122,18 @@ def judge_stopped(case: str, stopped: Run, step: int, ranks: frozenset[int]) -> 
                       f"{', '.join(map(str, missing))}: it did not save as the golden run did")
 
 
-def judge_deterministic_saves(case: str, golden: Run, stopped: Run, step: int) -> Optional[CaseResult]:
-    """UNKNOWN when two identical runs already differ at save `step`."""
+def judge_deterministic(case: str, golden: Run, stopped: Run, step: int) -> Optional[CaseResult]:
+    """UNKNOWN when two identical runs already differ at save `step`: nothing to judge against."""
     a, b = saves_by_step(golden).get(step), saves_by_step(stopped).get(step)
     if not a or not b:
         return None
-    problems = _diff_ranks(a, b)
+    problems = diffs.by_rank(a, b)
     if not problems:
         return None
     return CaseResult(case, "deterministic", Verdict.UNKNOWN,
                       f"two identical runs differ at save {step}: {diffs.summary(problems)}; seed every source "
-                      "of randomness and make the data order a function of the step", diffs.listing(problems))
+                      "of randomness (a Job's from ctx.seed) and make the data order a function of the step",
+                      diffs.listing(problems))
 
 
 def judge_resume_point(case: str, resumed: Run, step: int, repro: Optional[str]) -> CaseResult:
@@ -109,7 +164,7 @@ def judge_later_saves(case: str, golden: Run, resumed: Run, step: int, repro: Op
             return CaseResult(case, "saves after resume", Verdict.FAIL,
                               f"save {s} never returned on rank(s) {', '.join(map(str, missing))} after the "
                               f"resume (the uninterrupted run made it)", repro=repro)
-        problems = _diff_ranks(expected[s], got)
+        problems = diffs.by_rank(expected[s], got)
         if problems:
             return CaseResult(case, "saves after resume", Verdict.FAIL,
                               f"save {s} differs from the uninterrupted run's: {diffs.summary(problems)}",

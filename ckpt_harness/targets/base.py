@@ -1,0 +1,166 @@
+"""What every target is: the seam between the thing under test and the pipelines that judge it.
+
+A `Job` on the warm fork server and an unmodified script under torchrun
+differ in how they are started, what they can report and what the harness
+can set for them; they do not differ in what is asked of them. So the
+pipelines, checks, benches, the matrix and both surfaces hold a `Target`
+and ask it: run this (`RunRequest`), which steps did you save, how do I
+replay you. What a target cannot do is a capability it lacks, with the
+reason a user reads in an n/a cell (`Capabilities.lacks`), never a branch
+on its class. This is DCP's split of a storage writer from the planner,
+and torch elastic's `start_processes` taking a function or a binary behind
+one `PContext`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from pathlib import Path
+from typing import Any, Mapping, Optional, Protocol, runtime_checkable
+
+from ckpt_harness.inject.faults import Fault
+from ckpt_harness.records import Run
+
+#: How long peers of a failed rank get to fail too in a case before the run
+#: counts as stuck; also the budget of the *live* property.
+PROPAGATION = 1.0
+#: The same for runs that only set the stage (golden, stopped runs).
+FAILURE_GRACE = 5.0
+
+
+class Stop(enum.Enum):
+    """How a run told to stop after a save ends there."""
+
+    #: Every rank that made the save stops once it returned (and, for a job
+    #: saving in the background, once that save landed): a preemption.
+    GRACEFUL = "graceful"
+    #: At once, the background save still in flight (`Capabilities` "hard_stop").
+    HARD = "hard"
+    #: The first rank there dies, and the launcher restarts the group
+    #: (`Capabilities` "launcher_restart").
+    CRASH = "crash"
+
+
+@dataclasses.dataclass(frozen=True)
+class RunRequest:
+    """One run of a target, as the pipelines ask for it."""
+
+    #: What the run is for ("golden", "stopped run", ...): its reports name it.
+    name: str
+    #: Stop right after this save (see `stop`); None runs to the end.
+    stop_after_save: Optional[int] = None
+    stop: Stop = Stop.GRACEFUL
+    #: Armed in the run, each firing once.
+    faults: tuple[Fault, ...] = ()
+    #: Log every byte written under the checkpoint directory (the power-loss model).
+    log_data: bool = False
+    #: Probe file operations too; runs whose file trace nobody reads skip them.
+    trace_files: bool = True
+    #: Record the world-size independent state too (capability "full_state").
+    full_state: bool = False
+    #: Seconds the run may take; None: the target's own timeout.
+    deadline: Optional[float] = None
+    #: Once a rank failed, how long its peers get to fail too.
+    failure_grace: float = FAILURE_GRACE
+    #: Once a rank reported that an armed fault blocked it for good, how long
+    #: its peers get; None: only the deadline cuts the run.
+    blocked_grace: Optional[float] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a target can do; for each thing it cannot, why, in a user's words.
+
+    Names of capabilities a target may lack: "hard_stop", "launcher_restart",
+    "full_state", "overwrite_flag", "keep_last", "simulated_nodes",
+    "backend", "blocked_report". A check declares the ones it needs
+    (`requires`) and is n/a, with the reason here, on a target lacking one.
+    """
+
+    #: It tells the harness where a resume started (`ctx.loaded`) and when a
+    #: background save was published (`ctx.published`); else the start is
+    #: inferred from what the resumed run did, and no save counts as published.
+    reports: bool
+    #: Its save steps are known before its golden run (else the golden run tells).
+    steps_known: bool
+    #: Its final state is its live state at the end (a Job's `state`), not
+    #: what it handed its last save (a script's): a rank that saves nothing
+    #: after a resume still ends in a state that can be compared.
+    live_state: bool
+    #: A run stopped after save k parks every rank as that save ends, so what
+    #: it leaves is the golden trace cut there (a script's ranks go on to
+    #: their next save until the group is torn down).
+    parks: bool
+    lacks: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    def has(self, capability: str) -> bool:
+        return capability not in self.lacks
+
+
+class NotApplicable(Exception):
+    """The scenario does not apply to this target; the message says why."""
+
+
+@runtime_checkable
+class Target(Protocol):
+    """The thing under test and how it is started; picked by `targets.resolve`."""
+
+    #: What a report is about: a job's name, a script's command.
+    name: str
+    #: Its row in a matrix (a script's command without directories).
+    row: str
+    #: What reports call it: "job", "script".
+    noun: str
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def timeout(self) -> float: ...
+
+    @property
+    def caps(self) -> Capabilities: ...
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """Every setting of the target by name, defaults included (what a report records)."""
+
+    def preflight(self) -> None:
+        """Refuse what cannot run here (UsageError, Unavailable), before any run."""
+
+    def run(self, request: RunRequest, ckpt_dir: Path, run_dir: Path) -> Run:
+        """One group run on `ckpt_dir`, recorded under `run_dir`; its records, trace and outcome."""
+
+    def knowing(self, golden: Run) -> "Target":
+        """This target once its golden run made its saves (steps, savers, background)."""
+
+    def save_steps(self) -> Optional[list[int]]:
+        """The steps it saves at; None until `knowing` told them."""
+
+    def savers(self, step: int) -> Optional[frozenset[int]]:
+        """The ranks that make save `step` (None: every rank)."""
+
+    def saves_in_background(self) -> bool:
+        """Does a save go on landing after it returned (an async checkpoint)?"""
+
+    def with_settings(self, params: Mapping[str, Any]) -> "Target":
+        """This target with a scenario's run settings (those it takes); raises
+        `NotApplicable` for a setting it cannot honour."""
+
+    def replace(self, **changes: Any) -> "Target":
+        """This target with other run settings (world size, seed, overwrite...)."""
+
+    def plan_defaults(self) -> Mapping[str, Any]:
+        """Explore settings this target keeps as its own whatever a scenario
+        says (a torchrun run's deadlines are not a fork server's)."""
+
+    def bench_args(self) -> list[str]:
+        """The options of `ckpt-harness scenario` that run on this target again."""
+
+    def repro(self, command: str, plan: Mapping[str, Any] = {}, case: Optional[str] = None) -> str:
+        """The shell line that replays `case` of `command` on this target."""
+
+    def shell(self, args: list[str]) -> str:
+        """`ckpt-harness ARGS` as a shell line that finds this target where it is."""
+

@@ -1,0 +1,141 @@
+"""A `Job` subclass on the warm fork server: the target the harness drives itself.
+
+The harness owns the loop (`rankside.job`), so it knows the save steps up
+front, hears where a resume started (`ctx.loaded`), can set rotation and
+the overwrite flag, simulate nodes and park every rank where it wants.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import shlex
+from pathlib import Path
+from typing import Any, ClassVar, Mapping, Optional
+
+from ckpt_harness import jit
+from ckpt_harness.config import ExploreConfig, RunConfig, cli_args, settings_of, shown
+from ckpt_harness.errors import BackendUnavailable, UsageError
+from ckpt_harness.jobref import load
+from ckpt_harness.launch import GroupSpec, run_group
+from ckpt_harness.records import Run
+from ckpt_harness.targets.base import Capabilities, RunRequest, Stop
+
+#: Run settings a bench fixes for all its scenarios: a scenario never sets them.
+BENCH = ("world_size", "timeout")
+
+
+@dataclasses.dataclass(frozen=True)
+class JobTarget:
+    config: RunConfig
+    #: Each command's settings, whose defaults a repro line leaves out.
+    COMMANDS: ClassVar[Mapping[str, type]] = {"run": RunConfig, "explore": ExploreConfig}
+    noun: ClassVar[str] = "job"
+
+    @property
+    def name(self) -> str:
+        return self.config.job.display
+
+    @property
+    def row(self) -> str:
+        return self.name
+
+    @property
+    def world_size(self) -> int:
+        return self.config.world_size
+
+    @property
+    def timeout(self) -> float:
+        return self.config.timeout
+
+    @functools.cached_property
+    def job_class(self) -> type:
+        return load(self.config.job)
+
+    @functools.cached_property
+    def caps(self) -> Capabilities:
+        cls = self.job_class
+        lacks = {"launcher_restart": "a Job's group is run by the harness's fork server, which restarts nothing "
+                                     "(torchrun's restart path is a script's: run --script --max-restarts)"}
+        if not cls.saves_in_background():
+            lacks["hard_stop"] = ("the job saves synchronously: a save has landed when it returns, so a hard stop "
+                                  "is the graceful one (resume-every-save)")
+        if not cls.reshardable():
+            lacks["full_state"] = "the job defines no full_state(ctx), so it claims no world-size change"
+        return Capabilities(reports=True, steps_known=True, live_state=True, parks=True, lacks=lacks)
+
+    @property
+    def values(self) -> dict[str, Any]:
+        return self.config.values
+
+    def preflight(self) -> None:
+        """Refuse a backend this machine cannot run, before any group is started."""
+        if self.config.backend != "nccl":
+            return
+        import torch
+
+        found = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if found < self.world_size:
+            raise BackendUnavailable(
+                f"backend nccl needs {self.world_size} CUDA devices, found {found}; use backend='gloo'")
+
+    def run(self, request: RunRequest, ckpt_dir: Path, run_dir: Path) -> Run:
+        from ckpt_harness.rankside.job import RunPlan  # the rank-side payload
+
+        if request.stop is Stop.CRASH:
+            raise UsageError(f"job {self.name}: {self.caps.lacks['launcher_restart']}")
+        config, cls = self.config, self.job_class
+        jit.ensure_built(cls.jit_ops())  # before the deadline starts: a build is not the job's time
+        plan = RunPlan(
+            job=config.job, ckpt_dir=str(ckpt_dir), seed=config.seed, total_steps=config.steps,
+            save_every=config.save_every, keep_last=config.keep_last, overwrite=config.overwrite,
+            stop_after_save=request.stop_after_save, hard_stop=request.stop is Stop.HARD, faults=request.faults,
+            log_data=request.log_data, trace_files=request.trace_files, full_state=request.full_state,
+        )
+        spec = GroupSpec(
+            world_size=config.world_size, entry="ckpt_harness.rankside.job:run_rank", payload=plan, run_dir=run_dir,
+            deadline=request.deadline or config.timeout, backend=config.backend, nodes=config.nodes,
+            preload=tuple(cls.preload), env=dict(cls.env), failure_grace=request.failure_grace,
+            blocked_grace=request.blocked_grace,
+            warmup=("ckpt_harness.rankside.job:warm_up", (config.job, config.world_size, config.seed))
+            if cls.warm_start and config.backend == "gloo" else None,
+        )
+        return Run.collect(request.name, run_dir, run_group(spec))
+
+    def knowing(self, golden: Run) -> "JobTarget":
+        return self  # a Job's saves are known from its settings
+
+    def save_steps(self) -> Optional[list[int]]:
+        return self.config.save_steps
+
+    def savers(self, step: int) -> Optional[frozenset[int]]:
+        return None
+
+    def saves_in_background(self) -> bool:
+        return self.job_class.saves_in_background()
+
+    def with_settings(self, params: Mapping[str, Any]) -> "JobTarget":
+        takes = settings_of(RunConfig)
+        return self.replace(**{name: value for name, value in params.items() if name in takes and name not in BENCH})
+
+    def replace(self, **changes: Any) -> "JobTarget":
+        return JobTarget(self.config.replace(**changes)) if changes else self
+
+    def plan_defaults(self) -> Mapping[str, Any]:
+        return {}
+
+    def cli_args(self, command: str, plan: Mapping[str, Any] = {}) -> list[str]:
+        settings = settings_of(self.COMMANDS.get(command, RunConfig))
+        return ["--job", self.name, *cli_args({**self.values, **plan}, settings)]
+
+    def bench_args(self) -> list[str]:
+        """What `ckpt-harness scenario` takes to run on this target again (a bench's world size and timeout)."""
+        return ["--job", self.name, "--world-size", shown(self.world_size), "--timeout", shown(self.timeout)]
+
+    def repro(self, command: str, plan: Mapping[str, Any] = {}, case: Optional[str] = None) -> str:
+        return self.shell([command, *self.cli_args(command, plan), *(["--case", case] if case else [])])
+
+    def shell(self, args: list[str]) -> str:
+        """`ckpt-harness ARGS` as a shell line that finds the job where it is importable."""
+        root = self.config.job.root
+        return (f"PYTHONPATH={shlex.quote(root)} " if root else "") + shlex.join(["ckpt-harness", *args])
