@@ -20,14 +20,15 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.inject.corrupt import CORRUPTIONS, DEFAULT_CORRUPTIONS, UNSAFE_PICKLE
-from ckpt_harness.inject.faults import BLOCKING, KINDS, OPS
+from ckpt_harness.inject.faults import BLOCKING, FAULT_KINDS, KINDS, OPS
 from ckpt_harness.jobref import JobRef
 from ckpt_harness.launch import MAX_WORLD_SIZE
 
 #: What `explore` injects unless told otherwise. The kinds that block a rank
 #: for good (hang, sigstop, gil) cost a deadline per case and delay a sleep:
 #: all opt-in.
-DEFAULT_FAULTS = ("crash", "crash-mid", "torn", "error", "eio", "enospc", "power-loss")
+DEFAULT_FAULTS = tuple(k.name for k in sorted((k for k in FAULT_KINDS if k.default is not None),
+                                              key=lambda k: k.default))
 SAVES = ("first", "second", "last")
 
 

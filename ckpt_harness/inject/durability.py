@@ -104,7 +104,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Optional
 
 from ckpt_harness.errors import ModelError
-from ckpt_harness.inject.faults import BLOCKING
+from ckpt_harness.inject.faults import FAULT_KINDS
 
 #: Durability modes; see the module docstring.
 MODES = ("strict", "ordered")
@@ -129,9 +129,9 @@ NO_EFFECT = ("buffered-write",)
 #: Fault kinds (trace "fault" events) after which the faulted operation, recorded
 #: right after the fault, still takes place (as recorded: a torn write records
 #: the prefix that landed) ...
-FAULTS_PERFORMED = ("delay", "crash-after", "crash-mid", "torn")
+FAULTS_PERFORMED = tuple(k.name for k in FAULT_KINDS if k.performed)
 #: ... and those that stop it before it runs.
-FAULTS_NOT_PERFORMED = ("crash", "power-loss", "error", "eio", "enospc", *BLOCKING)
+FAULTS_NOT_PERFORMED = tuple(k.name for k in FAULT_KINDS if not k.performed)
 
 #: Fields that make an event of an unknown kind look like a file-system
 #: operation the model would have to understand (instead of ignore).

@@ -5,12 +5,21 @@ operation) that one rank performs during one phase ("save 4"). Points are
 counted per rank and phase, so they are stable from the traced clean run to
 the faulted one as long as the job is deterministic, whatever happened in
 the phases before.
+
+What the harness knows of a kind is one row of `FAULT_KINDS`, so that adding
+a kind cannot leave a table elsewhere silently behind: the oracle, the
+power-loss model, the case planner and the settings derive their views
+(`KINDS`, `BLOCKING`, `durability.FAULTS_NOT_PERFORMED`,
+`properties.CRASHES`, `cases.SEVERITY`, `config.DEFAULT_FAULTS`...) from the
+rows. Kinds that act on the operation itself (crash-after, crash-mid, torn)
+also need their code in the probes (`inject.probes`, `inject.files`).
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import enum
 import errno
 import itertools
 import os
@@ -27,41 +36,184 @@ from ckpt_harness import phase
 #: that reach the file.
 FILE_OPS = ("open", "buffered-write", "write", "fsync", "rename", "unlink", "mkdir", "rmdir", "rmtree")
 OPS = ("collective", *FILE_OPS)
-
-#: kind -> operations it applies to, and a line for `--help` and reports.
-KINDS: dict[str, tuple[tuple[str, ...], str]] = {
-    "crash": (OPS, "SIGKILL the rank just before the operation"),
-    "crash-after": (OPS, "SIGKILL the rank right after the operation"),
-    "crash-mid": (("write",), "SIGKILL the rank halfway through a kernel write: a prefix stays on disk"),
-    # Not at collectives: a collective that raises on one rank only is not
-    # physical (a broken transport fails the peers too), and a rank that
-    # dies there is `crash`.
-    "error": (FILE_OPS, "raise an exception from the file operation"),
-    "eio": (("open", "write", "fsync", "rename"), "fail the operation with OSError(EIO)"),
-    "enospc": (("open", "write", "mkdir"), "fail the operation with OSError(ENOSPC)"),
-    "torn": (("write",), "only a prefix of the write lands, the call reports success"),
-    "hang": (OPS, "block forever before the operation"),
-    "sigstop": (OPS, "stop the rank with SIGSTOP before the operation: neither dead nor raising, its sockets "
-                     "open, none of its threads running"),
-    "gil": (OPS, "hold the GIL in a C loop before the operation: no Python code of the rank runs again, "
-                 "its signal handlers and helper threads included"),
-    "delay": (OPS, "sleep before the operation (rank skew), then go on"),
-    "power-loss": (OPS, "the machine loses power before the operation: every rank stops and the "
-                        "checkpoint directory keeps only what was durable"),
-}
 DEFAULT_DELAY = 0.5
-#: Kinds after which the rank never goes on by itself, and how a report says
-#: where it is: a run with one is cut `hang_timeout` after it fired (under
-#: torchrun, whose workers cannot report it, `hang_timeout` after the start).
-BLOCKING: dict[str, str] = {
-    "hang": "blocked by the injected hang",
-    "sigstop": "stopped by the injected SIGSTOP",
-    "gil": "holding the GIL in a C loop (injected gil fault)",
-}
 
 
 class InjectedError(RuntimeError):
     """The exception an `error` fault raises; its message names the point."""
+
+
+# -- what a kind does before the operation ------------------------------------------------------
+#: (injector, fault, op, what): run in the rank right before the faulted operation.
+Action = Callable[["Injector", "Fault", str, str], None]
+
+
+def die() -> None:
+    """SIGKILL ourselves: no finally, no atexit, no flush, like a real crash."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(60)  # the signal is asynchronous; never run on
+
+
+def block() -> None:
+    while True:
+        time.sleep(3600)
+
+
+def hold_gil() -> None:
+    """Spin in C with the GIL held, for ever, as a C extension stuck in a loop does.
+
+    `deque(..., maxlen=0)` drains an endless `repeat` inside one C call: no
+    bytecode runs, nothing is allocated, and the eval loop that would hand
+    the GIL to another thread or run a Python signal handler is never
+    reached. So the rank's Python threads (the flight recorder's dumper
+    among them) and its Python signal handlers are frozen, while its C++
+    threads and C signal handlers (faulthandler) still run. A pathological
+    `re` match would not do: the regex engine calls PyErr_CheckSignals every
+    few thousand steps, which runs Python handlers. Needs a GIL (CPython
+    built without free threading).
+    """
+    collections.deque(itertools.repeat(None), maxlen=0)
+
+
+def _crash(injector: Injector, f: Fault, op: str, what: str) -> None:
+    die()
+
+
+def _raise_injected(injector: Injector, f: Fault, op: str, what: str) -> None:
+    raise InjectedError(f"ckpt_harness injected an error into {op} {what}")
+
+
+def _raise_os(code: int) -> Action:
+    def act(injector: Injector, f: Fault, op: str, what: str) -> None:
+        raise OSError(code, f"ckpt_harness injected {errno.errorcode[code]} into {op}", what)
+    return act
+
+
+def _block(stop: Callable[[], None]) -> Action:
+    def act(injector: Injector, f: Fault, op: str, what: str) -> None:
+        injector.on_block()  # its peers' budget starts now, whatever the run took to get here
+        stop()
+        block()  # a stopped rank is continued only for the harness to take its stack: go no further
+    return act
+
+
+def _sigstop() -> None:
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def _sleep(injector: Injector, f: Fault, op: str, what: str) -> None:
+    time.sleep(f.seconds)
+
+
+# -- the kinds -----------------------------------------------------------------------------------
+class Family(enum.Enum):
+    """What the job sees of a fault: that, not the mechanism, decides the
+    property its cases judge (`oracle.properties.FAMILY_PROPERTY`)."""
+
+    #: The save stops and nobody tells the job: the rank dies or freezes, or the machine goes dark.
+    CRASH = "crash"
+    #: The operation fails and says so: the save raises.
+    ERROR = "error"
+    #: The operation reports success, but what landed is not what was written.
+    DAMAGE = "damage"
+    #: Nothing fails; only the timing between ranks changes.
+    DELAY = "delay"
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultKind:
+    """One fault kind, whole: each field stands for a table that some module
+    used to keep for itself, and could forget a kind in."""
+
+    #: What `--faults`, case names and reports call it.
+    name: str
+    #: Its line in `ckpt-harness list`.
+    help: str
+    #: The operations it can be armed at (of `OPS`).
+    ops: tuple[str, ...]
+    family: Family
+    #: Whether the operation it precedes still takes place (as the trace records it: a torn
+    #: write records the prefix that landed); the power-loss replay relies on it.
+    performed: bool
+    #: Its rank when a plan of several faults is judged as one kind (`cases.dominant`): 0 is the most severe.
+    severity: int
+    #: What the rank does right before the operation; None for the kinds that need the
+    #: operation itself (half a write, the moment after it): the probes carry those out.
+    before: Optional[Action] = None
+    #: For a kind after which the rank never goes on by itself: how a report says where it
+    #: is. A run with one is cut `hang_timeout` after it fired (under torchrun, whose workers
+    #: cannot report it, `hang_timeout` after the start).
+    blocks: Optional[str] = None
+    #: Why the directory its case leaves may be derived from the golden run's trace instead
+    #: of running the faulted save (`cases._derived` decides when); None: never derived.
+    derivable: Optional[str] = None
+    #: Its place among the kinds `explore` injects unless told otherwise (that order is the
+    #: order of a point's cases in a report); None for an opt-in kind.
+    default: Optional[int] = None
+
+
+_NO_PEER_WAITS = "no peer waits on the crashed rank, so each ends its save as in the golden run"
+
+#: Every fault kind, in the order `ckpt-harness list` and `--help` show them.
+FAULT_KINDS: tuple[FaultKind, ...] = (
+    FaultKind("crash", "SIGKILL the rank just before the operation", OPS, Family.CRASH,
+              performed=False, severity=1, before=_crash, derivable=_NO_PEER_WAITS, default=0),
+    FaultKind("crash-after", "SIGKILL the rank right after the operation", OPS, Family.CRASH,
+              performed=True, severity=3, derivable=_NO_PEER_WAITS),
+    FaultKind("crash-mid", "SIGKILL the rank halfway through a kernel write: a prefix stays on disk", ("write",),
+              Family.CRASH, performed=True, severity=2, default=1),
+    # Not at collectives: a collective that raises on one rank only is not
+    # physical (a broken transport fails the peers too), and a rank that
+    # dies there is `crash`.
+    FaultKind("error", "raise an exception from the file operation", FILE_OPS, Family.ERROR,
+              performed=False, severity=7, before=_raise_injected, default=3),
+    FaultKind("eio", "fail the operation with OSError(EIO)", ("open", "write", "fsync", "rename"), Family.ERROR,
+              performed=False, severity=8, before=_raise_os(errno.EIO), default=4),
+    FaultKind("enospc", "fail the operation with OSError(ENOSPC)", ("open", "write", "mkdir"), Family.ERROR,
+              performed=False, severity=9, before=_raise_os(errno.ENOSPC), default=5),
+    FaultKind("torn", "only a prefix of the write lands, the call reports success", ("write",), Family.DAMAGE,
+              performed=True, severity=10, default=2),
+    FaultKind("hang", "block forever before the operation", OPS, Family.CRASH,
+              performed=False, severity=4, before=_block(lambda: None), blocks="blocked by the injected hang"),
+    FaultKind("sigstop", "stop the rank with SIGSTOP before the operation: neither dead nor raising, its sockets "
+                         "open, none of its threads running", OPS, Family.CRASH,
+              performed=False, severity=5, before=_block(_sigstop), blocks="stopped by the injected SIGSTOP"),
+    FaultKind("gil", "hold the GIL in a C loop before the operation: no Python code of the rank runs again, "
+                     "its signal handlers and helper threads included", OPS, Family.CRASH,
+              performed=False, severity=6, before=_block(lambda: hold_gil()),  # looked up late: a test stands in
+              blocks="holding the GIL in a C loop (injected gil fault)"),
+    FaultKind("delay", "sleep before the operation (rank skew), then go on", OPS, Family.DELAY,
+              performed=True, severity=11, before=_sleep),
+    FaultKind("power-loss", "the machine loses power before the operation: every rank stops and the "
+                            "checkpoint directory keeps only what was durable", OPS, Family.CRASH,
+              performed=False, severity=0, before=_crash, derivable="every rank stops at once", default=6),
+)
+BY_NAME: dict[str, FaultKind] = {k.name: k for k in FAULT_KINDS}
+
+
+def _check(rows: tuple[FaultKind, ...]) -> None:
+    """Refuse a table with holes or ties in its orders at import, before
+    `cases.dominant` or `config.DEFAULT_FAULTS` would pick among them arbitrarily."""
+    problems = []
+    if len({k.name for k in rows}) != len(rows):
+        problems.append("a name used twice")
+    if sorted(k.severity for k in rows) != list(range(len(rows))):
+        problems.append("severities are not 0..n-1")
+    defaults = sorted(k.default for k in rows if k.default is not None)
+    if defaults != list(range(len(defaults))):
+        problems.append("defaults are not 0..m-1")
+    problems += [f"{k.name}: ops {k.ops} not among OPS" for k in rows if not k.ops or not set(k.ops) <= set(OPS)]
+    problems += [f"{k.name}: blocks, yet its operation is performed" for k in rows if k.blocks and k.performed]
+    if problems:
+        raise AssertionError(f"inject.faults.FAULT_KINDS: {'; '.join(problems)}")
+
+
+_check(FAULT_KINDS)
+
+#: kind -> operations it applies to, and its line for `ckpt-harness list`.
+KINDS: dict[str, tuple[tuple[str, ...], str]] = {k.name: (k.ops, k.help) for k in FAULT_KINDS}
+#: Kinds after which the rank never goes on by itself -> how a report says where it is.
+BLOCKING: dict[str, str] = {k.name: k.blocks for k in FAULT_KINDS if k.blocks is not None}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +230,7 @@ class Fault:
             raise ValueError(f"unknown fault kind {self.kind!r}: choose from {', '.join(KINDS)}")
 
     def applies_to(self, op: str) -> bool:
-        return op in KINDS[self.kind][0]
+        return op in BY_NAME[self.kind].ops
 
     @property
     def label(self) -> str:
@@ -111,7 +263,7 @@ def parse_plan(name: str) -> "tuple[Fault, ...]":
 
 
 def applicable_kinds(op: str, kinds: tuple[str, ...]) -> list[str]:
-    return [k for k in kinds if op in KINDS[k][0]]
+    return [k for k in kinds if op in BY_NAME[k].ops]
 
 
 class Injector:
@@ -144,48 +296,7 @@ class Injector:
     # -- what the faults do -------------------------------------------------
     def before(self, f: Fault, op: str, what: str) -> None:
         """Act on `f` before the operation runs (kinds that need the op itself
-        — crash-after, crash-mid, torn — are handled by the probe)."""
-        if f.kind in ("crash", "power-loss"):
-            die()
-        elif f.kind == "error":
-            raise InjectedError(f"ckpt_harness injected an error into {op} {what}")
-        elif f.kind == "eio":
-            raise OSError(errno.EIO, f"ckpt_harness injected EIO into {op}", what)
-        elif f.kind == "enospc":
-            raise OSError(errno.ENOSPC, f"ckpt_harness injected ENOSPC into {op}", what)
-        elif f.kind in BLOCKING:
-            self.on_block()  # its peers' budget starts now, whatever the run took to get here
-            if f.kind == "sigstop":
-                os.kill(os.getpid(), signal.SIGSTOP)
-            if f.kind == "gil":
-                hold_gil()
-            block()  # a stopped rank is continued only for the harness to take its stack: go no further
-        elif f.kind == "delay":
-            time.sleep(f.seconds)
-
-
-def block() -> None:
-    while True:
-        time.sleep(3600)
-
-
-def hold_gil() -> None:
-    """Spin in C with the GIL held, for ever, as a C extension stuck in a loop does.
-
-    `deque(..., maxlen=0)` drains an endless `repeat` inside one C call: no
-    bytecode runs, nothing is allocated, and the eval loop that would hand
-    the GIL to another thread or run a Python signal handler is never
-    reached. So the rank's Python threads (the flight recorder's dumper
-    among them) and its Python signal handlers are frozen, while its C++
-    threads and C signal handlers (faulthandler) still run. A pathological
-    `re` match would not do: the regex engine calls PyErr_CheckSignals every
-    few thousand steps, which runs Python handlers. Needs a GIL (CPython
-    built without free threading).
-    """
-    collections.deque(itertools.repeat(None), maxlen=0)
-
-
-def die() -> None:
-    """SIGKILL ourselves: no finally, no atexit, no flush, like a real crash."""
-    os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(60)  # the signal is asynchronous; never run on
+        — crash-after, crash-mid, torn — have no `before`: the probe acts)."""
+        act = BY_NAME[f.kind].before
+        if act is not None:
+            act(self, f, op, what)

@@ -6,8 +6,8 @@ import dataclasses
 from typing import Optional
 
 from ckpt_harness.errors import ModelError
-from ckpt_harness.inject.corrupt import UNSAFE_PICKLE
-from ckpt_harness.inject.faults import BLOCKING
+from ckpt_harness.inject.corrupt import CORRUPTIONS, UNSAFE_PICKLE
+from ckpt_harness.inject.faults import BY_NAME, FAULT_KINDS, Family
 from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind
 
 PROPERTIES = {
@@ -24,25 +24,29 @@ PROPERTIES = {
     "safe-loading": "loading a checkpoint never runs code its files carry (a malicious pickle is refused or ignored)",
 }
 
+#: The property the cases of each family of fault kinds judge.
+FAMILY_PROPERTY = {Family.CRASH: "atomic", Family.ERROR: "preserving", Family.DAMAGE: "detecting",
+                   Family.DELAY: "skew-safe"}
 #: Fault kinds whose cases break a save without telling the job (crash-like).
-CRASHES = ("crash", "crash-after", "crash-mid", *BLOCKING, "power-loss")
+CRASHES = tuple(k.name for k in FAULT_KINDS if k.family is Family.CRASH)
 #: Fault kinds the job is told about: the save raises.
-ERRORS = ("error", "eio", "enospc")
+ERRORS = tuple(k.name for k in FAULT_KINDS if k.family is Family.ERROR)
 
 
 def property_for(kind: str) -> str:
-    """The property a case of fault (or corruption) `kind` judges."""
-    if kind in CRASHES:
-        return "atomic"
-    if kind in ERRORS:
-        return "preserving"
-    if kind == "delay":
-        return "skew-safe"
-    if kind == "power-loss-after":
+    """The property a case of fault (or corruption) `kind` judges. A kind
+    known nowhere is a harness bug, refused rather than judged under a
+    property chosen by default."""
+    if kind in BY_NAME:
+        return FAMILY_PROPERTY[BY_NAME[kind].family]
+    if kind == "power-loss-after":  # a case kind (`cases.POWER_LOSS_AFTER`), no fault kind
         return "durable"
     if kind == UNSAFE_PICKLE:
         return "safe-loading"
-    return "detecting"  # torn writes and corruption
+    if kind in CORRUPTIONS:
+        return "detecting"
+    raise ModelError(f"no property is defined for case kind {kind!r}: neither a fault kind "
+                     "(inject.faults.FAULT_KINDS) nor a corruption (inject.corrupt.CORRUPTIONS)")
 
 
 def expected(prop: str, save_returned: bool, has_prev: bool) -> str:

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Optional, Sequence
 from ckpt_harness import oracle, phase
 from ckpt_harness.errors import UsageError
 from ckpt_harness.inject import corrupt, durability, payload
-from ckpt_harness.inject.faults import BLOCKING, Fault, applicable_kinds, parse_plan, plan_label
+from ckpt_harness.inject.faults import BLOCKING, BY_NAME, FAULT_KINDS, Fault, applicable_kinds, parse_plan, plan_label
 from ckpt_harness.inject.trace import Event, EventKind, fields
 from ckpt_harness.pipeline.baseline import Baseline, Point
 from ckpt_harness.pipeline.resumes import DirState
@@ -31,7 +31,7 @@ from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
 
 #: The kind of a multi-fault plan whose property is judged, most severe first.
-SEVERITY = ("power-loss", "crash", "crash-mid", "crash-after", *BLOCKING, "error", "eio", "enospc", "torn", "delay")
+SEVERITY = tuple(k.name for k in sorted(FAULT_KINDS, key=lambda k: k.severity))
 POWER_LOSS_AFTER = "power-loss-after"
 
 
@@ -193,12 +193,8 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
     return _explain_power_loss(result, lost, plan.durability)
 
 
-_DERIVED_WHY = {
-    "power-loss": "every rank stops at once",
-    POWER_LOSS_AFTER: "every rank stops at once",
-    "crash": "no peer waits on the crashed rank, so each ends its save as in the golden run",
-    "crash-after": "no peer waits on the crashed rank, so each ends its save as in the golden run",
-}
+_DERIVED_WHY = {**{k.name: k.derivable for k in FAULT_KINDS if k.derivable},
+                POWER_LOSS_AFTER: BY_NAME["power-loss"].derivable}
 
 
 def _derived(baseline: Baseline, case: Case, ckpt: Path) -> Optional[tuple[bool, Optional[durability.PowerLoss]]]:
