@@ -1,0 +1,491 @@
+"""The package's architecture as tests: no import cycles, no upward imports, a rank side that knows no controller,
+Job-vs-script decided in one place, and a small top level.
+
+Why these rules: the harness is layered (foundations, launch, inject, rank side, config/targets, oracle,
+pipelines, catalogue, surfaces; the architecture review of 2026-11, section 1), but only by habit. Before
+this test nothing stopped a deferred import from closing an 11-module cycle, the mechanism layer
+(`launch/worker.py`) from importing the recording policy, or one more `isinstance(config, ScriptConfig)`
+from adding a place that decides Job vs script. Each of those now fails CI instead of waiting for a review.
+
+1. Cycles: a module in a cycle cannot be read, tested or moved alone, and which module of the cycle is
+   imported first decides whether a name exists yet.
+2. Layers: a module may import its own layer and the ones below, never above. That keeps the layers of
+   LAYERS real, and it is what keeps rule 1 true.
+3. Rank side: rankside/ runs inside ranks and torchrun workers. Like pytest-xdist's remote.py, it imports
+   nothing from the controller, so a rank does not load (or depend on) pipelines, checks or surfaces.
+4. Job vs script: the thing under test is a Target, picked once in `targets/__init__.py` (as
+   torch.distributed.elastic's start_processes picks a function or a binary). Every other module asks the
+   target (its capabilities, its save steps, its repro arguments) instead of branching on its kind.
+5. Top level: modules go into the folder of their layer, so the tree shows the layers.
+
+How: `ast` only. No module of the package is imported (so no torch, and the test takes well under a
+second): it reads every `ckpt_harness/**/*.py` and builds the import graph. Each edge src -> dst is labelled
+
+* top:    an import at module level (class bodies and module-level `try` blocks included);
+* func:   an import inside a function (deferred: it runs when the function is called);
+* typing: an import under `if TYPE_CHECKING:` (it never runs);
+* string: a string constant that is exactly a module of the package, optionally with ":attr"
+          ("ckpt_harness.catalogue.checks.resume:CHECK", "ckpt_harness.rankside.job:run_rank",
+          "ckpt_harness.launch.zygote" for `python -m`): the registries and entry strings, loaded with
+          importlib or in a new interpreter. The bare package name and entry-point group names that are
+          not modules ("ckpt_harness.checks", "ckpt_harness.jobs") are no edges; neither is prose that
+          mentions a module.
+
+An import names the module it imports from (`from ckpt_harness.rankside import script` -> rankside.script,
+`from ckpt_harness.oracle import judge_live` -> oracle); the parent packages Python runs on the way are
+not edges.
+
+Cycles count top and func edges only: those are the imports that run. Typing and string edges run no
+import when their module is imported, but they still mean "this module knows that one", so they count for
+the layer rule (no upward edge) and the rank-side rule.
+
+The allow-lists hold exactly the state of the code when this test was written. Each has a "stale entry"
+test: when the code behind an entry is fixed, the test fails until the entry is removed, so the lists only
+shrink. Do not add to them to make a change pass; move the code instead (review, section 5).
+"""
+
+from __future__ import annotations
+
+import ast
+import bisect
+import functools
+import re
+from pathlib import Path
+from typing import Optional
+
+PKG = "ckpt_harness"
+PKG_DIR = Path(__file__).resolve().parents[2] / PKG
+
+# ---------------------------------------------------------------------------------------------------------------
+# The rules' data. Shrink the allow-lists; never grow them.
+# ---------------------------------------------------------------------------------------------------------------
+
+#: Strongly connected components (over top+func edges) that exist today. A cycle that shrinks must be
+#: replaced here by its smaller self; one that disappears must be removed.
+ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset({
+    # Job vs script, closed by run.launch -> script_mode and report.to_json -> matrix.versions (review 5.4 step 1, 3)
+    frozenset({
+        "ckpt_harness.catalogue.bench", "ckpt_harness.catalogue.matrix", "ckpt_harness.catalogue.scenario",
+        "ckpt_harness.catalogue.script_bench", "ckpt_harness.pipeline.baseline", "ckpt_harness.pipeline.cases",
+        "ckpt_harness.pipeline.explore", "ckpt_harness.pipeline.script_explore", "ckpt_harness.pipeline.script_mode",
+        "ckpt_harness.report", "ckpt_harness.run",
+    }),
+    # the mechanism imports the recording policy (launch/worker.prepare; step 2: an entry named in the env)
+    frozenset({"ckpt_harness.launch.worker", "ckpt_harness.rankside.script"}),
+    # probes.install imports files, files imports Tracer from probes (step 1: inject/tracer.py)
+    frozenset({"ckpt_harness.inject.files", "ckpt_harness.inject.probes"}),
+})
+
+#: Layers, bottom (0) to top. A key "a.b" covers exactly the module a.b; a key "a.b.*" covers the package
+#: a.b and everything below it. The most specific key wins (an exact key beats any ".*"; a longer ".*"
+#: beats a shorter). Modules that are planned but not written yet (targets/, launch/layout.py,
+#: inject/tracer.py, rankside/common.py, pipeline/workdir.py, oracle/start.py) are covered already.
+LAYERS: dict[str, int] = {
+    # 0 foundations: no harness machinery, importable anywhere (a rank, a worker, the harness)
+    "ckpt_harness.errors": 0,
+    "ckpt_harness.phase": 0,
+    "ckpt_harness.state": 0,
+    "ckpt_harness.verdict": 0,
+    "ckpt_harness.extensions": 0,
+    "ckpt_harness.jit": 0,
+    "ckpt_harness.job": 0,
+    "ckpt_harness.jobref": 0,
+    "ckpt_harness.jobs.*": 0,
+    "ckpt_harness.launch._proc": 0,
+    "ckpt_harness.launch._wire": 0,
+    "ckpt_harness.launch.layout": 0,
+    # 1 the process mechanism: fork server, groups, torchrun agents, worker bootstrap
+    "ckpt_harness.launch.*": 1,
+    # 2 probes, faults and the models of what they record
+    "ckpt_harness.inject.*": 2,
+    # 3 code that runs in ranks/workers, and the rank<->harness records contract
+    "ckpt_harness.rankside.*": 3,
+    "ckpt_harness.records": 3,
+    # 4 what is under test and how it is started (run.py becomes targets/)
+    "ckpt_harness.config": 4,
+    "ckpt_harness.run": 4,
+    "ckpt_harness.targets.*": 4,
+    # 5 judging and reporting
+    "ckpt_harness.oracle.*": 5,
+    "ckpt_harness.report": 5,
+    "ckpt_harness.progress": 5,
+    # 6 pipelines: a target and a plan become judged cases
+    "ckpt_harness.pipeline.*": 6,
+    "ckpt_harness.strategies": 6,
+    # 7 scenarios, checks, benches, the matrix and its expectations
+    "ckpt_harness.catalogue.*": 7,
+    # 8 surfaces
+    "ckpt_harness.cli": 8,
+    "ckpt_harness.plugin": 8,
+    "ckpt_harness": 8,
+}
+
+#: Edges (src, dst) from a lower layer to a higher one that exist today.
+ALLOWED_UPWARD: frozenset[tuple[str, str]] = frozenset({
+    ("ckpt_harness.launch.worker", "ckpt_harness.rankside.script"),  # 1 -> 3, worker.py:138 (step 2)
+    ("ckpt_harness.run", "ckpt_harness.pipeline.script_mode"),  # 4 -> 6, run.launch's script branch (step 3)
+    ("ckpt_harness.report", "ckpt_harness.catalogue.matrix"),  # 5 -> 7, Report.to_json -> versions() (step 1)
+})
+
+#: What code that runs in ranks/workers (rankside.*) must not import, by any kind of edge: the controller.
+#: As pytest-xdist's remote.py, the rank side knows records, inject, launch, job and the foundations only.
+RANKSIDE = "ckpt_harness.rankside.*"
+RANKSIDE_FORBIDDEN = (
+    "ckpt_harness.pipeline.*", "ckpt_harness.catalogue.*", "ckpt_harness.targets.*", "ckpt_harness.oracle.*",
+    "ckpt_harness.cli", "ckpt_harness.plugin", "ckpt_harness.config", "ckpt_harness.run", "ckpt_harness",
+)
+
+#: Job vs script is decided in one place, the target chooser. Elsewhere code asks the target.
+KIND_CHOOSER = "ckpt_harness.targets"
+KIND_CLASSES = frozenset({"ScriptConfig", "RunConfig", "ExploreConfig", "ScriptExploreConfig", "JobTarget",
+                          "ScriptTarget"})
+#: `x.job is None`, `bench.job_class is not None`, `self.script is None`: the mode asked by a missing field.
+KIND_ATTRS = frozenset({"job", "job_class", "script"})
+#: (module, stripped source line) of today's mode branches outside the chooser. One entry covers every
+#: branch on an identical line of that module.
+ALLOWED_KIND_BRANCHES: frozenset[tuple[str, str]] = frozenset({
+    ("ckpt_harness.run", "if isinstance(config, ScriptConfig):"),
+    ("ckpt_harness.run", "if isinstance(config, ScriptConfig):  # the script's path is in its own --script"),
+    ("ckpt_harness.config",
+     'args = ["--job", config.job.display] if isinstance(config, RunConfig) else []'),
+    ("ckpt_harness.pipeline.cases",
+     "if faulted is not None and case.faults and not isinstance(config, ScriptConfig)"),
+    ("ckpt_harness.pipeline.cases",
+     'if isinstance(baseline.config, ScriptConfig) and case.kind in ("crash", "crash-after", POWER_LOSS_AFTER):'),
+    ("ckpt_harness.catalogue.checks.resume", "script = isinstance(config, ScriptConfig)"),
+    ("ckpt_harness.catalogue.checks.faults",
+     'if base.config.save != "last" and bench.job_class is not None and bench.job_class.saves_in_background():'),
+    ("ckpt_harness.catalogue.matrix", "if isinstance(row, ScriptConfig) else"),
+    ("ckpt_harness.cli", "if args.job is None:"),  # two lines: _explore, _run
+    ("ckpt_harness.cli", 'if (args.job is None) == (getattr(args, "script", None) is None):'),
+    ("ckpt_harness.cli", "if args.job is not None and script_only:"),
+    ("ckpt_harness.cli", "if args.job is None and job_only:"),
+    ("ckpt_harness.plugin", "if self.script is None:"),
+})
+
+#: Files directly in ckpt_harness/ (__init__.py included). The target is 16 (review section 5.2):
+#: run.py goes into targets/.
+MAX_TOP_LEVEL = 17
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reading the package
+# ---------------------------------------------------------------------------------------------------------------
+
+EDGE_KINDS = ("top", "func", "typing", "string")
+RUNS = frozenset({"top", "func"})  # the edge kinds that import at run time: the ones cycles count
+
+#: "ckpt_harness.x.y" or "ckpt_harness.x.y:attr", the whole string.
+_MODULE_STRING = re.compile(rf"({PKG}(?:\.[A-Za-z_]\w*)+)(?::[A-Za-z_][\w.]*)?")
+
+
+@functools.lru_cache(maxsize=None)
+def modules() -> dict[str, Path]:
+    """Every module of the package, dotted name -> file; a package is named by its __init__.py."""
+    found = {}
+    for path in PKG_DIR.rglob("*.py"):
+        parts = path.relative_to(PKG_DIR.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def relpath(module: str) -> str:
+    return modules()[module].relative_to(PKG_DIR.parent).as_posix()
+
+
+@functools.lru_cache(maxsize=None)
+def source(module: str) -> str:
+    return modules()[module].read_text()
+
+
+@functools.lru_cache(maxsize=None)
+def tree(module: str) -> ast.Module:
+    return ast.parse(source(module), filename=str(modules()[module]))
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+        (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _from_base(module: str, node: ast.ImportFrom) -> str:
+    """The absolute module a `from X import ...` reads from (relative imports resolved)."""
+    if not node.level:
+        return node.module or ""
+    package = module.split(".") if modules()[module].name == "__init__.py" else module.split(".")[:-1]
+    base = package[:len(package) - node.level + 1]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def _imported(module: str, node: ast.Import | ast.ImportFrom) -> list[str]:
+    """The package's modules an import statement names, each once."""
+    known = modules()
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names if alias.name in known]
+    base = _from_base(module, node)
+    found = {}
+    for alias in node.names:
+        if f"{base}.{alias.name}" in known:  # a submodule: `from pkg import mod`
+            found[f"{base}.{alias.name}"] = None
+        elif base in known:  # a name defined in base
+            found[base] = None
+    return list(found)
+
+
+#: Source lines an expression must touch to hold a module string or a mode branch. Only the expressions on
+#: such lines are walked: statements are all walked, expressions are most of a tree and rarely matter.
+_WORTH_WALKING = re.compile(rf"{PKG}\.|isinstance|\bis\b")
+
+
+def _scan(module: str) -> tuple[list[tuple[str, str, int]], list[int]]:
+    """One pass over a module: (dst, kind, line) for each import or module-naming string, and the lines of its
+    Job-vs-script branches (`_kind_branch`)."""
+    known = modules()
+    marked = [n for n, text in enumerate(source(module).splitlines(), 1) if _WORTH_WALKING.search(text)]
+    edges: list[tuple[str, str, int]] = []
+    branches: list[int] = []
+    todo: list[tuple[ast.AST, str]] = [(node, "top") for node in reversed(tree(module).body)]
+    while todo:
+        node, kind = todo.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            edges += [(dst, kind, node.lineno) for dst in _imported(module, node)]
+            continue
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, str):
+                match = _MODULE_STRING.fullmatch(node.value.strip())
+                if match and match.group(1) in known:
+                    edges.append((match.group(1), "string", node.lineno))
+            continue
+        if isinstance(node, (ast.Call, ast.Compare)) and _kind_branch(node):
+            branches.append(node.lineno)
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            todo += [(stmt, kind) for stmt in reversed(node.orelse)]
+            todo += [(stmt, "typing") for stmt in reversed(node.body)]
+            continue
+        if kind == "top" and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            kind = "func"
+        todo += [(child, kind) for child in ast.iter_child_nodes(node)
+                 if not isinstance(child, ast.expr) or _touches(marked, child)]
+    return edges, branches
+
+
+def _touches(lines: list[int], node: ast.expr) -> bool:
+    """Whether the node's source spans one of the sorted `lines`."""
+    at = bisect.bisect_left(lines, node.lineno)
+    return at < len(lines) and lines[at] <= (node.end_lineno or node.lineno)
+
+
+@functools.lru_cache(maxsize=None)
+def scans() -> dict[str, tuple[list[tuple[str, str, int]], list[int]]]:
+    return {module: _scan(module) for module in sorted(modules())}
+
+
+@functools.lru_cache(maxsize=None)
+def graph() -> dict[tuple[str, str], dict[str, list[int]]]:
+    """(src, dst) -> {kind: [lines]}: every edge between two different modules of the package."""
+    edges: dict[tuple[str, str], dict[str, list[int]]] = {}
+    for src, (found, _) in scans().items():
+        for dst, kind, line in found:
+            if dst != src:
+                edges.setdefault((src, dst), {}).setdefault(kind, []).append(line)
+    return edges
+
+
+def where(edge: tuple[str, str], kinds=EDGE_KINDS) -> str:
+    """'src -> dst (func at ckpt_harness/x.py:12, ...)' for a failure message."""
+    src, dst = edge
+    sites = [f"{kind} at {relpath(src)}:{line}" for kind in kinds for line in graph()[edge].get(kind, [])]
+    return f"{src} -> {dst} ({', '.join(sites)})"
+
+
+def strongly_connected(edges: set[tuple[str, str]]) -> list[frozenset[str]]:
+    """Tarjan's strongly connected components of more than one module."""
+    succ: dict[str, list[str]] = {}
+    for src, dst in sorted(edges):
+        succ.setdefault(src, []).append(dst)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in succ.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.add(top)
+                if top == node:
+                    break
+            if len(component) > 1:
+                found.append(frozenset(component))
+
+    for node in sorted(succ):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def cycles() -> list[frozenset[str]]:
+    return strongly_connected({edge for edge, kinds in graph().items() if RUNS & kinds.keys()})
+
+
+def _covering_key(module: str, keys) -> Optional[str]:
+    """The most specific key of `keys` ("a.b" exact, "a.b.*" the package and below) covering `module`."""
+    if module in keys:
+        return module
+    parts = module.split(".")
+    for n in range(len(parts), 0, -1):
+        key = ".".join(parts[:n]) + ".*"
+        if key in keys:
+            return key
+    return None
+
+
+def layer(module: str) -> Optional[int]:
+    key = _covering_key(module, LAYERS)
+    return None if key is None else LAYERS[key]
+
+
+def upward_edges() -> list[tuple[str, str]]:
+    return sorted((src, dst) for src, dst in graph() if layer(src) is not None and layer(dst) is not None
+                  and layer(dst) > layer(src))
+
+
+def _kind_branch(node: ast.AST) -> bool:
+    """isinstance(x, <a kind class>) or `<...>.job is [not] None` (also through getattr(x, "job", ...))."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance" \
+            and len(node.args) == 2:
+        classes = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+        return any((isinstance(c, ast.Name) and c.id in KIND_CLASSES)
+                   or (isinstance(c, ast.Attribute) and c.attr in KIND_CLASSES) for c in classes)
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.Is, ast.IsNot)):
+        sides = (node.left, node.comparators[0])
+        if not any(isinstance(s, ast.Constant) and s.value is None for s in sides):
+            return False
+        for side in sides:
+            if isinstance(side, ast.Attribute) and side.attr in KIND_ATTRS:
+                return True
+            if isinstance(side, ast.Call) and isinstance(side.func, ast.Name) and side.func.id == "getattr" \
+                    and len(side.args) >= 2 and isinstance(side.args[1], ast.Constant) \
+                    and side.args[1].value in KIND_ATTRS:
+                return True
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def kind_branches() -> dict[tuple[str, str], list[int]]:
+    """(module, stripped line) -> [line numbers] of every mode branch outside the target chooser."""
+    found: dict[tuple[str, str], list[int]] = {}
+    for module, (_, lines) in scans().items():
+        if module == KIND_CHOOSER or not lines:
+            continue
+        text = source(module).splitlines()
+        for line in sorted(set(lines)):
+            found.setdefault((module, text[line - 1].strip()), []).append(line)
+    return found
+
+
+def top_level_files() -> list[str]:
+    return sorted(p.name for p in PKG_DIR.glob("*.py"))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The tests
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def test_the_graph_is_read():
+    """Guards the reader: a package without edges would pass every rule below."""
+    assert len(modules()) > 50 and f"{PKG}.rankside.job" in modules()
+    assert (f"{PKG}.cli", f"{PKG}.config") in graph()
+    assert "string" in graph()[(f"{PKG}.catalogue.checks", f"{PKG}.catalogue.checks.resume")]
+
+
+def test_no_new_import_cycle():
+    new = [c for c in cycles() if not any(c <= allowed for allowed in ALLOWED_CYCLES)]
+    lines = []
+    for component in new:
+        lines.append(f"  cycle of {len(component)} modules: {', '.join(sorted(component))}; its edges:")
+        lines += [f"    {where(e, ('top', 'func'))}" for e in sorted(graph())
+                  if e[0] in component and e[1] in component and RUNS & graph()[e].keys()]
+    assert not new, ("import cycle(s) over top+func edges:\n" + "\n".join(lines) +
+                     "\nBreak it: move the shared code down a layer, or pass the dependency in; "
+                     "do not add it to ALLOWED_CYCLES.")
+
+
+def test_allowed_cycles_still_exist():
+    now = set(cycles())
+    stale = [allowed for allowed in ALLOWED_CYCLES if allowed not in now]
+    lines = []
+    for allowed in stale:
+        left = [c for c in now if c <= allowed]
+        lines.append(f"  {sorted(allowed)}\n    is now: {[sorted(c) for c in left] or 'no cycle'}")
+    assert not stale, ("ALLOWED_CYCLES has entries that are no longer today's cycles (good news):\n" +
+                       "\n".join(lines) + "\nReplace each with what it is now, or delete it.")
+
+
+def test_every_module_has_a_layer():
+    missing = sorted(m for m in modules() if layer(m) is None)
+    assert not missing, (f"modules no LAYERS key covers: {', '.join(missing)}.\n"
+                         "Add it to LAYERS (a module in a new folder: add a 'folder.*' key).")
+
+
+def test_no_upward_import():
+    new = [e for e in upward_edges() if e not in ALLOWED_UPWARD]
+    lines = [f"  layer {layer(e[0])} -> {layer(e[1])}: {where(e)}" for e in new]
+    assert not new, ("imports from a lower layer to a higher one:\n" + "\n".join(lines) +
+                     "\nMove what the lower module needs down to its layer, or have a caller above pass it in "
+                     "(as run.py hands launch the entry string of rankside.job in GroupSpec.entry). "
+                     "Do not add to ALLOWED_UPWARD.")
+
+
+def test_allowed_upward_edges_still_exist():
+    now = set(upward_edges())
+    stale = sorted(e for e in ALLOWED_UPWARD if e not in now)
+    assert not stale, ("ALLOWED_UPWARD entries that are no longer upward edges (good news): "
+                       + ", ".join(f"{s} -> {d}" for s, d in stale) + ". Delete them.")
+
+
+def test_rank_side_imports_nothing_from_the_controller():
+    bad = sorted(e for e in graph() if _covering_key(e[0], {RANKSIDE}) and _covering_key(e[1], RANKSIDE_FORBIDDEN))
+    assert not bad, ("rank-side code imports the controller:\n" + "\n".join(f"  {where(e)}" for e in bad) +
+                     "\nCode in rankside/ runs in ranks and workers: it may use records, inject, launch, job and "
+                     "the foundations. Pass what it needs in the plan (env/RunPlan), or move the code down.")
+
+
+def test_job_or_script_is_decided_only_by_the_target_chooser():
+    now = kind_branches()
+    new = sorted(site for site in now if site not in ALLOWED_KIND_BRANCHES)
+    lines = [f"  {relpath(m)}:{','.join(map(str, now[(m, text)]))}: {text}" for m, text in new]
+    assert not new, ("Job-vs-script branches outside ckpt_harness/targets/__init__.py:\n" + "\n".join(lines) +
+                     "\nAsk the target instead (its caps, save_steps, cli_args ...); the one isinstance "
+                     "belongs in targets.resolve. Do not add to ALLOWED_KIND_BRANCHES.")
+
+
+def test_allowed_kind_branches_still_exist():
+    now = kind_branches()
+    stale = sorted(site for site in ALLOWED_KIND_BRANCHES if site not in now)
+    assert not stale, ("ALLOWED_KIND_BRANCHES entries whose line is gone (good news, or the line changed): "
+                       + "; ".join(f"{m}: {text}" for m, text in stale)
+                       + ". Delete them (a branch that was only reworded: put in its new text).")
+
+
+def test_top_level_stays_small():
+    files = top_level_files()
+    assert len(files) <= MAX_TOP_LEVEL, (
+        f"{len(files)} modules directly in {PKG}/ (at most {MAX_TOP_LEVEL}): {', '.join(files)}.\n"
+        "Put the new module in the folder of its layer (launch/, inject/, rankside/, targets/, oracle/, "
+        "pipeline/, catalogue/).")
