@@ -239,6 +239,27 @@ class Run:
         return trace.created_in(self.events(), phase)
 
 
+def saves_by_step(run: Run) -> dict[int, dict[int, Record]]:
+    """step -> rank -> what that rank saved at that step (all its saves of
+    the step merged), for saves whose step is known."""
+    out: dict[int, dict[int, Record]] = {}
+    for r in run.ranks:
+        for record in r.records:
+            if record["event"] == Kind.SAVED and record.get("source") != "count":
+                out.setdefault(record["step"], {}).setdefault(r.rank, {}).update(record["state"])
+    return out
+
+
+def save_steps(run: Run) -> list[int]:
+    """The steps a script run saved (any rank), in order."""
+    return sorted(saves_by_step(run))
+
+
+def savers(run: Run, step: int) -> frozenset[int]:
+    """The ranks that took part in save `step`: those a preempted run waits for."""
+    return frozenset(saves_by_step(run).get(step, {}))
+
+
 def _until(events: list[Event], stopped_at: Optional[float]) -> list[Event]:
     """The events of a rank up to when the harness stopped watching it: a
     deadline is judged by where each rank was then, not by how far it got

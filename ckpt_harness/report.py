@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import platform
 from typing import Any, Iterable
 
 from ckpt_harness.verdict import CaseResult, Verdict, fold
+
+
+#: Distributions whose versions a matrix is only valid for.
+VERSIONED = ("torch", "deepspeed", "transformers", "accelerate", "safetensors", "numpy")
 
 
 #: Columns of an exploration's table, then property and verdict.
@@ -80,8 +85,6 @@ class Report:
         The envelope (kind, verdict, world_size, settings, elapsed_seconds,
         versions) is the one `matrix.json` has too, so one reader takes both.
         """
-        from ckpt_harness.catalogue.matrix import versions
-
         return {
             "kind": self.kind,
             "verdict": self.verdict.value,
@@ -113,3 +116,16 @@ def _format_table(header: tuple[str, ...], rows: Iterable[tuple[str, ...]], free
 def _one_line(text: str, limit: int = 160) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def versions() -> dict[str, str]:
+    """The versions a report or a matrix is only valid for."""
+    from importlib import metadata
+
+    found = {"python": platform.python_version()}
+    for name in VERSIONED:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            pass
+    return found

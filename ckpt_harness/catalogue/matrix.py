@@ -12,7 +12,6 @@ import concurrent.futures
 import dataclasses
 import datetime
 import json
-import platform
 import shutil
 import tempfile
 import threading
@@ -26,6 +25,7 @@ from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult
 from ckpt_harness.config import SETTINGS, RunConfig, ScriptConfig
 from ckpt_harness.oracle import PROPERTIES
 from ckpt_harness.progress import Progress
+from ckpt_harness.report import versions
 from ckpt_harness.verdict import Verdict, fold
 
 #: Scenarios run at once (when `parallel` > 1), each running `parallel` cases
@@ -33,8 +33,6 @@ from ckpt_harness.verdict import Verdict, fold
 #: delays), and a second scenario's work fills those waits. Two keep the
 #: groups at once within 2 x `parallel`.
 SCENARIOS_AT_ONCE = 2
-#: Distributions whose versions a matrix is only valid for.
-VERSIONED = ("torch", "deepspeed", "transformers", "accelerate", "safetensors", "numpy")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,16 +168,6 @@ def _md(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def versions() -> dict[str, str]:
-    from importlib import metadata
-
-    found = {"python": platform.python_version()}
-    for name in VERSIONED:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            pass
-    return found
 
 
 def run_matrix(

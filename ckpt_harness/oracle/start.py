@@ -22,7 +22,7 @@ from ckpt_harness import phase
 from ckpt_harness.inject.trace import EventKind
 from ckpt_harness.oracle import diffs
 from ckpt_harness.oracle.problems import health
-from ckpt_harness.records import Kind, Run
+from ckpt_harness.records import Kind, Run, save_steps, savers, saves_by_step
 from ckpt_harness.state import Record
 from ckpt_harness.verdict import CaseResult, Verdict
 
@@ -79,17 +79,6 @@ def judge_unreported_load(case: str, resumed: Run, step: int, save_steps: Sequen
 NAME_THE_STEP = "wrap the save in `with ckpt_harness.saving(step):` (one line) so each save names its step"
 
 
-def saves_by_step(run: Run) -> dict[int, dict[int, Record]]:
-    """step -> rank -> what that rank saved at that step (all its saves of
-    the step merged), for saves whose step is known."""
-    out: dict[int, dict[int, Record]] = {}
-    for r in run.ranks:
-        for record in r.records:
-            if record["event"] == Kind.SAVED and record.get("source") != "count":
-                out.setdefault(record["step"], {}).setdefault(r.rank, {}).update(record["state"])
-    return out
-
-
 def judge_named_steps(case: str, golden: Run) -> Optional[CaseResult]:
     """UNKNOWN when the golden run saved, but no save had a step of its own:
     no resume can be matched to one."""
@@ -99,16 +88,6 @@ def judge_named_steps(case: str, golden: Run) -> Optional[CaseResult]:
     return CaseResult(case, "saves", Verdict.UNKNOWN,
                       f"the script saved, but no save's step could be told (no number in its path, no "
                       f"framework counter); {NAME_THE_STEP}")
-
-
-def save_steps(run: Run) -> list[int]:
-    """The steps a script run saved (any rank), in order."""
-    return sorted(saves_by_step(run))
-
-
-def savers(run: Run, step: int) -> frozenset[int]:
-    """The ranks that took part in save `step`: those a preempted run waits for."""
-    return frozenset(saves_by_step(run).get(step, {}))
 
 
 def judge_stopped(case: str, stopped: Run, step: int, ranks: frozenset[int]) -> Optional[CaseResult]:

@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Mapping, Optional
 
 from ckpt_harness.config import ScriptConfig, ScriptExploreConfig, cli_args, settings_of
 from ckpt_harness.errors import UsageError
-from ckpt_harness.records import Kind, Run
+from ckpt_harness.records import Kind, Run, save_steps, savers
 from ckpt_harness.targets.base import Capabilities, NotApplicable, RunRequest, Stop
 
 PLACEHOLDER = "{ckpt_dir}"
@@ -162,8 +162,6 @@ class ScriptTarget:
         return Run.collect(request.name, run_dir, run_elastic(spec))
 
     def knowing(self, golden: Run) -> "ScriptTarget":
-        from ckpt_harness.oracle import save_steps, savers
-
         saved_by = tuple((step, savers(golden, step)) for step in save_steps(golden))
         background = any(rec["event"] == Kind.SAVED and rec.get("background")
                          for r in golden.ranks for rec in r.records)

@@ -63,13 +63,6 @@ PKG_DIR = Path(__file__).resolve().parents[2] / PKG
 #: Strongly connected components (over top+func edges) that exist today. A cycle that shrinks must be
 #: replaced here by its smaller self; one that disappears must be removed.
 ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset({
-    # Job vs script, closed by run.launch -> script_mode and report.to_json -> matrix.versions (review 5.4 step 1, 3)
-    frozenset({
-        "ckpt_harness.catalogue.bench", "ckpt_harness.catalogue.matrix", "ckpt_harness.catalogue.scenario",
-        "ckpt_harness.catalogue.script_bench", "ckpt_harness.pipeline.baseline", "ckpt_harness.pipeline.cases",
-        "ckpt_harness.pipeline.explore", "ckpt_harness.pipeline.script_explore", "ckpt_harness.pipeline.script_mode",
-        "ckpt_harness.report", "ckpt_harness.run",
-    }),
     # the mechanism imports the recording policy (launch/worker.prepare; step 2: an entry named in the env)
     frozenset({"ckpt_harness.launch.worker", "ckpt_harness.rankside.script"}),
     # probes.install imports files, files imports Tracer from probes (step 1: inject/tracer.py)
@@ -103,7 +96,6 @@ LAYERS: dict[str, int] = {
     "ckpt_harness.records": 3,
     # 4 what is under test and how it is started (run.py becomes targets/)
     "ckpt_harness.config": 4,
-    "ckpt_harness.run": 4,
     "ckpt_harness.targets.*": 4,
     # 5 judging and reporting
     "ckpt_harness.oracle.*": 5,
@@ -123,8 +115,6 @@ LAYERS: dict[str, int] = {
 #: Edges (src, dst) from a lower layer to a higher one that exist today.
 ALLOWED_UPWARD: frozenset[tuple[str, str]] = frozenset({
     ("ckpt_harness.launch.worker", "ckpt_harness.rankside.script"),  # 1 -> 3, worker.py:138 (step 2)
-    ("ckpt_harness.run", "ckpt_harness.pipeline.script_mode"),  # 4 -> 6, run.launch's script branch (step 3)
-    ("ckpt_harness.report", "ckpt_harness.catalogue.matrix"),  # 5 -> 7, Report.to_json -> versions() (step 1)
 })
 
 #: What code that runs in ranks/workers (rankside.*) must not import, by any kind of edge: the controller.
@@ -132,7 +122,7 @@ ALLOWED_UPWARD: frozenset[tuple[str, str]] = frozenset({
 RANKSIDE = "ckpt_harness.rankside.*"
 RANKSIDE_FORBIDDEN = (
     "ckpt_harness.pipeline.*", "ckpt_harness.catalogue.*", "ckpt_harness.targets.*", "ckpt_harness.oracle.*",
-    "ckpt_harness.cli", "ckpt_harness.plugin", "ckpt_harness.config", "ckpt_harness.run", "ckpt_harness",
+    "ckpt_harness.cli", "ckpt_harness.plugin", "ckpt_harness.config", "ckpt_harness",
 )
 
 #: Job vs script is decided in one place, the target chooser. Elsewhere code asks the target.
@@ -144,18 +134,6 @@ KIND_ATTRS = frozenset({"job", "job_class", "script"})
 #: (module, stripped source line) of today's mode branches outside the chooser. One entry covers every
 #: branch on an identical line of that module.
 ALLOWED_KIND_BRANCHES: frozenset[tuple[str, str]] = frozenset({
-    ("ckpt_harness.run", "if isinstance(config, ScriptConfig):"),
-    ("ckpt_harness.run", "if isinstance(config, ScriptConfig):  # the script's path is in its own --script"),
-    ("ckpt_harness.config",
-     'args = ["--job", config.job.display] if isinstance(config, RunConfig) else []'),
-    ("ckpt_harness.pipeline.cases",
-     "if faulted is not None and case.faults and not isinstance(config, ScriptConfig)"),
-    ("ckpt_harness.pipeline.cases",
-     'if isinstance(baseline.config, ScriptConfig) and case.kind in ("crash", "crash-after", POWER_LOSS_AFTER):'),
-    ("ckpt_harness.catalogue.checks.resume", "script = isinstance(config, ScriptConfig)"),
-    ("ckpt_harness.catalogue.checks.faults",
-     'if base.config.save != "last" and bench.job_class is not None and bench.job_class.saves_in_background():'),
-    ("ckpt_harness.catalogue.matrix", "if isinstance(row, ScriptConfig) else"),
     ("ckpt_harness.cli", "if args.job is None:"),  # two lines: _explore, _run
     ("ckpt_harness.cli", 'if (args.job is None) == (getattr(args, "script", None) is None):'),
     ("ckpt_harness.cli", "if args.job is not None and script_only:"),
@@ -163,9 +141,8 @@ ALLOWED_KIND_BRANCHES: frozenset[tuple[str, str]] = frozenset({
     ("ckpt_harness.plugin", "if self.script is None:"),
 })
 
-#: Files directly in ckpt_harness/ (__init__.py included). The target is 16 (review section 5.2):
-#: run.py goes into targets/.
-MAX_TOP_LEVEL = 17
+#: Files directly in ckpt_harness/ (__init__.py included): at most 16 (review section 5.2).
+MAX_TOP_LEVEL = 16
 
 
 # ---------------------------------------------------------------------------------------------------------------
