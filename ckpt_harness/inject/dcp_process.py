@@ -33,7 +33,7 @@ from torch.distributed.checkpoint import _async_process_executor as executor
 
 from ckpt_harness.inject import probes
 
-#: The file-name word of the checkpoint process's trace and data log (`records.trace_path`).
+#: The file-name word of the checkpoint process's trace and data log (`launch.layout.trace_path`).
 ACTOR = "ckpt"
 #: The attribute a request's identifier carries the phase in.
 _PHASE = "ckpt_harness_phase"

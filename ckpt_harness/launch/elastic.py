@@ -77,17 +77,9 @@ from ckpt_harness.launch.group import (
     RankStatus,
     check_layout,
 )
+from ckpt_harness.launch.layout import agent_log, flight_path, log_path, stack_path, workers_dir
 from ckpt_harness.launch.rank import STACK_SIGNAL
-from ckpt_harness.launch.worker import (
-    PG_TIMEOUT_ENV,
-    RUN_DIR_ENV,
-    RUN_TAG_ENV,
-    WorkerRecord,
-    flight_path,
-    log_path,
-    records_dir,
-    stack_path,
-)
+from ckpt_harness.launch.worker import PG_TIMEOUT_ENV, RUN_DIR_ENV, RUN_TAG_ENV, WorkerRecord
 
 #: torch >= 2.4 lets the workers' default process group live in the
 #: rendezvous's TCPStore, which outlives a restart with the previous
@@ -200,8 +192,8 @@ class _ElasticRun:
     def run(self) -> ScriptOutcome:
         spec = self.spec
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        records_dir(self.run_dir).mkdir(exist_ok=True)
-        for old in records_dir(self.run_dir).iterdir():  # an earlier run in this directory
+        workers_dir(self.run_dir).mkdir(exist_ok=True)
+        for old in workers_dir(self.run_dir).iterdir():  # an earlier run in this directory
             old.unlink()
         start = time.monotonic()
         timed_out, stopped_at = False, None
@@ -242,7 +234,7 @@ class _ElasticRun:
             "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p),
         }
         for node in range(spec.nnodes):
-            with open(self.run_dir / f"agent{node}.log", "wb") as log:
+            with open(agent_log(self.run_dir, node), "wb") as log:
                 self.agents.append(subprocess.Popen(
                     [sys.executable, "-m", "ckpt_harness.launch.agent", str(os.getpid()),
                      *spec.agent_args(port, self.tag, node)],
@@ -426,7 +418,7 @@ class _ElasticRun:
 
     @property
     def agent_logs(self) -> tuple[Path, ...]:
-        return tuple(self.run_dir / f"agent{i}.log" for i in range(len(self.agents)))
+        return tuple(agent_log(self.run_dir, i) for i in range(len(self.agents)))
 
 
 def _restarts(records: list[WorkerRecord]) -> int:

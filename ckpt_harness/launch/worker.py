@@ -34,6 +34,13 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ckpt_harness.launch import _proc, flight
+from ckpt_harness.launch.layout import (
+    flight_path,
+    log_path,
+    stack_path,
+    worker_record_path,
+    worker_record_paths,
+)
 from ckpt_harness.launch.rank import STACK_SIGNAL
 
 #: Set by the harness in every agent's environment, inherited by the workers
@@ -42,22 +49,6 @@ RUN_TAG_ENV = "CKPT_HARNESS_ELASTIC_RUN"
 RUN_DIR_ENV = "CKPT_HARNESS_RUN_DIR"
 #: Seconds for torch.distributed's default process-group timeout (see `_default_timeouts`).
 PG_TIMEOUT_ENV = "CKPT_HARNESS_PG_TIMEOUT"
-
-
-def log_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / f"rank{rank}.log"
-
-
-def stack_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / f"rank{rank}.stack"
-
-
-def flight_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / f"rank{rank}.collectives"
-
-
-def records_dir(run_dir: Path) -> Path:
-    return run_dir / "workers"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +101,7 @@ class WorkerRecord:
     finished: Optional[float] = None
 
     def write(self, run_dir: Path) -> None:
-        path = records_dir(run_dir) / f"{self.pid}.json"
+        path = worker_record_path(run_dir, self.pid)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(dataclasses.asdict(self)))
         os.replace(tmp, path)  # the harness never reads half a record
@@ -118,7 +109,7 @@ class WorkerRecord:
     @classmethod
     def read_all(cls, run_dir: Path) -> list["WorkerRecord"]:
         records = []
-        for path in records_dir(run_dir).glob("*.json"):
+        for path in worker_record_paths(run_dir):
             try:
                 records.append(cls(**json.loads(path.read_text())))
             except (OSError, ValueError, TypeError):  # replaced while listed

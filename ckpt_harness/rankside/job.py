@@ -42,8 +42,9 @@ from ckpt_harness.inject.faults import Fault
 from ckpt_harness.job import Job, RankContext
 from ckpt_harness.jobref import JobRef, load
 from ckpt_harness.launch import rank as launch_rank
+from ckpt_harness.launch.layout import data_path, records_path, trace_path
 from ckpt_harness.launch.rank import RankInfo
-from ckpt_harness.records import Kind, Recorder, data_path, records_path, trace_path
+from ckpt_harness.records import Kind, Recorder
 
 
 @dataclasses.dataclass(frozen=True)

@@ -42,7 +42,8 @@ from ckpt_harness import phase
 from ckpt_harness import state as state_mod
 from ckpt_harness.inject import probes, saves
 from ckpt_harness.inject.faults import Fault, parse_plan, plan_label
-from ckpt_harness.records import Kind, Recorder, data_path, records_path, trace_path
+from ckpt_harness.launch.layout import crash_marker, data_path, records_path, trace_path
+from ckpt_harness.records import Kind, Recorder
 
 #: The plan, as JSON; set only by the harness.
 PLAN_ENV = "CKPT_HARNESS_SCRIPT_PLAN"
@@ -177,11 +178,6 @@ class ScriptRank:
             Kind.ERROR, phase=probes.current_phase(), type=f"{type(exc).__module__}.{type(exc).__qualname__}",
             message=str(exc), traceback="".join(traceback.format_exception(exc)),
         )
-
-
-def crash_marker(run_dir: Path) -> Path:
-    """Made by the rank a `ScriptPlan.crash` run killed, just before it died."""
-    return Path(run_dir) / "crashed-after-save"
 
 
 def arm(rank: int, run_dir: Path, park: Callable[[], None]) -> Optional[ScriptRank]:
