@@ -79,7 +79,7 @@ from ckpt_harness.launch.group import (
 )
 from ckpt_harness.launch.layout import agent_log, flight_path, log_path, stack_path, workers_dir
 from ckpt_harness.launch.rank import STACK_SIGNAL
-from ckpt_harness.launch.worker import PG_TIMEOUT_ENV, RUN_DIR_ENV, RUN_TAG_ENV, WorkerRecord
+from ckpt_harness.launch.worker import ENTRY_ENV, PG_TIMEOUT_ENV, RUN_DIR_ENV, RUN_TAG_ENV, WorkerRecord
 
 #: torch >= 2.4 lets the workers' default process group live in the
 #: rendezvous's TCPStore, which outlives a restart with the previous
@@ -116,6 +116,12 @@ class ScriptSpec:
     #: Agents on this machine, each one "node" of a c10d rendezvous.
     nnodes: int = 1
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: "module:function" every worker calls as ``fn(rank, run_dir, park)``
+    #: before the script runs (`worker.prepare`), as `GroupSpec.entry` is
+    #: called in a Job rank; what it returns, unless None, is told
+    #: ``finished()`` or ``failed(exc)`` when the script ends. None: the
+    #: script runs alone.
+    entry: Optional[str] = None
     #: torchrun's ``--max-restarts``: the agents restart the whole group
     #: after a worker fails, this many times.
     max_restarts: int = 0
@@ -233,6 +239,10 @@ class _ElasticRun:
             PG_TIMEOUT_ENV: str(spec.deadline + 30),
             "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p),
         }
+        if spec.entry is None:
+            env.pop(ENTRY_ENV, None)  # not one inherited from a harness that runs in a worker itself
+        else:
+            env[ENTRY_ENV] = spec.entry
         for node in range(spec.nnodes):
             with open(agent_log(self.run_dir, node), "wb") as log:
                 self.agents.append(subprocess.Popen(

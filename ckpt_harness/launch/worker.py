@@ -41,7 +41,7 @@ from ckpt_harness.launch.layout import (
     worker_record_path,
     worker_record_paths,
 )
-from ckpt_harness.launch.rank import STACK_SIGNAL
+from ckpt_harness.launch.rank import STACK_SIGNAL, resolve
 
 #: Set by the harness in every agent's environment, inherited by the workers
 #: and anything they start: teardown finds every process of a run by it.
@@ -49,6 +49,8 @@ RUN_TAG_ENV = "CKPT_HARNESS_ELASTIC_RUN"
 RUN_DIR_ENV = "CKPT_HARNESS_RUN_DIR"
 #: Seconds for torch.distributed's default process-group timeout (see `_default_timeouts`).
 PG_TIMEOUT_ENV = "CKPT_HARNESS_PG_TIMEOUT"
+#: `ScriptSpec.entry`, "module:function": what arms the worker before its script runs.
+ENTRY_ENV = "CKPT_HARNESS_WORKER_ENTRY"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -118,17 +120,19 @@ class WorkerRecord:
 
 
 def prepare(worker: WorkerInfo, park: Callable[[], None]) -> Optional[Any]:
-    """Arm the worker just before the script runs: the probes, the fault
-    plan and the records of `script_runner`, when the harness gave a plan.
+    """Arm the worker just before the script runs, with the entry the harness
+    named (`ScriptSpec.entry`): named by string, as a Job rank's entry is, so
+    that the launcher needs nothing of what the harness records.
 
-    Returns what to tell when the script ends (`ScriptRank.finished` and
-    `.failed`), or None. It runs after the process is set up (logs, stacks,
-    flight recorder) and before any of the script's code. `park` stops the
-    worker where it is, for good (a preemption).
+    Returns what to tell when the script ends (its `finished()` and
+    `failed(exc)`), or None. It runs after the process is set up (logs,
+    stacks, flight recorder) and before any of the script's code. `park`
+    stops the worker where it is, for good (a preemption).
     """
-    from ckpt_harness.rankside import script as script_runner
-
-    return script_runner.arm(worker.rank, worker.run_dir, park)
+    ref = os.environ.get(ENTRY_ENV)
+    if not ref:
+        return None
+    return resolve(ref)(worker.rank, worker.run_dir, park)
 
 
 def main(argv: list[str]) -> None:

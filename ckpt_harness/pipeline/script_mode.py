@@ -68,6 +68,7 @@ def launch_script(config: ScriptConfig, name: str, ckpt_dir: Path, run_dir: Path
         nproc_per_node=config.nproc_per_node, nnodes=config.nnodes, max_restarts=config.max_restarts,
         env={PLAN_ENV: plan.to_env(), CKPT_DIR_ENV: str(ckpt_dir.resolve())}, failure_grace=failure_grace,
         stop_ranks=stop_ranks if stop_after_save is not None and not crash else None,
+        entry="ckpt_harness.rankside.script:arm",
     )
     return Run.collect(name, run_dir, run_elastic(spec))
 
