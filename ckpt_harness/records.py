@@ -1,9 +1,10 @@
-"""What one group run leaves behind, and where: the only module that knows the run directory's layout.
+"""What one group run leaves behind: the rank↔harness contract over the run directory.
 
 Ranks write their records (states after load and saves, the error that
 ended them) and trace (every probed operation) into the run directory as
 they go; the harness joins them with the launcher's outcome (who finished,
-failed, crashed or hung, with stacks). The oracle reads only this.
+failed, crashed or hung, with stacks). The oracle reads only this. Where
+each file is, `launch.layout` says, for the launcher as for the ranks.
 """
 
 from __future__ import annotations
@@ -14,40 +15,23 @@ import functools
 import pickle
 import time
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from ckpt_harness.inject import trace
 from ckpt_harness.inject.collectives import Recording
 from ckpt_harness.inject.faults import BLOCKING
 from ckpt_harness.inject.trace import Event
 from ckpt_harness.launch import GroupOutcome, RankOutcome, RankStatus
+from ckpt_harness.launch.layout import PathLike, child_trace_paths, data_path, records_path, trace_path
 from ckpt_harness.state import Record
 
-PathLike = Union[Path, str]
 
-
-# -- the layout of a run directory ---------------------------------------------------------
-def records_path(run_dir: PathLike, rank: int) -> Path:
-    return Path(run_dir) / f"rank{rank}.records"
-
-
-def trace_path(run_dir: PathLike, rank: int, actor: str = "") -> Path:
-    """A rank's trace; with `actor`, the trace of a process the rank spawned
-    to save (`probes.Child`: "ckpt", DCP's checkpoint process)."""
-    return Path(run_dir) / (f"rank{rank}.{actor}.trace" if actor else f"rank{rank}.trace")
-
-
-def data_path(run_dir: PathLike, rank: int, actor: str = "") -> Path:
-    """Every byte a rank (or its process `actor`) wrote under the checkpoint
-    dir, when the power-loss model needs them."""
-    return Path(run_dir) / (f"rank{rank}.{actor}.data" if actor else f"rank{rank}.data")
-
-
+# -- the files of a run directory, read back ------------------------------------------------
 def read_events(run_dir: PathLike, rank: int) -> list[Event]:
     """A rank's events, with those of the processes it spawned to save merged
     in by time (each names its process: `Event.fields["process"]`)."""
     own = trace.read_events(trace_path(run_dir, rank))
-    children = sorted(Path(run_dir).glob(f"rank{rank}.*.trace"))
+    children = child_trace_paths(run_dir, rank)
     if not children:
         return own
     return trace.merge_processes([own, *(trace.read_events(p) for p in children)])

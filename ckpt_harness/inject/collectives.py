@@ -15,7 +15,7 @@ import dataclasses
 import json
 from typing import Mapping, Optional
 
-from ckpt_harness.inject.probes import frame_name, is_job_code
+from ckpt_harness.inject.tracer import frame_name, is_job_code
 
 #: Libraries that issue collectives on a job's behalf, by a path in their
 #: frames (innermost first wins).

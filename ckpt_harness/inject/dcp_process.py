@@ -32,8 +32,9 @@ import torch.distributed as dist
 from torch.distributed.checkpoint import _async_process_executor as executor
 
 from ckpt_harness.inject import probes
+from ckpt_harness.inject.tracer import set_phase, thread_phase
 
-#: The file-name word of the checkpoint process's trace and data log (`records.trace_path`).
+#: The file-name word of the checkpoint process's trace and data log (`launch.layout.trace_path`).
 ACTOR = "ckpt"
 #: The attribute a request's identifier carries the phase in.
 _PHASE = "ckpt_harness_phase"
@@ -56,7 +57,7 @@ def follow() -> None:
     @functools.wraps(send)
     def send_in_phase(self: Any, data: Any) -> None:
         if isinstance(data, executor._AsyncCheckpointRequest):
-            setattr(data.checkpoint_request_id, _PHASE, probes.thread_phase())
+            setattr(data.checkpoint_request_id, _PHASE, thread_phase())
         send(self, data)
 
     cls.__init__ = init_probed
@@ -86,7 +87,7 @@ def _subprocess(spec: probes.Child, pg_init_info: Any, parent_conn: Any) -> None
     def execute_in_phase(state_dict: Any, *, checkpoint_request_id: Any, **kwargs: Any) -> Any:
         where = getattr(checkpoint_request_id, _PHASE, None)
         if where is not None:
-            probes.set_phase(where)
+            set_phase(where)
         return execute(state_dict, checkpoint_request_id=checkpoint_request_id, **kwargs)
 
     cls._execute_save = staticmethod(execute_in_phase)

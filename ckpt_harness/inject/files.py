@@ -53,8 +53,8 @@ import warnings
 from typing import Any, Callable, Optional
 
 from ckpt_harness.inject.faults import die
-from ckpt_harness.inject.probes import Tracer
 from ckpt_harness.inject.trace import EventKind
+from ckpt_harness.inject.tracer import Tracer
 
 _WRITE_MODES = frozenset("wax+")
 _WRITE = EventKind.WRITE.value

@@ -77,17 +77,9 @@ from ckpt_harness.launch.group import (
     RankStatus,
     check_layout,
 )
+from ckpt_harness.launch.layout import agent_log, flight_path, log_path, stack_path, workers_dir
 from ckpt_harness.launch.rank import STACK_SIGNAL
-from ckpt_harness.launch.worker import (
-    PG_TIMEOUT_ENV,
-    RUN_DIR_ENV,
-    RUN_TAG_ENV,
-    WorkerRecord,
-    flight_path,
-    log_path,
-    records_dir,
-    stack_path,
-)
+from ckpt_harness.launch.worker import ENTRY_ENV, PG_TIMEOUT_ENV, RUN_DIR_ENV, RUN_TAG_ENV, WorkerRecord
 
 #: torch >= 2.4 lets the workers' default process group live in the
 #: rendezvous's TCPStore, which outlives a restart with the previous
@@ -124,6 +116,12 @@ class ScriptSpec:
     #: Agents on this machine, each one "node" of a c10d rendezvous.
     nnodes: int = 1
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: "module:function" every worker calls as ``fn(rank, run_dir, park)``
+    #: before the script runs (`worker.prepare`), as `GroupSpec.entry` is
+    #: called in a Job rank; what it returns, unless None, is told
+    #: ``finished()`` or ``failed(exc)`` when the script ends. None: the
+    #: script runs alone.
+    entry: Optional[str] = None
     #: torchrun's ``--max-restarts``: the agents restart the whole group
     #: after a worker fails, this many times.
     max_restarts: int = 0
@@ -200,8 +198,8 @@ class _ElasticRun:
     def run(self) -> ScriptOutcome:
         spec = self.spec
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        records_dir(self.run_dir).mkdir(exist_ok=True)
-        for old in records_dir(self.run_dir).iterdir():  # an earlier run in this directory
+        workers_dir(self.run_dir).mkdir(exist_ok=True)
+        for old in workers_dir(self.run_dir).iterdir():  # an earlier run in this directory
             old.unlink()
         start = time.monotonic()
         timed_out, stopped_at = False, None
@@ -241,8 +239,12 @@ class _ElasticRun:
             PG_TIMEOUT_ENV: str(spec.deadline + 30),
             "PYTHONPATH": os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p),
         }
+        if spec.entry is None:
+            env.pop(ENTRY_ENV, None)  # not one inherited from a harness that runs in a worker itself
+        else:
+            env[ENTRY_ENV] = spec.entry
         for node in range(spec.nnodes):
-            with open(self.run_dir / f"agent{node}.log", "wb") as log:
+            with open(agent_log(self.run_dir, node), "wb") as log:
                 self.agents.append(subprocess.Popen(
                     [sys.executable, "-m", "ckpt_harness.launch.agent", str(os.getpid()),
                      *spec.agent_args(port, self.tag, node)],
@@ -426,7 +428,7 @@ class _ElasticRun:
 
     @property
     def agent_logs(self) -> tuple[Path, ...]:
-        return tuple(self.run_dir / f"agent{i}.log" for i in range(len(self.agents)))
+        return tuple(agent_log(self.run_dir, i) for i in range(len(self.agents)))
 
 
 def _restarts(records: list[WorkerRecord]) -> int:

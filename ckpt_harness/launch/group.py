@@ -26,6 +26,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness.errors import ConfigError, HarnessError
 from ckpt_harness.launch import _proc, _wire, flight
+from ckpt_harness.launch.layout import flight_path, log_path, store_path
 from ckpt_harness.launch.link import helpers
 from ckpt_harness.launch.rank import STACK_SIGNAL
 
@@ -266,7 +267,7 @@ class _GroupRun:
         spec = self.spec
         run_dir = Path(spec.run_dir)
         run_dir.mkdir(parents=True, exist_ok=True)
-        store = run_dir / "store"
+        store = store_path(run_dir)
         store.unlink(missing_ok=True)
         self.zygote.send(self._spawn_request(run_dir, store))
         spawned = self._next(time.monotonic() + STARTUP_TIMEOUT)
@@ -274,7 +275,7 @@ class _GroupRun:
             detail = spawned["message"] if spawned else "no answer from the warm fork server"
             raise LaunchError(f"could not start ranks: {detail}")
         self.ranks = [
-            RankOutcome(rank=r, pid=pid, log=run_dir / f"rank{r}.log")
+            RankOutcome(rank=r, pid=pid, log=log_path(run_dir, r))
             for r, pid in enumerate(spawned["pids"])
         ]
         start = time.monotonic()
@@ -306,7 +307,7 @@ class _GroupRun:
             }
             ranks.append(
                 {"rank": r, "local_rank": r % per_node, "node": r // per_node,
-                 "log": str(run_dir / f"rank{r}.log"), "flight": str(_flight_path(run_dir, r)), "env": env}
+                 "log": str(log_path(run_dir, r)), "flight": str(flight_path(run_dir, r)), "env": env}
             )
         return {
             "op": "spawn",
@@ -382,8 +383,8 @@ class _GroupRun:
             if r.rank not in self.exited:
                 if r.status is RankStatus.RUNNING:
                     r.status = RankStatus.HUNG
-                _flight_path(run_dir, r.rank).unlink(missing_ok=True)
-                dumps.append(_Dump(r, None, r.pid, r.log, _flight_path(run_dir, r.rank), first=flight.DUMP_SIGNAL))
+                flight_path(run_dir, r.rank).unlink(missing_ok=True)
+                dumps.append(_Dump(r, None, r.pid, r.log, flight_path(run_dir, r.rank), first=flight.DUMP_SIGNAL))
             dumps += [_Dump(r, h.name, h.pid, h.stack, None) for h in helpers(str(run_dir), r.rank)
                       if _answers(h.pid, r.pid)]
         for d in dumps:
@@ -471,10 +472,6 @@ class _Dump:
             return
         self.rank.stack = stack or "(no stack: the rank did not answer)"
         self.rank.collectives = flight.read(str(self.recorder))
-
-
-def _flight_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / f"rank{rank}.collectives"
 
 
 def _answers(pid: int, rank_pid: int) -> bool:

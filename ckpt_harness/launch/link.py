@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ckpt_harness.launch import rank as rank_side
+from ckpt_harness.launch.layout import helper_paths, helper_pid_paths
 from ckpt_harness.launch.rank import STACK_SIGNAL
 
 
@@ -81,7 +82,7 @@ def join_rank(link: Optional[ChildLink], name: str) -> None:
     if link is None:
         return
     rank_side.report_on(link.status_fd)
-    pid_file, stack_file = _files(link.run_dir, link.rank, name)
+    pid_file, stack_file = helper_paths(link.run_dir, link.rank, name)
     stack = open(stack_file, "w")  # kept open by faulthandler for the process's life
     faulthandler.register(STACK_SIGNAL, file=stack, all_threads=True, chain=False)
     written = pid_file.with_name(pid_file.name + ".tmp")
@@ -92,16 +93,10 @@ def join_rank(link: Optional[ChildLink], name: str) -> None:
 def helpers(run_dir: str, rank: int) -> list[Helper]:
     """The children of `rank` that joined it (`join_rank`)."""
     found = []
-    for pid_file in sorted(Path(run_dir).glob(f"rank{rank}.*.pid")):
+    for pid_file in helper_pid_paths(run_dir, rank):
         try:
             pid, name = pid_file.read_text().splitlines()[:2]
-            found.append(Helper(name, int(pid), _files(run_dir, rank, name)[1]))
+            found.append(Helper(name, int(pid), helper_paths(run_dir, rank, name)[1]))
         except (OSError, ValueError):
             continue
     return found
-
-
-def _files(run_dir: str, rank: int, name: str) -> tuple[Path, Path]:
-    """Where a child of `rank` named `name` leaves its pid and its stack."""
-    word = name.replace(" ", "-")
-    return Path(run_dir, f"rank{rank}.{word}.pid"), Path(run_dir, f"rank{rank}.{word}.stack")

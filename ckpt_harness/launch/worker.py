@@ -34,7 +34,14 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from ckpt_harness.launch import _proc, flight
-from ckpt_harness.launch.rank import STACK_SIGNAL
+from ckpt_harness.launch.layout import (
+    flight_path,
+    log_path,
+    stack_path,
+    worker_record_path,
+    worker_record_paths,
+)
+from ckpt_harness.launch.rank import STACK_SIGNAL, resolve
 
 #: Set by the harness in every agent's environment, inherited by the workers
 #: and anything they start: teardown finds every process of a run by it.
@@ -42,22 +49,8 @@ RUN_TAG_ENV = "CKPT_HARNESS_ELASTIC_RUN"
 RUN_DIR_ENV = "CKPT_HARNESS_RUN_DIR"
 #: Seconds for torch.distributed's default process-group timeout (see `_default_timeouts`).
 PG_TIMEOUT_ENV = "CKPT_HARNESS_PG_TIMEOUT"
-
-
-def log_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / f"rank{rank}.log"
-
-
-def stack_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / f"rank{rank}.stack"
-
-
-def flight_path(run_dir: Path, rank: int) -> Path:
-    return run_dir / f"rank{rank}.collectives"
-
-
-def records_dir(run_dir: Path) -> Path:
-    return run_dir / "workers"
+#: `ScriptSpec.entry`, "module:function": what arms the worker before its script runs.
+ENTRY_ENV = "CKPT_HARNESS_WORKER_ENTRY"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +103,7 @@ class WorkerRecord:
     finished: Optional[float] = None
 
     def write(self, run_dir: Path) -> None:
-        path = records_dir(run_dir) / f"{self.pid}.json"
+        path = worker_record_path(run_dir, self.pid)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(dataclasses.asdict(self)))
         os.replace(tmp, path)  # the harness never reads half a record
@@ -118,7 +111,7 @@ class WorkerRecord:
     @classmethod
     def read_all(cls, run_dir: Path) -> list["WorkerRecord"]:
         records = []
-        for path in records_dir(run_dir).glob("*.json"):
+        for path in worker_record_paths(run_dir):
             try:
                 records.append(cls(**json.loads(path.read_text())))
             except (OSError, ValueError, TypeError):  # replaced while listed
@@ -127,17 +120,19 @@ class WorkerRecord:
 
 
 def prepare(worker: WorkerInfo, park: Callable[[], None]) -> Optional[Any]:
-    """Arm the worker just before the script runs: the probes, the fault
-    plan and the records of `script_runner`, when the harness gave a plan.
+    """Arm the worker just before the script runs, with the entry the harness
+    named (`ScriptSpec.entry`): named by string, as a Job rank's entry is, so
+    that the launcher needs nothing of what the harness records.
 
-    Returns what to tell when the script ends (`ScriptRank.finished` and
-    `.failed`), or None. It runs after the process is set up (logs, stacks,
-    flight recorder) and before any of the script's code. `park` stops the
-    worker where it is, for good (a preemption).
+    Returns what to tell when the script ends (its `finished()` and
+    `failed(exc)`), or None. It runs after the process is set up (logs,
+    stacks, flight recorder) and before any of the script's code. `park`
+    stops the worker where it is, for good (a preemption).
     """
-    from ckpt_harness.rankside import script as script_runner
-
-    return script_runner.arm(worker.rank, worker.run_dir, park)
+    ref = os.environ.get(ENTRY_ENV)
+    if not ref:
+        return None
+    return resolve(ref)(worker.rank, worker.run_dir, park)
 
 
 def main(argv: list[str]) -> None:

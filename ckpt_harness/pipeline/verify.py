@@ -23,6 +23,7 @@ from ckpt_harness import oracle, targets
 from ckpt_harness.config import RunConfig, ScriptConfig, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.jobref import resolve
+from ckpt_harness.launch.layout import crash_marker
 from ckpt_harness.pipeline.workdir import prepare_workdir
 from ckpt_harness.records import Kind, Run
 from ckpt_harness.report import Report
@@ -155,8 +156,6 @@ def restart_case(target: Target, root: Path, case: str, golden: Run, step: int,
 
     No second run tells here whether the target is deterministic: the
     resume case of the same step does, when it ran before."""
-    from ckpt_harness.rankside.script import crash_marker
-
     line = target.repro("run", case=case)
     run = target.run(RunRequest("restarted run", stop_after_save=step, stop=Stop.CRASH, trace_files=False),
                      root / "ckpt", root / "run")

@@ -31,7 +31,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
-import traceback
 from pathlib import Path
 from typing import Optional
 
@@ -42,8 +41,10 @@ from ckpt_harness.inject.faults import Fault
 from ckpt_harness.job import Job, RankContext
 from ckpt_harness.jobref import JobRef, load
 from ckpt_harness.launch import rank as launch_rank
+from ckpt_harness.launch.layout import data_path, records_path, trace_path
 from ckpt_harness.launch.rank import RankInfo
-from ckpt_harness.records import Kind, Recorder, data_path, records_path, trace_path
+from ckpt_harness.rankside.common import install_probes, write_error
+from ckpt_harness.records import Kind, Recorder
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,23 +82,12 @@ def run_rank(info: RankInfo, plan: RunPlan) -> None:
         return (str(trace_path(info.run_dir, info.rank, actor)),
                 str(data_path(info.run_dir, info.rank, actor)) if plan.log_data else None)
 
-    probes.install(
-        str(trace_path(info.run_dir, info.rank)), info.rank,
-        ckpt_dir=plan.ckpt_dir if plan.trace_files or plan.faults else None, faults=plan.faults,
-        data_log=str(data_path(info.run_dir, info.rank)) if plan.log_data else None,
-        thread_phases=True, child_paths=child_paths,
-    )
+    install_probes(info.run_dir, info.rank, plan, thread_phases=True, child_paths=child_paths)
     recorder = Recorder(records_path(info.run_dir, info.rank))
     try:
         _drive(info, plan, recorder)
     except BaseException as exc:
-        recorder.write(
-            Kind.ERROR,
-            phase=probes.current_phase(),
-            type=f"{type(exc).__module__}.{type(exc).__qualname__}",
-            message=str(exc),
-            traceback=traceback.format_exc(),
-        )
+        write_error(recorder, exc)
         raise
 
 

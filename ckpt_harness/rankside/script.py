@@ -1,6 +1,7 @@
 """The worker side of a script run: record what the oracle judges, as `runner.py` does for a Job.
 
-The bootstrap (`launch/worker.py`) calls `arm` before the script runs when
+The bootstrap (`launch/worker.py`) calls `arm`, the entry `launch_script`
+names in its `ScriptSpec`, before the script runs; it arms the worker when
 the harness put a `ScriptPlan` in the environment. From then on the worker
 is traced like a Job rank (collectives, file operations under the
 checkpoint directory, the armed faults) and writes the same records into
@@ -34,7 +35,6 @@ import os
 import signal
 import threading
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Callable, Optional
 
@@ -42,7 +42,9 @@ from ckpt_harness import phase
 from ckpt_harness import state as state_mod
 from ckpt_harness.inject import probes, saves
 from ckpt_harness.inject.faults import Fault, parse_plan, plan_label
-from ckpt_harness.records import Kind, Recorder, data_path, records_path, trace_path
+from ckpt_harness.launch.layout import crash_marker, records_path
+from ckpt_harness.rankside.common import install_probes, write_error
+from ckpt_harness.records import Kind, Recorder
 
 #: The plan, as JSON; set only by the harness.
 PLAN_ENV = "CKPT_HARNESS_SCRIPT_PLAN"
@@ -86,11 +88,7 @@ class ScriptRank:
 
     def __init__(self, rank: int, run_dir: Path, plan: ScriptPlan, park: Callable[[], None]):
         self.rank, self.plan, self.park = rank, plan, park
-        probes.install(
-            str(trace_path(run_dir, rank)), rank,
-            ckpt_dir=plan.ckpt_dir if plan.trace_files or plan.faults else None, faults=plan.faults,
-            data_log=str(data_path(run_dir, rank)) if plan.log_data else None,
-        )
+        install_probes(run_dir, rank, plan)
         # One attempt's records: a group torchrun restarted starts them anew (the run's ranks are the last attempt's).
         records_path(run_dir, rank).unlink(missing_ok=True)
         self.recorder = Recorder(records_path(run_dir, rank))
@@ -173,15 +171,7 @@ class ScriptRank:
         self.recorder.write(Kind.FINISHED)
 
     def failed(self, exc: BaseException) -> None:
-        self.recorder.write(
-            Kind.ERROR, phase=probes.current_phase(), type=f"{type(exc).__module__}.{type(exc).__qualname__}",
-            message=str(exc), traceback="".join(traceback.format_exception(exc)),
-        )
-
-
-def crash_marker(run_dir: Path) -> Path:
-    """Made by the rank a `ScriptPlan.crash` run killed, just before it died."""
-    return Path(run_dir) / "crashed-after-save"
+        write_error(self.recorder, exc)
 
 
 def arm(rank: int, run_dir: Path, park: Callable[[], None]) -> Optional[ScriptRank]:

@@ -158,6 +158,7 @@ class ScriptTarget:
             nproc_per_node=self.config.nproc_per_node, nnodes=self.config.nnodes,
             max_restarts=self.config.max_restarts, env={PLAN_ENV: plan.to_env(), CKPT_DIR_ENV: str(ckpt)},
             failure_grace=request.failure_grace, stop_ranks=None if crash else stop_ranks,
+            entry="ckpt_harness.rankside.script:arm",
         )
         return Run.collect(request.name, run_dir, run_elastic(spec))
 

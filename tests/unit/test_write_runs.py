@@ -4,8 +4,8 @@ every point kept with its own kind, the kernel bytes one range."""
 from __future__ import annotations
 
 from ckpt_harness.pipeline.baseline import fault_points
-from ckpt_harness.inject.probes import Tracer
 from ckpt_harness.inject.trace import EventKind, describe_phase, read_events
+from ckpt_harness.inject.tracer import Tracer
 
 
 def traced(tmp_path, writes):

@@ -1,0 +1,36 @@
+"""What a Job rank and a script worker do alike, written once so that their
+traces and ERROR records cannot drift apart: the oracle reads both the same.
+"""
+
+from __future__ import annotations
+
+import traceback
+from typing import Any
+
+from ckpt_harness.inject import probes
+from ckpt_harness.launch.layout import PathLike, data_path, trace_path
+from ckpt_harness.records import Kind, Recorder
+
+
+def install_probes(run_dir: PathLike, rank: int, plan: Any, **options: Any) -> None:
+    """Probe this process as `plan` (a `RunPlan` or a `ScriptPlan`) asks.
+
+    File operations are probed only when someone reads them or a fault is
+    armed at one: probing them costs a fault-free run its speed. `options`
+    go to `probes.install` as they are.
+    """
+    probes.install(
+        str(trace_path(run_dir, rank)), rank,
+        ckpt_dir=plan.ckpt_dir if plan.trace_files or plan.faults else None, faults=plan.faults,
+        data_log=str(data_path(run_dir, rank)) if plan.log_data else None,
+        **options,
+    )
+
+
+def write_error(recorder: Recorder, exc: BaseException) -> None:
+    """The ERROR record of the exception that ended the rank's job, with the
+    phase it was raised in: where the oracle says the job broke."""
+    recorder.write(
+        Kind.ERROR, phase=probes.current_phase(), type=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        message=str(exc), traceback="".join(traceback.format_exception(exc)),
+    )
