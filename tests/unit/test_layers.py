@@ -62,12 +62,7 @@ PKG_DIR = Path(__file__).resolve().parents[2] / PKG
 
 #: Strongly connected components (over top+func edges) that exist today. A cycle that shrinks must be
 #: replaced here by its smaller self; one that disappears must be removed.
-ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset({
-    # the mechanism imports the recording policy (launch/worker.prepare; step 2: an entry named in the env)
-    frozenset({"ckpt_harness.launch.worker", "ckpt_harness.rankside.script"}),
-    # probes.install imports files, files imports Tracer from probes (step 1: inject/tracer.py)
-    frozenset({"ckpt_harness.inject.files", "ckpt_harness.inject.probes"}),
-})
+ALLOWED_CYCLES: frozenset[frozenset[str]] = frozenset()
 
 #: Layers, bottom (0) to top. A key "a.b" covers exactly the module a.b; a key "a.b.*" covers the package
 #: a.b and everything below it. The most specific key wins (an exact key beats any ".*"; a longer ".*"
@@ -113,9 +108,7 @@ LAYERS: dict[str, int] = {
 }
 
 #: Edges (src, dst) from a lower layer to a higher one that exist today.
-ALLOWED_UPWARD: frozenset[tuple[str, str]] = frozenset({
-    ("ckpt_harness.launch.worker", "ckpt_harness.rankside.script"),  # 1 -> 3, worker.py:138 (step 2)
-})
+ALLOWED_UPWARD: frozenset[tuple[str, str]] = frozenset()
 
 #: What code that runs in ranks/workers (rankside.*) must not import, by any kind of edge: the controller.
 #: As pytest-xdist's remote.py, the rank side knows records, inject, launch, job and the foundations only.
