@@ -71,15 +71,7 @@ def _import_from_cwd() -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ckpt_harness.config import (
-        SETTINGS,
-        ExploreConfig,
-        RunConfig,
-        ScriptConfig,
-        ScriptExploreConfig,
-        add_arguments,
-        script_mode_settings,
-    )
+    from ckpt_harness.config import SETTINGS, ExploreConfig, ScriptConfig, add_arguments
 
     parser = argparse.ArgumentParser(
         prog="ckpt-harness",
@@ -90,9 +82,7 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="verify that a job (or, with --script, a script under torchrun) resumes "
                                      "bitwise from every save")
-    run.add_argument("--job", help=job_help + "; or give --script")
-    add_arguments(run, RunConfig)
-    add_arguments(run, ScriptConfig, only=script_mode_settings())
+    _target_options(run, "run")
     run.add_argument("--case", action="append", help="only this case (golden, resume@K; restart@K with --max-restarts); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     _json_option(run)
@@ -100,9 +90,7 @@ def _parser() -> argparse.ArgumentParser:
 
     explore = sub.add_parser("explore", help="break one save at every point with every fault kind; judge each resume "
                                              "(of a job, or with --script of a script under torchrun)")
-    explore.add_argument("--job", help=job_help + "; or give --script")
-    add_arguments(explore, ExploreConfig)
-    add_arguments(explore, ScriptExploreConfig, only=script_mode_settings())
+    _target_options(explore, "explore")
     explore.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
     explore.add_argument("--workdir", type=Path, help="keep every run's checkpoints, traces and logs here")
     explore.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -110,8 +98,7 @@ def _parser() -> argparse.ArgumentParser:
     explore.set_defaults(command=_explore)
 
     trace = sub.add_parser("trace", help="record a clean run and print the operations of one save per rank")
-    trace.add_argument("--job", required=True, help=job_help)
-    add_arguments(trace, ExploreConfig, only=TRACE_SETTINGS)
+    _target_options(trace, "explore", only=TRACE_SETTINGS)
     trace.add_argument("--workdir", type=Path, help="keep the run's checkpoints, traces and logs here")
     trace.set_defaults(command=_trace)
 
@@ -136,10 +123,13 @@ def _parser() -> argparse.ArgumentParser:
     _baseline_options(matrix, write=True)
     matrix.set_defaults(command=_matrix)
 
-    scenario = sub.add_parser("scenario", help="run one catalogue scenario against a job (what matrix repro lines call)")
+    scenario = sub.add_parser("scenario", help="run one catalogue scenario against a job or a script (what matrix "
+                                               "repro lines call)")
     scenario.add_argument("name", help="scenario name (see `ckpt-harness list`)")
-    scenario.add_argument("--job", required=True, help=job_help)
-    _scenario_options(scenario)
+    _target_options(scenario, "run", only=BENCH_TARGET_SETTINGS)
+    scenario.add_argument("--file", action="append", type=Path,
+                          help="scenario file or directory to use instead of the built-in catalogue; repeatable")
+    add_arguments(scenario, ExploreConfig, only=("parallel",))
     scenario.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
     scenario.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     scenario.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -152,9 +142,43 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: The settings `trace` takes: what shapes the run and picks the save.
-TRACE_SETTINGS = ("world_size", "steps", "save_every", "keep_last", "overwrite", "seed", "timeout", "nodes", "save")
-#: The settings of a bench (a job at a world size) that `matrix` and `scenario` take.
+def _target_options(p: argparse.ArgumentParser, command: str, only: Optional[Sequence[str]] = None) -> None:
+    """The options of every kind of target for `command`: the one that picks
+    each kind (--job, --script, ...) and the settings of its config (with
+    `only`, those of them), each once."""
+    from ckpt_harness import targets
+    from ckpt_harness.config import add_arguments, settings_of
+
+    kinds = targets.kinds()
+    added: set[str] = set()
+    for kind in kinds:
+        cls = kind.configs[command]
+        takes = settings_of(cls)
+        if kind.option not in takes:
+            p.add_argument(kind.flag, dest=kind.option, help=f"{kind.help}; or give "
+                           + " or ".join(other.flag for other in kinds if other is not kind))
+        add_arguments(p, cls, only=[name for name in takes
+                                    if (only is None or name in only or name == kind.option) and name not in added])
+        added |= set(takes) | {kind.option}
+
+
+def _chosen(args: argparse.Namespace, command: str, config: str):
+    """The kind of target the options pick, and the config they make of it for
+    `config` ("run", "explore"); UsageError naming the options to give."""
+    from ckpt_harness import targets
+    from ckpt_harness.config import values_from
+
+    kind = targets.chosen(vars(args), command)
+    return kind, lambda: targets.made(kind, config, {**values_from(args, kind.configs[config]),
+                                                     kind.option: getattr(args, kind.option)})
+
+
+#: The settings `trace` takes: what shapes a run (of any kind of target) and picks the save.
+TRACE_SETTINGS = ("world_size", "steps", "save_every", "keep_last", "overwrite", "seed", "timeout", "nodes", "save",
+                  "nproc_per_node", "nnodes")
+#: The settings of a bench's target (a job at a world size, a script at a layout) that `scenario` takes.
+BENCH_TARGET_SETTINGS = ("world_size", "timeout", "nproc_per_node", "nnodes")
+#: The settings of a bench (a job at a world size) that `matrix` takes.
 BENCH_SETTINGS = ("world_size", "timeout", "parallel")
 #: The script-mode settings `matrix --script` takes besides --script: one
 #: layout for every row (--max-restarts is refused: a matrix row, like
@@ -284,23 +308,27 @@ def _matrix_exit(matrix, fail_on: Sequence[Verdict]) -> int:
 def _scenario(args: argparse.Namespace) -> int:
     from ckpt_harness import targets
     from ckpt_harness.catalogue.bench import Bench
-    from ckpt_harness.config import RunConfig
-    from ckpt_harness.jobref import resolve
-    from ckpt_harness.launch import prestart
-    from ckpt_harness.progress import Progress
     from ckpt_harness.catalogue.scenario import select
+    from ckpt_harness.config import SETTINGS
+    from ckpt_harness.progress import Progress
 
-    settings = _bench_settings(args)
+    try:
+        _, config = _chosen(args, "run", "run")
+    except UsageError as exc:
+        print(f"ckpt-harness scenario: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    parallel = getattr(args, "parallel", SETTINGS["parallel"].default)
     progress = Progress(quiet=args.quiet)
+    made: list = []
 
     def produce(workdir: Path):
         baseline = _load_baseline(args)
         catalogue = _catalogue(args)
         (scenario,) = select(catalogue, [args.name])
-        prestart(settings["parallel"])
-        target = targets.of(RunConfig.build(resolve(args.job)[0], world_size=settings["world_size"],
-                                            timeout=settings["timeout"]))
-        bench = Bench(target, workdir, parallel=settings["parallel"], progress=progress)
+        target = targets.of(config())
+        made.append(target)
+        target.warm(parallel)
+        bench = Bench(target, workdir, parallel=parallel, progress=progress)
         result = bench.run(scenario, args.case)
         if baseline is None:
             return result
@@ -309,7 +337,9 @@ def _scenario(args: argparse.Namespace) -> int:
         return Checked(result, baseline.gate([result], scenarios=[scenario.name], catalogue=[s.name for s in catalogue]))
 
     def as_report(out):
-        return getattr(out, "result", out).report(settings["world_size"], settings)
+        target = made[0]
+        settings = {"world_size": target.world_size, "timeout": target.timeout, "parallel": parallel}
+        return getattr(out, "result", out).report(target.world_size, settings)
 
     return _report_or_error(args, produce, progress, as_report)
 
@@ -358,110 +388,78 @@ def _split(value: str) -> list[str]:
 
 def _explore(args: argparse.Namespace) -> int:
     from ckpt_harness import targets
-    from ckpt_harness.config import ExploreConfig, ScriptExploreConfig, values_from
-    from ckpt_harness.jobref import resolve
-    from ckpt_harness.launch import prestart
     from ckpt_harness.pipeline.explore import run_exploration
-    from ckpt_harness.pipeline.workdir import prepare_workdir
-
     from ckpt_harness.progress import Progress
 
-    problem = _mode_problem(args, ExploreConfig, ScriptExploreConfig)
-    if problem:
-        print(f"ckpt-harness explore: error: {problem}", file=sys.stderr)
+    try:
+        _, config = _chosen(args, "explore", "explore")
+    except UsageError as exc:
+        print(f"ckpt-harness explore: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     progress = Progress(quiet=args.quiet)
-    if args.job is None:
-        def explore_script(workdir: Path):
-            config = ScriptExploreConfig(**values_from(args, ScriptExploreConfig))
-            return run_exploration(*targets.split(config), workdir, args.case, progress)
-
-        return _report_or_error(args, explore_script, progress)
-    settings = values_from(args, ExploreConfig)
 
     def produce(workdir: Path):
-        config = ExploreConfig.build(resolve(args.job)[0], **settings)  # bad settings fail before the fork server starts
-        prestart(config.parallel)
-        return run_exploration(*targets.split(config), prepare_workdir(workdir), args.case, progress)
+        target, plan = targets.split(config())  # bad settings fail before the fork server starts
+        target.warm(plan.parallel)
+        return run_exploration(target, plan, workdir, args.case, progress)
 
     return _report_or_error(args, produce, progress)
 
 
 def _trace(args: argparse.Namespace) -> int:
-    from ckpt_harness.config import ExploreConfig, values_from
+    from ckpt_harness import targets
     from ckpt_harness.inject.trace import describe_phase
-    from ckpt_harness.launch import prestart
+    from ckpt_harness.pipeline.workdir import prepare_workdir
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
     try:
         from ckpt_harness import oracle
         from ckpt_harness.pipeline.explore import trace
 
-        settings = values_from(args, ExploreConfig)
-        prestart()
-        run, phase = trace(args.job, workdir=workdir, **settings)
+        _, config = _chosen(args, "explore", "explore")
+        target, plan = targets.split(config())
+        target.warm(1)
+        run, phase = trace(target, plan, prepare_workdir(workdir))
     except _USER_ERRORS as exc:
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         _discard(args, workdir)
         return EXIT_USAGE
     problem = oracle.health(run)
-    print(f"{phase} of job {args.job} at world size {len(run.ranks)}:")
-    for r in run.ranks:
-        print(f"rank {r.rank}: {describe_phase(r.events, phase)}")
-    from ckpt_harness.phase import background
-
-    behind = background(phase)  # what the save handed to another thread (an async save's writer)
-    if any(e.phase == behind for e in run.events()):
-        print(f"{behind}, the work save {phase.rpartition(' ')[2]} handed to a background thread or process:")
+    if phase is None:
+        print(f"the {target.noun} {target.name} made no save whose step the harness could tell")
+    else:
+        print(f"{phase} of {target.noun} {target.name} at world size {len(run.ranks)}:")
         for r in run.ranks:
-            print(f"rank {r.rank}: {describe_phase(r.events, behind)}")
+            print(f"rank {r.rank}: {describe_phase(r.events, phase)}")
+        from ckpt_harness.phase import background
+
+        behind = background(phase)  # what the save handed to another thread (an async save's writer)
+        if any(e.phase == behind for e in run.events()):
+            print(f"{behind}, the work save {phase.rpartition(' ')[2]} handed to a background thread or process:")
+            for r in run.ranks:
+                print(f"rank {r.rank}: {describe_phase(r.events, behind)}")
     if problem is not None:
         print(f"\nthe run did not finish: {problem.summary}\n{problem.details}")
         print(f"\ntraces and rank logs kept in {workdir}")
         return EXIT_FINDINGS
     _discard(args, workdir)
-    return EXIT_OK
-
-
-def _mode_problem(args: argparse.Namespace, job_config: type, script_config: type) -> Optional[str]:
-    """What is wrong with the mode the options ask for (None: nothing): one of
-    --job and --script, and no setting of the other mode."""
-    from ckpt_harness.config import settings_of
-
-    jobs, scripts = settings_of(job_config), settings_of(script_config)
-    job_only = [s.option for name, s in jobs.items() if name not in scripts and hasattr(args, name)]
-    script_only = [s.option for name, s in scripts.items() if name not in jobs and hasattr(args, name)]
-    if (args.job is None) == (getattr(args, "script", None) is None):
-        return "give either --job (a Job class) or --script (a training script run under torchrun)"
-    if args.job is not None and script_only:
-        return f"{', '.join(script_only)} belong to script mode: give them with --script, not --job"
-    if args.job is None and job_only:
-        return (f"{', '.join(job_only)} apply to --job runs only: a script sets its own steps and saves; "
-                f"script mode takes {', '.join(s.option for s in scripts.values())}")
-    return None
+    return EXIT_OK if phase is not None else EXIT_UNDECIDED
 
 
 def _run(args: argparse.Namespace) -> int:
-    from ckpt_harness.config import RunConfig, ScriptConfig, values_from
-    from ckpt_harness.launch import prestart
-    from ckpt_harness.pipeline.verify import verify
+    from ckpt_harness import targets
+    from ckpt_harness.pipeline.verify import run_verification
 
-    problem = _mode_problem(args, RunConfig, ScriptConfig)
-    if problem:
-        print(f"ckpt-harness run: error: {problem}", file=sys.stderr)
+    try:
+        _, config = _chosen(args, "run", "run")
+    except UsageError as exc:
+        print(f"ckpt-harness run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    if args.job is None:
-        from ckpt_harness.pipeline.verify import verify_script
-
-        settings = values_from(args, ScriptConfig)
-        script = settings.pop("script")
-        return _report_or_error(args, lambda workdir: verify_script(script, workdir=workdir, cases=args.case,
-                                                                     **settings))
 
     def produce(workdir: Path):
-        settings = values_from(args, RunConfig)
-        prestart()
-        return verify(args.job, workdir=workdir, cases=args.case, **settings)
+        target = targets.of(config())
+        target.warm(1)
+        return run_verification(target, workdir, args.case)
 
     return _report_or_error(args, produce)
 

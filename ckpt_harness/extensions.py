@@ -1,4 +1,4 @@
-"""What other packages add through entry points: jobs (`ckpt_harness.jobs`) and checks (`ckpt_harness.catalogue.checks`)."""
+"""What other packages add through entry points: jobs (`ckpt_harness.jobs`) and checks (`ckpt_harness.checks`)."""
 
 from __future__ import annotations
 

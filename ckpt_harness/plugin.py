@@ -31,7 +31,7 @@ for every run, including runs that never touch a checkpoint.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, Union
 
 import pytest
 
@@ -164,19 +164,18 @@ class CkptFixture:
     def world_size(self) -> int:
         return self.defaults["world_size"]
 
-    def verify(self, job: Union[str, type], **settings: Any):
-        """`ckpt_harness.pipeline.verify` with this test's defaults; returns the Report."""
-        from ckpt_harness.config import RunConfig
+    def verify(self, job: Union[str, type, Any], **settings: Any):
+        """`ckpt_harness.verify` with this test's defaults; returns the Report.
+        `job` may be a target of any kind (`ckpt_harness.targets`)."""
         from ckpt_harness.pipeline.verify import verify
 
-        return self._call(verify, RunConfig, job, settings)
+        return self._call(verify, "run", job, settings)
 
-    def explore(self, job: Union[str, type], **settings: Any):
-        """`ckpt_harness.pipeline.explore` with this test's defaults; returns the Report."""
-        from ckpt_harness.config import ExploreConfig
+    def explore(self, job: Union[str, type, Any], **settings: Any):
+        """`ckpt_harness.explore` with this test's defaults; returns the Report."""
         from ckpt_harness.pipeline.explore import explore
 
-        return self._call(explore, ExploreConfig, job, settings)
+        return self._call(explore, "explore", job, settings)
 
     def verify_script(self, script: Optional[str] = None, **settings: Any):
         """`ckpt_harness.verify_script` (an unmodified script under torchrun)
@@ -185,14 +184,14 @@ class CkptFixture:
         from ckpt_harness.config import ScriptConfig
         from ckpt_harness.pipeline.verify import verify_script
 
-        return self._call(verify_script, ScriptConfig, self._script(script), settings)
+        return self._call(verify_script, "run", self._script(script), settings, ScriptConfig)
 
     def explore_script(self, script: Optional[str] = None, **settings: Any):
         """`explore --script` with this test's defaults; returns the Report."""
         from ckpt_harness.config import ScriptExploreConfig
         from ckpt_harness.pipeline.explore import explore_script
 
-        return self._call(explore_script, ScriptExploreConfig, self._script(script), settings)
+        return self._call(explore_script, "explore", self._script(script), settings, ScriptExploreConfig)
 
     def _script(self, script: Optional[str]) -> str:
         script = script or self.defaults.get("script")
@@ -201,14 +200,16 @@ class CkptFixture:
                                     "or give --ckpt-script 'train.py {ckpt_dir} ...'")
         return script
 
-    def _call(self, fn: Any, config: type, job: Union[str, type], settings: dict):
-        """Marker defaults that `config` takes, then the call's own settings
-        (all of them: a setting the call does not take is an error)."""
+    def _call(self, fn: Any, command: str, job: Any, settings: dict, config: Optional[type] = None):
+        """Marker defaults that `job` takes for `command` (those of `config`,
+        if given), then the call's own settings (all of them: a setting the
+        call does not take is an error)."""
+        from ckpt_harness import targets
         from ckpt_harness.config import settings_of
         from ckpt_harness.errors import Unavailable
 
-        takes = {k: s for k, s in settings_of(config).items() if k != "script"}
-        kwargs = {**{k: v for k, v in self.defaults.items() if k in takes}, **settings}
+        takes = settings_of(config) if config is not None else targets.takes(job, command)
+        kwargs = {**{k: v for k, v in self.defaults.items() if k in takes and k != "script"}, **settings}
         self._runs += 1
         kwargs.setdefault("workdir", self.tmp_path / f"ckpt-{self._runs}")
         try:
@@ -279,7 +280,6 @@ class ScriptItem(pytest.Item):
         return self.config.getoption("ckpt_script"), None, f"verify {self.config.getoption('ckpt_script')} under torchrun"
 
 
-_SCRIPT_BENCH = pytest.StashKey[Any]()
 
 
 def _script_config(config: pytest.Config) -> Any:
@@ -318,8 +318,11 @@ def _script_items(parent: pytest.Collector, config: pytest.Config) -> list:
         scenarios = select(builtin_catalogue(), patterns)
     except ScenarioError as exc:
         raise pytest.UsageError(f"--ckpt-scenarios: {exc}") from None
+    from ckpt_harness import targets
+
     return [ScenarioItem.from_parent(parent, name=s.name, scenario=s, job=row_name(script.script),
-                                     world_size=script.world_size, script=script) for s in scenarios]
+                                     world_size=script.world_size, target=lambda: targets.of(script))
+            for s in scenarios]
 
 
 # -- the scenario catalogue as test items ---------------------------------------------
@@ -353,8 +356,8 @@ def _items(parent: pytest.Collector, scenario: Any, config: pytest.Config):
     jobs = [job] if job else default_jobs([scenario])
     for name in jobs:
         for n in _world_sizes(config):
-            yield ScenarioItem.from_parent(parent, name=f"{scenario.name}[{name}-ws{n}]",
-                                           scenario=scenario, job=name, world_size=n)
+            yield ScenarioItem.from_parent(parent, name=f"{scenario.name}[{name}-ws{n}]", scenario=scenario,
+                                           job=name, world_size=n, target=_job_target(config, name, n))
 
 
 #: The first part of the node ids of the --ckpt-job catalogue: their JUnit class name.
@@ -372,28 +375,22 @@ class Catalogue(pytest.Collector):
 
 
 class ScenarioItem(pytest.Item):
-    """A catalogue scenario against one job at one world size; n/a skips."""
+    """A catalogue scenario against one target (a job at one world size, the
+    --ckpt-script script); n/a skips."""
 
-    def __init__(self, *, scenario: Any, job: str, world_size: int, script: Any = None, **kwargs: Any):
+    def __init__(self, *, scenario: Any, job: str, world_size: int, target: Callable[[], Any], **kwargs: Any):
         super().__init__(**kwargs)
         self.scenario = scenario
+        #: Its row: the job's name, the script's command without directories.
         self.job = job
         self.world_size = world_size
-        #: The --ckpt-script script's `ScriptConfig` when it runs against that (`job` is its row name).
-        self.script = script
+        #: Makes its target when it runs (not at collection: a framework that is not installed skips the item).
+        self.target = target
         _expect(self)
 
     def bench(self) -> Any:
-        """The session's bench of its job and world size, or of the script."""
-        if self.script is None:
-            return _bench(self.config, self.job, self.world_size)
-        if _SCRIPT_BENCH not in self.config.stash:
-            from ckpt_harness import targets
-            from ckpt_harness.catalogue.bench import Bench
-
-            root = self.config._tmp_path_factory.mktemp("ckpt-script-catalogue")  # type: ignore[attr-defined]
-            self.config.stash[_SCRIPT_BENCH] = Bench(targets.of(self.script), root, name=self.job)
-        return self.config.stash[_SCRIPT_BENCH]
+        """The session's bench of its target, shared by every item of it (their golden runs too)."""
+        return _bench(self.config, self.job, self.world_size, self.target)
 
     def runtest(self) -> None:
         from ckpt_harness.errors import Unavailable
@@ -487,20 +484,24 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 _BENCHES = pytest.StashKey[dict]()
 
 
-def _bench(config: pytest.Config, job: str, world_size: int):
-    """Benches live for the session, so scenarios of one job share golden runs."""
-    from ckpt_harness import targets
+def _bench(config: pytest.Config, job: str, world_size: int, target: Callable[[], Any]):
+    """Benches live for the session, so scenarios of one target share golden runs."""
     from ckpt_harness.catalogue.bench import Bench
-    from ckpt_harness.config import RunConfig
-    from ckpt_harness.jobref import resolve
 
     benches = config.stash.setdefault(_BENCHES, {})
     if (job, world_size) not in benches:
-        target = targets.of(RunConfig.build(resolve(job)[0], world_size=world_size,
-                                            timeout=config.getoption("--ckpt-timeout")))
         root = config._tmp_path_factory.mktemp(f"ckpt-ws{world_size}")  # type: ignore[attr-defined]
-        benches[job, world_size] = Bench(target, root)
+        benches[job, world_size] = Bench(target(), root, name=job)
     return benches[job, world_size]
+
+
+def _job_target(config: pytest.Config, job: str, world_size: int) -> Callable[[], Any]:
+    def make() -> Any:
+        from ckpt_harness import targets
+
+        return targets.job(job, world_size=world_size, timeout=config.getoption("--ckpt-timeout"))
+
+    return make
 
 
 def _names_scenario_files(config: pytest.Config) -> bool:

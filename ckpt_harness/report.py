@@ -30,6 +30,8 @@ class Report:
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: What the reader must know beyond the verdicts (e.g. writes the probes could not see).
     warnings: tuple[str, ...] = ()
+    #: What `job` is: "job", "script" (`Target.noun`).
+    noun: str = "job"
 
     @property
     def ok(self) -> bool:
@@ -44,7 +46,7 @@ class Report:
         return [r for r in self.results if not r.verdict.ok]
 
     def table(self) -> str:
-        title = f"ckpt_harness {self.kind}: job {self.job}, world size {self.world_size}, {self.elapsed:.1f}s"
+        title = f"ckpt_harness {self.kind}: {self.noun} {self.job}, world size {self.world_size}, {self.elapsed:.1f}s"
         if self.note:
             title += f" ({self.note})"
         if self.kind == "explore" and all(r.cells for r in self.results):

@@ -1,5 +1,5 @@
 """A separate, pip-installed package extends the harness only through entry points
-(`ckpt_harness.catalogue.checks`, `ckpt_harness.jobs`): the CLI finds its check and its job,
+(`ckpt_harness.checks`, `ckpt_harness.jobs`): the CLI finds its check and its job,
 and `matrix` runs them in real process groups. No mocks: a real install, real runs."""
 
 import json
@@ -103,3 +103,58 @@ def test_a_check_no_package_provides_is_a_usage_error(tmp_path, target):
         assert "unknown check 'absent'; choose from resume, faults, overwrite, reshard, stall" in out.stderr
         assert ("rerun" in out.stderr) is listed
         assert not (tmp_path / "ckpt-matrix").exists()
+
+
+# -- a kind of target of the extension's own: `module:function` under torchrun ----------------
+TRAIN = "tests.planted.trainers:train"
+FORGETS = "tests.planted.trainers:train_without_optimizer"
+
+
+def test_a_target_kind_from_a_package_is_verified_and_explored_through_the_cli(tmp_path, target):
+    """`--callable` comes from the extension's `TargetKind` (entry point
+    ``ckpt_harness.targets``): no pipeline knows it. The correct function
+    resumes bitwise; its twin that forgets the optimizer is flagged, by
+    verify and by an exploration of its save, with repro lines in its own
+    options."""
+    path = [target, ROOT]
+    good = cli("run", "--callable", TRAIN, "--nproc-per-node", "2", "--case", "resume@2", cwd=tmp_path,
+               pythonpath=path)
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "ckpt_harness verify: callable tests.planted.trainers:train, world size 2" in good.stdout
+    assert "saves after resume  PASS" in good.stdout
+
+    bad = cli("explore", "--callable", FORGETS, "--nproc-per-node", "2", "--faults", "crash",
+              "--ops", "rename", "--corruptions", "", "--no-after", cwd=tmp_path, pythonpath=path)
+    assert bad.returncode == 1, bad.stdout + bad.stderr
+    assert "save 4 broken (the callable saved at steps 2, 4)" in bad.stdout
+    repro = next(line for line in bad.stdout.splitlines() if line.startswith("repro: "))
+    assert shlex.split(repro)[2:6] == ["explore", "--callable", FORGETS, "--nproc-per-node"], repro
+
+    without = cli("run", "--callable", TRAIN, cwd=tmp_path, pythonpath=[ROOT])
+    assert without.returncode == 2 and "unrecognized arguments: --callable" in without.stderr
+
+
+def test_a_target_kind_from_a_package_runs_through_the_plugin(pytester, target):
+    """The ``ckpt`` fixture takes a target of any kind, ready made; the
+    plugin is loaded by its entry point, as users meet it."""
+    pytester.makepyfile(f"""
+        from ckpt_example_target import CallableConfig, CallableTarget
+
+        def verified(ckpt, function):
+            target = CallableTarget.of(CallableConfig(callable=function, nproc_per_node=2))
+            return ckpt.verify(target, cases=["resume@2"])
+
+        def test_correct(ckpt):
+            verified(ckpt, {TRAIN!r}).assert_ok()
+
+        def test_forgets_the_optimizer(ckpt):
+            report = verified(ckpt, {FORGETS!r})
+            assert not report.ok
+            assert [r.check for r in report.failures()] == ["saves after resume", "final state"], report.explain()
+    """)
+    env = {"PYTHONPATH": os.pathsep.join(map(str, [target, ROOT])), "HF_HUB_OFFLINE": "1"}
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in env.items():
+            mp.setenv(name, value)
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--ckpt-world-sizes", "2")
+    result.assert_outcomes(passed=2)

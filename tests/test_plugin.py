@@ -331,7 +331,7 @@ def test_ckpt_script_with_ckpt_scenarios_runs_the_catalogue_against_the_script(p
         f"{resumable} {{ckpt_dir}}", "--ckpt-scenarios", "overwrite-complete,rotation-crash")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["*ckpt-script::overwrite-complete SKIPPED*", "*ckpt-script::rotation-crash SKIPPED*",
-                                 "*n/a: check 'overwrite' does not run scripts*", "*n/a: it sets keep_last = 1*"])
+                                 "*n/a: the harness cannot set a script's overwrite flag*", "*n/a: it sets keep_last = 1*"])
     restarts = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--ckpt-script", f"{resumable} {{ckpt_dir}}",
                                              "--ckpt-scenarios", "resume-every-save", "--ckpt-max-restarts", "1")
     assert restarts.ret == pytest.ExitCode.USAGE_ERROR

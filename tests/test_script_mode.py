@@ -203,10 +203,10 @@ def test_staging_renamed_on_every_node_fails_across_nodes_through_the_cli(tmp_pa
 @pytest.mark.parametrize("args, says", [
     (("run",), "either --job"),
     (("run", "--job", "torch_save", "--script", "x.py"), "either --job"),
-    (("run", "--script", "x.py {ckpt_dir}", "--steps", "4"), "--steps apply to --job runs only"),
+    (("run", "--script", "x.py {ckpt_dir}", "--steps", "4"), "--steps belong to job mode"),
     (("run", "--job", "torch_save", "--nnodes", "2"), "--nnodes belong to script mode"),
     (("run", "--script", "missing.py {ckpt_dir}"), "no script at 'missing.py'"),
-    (("explore", "--script", "x.py {ckpt_dir}", "--world-size", "2"), "--world-size apply to --job runs only"),
+    (("explore", "--script", "x.py {ckpt_dir}", "--world-size", "2"), "--world-size belong to job mode"),
     (("explore", "--job", "torch_save", "--nproc-per-node", "2"), "--nproc-per-node belong to script mode"),
     (("explore", "--script", "missing.py {ckpt_dir}"), "no script at 'missing.py'"),
     (("explore", "--script", "x.py {ckpt_dir}", "--max-restarts", "1"), "leave out --max-restarts"),

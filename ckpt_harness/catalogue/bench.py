@@ -126,11 +126,15 @@ class Bench:
         its check needs what the target lacks, or it sets what the target
         cannot take."""
         caps = self.target.caps
-        lacking = [name for name in getattr(checks.get(scenario.check), "requires", ()) if not caps.has(name)]
+        check = checks.get(scenario.check)
+        lacking = [name for name in getattr(check, "requires", ()) if not caps.has(name)]
         if lacking:
-            return f"check {scenario.check!r} needs what the {self.target.noun} lacks: {caps.lacks[lacking[0]]}"
+            return caps.lacks[lacking[0]]
+        # the run settings it sets (a check's own parameter may share a setting's name, not its meaning)
+        run = {s.name: scenario.params[s.name] for s in check.params
+               if s.name in SETTINGS and s.kind is SETTINGS[s.name].kind}
         try:
-            self.target_for(scenario.params)
+            self.target_for(run)
         except NotApplicable as exc:
             return str(exc)
         return None

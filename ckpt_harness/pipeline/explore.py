@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from ckpt_harness import phase, targets
-from ckpt_harness.config import ExploreConfig, ExplorePlan, ScriptExploreConfig, settings_of
+from ckpt_harness.config import ExplorePlan, ScriptExploreConfig, settings_of
 from ckpt_harness.errors import UsageError
-from ckpt_harness.jobref import resolve
 from ckpt_harness.pipeline import baseline as baselines
 from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
 from ckpt_harness.pipeline.cases import named, plan_cases, run_cases
@@ -38,10 +37,10 @@ def explore(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None
     `durability`, `keep_last`, `nodes`, ...). `cases` replays only the named
     cases (the names the report prints, or any fault plan such as
     `crash@r0:save4#3+delay@r1:save4#0`). `progress(done, total, result)` is
-    called after each case.
+    called after each case. `job` may also be a target of any kind
+    (`ckpt_harness.targets`), ready made; `settings` are then the plan's.
     """
-    ref, _ = resolve(job)
-    target, plan = targets.split(ExploreConfig.build(ref, **settings))
+    target, plan = targets.resolve(job, "explore", settings)
     return run_exploration(target, plan, prepare_workdir(workdir), cases, progress)
 
 
@@ -71,7 +70,7 @@ def run_exploration(target: Target, plan: ExplorePlan, root: Path, only: Optiona
 
     def report(results: list[CaseResult], warnings: tuple[str, ...] = (), note: str = "") -> Report:
         return Report(target.name, target.world_size, results, time.monotonic() - started, "explore", note,
-                      {**target.values, **plan.values}, warnings)
+                      {**target.values, **plan.values}, warnings, target.noun)
 
     try:
         base = baselines.prepare(target, plan, root)
@@ -109,14 +108,13 @@ def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,
 def baseline(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None, **settings: Any) -> Baseline:
     """A prepared baseline to run cases of your own against (see `strategies`);
     raises `BaselineFailed` if the golden run fails."""
-    ref, _ = resolve(job)
-    target, plan = targets.split(ExploreConfig.build(ref, **settings))
+    target, plan = targets.resolve(job, "explore", settings)
     return baselines.prepare(target, plan, prepare_workdir(workdir), committed_run=True)
 
 
-def trace(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None, **settings: Any) -> tuple[Run, str]:
-    """Record a clean run; return it and the phase of the save `save` names."""
-    ref, _ = resolve(job)
-    config = ExploreConfig.build(ref, **settings)
-    root = prepare_workdir(workdir)
-    return targets.of(config).run(RunRequest("trace"), root / "ckpt", root / "run"), phase.save(config.k)
+def trace(target: Target, plan: ExplorePlan, root: Path) -> tuple[Run, Optional[str]]:
+    """Record a clean run of `target`; return it and the phase of the save
+    `plan` breaks (None: it made no save whose step can be told)."""
+    run = target.run(RunRequest("trace"), root / "ckpt", root / "run")
+    known = target.knowing(run)
+    return run, phase.save(baselines.broken(known, plan)) if known.save_steps() else None

@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from ckpt_harness import oracle, targets
-from ckpt_harness.config import RunConfig, ScriptConfig, settings_of
+from ckpt_harness.config import ScriptConfig, settings_of
 from ckpt_harness.errors import UsageError
-from ckpt_harness.jobref import resolve
 from ckpt_harness.launch.layout import crash_marker
 from ckpt_harness.pipeline.workdir import prepare_workdir
 from ckpt_harness.records import Kind, Run
@@ -45,10 +44,11 @@ def verify(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None,
     ...). Runs go under `workdir` (a fresh temporary directory if None).
     `cases` limits the resume cases to names like "resume@4"; the golden run
     always runs. `stop="hard"` stops without waiting for a save in flight
-    (cases "hard@4"; jobs that save in the background only).
+    (cases "hard@4"; jobs that save in the background only). `job` may
+    also be a target of any kind (`ckpt_harness.targets`), ready made.
     """
-    ref, _ = resolve(job)
-    return run_verification(targets.of(RunConfig.build(ref, **settings)), prepare_workdir(workdir), cases, stop)
+    target, _ = targets.resolve(job, "run", settings)
+    return run_verification(target, prepare_workdir(workdir), cases, stop)
 
 
 def verify_script(script: str, *, workdir: Optional[Union[str, Path]] = None,
@@ -114,7 +114,8 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
         for case in every if cases else default:
             if not cases or case in cases:
                 results += resume_case(known, root / case, case, golden, nondeterminism)
-    return Report(target.name, target.world_size, results, time.monotonic() - started, settings=target.values)
+    return Report(target.name, target.world_size, results, time.monotonic() - started, settings=target.values,
+                  noun=target.noun)
 
 
 def resume_case(target: Target, root: Path, case: str, golden: Run,

@@ -8,10 +8,14 @@ everything above it holds a `Target` and never asks which kind.
 
 from __future__ import annotations
 
-from typing import Any, Union
+import functools
+import importlib
+from typing import Any, Mapping, Union
 
-from ckpt_harness.config import ExplorePlan, RunConfig, ScriptConfig
-from ckpt_harness.jobref import resolve
+from ckpt_harness.config import ExplorePlan, RunConfig, ScriptConfig, settings_of
+from ckpt_harness.errors import UsageError
+from ckpt_harness.extensions import with_entry_points
+from ckpt_harness.jobref import resolve as resolve_job
 from ckpt_harness.targets.base import (
     FAILURE_GRACE,
     PROPAGATION,
@@ -20,20 +24,63 @@ from ckpt_harness.targets.base import (
     RunRequest,
     Stop,
     Target,
+    TargetKind,
 )
 from ckpt_harness.targets.job import JobTarget
 from ckpt_harness.targets.script import ScriptTarget
 
 __all__ = [
     "FAILURE_GRACE", "PROPAGATION", "Capabilities", "JobTarget", "NotApplicable", "RunRequest", "ScriptTarget",
-    "Stop", "Target", "job", "of", "script", "split",
+    "Stop", "Target", "TargetKind", "chosen", "job", "kinds", "of", "resolve", "script", "split", "takes",
 ]
+
+ENTRY_POINT_GROUP = "ckpt_harness.targets"
+#: Each kind of target by name -> "module:attribute" of its `TargetKind`; others come by entry point.
+BUILTIN_KINDS = {"job": "ckpt_harness.targets.job:KIND", "script": "ckpt_harness.targets.script:KIND"}
+
+
+@functools.lru_cache(maxsize=None)
+def kinds() -> tuple[TargetKind, ...]:
+    """Every kind of target: the built-in ones, then installed packages'."""
+    found = []
+    for name, where in with_entry_points(ENTRY_POINT_GROUP, BUILTIN_KINDS).items():
+        module, _, attribute = where.partition(":")
+        try:
+            kind = getattr(importlib.import_module(module), attribute)
+        except (ImportError, AttributeError) as exc:
+            raise UsageError(f"target kind {name!r} ({where}) cannot be loaded: {exc}") from exc
+        if not isinstance(kind, TargetKind):
+            raise UsageError(f"target kind {name!r} ({where}) is not a ckpt_harness.targets.TargetKind")
+        found.append(kind)
+    return tuple(found)
+
+
+def chosen(given: Mapping[str, Any], command: str) -> TargetKind:
+    """The kind of target the settings `given` (by name, only those given) pick
+    for `command`: exactly one kind's option, and no setting that only
+    another kind takes. The one place a kind is picked; UsageError else,
+    saying what to give."""
+    picked = [kind for kind in kinds() if given.get(kind.option) is not None]
+    if len(picked) != 1:
+        offered = [f"{kind.flag} ({kind.help})" for kind in kinds()]
+        raise UsageError(f"give either {', '.join(offered[:-1])} or {offered[-1]}" if len(offered) > 1 else
+                         f"give {offered[0]}")
+    kind = picked[0]
+    mine = settings_of(kind.configs[command])
+    for other in kinds():
+        theirs = settings_of(other.configs[command])
+        stray = [theirs[name].option for name in theirs if name not in mine and name != other.option and name in given]
+        if other is not kind and stray:
+            raise UsageError(f"{', '.join(stray)} belong to {other.name} mode (with {other.flag}), not to "
+                             f"{kind.flag}: {kind.name} mode takes "
+                             f"{', '.join(s.option for n, s in mine.items() if n != kind.option)}")
+    return kind
 
 
 def job(job: Union[str, type], **settings: Any) -> JobTarget:
     """A Job (a subclass, a registered name or "module:Class") with run
     settings (`RunConfig`'s); unknown settings are refused."""
-    ref, _ = resolve(job)
+    ref, _ = resolve_job(job)
     return JobTarget(RunConfig.build(ref, **settings))
 
 
@@ -44,17 +91,55 @@ def script(script: str, **settings: Any) -> ScriptTarget:
 
 
 def of(config: Union[RunConfig, ScriptConfig, Target]) -> Target:
-    """The target `config` describes (a target is its own)."""
-    if isinstance(config, ScriptConfig):
-        return ScriptTarget(ScriptConfig(**{name: getattr(config, name) for name in ScriptConfig.__dataclass_fields__}))
-    if isinstance(config, RunConfig):
-        return JobTarget(RunConfig(**{name: getattr(config, name) for name in RunConfig.__dataclass_fields__}))
+    """The target `config` describes (a config of a kind's, `TargetKind.configs`; a target is its own)."""
+    for kind in kinds():
+        if isinstance(config, tuple(kind.configs.values())):
+            return kind.target(config)
     if isinstance(config, Target):
         return config
-    raise TypeError(f"no target is described by {type(config).__name__}: give a RunConfig or a ScriptConfig")
+    raise TypeError(f"no kind of target takes a {type(config).__name__}: give a RunConfig, a ScriptConfig or a "
+                    "config of an installed kind")
 
 
 def split(config: Any) -> tuple[Target, ExplorePlan]:
     """A config that breaks a save (`ExploreConfig`, `ScriptExploreConfig`) as
     what it runs and how it breaks it."""
     return of(config), ExplorePlan.of(config)
+
+
+def made(kind: TargetKind, command: str, given: Mapping[str, Any]) -> Any:
+    """The config of `command` that the settings `given` make for `kind` (those of the command's config)."""
+    cls = kind.configs[command]
+    takes = settings_of(cls)
+    return kind.make(given[kind.option], cls, {name: value for name, value in given.items()
+                                               if name in takes and name != kind.option})
+
+
+def takes(spec: Any, command: str) -> dict[str, Any]:
+    """The settings the Python API takes with `spec` for `command` ("run",
+    "explore"): a job's config's; a target's own are its own already, so
+    only how a save is broken (`ExplorePlan`) for "explore"."""
+    if isinstance(spec, Target):
+        return settings_of(ExplorePlan) if command == "explore" else {}
+    return settings_of(_job_kind().configs[command])
+
+
+def resolve(spec: Any, command: str, settings: Mapping[str, Any]) -> tuple[Target, ExplorePlan]:
+    """What the Python API (`verify`, `explore`, the ``ckpt`` fixture) is
+    given: a job (a Job subclass, a registered name, "module:Class") with
+    its settings, or a target of any kind, ready made; and the plan
+    (`ExplorePlan`) for "explore". Unknown settings are refused."""
+    if isinstance(spec, Target):
+        known = takes(spec, command)
+        unknown = sorted(set(settings) - set(known))
+        if unknown:
+            raise UsageError(f"unknown setting {', '.join(unknown)}: a target carries its own settings; {command} "
+                             f"takes {', '.join(known) or 'none'} with it")
+        return spec, ExplorePlan(**{**spec.plan_defaults(), **settings})
+    kind = _job_kind()  # the job's config refuses a setting it does not take
+    config = kind.make(spec, kind.configs[command], settings)
+    return kind.target(config), ExplorePlan.of(config) if command == "explore" else ExplorePlan()
+
+
+def _job_kind() -> TargetKind:
+    return next(kind for kind in kinds() if kind.name == "job")

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from pathlib import Path
-from typing import Any, Mapping, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, Mapping, Optional, Protocol, runtime_checkable
 
 from ckpt_harness.inject.faults import Fault
 from ckpt_harness.records import Run
@@ -129,6 +129,10 @@ class Target(Protocol):
     def preflight(self) -> None:
         """Refuse what cannot run here (UsageError, Unavailable), before any run."""
 
+    def warm(self, parallel: int) -> None:
+        """Start what its runs share before the first one (the fork server), so
+        that no run's deadline pays for it."""
+
     def run(self, request: RunRequest, ckpt_dir: Path, run_dir: Path) -> Run:
         """One group run on `ckpt_dir`, recorded under `run_dir`; its records, trace and outcome."""
 
@@ -155,6 +159,9 @@ class Target(Protocol):
         """Explore settings this target keeps as its own whatever a scenario
         says (a torchrun run's deadlines are not a fork server's)."""
 
+    def cli_args(self, command: str, plan: Mapping[str, Any] = {}) -> list[str]:
+        """The options of `command` that rebuild this target (and `plan`), defaults left out."""
+
     def bench_args(self) -> list[str]:
         """The options of `ckpt-harness scenario` that run on this target again."""
 
@@ -164,3 +171,30 @@ class Target(Protocol):
     def shell(self, args: list[str]) -> str:
         """`ckpt-harness ARGS` as a shell line that finds this target where it is."""
 
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetKind:
+    """A kind of target as the surfaces offer it: the option that picks it,
+    the settings each command takes with it, and how those become a target.
+    The CLI's options, the plugin's and the one chooser
+    (`targets.chosen`) are derived from the registered kinds, so a new kind
+    of target is one module that defines one of these and registers it
+    (entry-point group ``ckpt_harness.targets``)."""
+
+    #: Its mode's name in messages ("job", "script").
+    name: str
+    #: The option whose value picks it (``--job``, ``--script``), by its dest.
+    option: str
+    #: What that option takes, for its help.
+    help: str
+    #: command ("run", "explore") -> the config class whose settings it takes.
+    configs: Mapping[str, type]
+    #: (the picked value, a config class of `configs`, settings) -> that config.
+    make: Callable[[Any, type, Mapping[str, Any]], Any]
+    #: A config of `configs` -> its target.
+    target: Callable[[Any], "Target"]
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.option.replace("_", "-")

@@ -17,9 +17,10 @@ from ckpt_harness import jit
 from ckpt_harness.config import ExploreConfig, RunConfig, cli_args, settings_of, shown
 from ckpt_harness.errors import BackendUnavailable, UsageError
 from ckpt_harness.jobref import load
+from ckpt_harness.jobs import registry
 from ckpt_harness.launch import GroupSpec, run_group
 from ckpt_harness.records import Run
-from ckpt_harness.targets.base import Capabilities, RunRequest, Stop
+from ckpt_harness.targets.base import Capabilities, TargetKind, RunRequest, Stop
 
 #: Run settings a bench fixes for all its scenarios: a scenario never sets them.
 BENCH = ("world_size", "timeout")
@@ -78,6 +79,11 @@ class JobTarget:
         if found < self.world_size:
             raise BackendUnavailable(
                 f"backend nccl needs {self.world_size} CUDA devices, found {found}; use backend='gloo'")
+
+    def warm(self, parallel: int) -> None:
+        from ckpt_harness.launch import prestart
+
+        prestart(parallel)
 
     def run(self, request: RunRequest, ckpt_dir: Path, run_dir: Path) -> Run:
         from ckpt_harness.rankside.job import RunPlan  # the rank-side payload
@@ -139,3 +145,15 @@ class JobTarget:
         """`ckpt-harness ARGS` as a shell line that finds the job where it is importable."""
         root = self.config.job.root
         return (f"PYTHONPATH={shlex.quote(root)} " if root else "") + shlex.join(["ckpt-harness", *args])
+
+
+def _config(value: Any, cls: type, settings: Mapping[str, Any]) -> RunConfig:
+    from ckpt_harness.jobref import resolve
+
+    return cls.build(resolve(value)[0], **settings)
+
+
+KIND = TargetKind("job", "job", f"a registered job ({', '.join(registry())}) or module:Class",
+                  {"run": RunConfig, "explore": ExploreConfig},
+                  _config, lambda config: JobTarget(RunConfig(**{f.name: getattr(config, f.name)
+                                                                  for f in dataclasses.fields(RunConfig)})))

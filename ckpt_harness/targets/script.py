@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Mapping, Optional
 from ckpt_harness.config import ScriptConfig, ScriptExploreConfig, cli_args, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.records import Kind, Run, save_steps, savers
-from ckpt_harness.targets.base import Capabilities, NotApplicable, RunRequest, Stop
+from ckpt_harness.targets.base import Capabilities, TargetKind, NotApplicable, RunRequest, Stop
 
 PLACEHOLDER = "{ckpt_dir}"
 #: A Job run's shape, which a script's own arguments set: a scenario's values are not used.
@@ -39,15 +39,15 @@ JOB_ONLY = {
 LACKS = {
     "hard_stop": "a script's run stops where a save returns, and script mode cannot tell a background save from "
                  "a synchronous one: give the job as a Job for a hard stop",
-    "full_state": "it compares Job.full_state (the unsharded model and optimizer) between world sizes: "
-                  "a script exposes no state that is the same at every world size",
-    "overwrite_flag": "it saves into a step directory an earlier run left with the job's ctx.overwrite on and off: "
-                      "the harness cannot set a script's overwrite flag (pass it in --script and run "
-                      "`run --script` on an output directory that holds a checkpoint)",
-    "blocked_report": "its peers get hang_timeout seconds from the moment the rank blocked, which a torchrun worker "
-                      "cannot report (no status pipe), so there it would count from the start, and a torchrun run "
-                      "spends longer starting fresh interpreters (use `explore --script --save last --faults hang`, "
-                      "whose deadline is a script's)",
+    "full_state": "a script exposes no state that is the same at every world size (Job.full_state: the unsharded "
+                  "model and optimizer, compared between world sizes)",
+    "overwrite_flag": "the harness cannot set a script's overwrite flag, the job's ctx.overwrite this saves with on "
+                      "and off (pass it in --script and run `run --script` on an output directory that holds a "
+                      "checkpoint)",
+    "blocked_report": "a torchrun worker cannot report the moment it blocked (no status pipe), from which its peers "
+                      "get hang_timeout seconds, so it would count from the start, and a torchrun run spends longer "
+                      "starting fresh interpreters (use `explore --script --save last --faults hang`, whose deadline "
+                      "is a script's)",
     **{name: why for name, why in (("keep_last", JOB_ONLY["keep_last"]), ("simulated_nodes", JOB_ONLY["nodes"]),
                                    ("backend", JOB_ONLY["backend"]))},
 }
@@ -134,6 +134,9 @@ class ScriptTarget:
             raise UsageError(f"no script at {path!r} (--script {self.config.script!r}): give the path of a Python "
                               "file to run, then its arguments")
 
+    def warm(self, parallel: int) -> None:
+        pass  # each run starts its own interpreters under torchrun: nothing is shared to start early
+
     def run(self, request: RunRequest, ckpt_dir: Path, run_dir: Path) -> Run:
         """One torchrun run on `ckpt_dir`. A run stopped after save k stops the
         ranks that made it in the golden run; with `Stop.CRASH` the first rank
@@ -219,3 +222,10 @@ class ScriptTarget:
 
 def _toml(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else repr(value)
+
+
+KIND = TargetKind("script", "script", "a training script and its arguments, run under torchrun",
+                  {"run": ScriptConfig, "explore": ScriptExploreConfig},
+                  lambda value, cls, settings: cls(**{**settings, "script": value}),
+                  lambda config: ScriptTarget(ScriptConfig(**{name: getattr(config, name)
+                                                               for name in settings_of(ScriptConfig)})))

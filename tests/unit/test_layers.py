@@ -126,13 +126,7 @@ KIND_CLASSES = frozenset({"ScriptConfig", "RunConfig", "ExploreConfig", "ScriptE
 KIND_ATTRS = frozenset({"job", "job_class", "script"})
 #: (module, stripped source line) of today's mode branches outside the chooser. One entry covers every
 #: branch on an identical line of that module.
-ALLOWED_KIND_BRANCHES: frozenset[tuple[str, str]] = frozenset({
-    ("ckpt_harness.cli", "if args.job is None:"),  # two lines: _explore, _run
-    ("ckpt_harness.cli", 'if (args.job is None) == (getattr(args, "script", None) is None):'),
-    ("ckpt_harness.cli", "if args.job is not None and script_only:"),
-    ("ckpt_harness.cli", "if args.job is None and job_only:"),
-    ("ckpt_harness.plugin", "if self.script is None:"),
-})
+ALLOWED_KIND_BRANCHES: frozenset[tuple[str, str]] = frozenset()
 
 #: Files directly in ckpt_harness/ (__init__.py included): at most 16 (review section 5.2).
 MAX_TOP_LEVEL = 16
