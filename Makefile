@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench clean
+.PHONY: demo test lint bench clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -21,9 +21,12 @@ demo: $(STAMP)
 
 # Three workers on two cores: a test mostly waits on its ranks (startup, deadlines,
 # failure grace), so a third fills the waits (whole suite 15:54 at -n 2, 14:35 at -n 3).
-test: $(STAMP)
+test: lint
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -n 3 -p no:cacheprovider $(PYTEST_ARGS)
 	@$(PY) ci/no_orphans.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check ckpt_harness tests ci conftest.py
 
 clean:
 	rm -rf $(VENV) *.egg-info

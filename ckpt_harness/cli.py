@@ -78,7 +78,6 @@ def _parser() -> argparse.ArgumentParser:
         description="Prove that distributed training checkpoints survive the real world.",
     )
     sub = parser.add_subparsers(metavar="COMMAND")
-    job_help = f"a registered job ({', '.join(registry())}) or module:Class"
 
     run = sub.add_parser("run", help="verify that a job (or, with --script, a script under torchrun) resumes "
                                      "bitwise from every save")

@@ -11,10 +11,9 @@ import pytest
 
 from ckpt_harness import targets
 from ckpt_harness.catalogue.bench import Bench
-from ckpt_harness.config import DEFAULT_FAULTS, RunConfig
+from ckpt_harness.config import DEFAULT_FAULTS
 from ckpt_harness.pipeline.explore import explore
 from ckpt_harness.inject.faults import BLOCKING, Fault
-from ckpt_harness.jobref import resolve
 from ckpt_harness.launch.group import STACK_GRACE
 from ckpt_harness.oracle import health
 from ckpt_harness.targets import PROPAGATION, RunRequest

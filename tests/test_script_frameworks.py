@@ -20,7 +20,6 @@ from typing import Callable
 
 import pytest
 
-from ckpt_harness.config import ScriptConfig
 from ckpt_harness.records import Kind, read_records
 from ckpt_harness.verdict import Verdict
 

@@ -34,10 +34,8 @@ from ckpt_harness.oracle.start import (
     judge_named_steps,
     judge_resume_point,
     judge_stopped,
-    save_steps,
-    saves_by_step,
-    savers,
 )
+from ckpt_harness.records import save_steps, savers, saves_by_step
 from ckpt_harness.oracle.scenarios import (
     judge_blocked,
     judge_late,

@@ -21,7 +21,7 @@ from ckpt_harness.oracle.properties import (ERRORS, Background, accepted, accept
 from ckpt_harness.errors import HarnessError
 from ckpt_harness.launch import RankStatus
 from ckpt_harness.records import Kind, Run
-from ckpt_harness.state import Record, diff
+from ckpt_harness.state import Record
 from ckpt_harness.verdict import CaseResult, Verdict
 
 States = Mapping[int, Record]
