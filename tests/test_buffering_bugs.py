@@ -63,7 +63,7 @@ def test_a_pointer_committed_before_its_files_are_closed_is_not_atomic(tmp_path)
     # pieces (4 KiB, the buffer holds whole ones) still in the buffer
     crashed = case_dir(tmp_path, failed.case) / "ckpt"
     sizes = {p.name: p.stat().st_size for p in (crashed / "step_000004").iterdir()}
-    full = {p.name: p.stat().st_size for p in (tmp_path / "committed" / "ckpt" / "step_000004").iterdir()}
+    full = {p.name: p.stat().st_size for p in (tmp_path / "golden" / "ckpt" / "step_000004").iterdir()}
     assert (crashed / "latest").read_text() == "step_000004\n"
     for name in ("model.pt", "optimizer.pt", "scheduler.pt", "rank0.pt"):
         assert sizes[name] < full[name] and sizes[name] % 4096 == 0, (name, sizes, full)

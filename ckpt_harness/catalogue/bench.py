@@ -54,6 +54,7 @@ class Bench:
         self.reduce = reduce
         self._memo: dict[Any, _Once] = {}
         self._numbers = itertools.count()
+        self._targets = itertools.count()
         self._lock = threading.Lock()
 
     @property
@@ -84,8 +85,9 @@ class Bench:
         (every time) if it failed or saved nothing to break."""
         def make() -> Any:
             target.preflight()
+            n = next(self._targets)  # the bench's own target's golden run in golden/, another's in targetN/golden/
             try:
-                return baselines.golden_run(target, self.plan({}), self.root / f"golden{next(self._numbers)}")
+                return baselines.golden_run(target, self.plan({}), self.root / f"target{n}" if n else self.root)
             except BaselineFailed as failed:
                 return failed.result
 
@@ -135,7 +137,7 @@ class Bench:
                if s.name in SETTINGS and s.kind is SETTINGS[s.name].kind}
         try:
             self.target_for(run)
-        except NotApplicable as exc:
+        except (NotApplicable, ConfigError) as exc:  # e.g. nodes = 2 at world size 3
             return str(exc)
         return None
 
