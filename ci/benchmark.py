@@ -44,7 +44,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import bench_probes  # noqa: E402
-from ckpt_harness import targets
+from ckpt_harness import targets  # noqa: E402
 from ckpt_harness.launch import GroupSpec, prestart, run_group  # noqa: E402
 
 PROBES_TITLE = "2. probe overhead, before and after: no probes / golden run (trace) / faulted run (exact)"
@@ -100,7 +100,8 @@ def all_reduce(info, payload):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("only", nargs="?", choices=["probes", "sharing", "reduction", "at-once"], help="run this section alone")
+    parser.add_argument("only", nargs="?", choices=["probes", "sharing", "reduction", "at-once"],
+                        help="run this section alone")
     parser.add_argument("--quick", action="store_true", help="skip the full exploration")
     parser.add_argument("--before", default=bench_probes.DEFAULT_BEFORE,
                         help=f"tree the probe overhead is compared with (default {bench_probes.DEFAULT_BEFORE})")

@@ -82,7 +82,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="verify that a job (or, with --script, a script under torchrun) resumes "
                                      "bitwise from every save")
     _target_options(run, "run")
-    run.add_argument("--case", action="append", help="only this case (golden, resume@K; restart@K with --max-restarts); repeatable")
+    run.add_argument("--case", action="append",
+                     help="only this case (golden, resume@K; restart@K with --max-restarts); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     _json_option(run)
     run.set_defaults(command=_run)
@@ -104,7 +105,8 @@ def _parser() -> argparse.ArgumentParser:
     matrix = sub.add_parser("matrix", help="run the scenario catalogue against jobs; write the compatibility "
                                            "matrix as Markdown and JSON")
     matrix.add_argument("--job", action="append",
-                        help="a job to run (module:Class or registered name); repeatable (default: every registered job)")
+                        help="a job to run (module:Class or registered name); repeatable "
+                             "(default: every registered job)")
     matrix.add_argument("--script", action="append", dest="script",
                         help=SETTINGS["script"].help + "; repeatable, a row each, all at one --nproc-per-node and "
                              f"--nnodes (instead of --job; --timeout is then {ScriptConfig.timeout:g} s unless given)")
@@ -333,7 +335,8 @@ def _scenario(args: argparse.Namespace) -> int:
             return result
         from ckpt_harness.catalogue.expectations import Checked
 
-        return Checked(result, baseline.gate([result], scenarios=[scenario.name], catalogue=[s.name for s in catalogue]))
+        return Checked(result, baseline.gate([result], scenarios=[scenario.name],
+                                             catalogue=[s.name for s in catalogue]))
 
     def as_report(out):
         target = made[0]
@@ -509,7 +512,8 @@ def _check_writable(path: Path, directory: bool = False) -> None:
     """Refuse an output path before the runs, not after them (without
     creating anything: bad input further on must leave no trace)."""
     if path.exists() and path.is_dir() != directory:
-        raise UsageError(f"{path} is a {'file' if directory else 'directory'}; give a {'directory' if directory else 'file'} path")
+        raise UsageError(f"{path} is a {'file' if directory else 'directory'}; "
+                         f"give a {'directory' if directory else 'file'} path")
     existing = path if directory else path.parent
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -98,7 +98,8 @@ class Setting:
             return f"must be one of {', '.join(self.choices)}" if self.choices and value not in self.choices else None
         numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
         if not numeric or (self.kind is int and not isinstance(value, int)):
-            return "must be an integer" + (" or unset" if self.optional else "") if self.kind is int else "must be a number"
+            return ("must be an integer" + (" or unset" if self.optional else "") if self.kind is int
+                    else "must be a number")
         if self.positive and not value > 0:  # NaN too
             return "must be a positive number of seconds"
         if self.low is not None and self.high is not None and not self.low <= value <= self.high:
@@ -144,7 +145,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "from the moment it blocked (a torchrun script's run: from its start)", positive=True),
     Setting("parallel", int, 2, "cases run at once", low=1, replayed=False),
     Setting("derive_states", bool, True, "take the directory a power loss, or a crash no peer notices, leaves "
-                                         "from the golden run's trace instead of running the faulted save", replayed=False),
+                                         "from the golden run's trace instead of running the faulted save",
+            replayed=False),
     Setting("script", str, None, "script mode: the training script and its arguments, as after `python`, "
                                  "with {ckpt_dir} where the run's checkpoint directory goes (e.g. "
                                  "'train.py --output_dir {ckpt_dir}'); run under torchrun instead of a job",

@@ -277,7 +277,8 @@ class ScriptItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[str, Optional[int], str]:
-        return self.config.getoption("ckpt_script"), None, f"verify {self.config.getoption('ckpt_script')} under torchrun"
+        return (self.config.getoption("ckpt_script"), None,
+                f"verify {self.config.getoption('ckpt_script')} under torchrun")
 
 
 
@@ -414,7 +415,8 @@ class ScenarioItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[str, Optional[int], str]:
-        return self.scenario.source, None, f"{self.scenario.name} [{self.scenario.property}] {self.job} ws{self.world_size}"
+        return (self.scenario.source, None,
+                f"{self.scenario.name} [{self.scenario.property}] {self.job} ws{self.world_size}")
 
 
 class ScenarioFailed(AssertionError):

@@ -54,7 +54,8 @@ class Report:
             rows = [(*r.cells, r.check, r.verdict.value.upper()) for r in self.results]
             counts = {v: sum(r.verdict is v for r in self.results) for v in Verdict}
             tally = ", ".join(f"{n} {v.value}" for v, n in counts.items() if n)
-            return f"{title}\n{_format_table(header, rows, free_last=False)}\n{len(rows)} cases: {tally}{self._warned()}"
+            return (f"{title}\n{_format_table(header, rows, free_last=False)}\n"
+                    f"{len(rows)} cases: {tally}{self._warned()}")
         header = ("case", "check", "verdict", "detail")
         rows = [(r.case, r.check, r.verdict.value.upper(), r.summary) for r in self.results]
         return title + "\n" + _format_table(header, rows) + self._warned()

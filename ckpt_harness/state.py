@@ -149,7 +149,8 @@ def _explain(key: str, expected: Leaf, actual: Leaf) -> Difference:
             return Difference(key, f"shape {list(actual.shape)}, expected {list(expected.shape)}", "shape")
         return _tensor_values_differ(key, expected, actual)
     worst = rel = None
-    if isinstance(expected, ValueLeaf) and isinstance(actual, ValueLeaf) and {expected.type, actual.type} <= {"int", "float"}:
+    if isinstance(expected, ValueLeaf) and isinstance(actual, ValueLeaf) \
+            and {expected.type, actual.type} <= {"int", "float"}:
         number = lambda leaf: float.fromhex(leaf.value) if leaf.type == "float" else float(leaf.value)  # noqa: E731
         worst = abs(number(actual) - number(expected))
         if "float" in (expected.type, actual.type):

@@ -107,7 +107,8 @@ def test_matrix_writes_markdown_and_json_and_its_repro_lines_reproduce(tmp_path)
     env, _, command = failing["repro"].partition(" ")
     replay = cli(*shlex.split(command)[1:], cwd=tmp_path, env_extra=dict([env.split("=", 1)]))
     assert replay.returncode == 1, replay.stdout + replay.stderr
-    assert "overwrite-larger-world [tests.planted.scenario_jobs:MergesIntoExisting] overwrite-safe: FAIL" in replay.stdout
+    assert ("overwrite-larger-world [tests.planted.scenario_jobs:MergesIntoExisting] overwrite-safe: FAIL"
+            in replay.stdout)
     assert "step_000002/rng_rank2.pt" in replay.stdout
 
 
@@ -117,7 +118,8 @@ def test_matrix_writes_markdown_and_json_and_its_repro_lines_reproduce(tmp_path)
         (["matrix", "--scenarios", "nope"], "no scenario named nope; choose from"),
         (["matrix", "--job", "torch_save", "--world-size", "0"], "world_size must be"),
         (["matrix", "--job", "nope"], "unknown job 'nope'"),
-        (["scenario", "crash-every-phase", "--job", "dcp", "--file", "missing.toml"], "missing.toml: no such scenario file"),
+        (["scenario", "crash-every-phase", "--job", "dcp", "--file", "missing.toml"],
+         "missing.toml: no such scenario file"),
     ],
 )
 def test_bad_matrix_input_exits_2_with_a_message(tmp_path, args, message):
@@ -150,7 +152,8 @@ def test_explore_off_a_terminal_prints_progress_lines_and_json_matching_the_verd
     assert lines[-1].startswith(f"[{total}/{total} cases] ") and " fail" in lines[-1]  # the last, with counts
 
     data = json.loads((tmp_path / "out" / "report.json").read_text())
-    assert (data["kind"], data["verdict"], data["job"]) == ("explore", "fail", "tests.planted.checkpointers:DeletesPreviousFirst")
+    assert (data["kind"], data["verdict"], data["job"]) == ("explore", "fail",
+                                                           "tests.planted.checkpointers:DeletesPreviousFirst")
     assert data["world_size"] == 2 and data["settings"]["steps"] == 4 and data["settings"]["faults"] == ["eio"]
     assert data["versions"]["torch"] and data["elapsed_seconds"] > 0
     assert len(data["cases"]) == total
@@ -194,11 +197,13 @@ def test_matrix_fail_on_gates_the_exit_code(tmp_path):
 
     def matrix(*fail_on):
         return cli("matrix", "--job", "tests.planted.scenario_jobs:MergesIntoExisting", "--scenarios",
-                   "overwrite-larger-world", "--out", "out", *fail_on, cwd=tmp_path, env_extra={"PYTHONPATH": str(ROOT)})
+                   "overwrite-larger-world", "--out", "out", *fail_on, cwd=tmp_path,
+                   env_extra={"PYTHONPATH": str(ROOT)})
 
     gated = matrix("--fail-on", "fail,unknown,error")
     assert gated.returncode == 1, gated.stdout + gated.stderr
-    assert ("--fail-on fail,unknown,error: 1 cell (tests.planted.scenario_jobs:MergesIntoExisting · overwrite-safe: fail)"
+    assert ("--fail-on fail,unknown,error: 1 cell "
+            "(tests.planted.scenario_jobs:MergesIntoExisting · overwrite-safe: fail)"
             in gated.stderr)
     data = json.loads((tmp_path / "out" / "matrix.json").read_text())
     assert (data["kind"], data["verdict"], data["world_size"]) == ("matrix", "fail", 2)
@@ -246,7 +251,8 @@ def test_matrix_with_a_baseline_fails_only_on_a_new_failure(tmp_path):
     edited = re.sub(r'reason = ".*"', 'reason = "keeps the shards of a larger run, issue #12"', written)
     (tmp_path / "expect.toml").write_text(edited + '\n[[expect]]\njob = "torch_save"\nscenario = "overwrite-*"\n'
                                                    'verdict = "fail"\nreason = "issue #7"\n')
-    known = cli(*matrix, "--job", "torch_save", "--job", merges, "--baseline", "expect.toml", cwd=tmp_path, env_extra=env)
+    known = cli(*matrix, "--job", "torch_save", "--job", merges, "--baseline", "expect.toml", cwd=tmp_path,
+                env_extra=env)
     assert known.returncode == 0, known.stdout + known.stderr
     assert "| tests.planted.scenario_jobs:MergesIntoExisting | ❌ fail |" in known.stdout  # the table says what it is
     assert (f"  expected {merges} · overwrite-larger-world: fail, expected: keeps the shards of a larger run, "
@@ -268,5 +274,6 @@ def test_a_bad_baseline_exits_2_before_anything_runs(tmp_path, command):
     (tmp_path / "expect.toml").write_text('[[expect]]\njob = "dcp"\nscenario = "x"\nverdict = "failed"\nreason = "r"\n')
     out = cli(*command, "--baseline", "expect.toml", cwd=tmp_path, env_extra={"PYTHONPATH": str(ROOT)}, timeout=60)
     assert out.returncode == 2, out.stdout + out.stderr
-    assert "ckpt-harness: error: expect.toml:1: verdict 'failed' is not one of fail, error, unknown, pass, n/a" in out.stderr
+    assert ("ckpt-harness: error: expect.toml:1: verdict 'failed' is not one of fail, error, unknown, pass, n/a"
+            in out.stderr)
     assert sorted(os.listdir(tmp_path)) == ["expect.toml"]

@@ -23,5 +23,6 @@ RESHARD = {"description": "d", "property": "reshardable", "check": "reshard"}
 @pytest.mark.parametrize("stage, resume_at", [(0, "half"), (1, "double"), (2, "half"), (3, "double")])
 def test_zero_stage_resumes_at_another_world_size(tmp_path, stage, resume_at):
     scenario = parse("s", {**RESHARD, "resume_at": resume_at})
-    result = Bench(targets.job(f"ckpt_harness.jobs.deepspeed_job:DeepSpeedZero{stage}", world_size=2, timeout=60), tmp_path).run(scenario)
+    result = Bench(targets.job(f"ckpt_harness.jobs.deepspeed_job:DeepSpeedZero{stage}", world_size=2, timeout=60),
+                   tmp_path).run(scenario)
     assert result.verdict == "pass", result.explain()

@@ -177,7 +177,8 @@ def test_a_job_that_ignores_its_checkpoint_after_a_crash_is_a_fresh_start(tmp_pa
     assert result.verdict is Verdict.FAIL and "it never resumed" in result.summary, result.summary
 
 
-@pytest.mark.parametrize("job, ok", [("EveryRankDeletesOldCheckpoints", False), ("MainRankDeletesOldCheckpoints", True)])
+@pytest.mark.parametrize("job, ok", [("EveryRankDeletesOldCheckpoints", False),
+                                     ("MainRankDeletesOldCheckpoints", True)])
 def test_work_after_the_last_save_is_delayed_and_crashed_too(tmp_path, job, ok):
     """The end-of-training deletion of old checkpoints comes after the last save:
     rank 0 late there exposes two ranks removing the same directory."""

@@ -89,7 +89,8 @@ def test_hang_yields_the_collective_each_rank_waits_in_even_when_cpp_issued_it(t
 
 def test_a_job_that_turns_the_flight_recorder_off_keeps_it_off(tmp_path, pace):
     prestart(wait=True)
-    outcome = run_group(spec(tmp_path, "ddp_backward_vs_barrier", deadline=pace(2.0), env={"TORCH_FR_BUFFER_SIZE": "0"}))
+    outcome = run_group(spec(tmp_path, "ddp_backward_vs_barrier", deadline=pace(2.0),
+                             env={"TORCH_FR_BUFFER_SIZE": "0"}))
     assert outcome.timed_out
     recordings = [Recording.parse(r.collectives) for r in outcome.ranks]
     assert all(r is not None and r.collectives == () for r in recordings)
@@ -275,4 +276,5 @@ def test_a_rank_starts_with_the_signal_dispositions_of_a_fresh_interpreter(tmp_p
     outcome = run_group(spec(tmp_path, "report_signals"))
     assert outcome.ok, outcome
     assert fresh == ["True", "BrokenPipeError"]
-    assert [(tmp_path / f"signals{r}").read_text().split() for r in range(2)] == [["True", "True", "BrokenPipeError"]] * 2
+    assert ([(tmp_path / f"signals{r}").read_text().split() for r in range(2)]
+            == [["True", "True", "BrokenPipeError"]] * 2)

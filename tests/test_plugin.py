@@ -95,11 +95,12 @@ def test_timeout_option_reaches_the_fixture(pytester, importable, pace):
 def test_ckpt_job_runs_the_builtin_catalogue_against_a_users_job(pytester, importable):
     """The failing and the n/a side; the passing one (torch_save) is the node-id test's."""
     pytester.makepyfile("def test_nothing(): pass")
-    bad = pytester.runpytest_subprocess("--ckpt-job=tests.planted.jobs:NoOptimizerState", "--ckpt-scenarios=resume-every-save",
-                                        "-p", "no:cacheprovider")
+    bad = pytester.runpytest_subprocess("--ckpt-job=tests.planted.jobs:NoOptimizerState",
+                                        "--ckpt-scenarios=resume-every-save", "-p", "no:cacheprovider")
     bad.assert_outcomes(passed=1, failed=1)
     bad.stdout.fnmatch_lines(["*resume-every-save [[]tests.planted.jobs:NoOptimizerState[]] faithful: FAIL*",
-                              "*state after load*FAIL*optim/*", "*repro: *ckpt-harness run --job tests.planted.jobs:NoOptimizerState*"])
+                              "*state after load*FAIL*optim/*",
+                              "*repro: *ckpt-harness run --job tests.planted.jobs:NoOptimizerState*"])
 
     na = pytester.runpytest_subprocess("--ckpt-job=tests.planted.checkpointers:ReferenceCheckpointer", "-rs",
                                        "--ckpt-scenarios=world-size-grow", "-p", "no:cacheprovider")
@@ -135,7 +136,8 @@ def test_scenario_files_of_a_users_repo_are_collected_per_scenario(pytester, imp
     [
         (["--ckpt-world-sizes=0,2"], "*--ckpt-world-sizes='0,2': give comma-separated integers between 1 and 8*"),
         (["--ckpt-world-sizes=two"], "*--ckpt-world-sizes='two'*"),
-        (["--ckpt-job=tests.planted.jobs:NotAJob"], "*--ckpt-job tests.planted.jobs:NotAJob: *is not a subclass of ckpt_harness.Job*"),
+        (["--ckpt-job=tests.planted.jobs:NotAJob"],
+         "*--ckpt-job tests.planted.jobs:NotAJob: *is not a subclass of ckpt_harness.Job*"),
         (["--ckpt-job=nope"], "*unknown job 'nope'*"),
         (["--ckpt-job=dcp", "--ckpt-scenarios=nope"], "*--ckpt-scenarios: no scenario named nope; choose from*"),
     ],
@@ -219,7 +221,8 @@ def test_catalogue_items_rerun_by_node_id_with_sane_junit_names(pytester, import
     (case,) = ET.parse(pytester.path / "out.xml").iter("testcase")
     assert (case.get("classname"), case.get("name")) == ("ckpt-job", "resume-every-save[torch_save-ws2]")
 
-    wrong = pytester.runpytest_subprocess("ckpt-job::resume-every-sav", "--ckpt-job=torch_save", "-p", "no:cacheprovider")
+    wrong = pytester.runpytest_subprocess("ckpt-job::resume-every-sav", "--ckpt-job=torch_save",
+                                          "-p", "no:cacheprovider")
     assert wrong.ret == pytest.ExitCode.USAGE_ERROR
     wrong.stderr.fnmatch_lines(["*ckpt-job::resume-every-sav: no such item of the catalogue against torch_save*"])
 
@@ -331,7 +334,8 @@ def test_ckpt_script_with_ckpt_scenarios_runs_the_catalogue_against_the_script(p
         f"{resumable} {{ckpt_dir}}", "--ckpt-scenarios", "overwrite-complete,rotation-crash")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["*ckpt-script::overwrite-complete SKIPPED*", "*ckpt-script::rotation-crash SKIPPED*",
-                                 "*n/a: the harness cannot set a script's overwrite flag*", "*n/a: it sets keep_last = 1*"])
+                                 "*n/a: the harness cannot set a script's overwrite flag*",
+                                 "*n/a: it sets keep_last = 1*"])
     restarts = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--ckpt-script", f"{resumable} {{ckpt_dir}}",
                                              "--ckpt-scenarios", "resume-every-save", "--ckpt-max-restarts", "1")
     assert restarts.ret == pytest.ExitCode.USAGE_ERROR

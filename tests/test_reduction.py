@@ -41,7 +41,8 @@ def test_the_reduction_changes_no_case_of_the_catalogue(tmp_path, job):
     for reduce in (True, False):
         bench = Bench(targets.job(job, world_size=2), tmp_path / f"reduce-{reduce}", reduce=reduce)
         results = [bench.run(s) for s in scenarios]
-        cases[reduce] = {(s.scenario, r.case): (r.check, r.verdict, judged_cells(r)) for s in results for r in s.results}
+        cases[reduce] = {(s.scenario, r.case): (r.check, r.verdict, judged_cells(r))
+                         for s in results for r in s.results}
         reduced = [r for s in results for r in s.results if "derived from the golden" in r.details or r.shares]
         assert bool(reduced) is reduce, [s.scenario for s in results]
     assert len(cases[True]) > 20

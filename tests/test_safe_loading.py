@@ -90,7 +90,8 @@ def test_the_judge_fails_only_code_execution(tmp_path):
     garbage_or_refusal = [_judge(resumed(K)), _judge(refused), _judge(run(rank(0).failed(), rank(1).loaded(K)))]
     assert [r.verdict for r in garbage_or_refusal] == [Verdict.PASS] * 3, [r.explain() for r in garbage_or_refusal]
     stopped_mid_load = _judge(run(rank(0).collective("barrier", 2).hung(), rank(1).hung(), timed_out=True))
-    assert stopped_mid_load.verdict is Verdict.UNKNOWN and "rank(s) 0, 1 were stopped before" in stopped_mid_load.summary
+    assert (stopped_mid_load.verdict is Verdict.UNKNOWN
+            and "rank(s) 0, 1 were stopped before" in stopped_mid_load.summary)
 
 
 # -- the scenario against planted loaders -------------------------------------------------------
@@ -100,7 +101,8 @@ PLANTED = "tests.planted.loaders:"
 
 def test_a_loader_with_weights_only_false_is_flagged_naming_file_rank_and_loader(tmp_path):
     case = "unsafe-pickle:step_000004/model.pt"
-    result = Bench(targets.job(PLANTED + "UnsafeTorchLoad", world_size=2, timeout=30), tmp_path).run(UNSAFE_LOAD, [case])
+    result = Bench(targets.job(PLANTED + "UnsafeTorchLoad", world_size=2, timeout=30),
+                   tmp_path).run(UNSAFE_LOAD, [case])
     assert result.verdict is Verdict.FAIL and result.property == "safe-loading", result.explain()
     assert f"{case}: step_000004/model.pt replaced" in result.reason
     assert "rank 0 and rank 1 ran code the file carries, via _load (torch/serialization.py:" in result.reason

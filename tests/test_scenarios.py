@@ -33,11 +33,13 @@ def test_builtin_catalogue_covers_every_check_and_property():
     "table, message",
     [
         ({"check": "faults", "description": "d", "faults": ["crash"]}, "set property"),
-        ({"property": "atomik", "check": "faults", "description": "d"}, "unknown property 'atomik'; choose from atomic"),
+        ({"property": "atomik", "check": "faults", "description": "d"},
+         "unknown property 'atomik'; choose from atomic"),
         ({"property": "atomic", "check": "explode", "description": "d"}, "unknown check 'explode'; choose from resume"),
         ({"property": "atomic", "check": "faults", "description": "d", "falts": ["crash"]},
          "check 'faults' has no parameter 'falts'; it takes faults"),
-        ({"property": "atomic", "check": "faults", "description": "d", "faults": "crash"}, "faults must be a list, got 'crash'"),
+        ({"property": "atomic", "check": "faults", "description": "d", "faults": "crash"},
+         "faults must be a list, got 'crash'"),
         ({"property": "atomic", "check": "faults", "description": "d", "faults": ["crsh"]},
          "faults has unknown crsh: choose from crash"),
         ({"property": "atomic", "check": "faults", "description": "d"}, "nothing to inject"),
@@ -45,10 +47,12 @@ def test_builtin_catalogue_covers_every_check_and_property():
          "rotates = true needs keep_last"),
         ({"property": "atomic", "check": "faults", "description": "d", "faults": ["crash"], "keep_last": True},
          "keep_last must be an integer or unset, got True"),
-        ({"property": "live", "check": "stall", "description": "d", "mode": "stuck"}, "mode must be one of block, frozen, late, got 'stuck'"),
+        ({"property": "live", "check": "stall", "description": "d", "mode": "stuck"},
+         "mode must be one of block, frozen, late, got 'stuck'"),
         ({"property": "faithful", "check": "resume", "description": "d", "steps": 4, "save_every": 6},
          "save_every \\(6\\) must not exceed steps \\(4\\)"),
-        ({"property": "live", "check": "stall", "description": "d", "hang_timeout": 0}, "hang_timeout must be a positive number of seconds, got 0"),
+        ({"property": "live", "check": "stall", "description": "d", "hang_timeout": 0},
+         "hang_timeout must be a positive number of seconds, got 0"),
         ({"property": "overwrite-safe", "check": "overwrite", "description": "d", "state": "half"},
          "state must be one of complete, partial, larger-world, got 'half'"),
         ({"property": "atomic", "check": "faults", "description": "d", "faults": ["crash"], "jobs": "dcp"},
@@ -61,8 +65,8 @@ def test_bad_scenarios_say_what_to_fix(table, message):
 
 
 def test_scenario_files_are_toml_tables(tmp_path):
-    (tmp_path / "a.toml").write_text('[one]\nproperty = "atomic"\ncheck = "faults"\ndescription = "d"\nfaults = ["crash"]\n'
-                                     'jobs = ["dcp", "deepspeed*"]\n')
+    (tmp_path / "a.toml").write_text('[one]\nproperty = "atomic"\ncheck = "faults"\ndescription = "d"\n'
+                                     'faults = ["crash"]\njobs = ["dcp", "deepspeed*"]\n')
     (one,) = load_file(tmp_path / "a.toml")
     assert one.params["faults"] == ("crash",) and one.params["steps"] == 6
     assert one.applies_to("dcp") and one.applies_to("deepspeed_zero3") and not one.applies_to("torch_save")
@@ -78,7 +82,8 @@ def test_a_cell_folds_its_scenarios_failure_first():
         return ScenarioResult(name, "job", "atomic", Verdict(verdict), f"{name} said {verdict}", f"repro {name}",
                               cases=cases)
 
-    assert cell("job", "atomic", [r("a", "pass"), r("b", "fail"), r("c", "unknown")]).reason.startswith("b: b said fail")
+    assert cell("job", "atomic", [r("a", "pass"), r("b", "fail"),
+                                  r("c", "unknown")]).reason.startswith("b: b said fail")
     assert cell("job", "atomic", [r("a", "pass"), r("c", "unknown")]).verdict is Verdict.UNKNOWN
     passed = cell("job", "atomic", [r("a", "pass"), r("n", NOT_APPLICABLE, 0)])
     assert passed.verdict is Verdict.PASS and "3 cases pass" in passed.reason and passed.repro is None
@@ -103,7 +108,8 @@ def test_overwrite_passes_a_job_that_replaces_the_directory(tmp_path, state):
 
 
 def test_overwrite_flags_stale_files_and_ignored_flags(tmp_path):
-    merged = _run("tests.planted.scenario_jobs:MergesIntoExisting", {**OVERWRITE, "state": "larger-world"}, tmp_path / "m")
+    merged = _run("tests.planted.scenario_jobs:MergesIntoExisting", {**OVERWRITE, "state": "larger-world"},
+                  tmp_path / "m")
     assert merged.verdict == "fail"
     assert "stale files of the earlier run left in place: step_000002/rng_rank2.pt" in merged.reason
     assert merged.repro.endswith("--case overwrite=on")
@@ -112,8 +118,8 @@ def test_overwrite_flags_stale_files_and_ignored_flags(tmp_path):
     assert ignored.verdict == "fail" and ignored.cases == 2
     assert "1 of 2 cases fail" in ignored.reason and "overwrite=True ignored: the save refused" in ignored.reason
 
-    touched = _run("tests.planted.scenario_jobs:RefusesAfterDeleting", {**OVERWRITE, "state": "complete", "overwrite": [False]},
-                   tmp_path / "t")
+    touched = _run("tests.planted.scenario_jobs:RefusesAfterDeleting",
+                   {**OVERWRITE, "state": "complete", "overwrite": [False]}, tmp_path / "t")
     assert touched.verdict == "fail" and "refused, but only after changing step_000002/" in touched.reason
 
 
@@ -128,7 +134,8 @@ def test_world_size_change_passes_torch_save_and_dcp(tmp_path, resume_at):
 
 
 def test_world_size_change_flags_a_dropped_optimizer_and_skips_jobs_without_full_state(tmp_path):
-    result = _run("tests.planted.scenario_jobs:ReshardForgetsOptimizer", {**RESHARD, "resume_at": "double"}, tmp_path / "a")
+    result = _run("tests.planted.scenario_jobs:ReshardForgetsOptimizer", {**RESHARD, "resume_at": "double"},
+                  tmp_path / "a")
     assert result.verdict == "fail" and "full state at world size 4 vs. saved at 2 differs" in result.reason
     assert "optim/" in result.reason and result.repro.endswith("--case 'ws2->ws4'")
     skipped = _run("tests.planted.checkpointers:ReferenceCheckpointer", RESHARD, tmp_path / "b")
@@ -146,7 +153,8 @@ def test_final_save_blocked_reports_every_ranks_stack_and_collective(tmp_path):
     assert "rank 1 waiting in barrier #" in result.reason and "in _make_dir() during save 6" in result.reason
     for rank in (0, 1):
         assert f"rank {rank} stack when the run was stopped" in result.details
-    assert "in _make_dir" in result.details and "scenario s --job tests.planted.checkpointers:ReferenceCheckpointer" in result.repro
+    assert ("in _make_dir" in result.details
+            and "scenario s --job tests.planted.checkpointers:ReferenceCheckpointer" in result.repro)
 
 
 def test_final_save_blocked_passes_a_job_whose_peers_time_out(tmp_path):

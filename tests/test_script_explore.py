@@ -34,7 +34,8 @@ def test_a_checkpoint_written_in_place_is_not_atomic(tmp_path):
         assert "crash at rank 0" in r.summary and "step_4/state.pt" in r.summary and "refused" in r.summary, r.summary
         words = shlex.split(r.repro)
         assert words[:4] == ["ckpt-harness", "explore", "--script", script()] and words[-2:] == ["--case", r.case]
-        assert all(option in r.repro for option in ("--nproc-per-node 2", "--faults crash", "--ops write", "--no-after"))
+        assert all(option in r.repro
+                   for option in ("--nproc-per-node 2", "--faults crash", "--ops write", "--no-after"))
     # No committed run (no corruption case) and no state derived for a crash a peer notices: the faulted
     # save and the resume ran, under torchrun.
     assert not (tmp_path / "committed").exists()

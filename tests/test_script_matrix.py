@@ -37,7 +37,8 @@ RESUMABLE = ROOT / "tests" / "scripts" / "resumable.py"
 CORRECT = f"{RESUMABLE} {{ckpt_dir}} --steps 3 --save-every 2 --staging"
 BROKEN = f"{RESUMABLE} {{ckpt_dir}} --steps 3 --save-every 2 --bug forget-optimizer"
 #: The rows' names: the commands without their directories and {ckpt_dir}.
-ROWS = ("resumable.py --steps 3 --save-every 2 --staging", "resumable.py --steps 3 --save-every 2 --bug forget-optimizer")
+ROWS = ("resumable.py --steps 3 --save-every 2 --staging",
+        "resumable.py --steps 3 --save-every 2 --bug forget-optimizer")
 #: The catalogue's crash-every-phase, at kernel writes only, on the broken row.
 CRASH_AT_WRITE = parse("crash-at-write", {"property": "atomic", "check": "faults", "faults": ["crash"],
                                           "ops": ["write"], "jobs": [ROWS[1]],

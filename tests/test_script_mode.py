@@ -47,7 +47,8 @@ def correct_runs(tmp_path_factory) -> Callable[[int, int], tuple[Report, Path]]:
     def at(nnodes: int, nproc_per_node: int) -> tuple[Report, Path]:
         if (nnodes, nproc_per_node) not in done:
             workdir = tmp_path_factory.mktemp(f"correct-{nnodes}x{nproc_per_node}")
-            restarts = {"max_restarts": 1, "cases": ["resume@2", "restart@2"]} if nnodes == 1 else {"cases": ["resume@2"]}
+            restarts = ({"max_restarts": 1, "cases": ["resume@2", "restart@2"]} if nnodes == 1
+                        else {"cases": ["resume@2"]})
             done[nnodes, nproc_per_node] = verify_script(script(), workdir=workdir, nnodes=nnodes,
                                                          nproc_per_node=nproc_per_node, **restarts), workdir
         return done[nnodes, nproc_per_node]
@@ -92,7 +93,8 @@ def test_a_script_that_resumes_from_scratch_is_flagged(correct_runs, tmp_path):
     # Starting over ends where the uninterrupted run ended: only the save it repeated tells.
     expected = {rank: next(rec["state"] for rec in read_records(workdir / "golden" / "run", rank)
                            if rec["event"] == Kind.FINAL) for rank in range(2)}
-    final = oracle.judge_same_state("resume@4", "final state", expected, resumed.states(Kind.FINAL), "final state", None)
+    final = oracle.judge_same_state("resume@4", "final state", expected, resumed.states(Kind.FINAL),
+                                    "final state", None)
     assert final.verdict is Verdict.PASS, final.summary
 
 

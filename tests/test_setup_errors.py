@@ -85,13 +85,17 @@ def no_torch(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["explore", "--job", "torch_save", "--world-size", "0"], "argument --world-size: world_size must be between 1 and 8, got 0"),
-    (["explore", "--job", "torch_save", "--hang-timeout", "-1"], "argument --hang-timeout: hang_timeout must be a positive number of seconds, got -1.0"),
-    (["run", "--job", "torch_save", "--timeout", "nan"], "argument --timeout: timeout must be a positive number of seconds, got nan"),
+    (["explore", "--job", "torch_save", "--world-size", "0"],
+     "argument --world-size: world_size must be between 1 and 8, got 0"),
+    (["explore", "--job", "torch_save", "--hang-timeout", "-1"],
+     "argument --hang-timeout: hang_timeout must be a positive number of seconds, got -1.0"),
+    (["run", "--job", "torch_save", "--timeout", "nan"],
+     "argument --timeout: timeout must be a positive number of seconds, got nan"),
     (["run", "--job", "torch_save", "--steps", "many"], "argument --steps: expected an integer, got 'many'"),
     (["trace", "--job", "torch_save", "--save", "3"], "save 3 is not a save step; choose from 2, 4"),
     (["run", "--job", "torch_save", "--steps", "2", "--save-every", "3"], "save_every (3) must not exceed steps (2)"),
-    (["explore", "--job", "torch_save", "--world-size", "3", "--nodes", "2"], "2 simulated nodes cannot share 3 ranks evenly"),
+    (["explore", "--job", "torch_save", "--world-size", "3", "--nodes", "2"],
+     "2 simulated nodes cannot share 3 ranks evenly"),
 ])
 def test_bad_settings_exit_2_with_one_line_before_torch(tmp_path, no_torch, args, message):
     out = cli(*args, cwd=tmp_path, env_extra=no_torch)
@@ -143,7 +147,8 @@ def test_ctrl_c_of_explore_is_one_line_and_leaves_no_workdir(tmp_path):
 # -- F: the plugin's options --------------------------------------------------------------
 @pytest.mark.parametrize("args, message", [
     (["--ckpt-timeout", "-1"], "--ckpt-timeout: timeout must be a positive number of seconds, got -1.0"),
-    (["--ckpt-scenarios", "crash-*"], "--ckpt-scenarios narrows the catalogue that --ckpt-job runs: add --ckpt-job NAME"),
+    (["--ckpt-scenarios", "crash-*"],
+     "--ckpt-scenarios narrows the catalogue that --ckpt-job runs: add --ckpt-job NAME"),
 ])
 def test_bad_plugin_options_are_one_usage_error(pytester, args, message):
     pytester.makepyfile("def test_nothing(): pass")

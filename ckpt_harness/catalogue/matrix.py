@@ -125,7 +125,8 @@ class Matrix:
                     lines += ["```sh", c.repro, "```", ""]
         lines += ["## Every cell", "", f"| {row} | property | verdict | scenarios | reason |", "|---|---|---|---|---|"]
         for c in self.cells():
-            lines.append(f"| {c.job} | {c.property} | {c.verdict.value} | {', '.join(c.scenarios)} | {_md(c.reason, 240)} |")
+            lines.append(f"| {c.job} | {c.property} | {c.verdict.value} | {', '.join(c.scenarios)} | "
+                         f"{_md(c.reason, 240)} |")
         lines += ["", "## Scenarios", "", "| scenario | property | check | what it does |", "|---|---|---|---|"]
         for s in self.scenarios:
             lines.append(f"| {s.name} | {s.property} | {s.check} | {_md(s.description)} |")

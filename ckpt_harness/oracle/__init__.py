@@ -46,9 +46,11 @@ from ckpt_harness.oracle.scenarios import (
 )
 
 __all__ = [
-    "PROPERTIES", "Background", "Outcome", "OutcomeKind", "Problem", "Reference", "accepted", "cannot_judge", "classify_resume", "expected",
+    "PROPERTIES", "Background", "Outcome", "OutcomeKind", "Problem", "Reference", "accepted", "cannot_judge",
+    "classify_resume", "expected",
     "float_noise", "harness_error", "health", "judge_blocked", "judge_deterministic", "judge_fault", "judge_finished",
-    "judge_fresh_start", "judge_golden", "judge_hard_stop", "judge_late", "judge_live", "judge_load_step", "judge_overwriting_save",
+    "judge_fresh_start", "judge_golden", "judge_hard_stop", "judge_late", "judge_live", "judge_load_step",
+    "judge_overwriting_save",
     "judge_replaced",
     "judge_reshard", "judge_reshard_save", "judge_same_state", "nothing_to_break", "property_for", "undecided_if",
     "Inferred", "infer_start", "judge_unreported_load", "judge_retention",

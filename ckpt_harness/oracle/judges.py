@@ -157,7 +157,8 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
             faulted.outcome.timed_out and any(r.status is RankStatus.FAILED for r in faulted.ranks))
         problem = health(faulted)
         if stuck:
-            return result("live", Verdict.FAIL, "the error did not reach every rank: " + (problem.summary if problem else ""),
+            return result("live", Verdict.FAIL,
+                          "the error did not reach every rank: " + (problem.summary if problem else ""),
                           problem.details if problem else "")
     if kind == "delay" and faulted is not None and not faulted.ok:
         problem = health(faulted)
@@ -195,7 +196,8 @@ def _judge_safe_loading(result: Callable[..., CaseResult], resumed: Run, outcome
     if ran:
         ranks = {r.outcome.pid: r.rank for r in resumed.ranks}
         who = [f"rank {ranks[r.pid]}" if r.pid in ranks else f"process {r.pid} (no rank of the group)" for r in ran]
-        details = "\n\n".join(f"{w} unpickled the planted payload from:\n{r.job_stack.rstrip()}" for w, r in zip(who, ran))
+        details = "\n\n".join(f"{w} unpickled the planted payload from:\n{r.job_stack.rstrip()}"
+                              for w, r in zip(who, ran))
         return result("safe-loading", Verdict.FAIL,
                       f"{' and '.join(who)} ran code the file carries, via {ran[0].loader}; load it with "
                       "torch.load(..., weights_only=True) (or a non-pickle format), never pickle.load", details)

@@ -310,7 +310,8 @@ def _explain_power_loss(result: CaseResult, lost: Optional[durability.PowerLoss]
                                details=f"{details}\n\n{result.details}" if result.details else details)
 
 
-def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> tuple[Run, Optional[durability.PowerLoss]]:
+def _faulted_run(baseline: Baseline, case: Case, ckpt: Path,
+                 run_dir: Path) -> tuple[Run, Optional[durability.PowerLoss]]:
     plan = baseline.plan
     kinds = {f.kind for f in case.faults} | {case.kind}
     power = bool(kinds & {"power-loss", POWER_LOSS_AFTER})

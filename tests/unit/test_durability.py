@@ -655,7 +655,8 @@ def test_data_written_but_never_fsynced_is_explained():
     r0 = Run().rank(0)
     r0.write_file("model.pt", b"weights", fsync=False)
     r0.fsync_dir(".")
-    assert losses(r0.run) == {"model.pt": (LossKind.DATA, "7 bytes written but never fsynced: it comes back with 0 bytes")}
+    assert losses(r0.run) == {"model.pt": (LossKind.DATA,
+                                           "7 bytes written but never fsynced: it comes back with 0 bytes")}
 
 
 def test_a_directory_never_fsynced_takes_its_subtree_as_one_loss():

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from ckpt_harness.errors import UsageError
-from ckpt_harness.catalogue.expectations import Baseline, BaselineError, Outcome, expectations_toml, from_matrix_json, from_toml, load
+from ckpt_harness.catalogue.expectations import (Baseline, BaselineError, Outcome, expectations_toml, from_matrix_json,
+                                                 from_toml, load)
 from ckpt_harness.catalogue.scenario import ScenarioResult
 from ckpt_harness.verdict import Verdict as V
 
@@ -51,7 +52,8 @@ def test_a_known_failure_is_expected_with_its_reason_and_the_build_passes():
 
 
 def test_a_new_failure_fails_the_build_with_the_results_reason():
-    g = gate([result("dcp", "power-loss-after-save", V.FAIL), result("dcp", "crash-every-phase", V.FAIL, "rank 1 hung")])
+    g = gate([result("dcp", "power-loss-after-save", V.FAIL),
+              result("dcp", "crash-every-phase", V.FAIL, "rank 1 hung")])
     assert [x.outcome for x in g.gated] == [Outcome.EXPECTED, Outcome.NEW]
     assert not g.ok and g.verdict is V.FAIL
     assert "  NEW      dcp · crash-every-phase: fail: rank 1 hung" in g.explain()
@@ -186,7 +188,8 @@ def test_a_bad_expectations_file_says_which_line_and_key_to_fix(text, message):
                                      "`ckpt-harness matrix`"),
     ("matrix.json", '{"scenarios": [{"job": "dcp", "scenario": "x", "verdict": "nope"}]}',
      "matrix.json: scenarios[0]: verdict 'nope' is not one of"),
-    ("matrix.json", '{"scenarios": [{"job": "dcp", "verdict": "fail"}]}', 'matrix.json: scenarios[0]: set scenario = "..."'),
+    ("matrix.json", '{"scenarios": [{"job": "dcp", "verdict": "fail"}]}',
+     'matrix.json: scenarios[0]: set scenario = "..."'),
 ])
 def test_a_bad_matrix_json_says_what_to_fix(tmp_path, name, text, message):
     (tmp_path / name).write_text(text)

@@ -74,7 +74,8 @@ def test_plain_takes_the_listed_framework_objects_by_attributes_sets_sorted_enum
         ONE = 1
 
     listed = {"scaler": Scaler(2.0), "other": Scaler(4.0), "names": {"b", "a"}, "stage": Stage.ONE}
-    assert plain(listed)["scaler"] == f"<{__name__}.Scaler>"  # not listed: named by type (its fields may differ per run)
+    # not listed: named by type (its fields may differ per run)
+    assert plain(listed)["scaler"] == f"<{__name__}.Scaler>"
     monkeypatch.setattr(saves, "BY_ATTRIBUTES", saves.BY_ATTRIBUTES | {f"{__name__}.Scaler"})
     out = plain(listed)
     assert out["scaler"] == {"type": f"{__name__}.Scaler", "cur_scale": 2.0, "cur_iter": 3}

@@ -86,5 +86,6 @@ def get(name: str) -> Check:
     except (ImportError, AttributeError) as exc:
         raise ScenarioError(f"check {name!r} ({target}) cannot be loaded: {exc}") from exc
     if not isinstance(check, Check):
-        raise ScenarioError(f"check {name!r} ({target}) has no params, validate() and run(): see ckpt_harness.catalogue.checks.Check")
+        raise ScenarioError(f"check {name!r} ({target}) has no params, validate() and run(): "
+                            "see ckpt_harness.catalogue.checks.Check")
     return check

@@ -19,7 +19,8 @@ from ckpt_harness.verdict import CaseResult
 
 class Reshard:
     params = (
-        Setting("resume_at", str, "double", "the world size to resume at, from the bench's", choices=("double", "half")),
+        Setting("resume_at", str, "double", "the world size to resume at, from the bench's",
+                choices=("double", "half")),
         *run_settings("save_every", steps=6),
     )
     #: The state that is the same at every world size (`Job.full_state`).

@@ -34,7 +34,8 @@ MODES = {"block": ("hang",), "frozen": ("sigstop", "gil"), "late": ("delay",)}
 
 class Stall:
     params = (
-        Setting("mode", str, "block", "block a rank for good (or freeze it: SIGSTOP, then the GIL held), or make it late",
+        Setting("mode", str, "block",
+                "block a rank for good (or freeze it: SIGSTOP, then the GIL held), or make it late",
                 choices=("block", "frozen", "late")),
         *run_settings("save_every", delay=2.0, hang_timeout=5.0, steps=6),
     )
