@@ -176,7 +176,7 @@ class Checked:
 
 
 @dataclasses.dataclass(frozen=True)
-class Baseline:
+class Expectations:
     expectations: tuple[Expectation, ...]
     source: str
 
@@ -227,7 +227,7 @@ def outcome(verdict: Verdict, expected: Optional[Verdict]) -> Outcome:
 
 
 # -- loading ------------------------------------------------------------------------
-def load(path: Union[str, Path]) -> Baseline:
+def load(path: Union[str, Path]) -> Expectations:
     """A baseline from a `matrix.json` (by its suffix) or an expectations TOML file."""
     path = Path(path)
     try:
@@ -238,7 +238,7 @@ def load(path: Union[str, Path]) -> Baseline:
     return from_matrix_json(text, str(path)) if path.suffix == ".json" else from_toml(text, str(path))
 
 
-def from_toml(text: str, source: str = "<expectations>") -> Baseline:
+def from_toml(text: str, source: str = "<expectations>") -> Expectations:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -255,10 +255,10 @@ def from_toml(text: str, source: str = "<expectations>") -> Baseline:
     for i, entry in enumerate(entries):
         where = f"{source}:{lines[i]}" if len(lines) == len(entries) else f"{source}: [[expect]] #{i + 1}"
         out.append(_entry(entry, where, need_reason=True))
-    return Baseline(_unique(out), source)
+    return Expectations(_unique(out), source)
 
 
-def from_matrix_json(text: str, source: str = "<matrix.json>") -> Baseline:
+def from_matrix_json(text: str, source: str = "<matrix.json>") -> Expectations:
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -267,7 +267,7 @@ def from_matrix_json(text: str, source: str = "<matrix.json>") -> Baseline:
         raise BaselineError(f"{source}: no 'scenarios' list; give a matrix.json written by `ckpt-harness matrix`, "
                             "or an expectations file ending in .toml")
     out = [_entry(r, f"{source}: scenarios[{i}]", need_reason=False) for i, r in enumerate(data["scenarios"])]
-    return Baseline(_unique(out), source)
+    return Expectations(_unique(out), source)
 
 
 def _entry(entry: object, where: str, need_reason: bool) -> Expectation:
@@ -300,7 +300,7 @@ def _unique(entries: Sequence[Expectation]) -> tuple[Expectation, ...]:
 
 
 # -- writing ------------------------------------------------------------------------
-def expectations_toml(results: Iterable, note: str = "", keep: Optional[Baseline] = None) -> str:
+def expectations_toml(results: Iterable, note: str = "", keep: Optional[Expectations] = None) -> str:
     """An expectations file that expects every result that is not ok, as it
     is: the start of a baseline, each reason to be replaced by why it is known.
     A failure `keep` already expects as it is keeps that entry's reason, so

@@ -26,11 +26,12 @@ from ckpt_harness.report import Report
 from ckpt_harness.targets import RunRequest, Target
 from ckpt_harness.verdict import CaseResult
 
-Progress = Callable[[int, int, CaseResult], None]
+#: `progress(done, total, result)`, called as each case finishes.
+ProgressFn = Callable[[int, int, CaseResult], None]
 
 
 def explore(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None,
-            cases: Optional[Sequence[str]] = None, progress: Optional[Progress] = None, **settings: Any) -> Report:
+            cases: Optional[Sequence[str]] = None, progress: Optional[ProgressFn] = None, **settings: Any) -> Report:
     """Break save `save` (default: the second) at every point; judge each resume.
 
     `settings` are those of `ExploreConfig` (`faults`, `corruptions`, `ops`,
@@ -45,7 +46,7 @@ def explore(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None
 
 
 def explore_script(script: str, *, workdir: Optional[Union[str, Path]] = None,
-                   cases: Optional[Sequence[str]] = None, progress: Optional[Progress] = None,
+                   cases: Optional[Sequence[str]] = None, progress: Optional[ProgressFn] = None,
                    **settings: Any) -> Report:
     """Break save `save` (default: the second the script makes) of `script`
     at every point; judge each resume.
@@ -65,7 +66,7 @@ def explore_script(script: str, *, workdir: Optional[Union[str, Path]] = None,
 
 
 def run_exploration(target: Target, plan: ExplorePlan, root: Path, only: Optional[Sequence[str]] = None,
-                    progress: Optional[Progress] = None) -> Report:
+                    progress: Optional[ProgressFn] = None) -> Report:
     started = time.monotonic()
 
     def report(results: list[CaseResult], warnings: tuple[str, ...] = (), note: str = "") -> Report:
@@ -88,7 +89,7 @@ def describe(base: Baseline) -> str:
 
 
 def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,
-                     progress: Optional[Progress] = None) -> tuple[list[CaseResult], tuple[str, ...]]:
+                     progress: Optional[ProgressFn] = None) -> tuple[list[CaseResult], tuple[str, ...]]:
     """Every case of a prepared baseline (or the `only` named), run and judged;
     with what a person must know about how they were run."""
     warnings = (baselines.unseen_warning(base.unseen),) if base.unseen else ()

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from ckpt_harness.errors import UsageError
-from ckpt_harness.catalogue.expectations import (Baseline, BaselineError, Outcome, expectations_toml, from_matrix_json,
-                                                 from_toml, load)
+from ckpt_harness.catalogue.expectations import (BaselineError, Expectations, Outcome, expectations_toml,
+                                                 from_matrix_json, from_toml, load)
 from ckpt_harness.catalogue.scenario import ScenarioResult
 from ckpt_harness.verdict import Verdict as V
 
@@ -211,5 +211,5 @@ def test_gating_is_torch_free():
 
 def test_a_baseline_is_typed():
     baseline = from_toml(EXPECT, "expect.toml")
-    assert isinstance(baseline, Baseline)
+    assert isinstance(baseline, Expectations)
     assert {type(e.verdict) for e in baseline.expectations} == {V}
