@@ -4,7 +4,7 @@
 
 Single runs: the same training (DDP over gloo, 2 ranks, 8 steps, a
 `torch.save` of model and optimizer every 2 steps) once as the built-in
-`torch_save` Job on the warm fork server (`run.launch`, what `verify` does
+`torch_save` Job on the warm fork server (`JobTarget.run`, what `verify` does
 per run) and once as an unmodified script under torchrun (`run_elastic`: an
 agent and two workers, fresh interpreters importing torch, no plan: the
 launch alone). Runs alternate, so load slows both alike; the ratio of the

@@ -191,7 +191,7 @@ def run_matrix(
     `scenarios_at_once` applies when `parallel` > 1.
 
     `scripts` instead of `jobs`: a row per unmodified script under torchrun
-    (`script_bench`), all at one layout and timeout (theirs: `world_size` and
+    (`targets.ScriptTarget`), all at one layout and timeout (theirs: `world_size` and
     `timeout` are not used), named by their commands (`row_name`)."""
     from ckpt_harness.errors import Unavailable, UsageError
     from ckpt_harness.jobref import resolve

@@ -97,7 +97,7 @@ class WorkerRecord:
     started: float
     #: "ok" (returned, or exited with status 0), "raised" (an exception or a
     #: non-zero `sys.exit`), "stopped" (parked where a preempted run stops,
-    #: see `script_runner`), None while the script runs or if the process died.
+    #: see `rankside.script`), None while the script runs or if the process died.
     end: Optional[str] = None
     exit_code: Optional[int] = None
     finished: Optional[float] = None

@@ -1,4 +1,4 @@
-"""The worker side of a script run: record what the oracle judges, as `runner.py` does for a Job.
+"""The worker side of a script run: record what the oracle judges, as `rankside.job` does for a Job.
 
 The bootstrap (`launch/worker.py`) calls `arm`, the entry `launch_script`
 names in its `ScriptSpec`, before the script runs; it arms the worker when
@@ -12,7 +12,7 @@ harness; nothing here runs in a process that was not given a plan.
 
 There is no LOADED record: a script resumes by its own logic and does not
 say from where; its first save after the resume says it (see
-`oracle.script_resume`).
+`oracle.start`).
 
 A run told to stop after save k stops each rank that made save k at the
 start of its next save (of another step) or where it would otherwise
