@@ -198,3 +198,9 @@ class TargetKind:
     @property
     def flag(self) -> str:
         return "--" + self.option.replace("_", "-")
+
+
+def repro_line(target: Target, command: str, plan: Mapping[str, Any] = {}, case: Optional[str] = None) -> str:
+    """The one way a repro line is written: `ckpt-harness COMMAND`, the options
+    that rebuild the target and the plan, the case, as the target's shell line."""
+    return target.shell([command, *target.cli_args(command, plan), *(["--case", case] if case else [])])

@@ -20,7 +20,7 @@ from ckpt_harness.jobref import load
 from ckpt_harness.jobs import registry
 from ckpt_harness.launch import GroupSpec, run_group
 from ckpt_harness.records import Run
-from ckpt_harness.targets.base import Capabilities, TargetKind, RunRequest, Stop
+from ckpt_harness.targets.base import Capabilities, RunRequest, Stop, TargetKind, repro_line
 
 #: Run settings a bench fixes for all its scenarios: a scenario never sets them.
 BENCH = ("world_size", "timeout")
@@ -139,7 +139,7 @@ class JobTarget:
         return ["--job", self.name, "--world-size", shown(self.world_size), "--timeout", shown(self.timeout)]
 
     def repro(self, command: str, plan: Mapping[str, Any] = {}, case: Optional[str] = None) -> str:
-        return self.shell([command, *self.cli_args(command, plan), *(["--case", case] if case else [])])
+        return repro_line(self, command, plan, case)
 
     def shell(self, args: list[str]) -> str:
         """`ckpt-harness ARGS` as a shell line that finds the job where it is importable."""

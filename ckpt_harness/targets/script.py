@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Mapping, Optional
 from ckpt_harness.config import ScriptConfig, ScriptExploreConfig, cli_args, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.records import Kind, Run, save_steps, savers
-from ckpt_harness.targets.base import Capabilities, TargetKind, NotApplicable, RunRequest, Stop
+from ckpt_harness.targets.base import Capabilities, NotApplicable, RunRequest, Stop, TargetKind, repro_line
 
 PLACEHOLDER = "{ckpt_dir}"
 #: A Job run's shape, which a script's own arguments set: a scenario's values are not used.
@@ -213,7 +213,7 @@ class ScriptTarget:
         return self.cli_args("run")
 
     def repro(self, command: str, plan: Mapping[str, Any] = {}, case: Optional[str] = None) -> str:
-        return self.shell([command, *self.cli_args(command, plan), *(["--case", case] if case else [])])
+        return repro_line(self, command, plan, case)
 
     def shell(self, args: list[str]) -> str:
         """`ckpt-harness ARGS` as a shell line (the script's path is in its own --script)."""

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Mapping, Optional
 from ckpt_harness.config import ScriptConfig, Setting, cli_args, plus_plan, setting, settings_of
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.targets import ScriptTarget, TargetKind
+from ckpt_harness.targets.base import repro_line
 
 CALLABLE = Setting("callable", str, None, "a module:function that trains, called in every torchrun worker with the "
                    "checkpoint directory", optional=True)
@@ -106,7 +107,7 @@ class CallableTarget:
         return self.cli_args("run")
 
     def repro(self, command: str, plan: Mapping[str, Any] = {}, case: Optional[str] = None) -> str:
-        return self.shell([command, *self.cli_args(command, plan), *(["--case", case] if case else [])])
+        return repro_line(self, command, plan, case)
 
     def shell(self, args: list[str]) -> str:
         return self.inner.shell(args)
