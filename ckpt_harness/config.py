@@ -344,10 +344,6 @@ class ScriptExploreConfig(ScriptConfig):
     def plan(self) -> ExplorePlan:
         return ExplorePlan.of(self)
 
-    @property
-    def script_config(self) -> ScriptConfig:
-        return ScriptConfig(**{name: getattr(self, name) for name in settings_of(ScriptConfig)})
-
 
 def broken_save(steps: Sequence[int], save: Union[str, int]) -> int:
     """The step `save` names among the save `steps` (a step, or first/second/last)."""
@@ -390,10 +386,6 @@ class ExploreConfig(RunConfig):
     @property
     def plan(self) -> ExplorePlan:
         return ExplorePlan.of(self)
-
-    @property
-    def power_loss_after(self) -> bool:
-        return self.plan.power_loss_after
 
 
 # -- the command line -------------------------------------------------------------------
