@@ -6,6 +6,7 @@
     python ci/benchmark.py sharing   # section 6 alone (~6 min on 2 idle cores)
     python ci/benchmark.py reduction # section 7 alone (~6 min on 2 idle cores)
     python ci/benchmark.py at-once   # section 8 alone
+    python ci/benchmark.py early-end # section 9 alone (~15 min on 2 idle cores)
 
 1. Launching a process group: forked from the warm server vs. a fresh
    interpreter per rank (what torch's MultiProcessTestCase and torchrun do).
@@ -26,6 +27,9 @@
    seconds per case and the cases whose verdict or cells differ.
 8. The whole catalogue of `torch_save` and `dcp` (reduction on): one
    scenario at a time vs. the matrix's scenarios at once.
+9. Exploring, then the whole catalogue of, `torch_save` and `dcp`: runs cut
+   as soon as no rank can progress (`launch.beacon`) vs. at their grace or
+   deadline, with the verdicts and cells of both compared case by case.
 """
 
 from __future__ import annotations
@@ -100,7 +104,7 @@ def all_reduce(info, payload):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("only", nargs="?", choices=["probes", "sharing", "reduction", "at-once"],
+    parser.add_argument("only", nargs="?", choices=["probes", "sharing", "reduction", "at-once", "early-end"],
                         help="run this section alone")
     parser.add_argument("--quick", action="store_true", help="skip the full exploration")
     parser.add_argument("--before", default=bench_probes.DEFAULT_BEFORE,
@@ -121,6 +125,9 @@ def main() -> None:
         return
     if args.only == "at-once":
         scenarios_at_once(tmp)
+        return
+    if args.only == "early-end":
+        early_end(tmp)
         return
     print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
 
@@ -190,6 +197,7 @@ def main() -> None:
     shared_resumes(tmp)
     reduced_catalogue(tmp)
     scenarios_at_once(tmp)
+    early_end(tmp)
 
 
 def reduced_catalogue(tmp: Path) -> None:
@@ -246,6 +254,39 @@ def shared_resumes(tmp: Path) -> None:
               f"resume; {seconds[False]:.0f} s -> {seconds[True]:.0f} s "
               f"({seconds[False] / len(alone):.2f} -> {seconds[True] / len(shared):.2f} s per case, "
               f"ratio {seconds[False] / seconds[True]:.2f}x); verdicts that differ: {differ}")
+
+
+def early_end(tmp: Path) -> None:
+    from ckpt_harness.catalogue.matrix import run_matrix
+    from ckpt_harness.catalogue.scenario import builtin_catalogue
+    from ckpt_harness.launch import group
+    from ckpt_harness.pipeline.explore import explore
+
+    print("\n9. ws=2, runs cut at their grace or deadline vs. as soon as no rank can progress")
+    for job in ("torch_save", "dcp"):
+        reports, seconds = {}, {}
+        for on in (False, True):
+            group.EARLY_END = on
+            start = time.perf_counter()
+            reports[on] = explore(job, world_size=2, workdir=tmp / f"early-{job}-{on}")
+            seconds[on] = time.perf_counter() - start
+        off_cases, on_cases = reports[False].results, reports[True].results
+        differ = sum((a.case, a.verdict, a.cells) != (b.case, b.verdict, b.cells) for a, b in zip(off_cases, on_cases))
+        print(f"   explore {job}: {len(on_cases)} cases; {seconds[False]:.0f} s -> {seconds[True]:.0f} s "
+              f"({seconds[False] / len(off_cases):.2f} -> {seconds[True] / len(on_cases):.2f} s per case, "
+              f"ratio {seconds[False] / seconds[True]:.2f}x); cases that differ: {differ}")
+        matrices = {}
+        for on in (False, True):
+            group.EARLY_END = on
+            matrices[on] = run_matrix([job], builtin_catalogue(), world_size=2, workdir=tmp / f"early-m-{job}-{on}")
+        cells = {on: {(s.scenario, r.case): (r.check, r.verdict, r.cells) for s in m.results for r in s.results}
+                 for on, m in matrices.items()}
+        cases = len(cells[True])
+        differ = sorted(case for case, value in cells[False].items() if cells[True].get(case) != value)
+        off, on = matrices[False].elapsed, matrices[True].elapsed
+        print(f"   catalogue {job}: {cases} cases; {off:.0f} s -> {on:.0f} s ({off / cases:.2f} -> {on / cases:.2f} s "
+              f"per case, ratio {off / on:.2f}x); cases that differ: {len(differ)} {differ[:5]}")
+    group.EARLY_END = True
 
 
 if __name__ == "__main__":

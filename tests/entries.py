@@ -247,3 +247,46 @@ def _blocked_child(to_rank):
     link.join_rank(to_rank, "blocked child")
     rank.report_blocked()
     time.sleep(1000)
+
+
+# -- early end (`launch.beacon`): ranks with the collective probes installed --------------
+def _probed(info):
+    from ckpt_harness.inject import probes
+
+    probes.install(str(Path(info.run_dir, f"rank{info.rank}.trace")), info.rank, thread_phases=True)
+
+
+def peer_waits_for_a_parked_rank(info, payload):
+    """Rank 1 raises, returns, or blocks for good (payload "raise", "return",
+    "block"); rank 0 then waits for it in a collective of the kind `payload`'s
+    second word names: "barrier" (the default group), "subgroup" (a group of
+    its own, which the beacon does not follow), "monitored" (a
+    monitored_barrier that gives up after 2 s), "background" (a barrier while
+    a thread it handed work to still runs)."""
+    import datetime
+
+    _probed(info)
+    what, how = payload.split()
+    subgroup = dist.new_group([0, 1]) if how == "subgroup" else None
+    dist.barrier()  # both ranks up: rank 1's end comes after rank 0's probes see a collective
+    if info.rank == 1:
+        if what == "raise":
+            raise ValueError("planted failure on rank 1")
+        if what == "block":
+            from ckpt_harness.launch import rank
+
+            rank.report_blocked()
+            time.sleep(1000)
+        return
+    time.sleep(0.3)  # rank 1 parks first: what the watch sees is rank 0 waiting
+    if how == "subgroup":
+        dist.barrier(group=subgroup)
+    elif how == "monitored":
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=2))
+    elif how == "background":
+        from concurrent.futures import ThreadPoolExecutor
+
+        ThreadPoolExecutor(1).submit(time.sleep, 1000)  # work handed over, still running
+        dist.barrier()
+    else:
+        dist.barrier()

@@ -17,12 +17,14 @@ import dataclasses
 import functools
 import sys
 import threading
+import time
 from typing import Any, Callable, Optional
 
 from ckpt_harness import phase as phase_mod
 from ckpt_harness.inject import files
 from ckpt_harness.inject.faults import Fault
 from ckpt_harness.inject.tracer import Tracer, adopt, caller, current_phase, set_phase, tracer  # noqa: F401
+from ckpt_harness.launch import beacon
 from ckpt_harness.launch.link import ChildLink, join_rank, link_for_child
 
 #: Python-level collectives of torch.distributed. Nested calls (all_gather_object
@@ -176,6 +178,9 @@ def follow_threads(tracer: Tracer) -> None:
 
     def handed_over(fn: Callable) -> Callable:
         where = phase_mod.background(tracer.current())
+        slot = beacon.mine()
+        if slot is not None:  # counted from the hand-over: queued work is work to come
+            slot.handed_over(+1)
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -185,6 +190,8 @@ def follow_threads(tracer: Tracer) -> None:
                 return fn(*args, **kwargs)
             finally:
                 tracer.local.phase = before
+                if slot is not None:
+                    slot.handed_over(-1)
 
         return run
 
@@ -221,6 +228,9 @@ def _wrap_collectives(tracer: Tracer) -> None:
 
 
 def _collective_probe(tracer: Tracer, name: str, original: Callable) -> Callable:
+    where_group = _position(original, "group")
+    where_timeout = _position(original, "timeout")
+
     @functools.wraps(original)
     def probe(*args: Any, **kwargs: Any) -> Any:
         if tracer.nested():
@@ -228,20 +238,67 @@ def _collective_probe(tracer: Tracer, name: str, original: Callable) -> Callable
         with tracer.lock:
             tracer.collectives += 1
             number = tracer.collectives
-        group = kwargs.get("group")
-        named = {"group": group.group_name} if group is not None and hasattr(group, "group_name") else {}
+        group = _argument(args, kwargs, "group", where_group)
+        timeout = _argument(args, kwargs, "timeout", where_timeout)
+        given = kwargs.get("group")  # as traced before positional groups were read: traces keep their shape
+        named = {"group": given.group_name} if given is not None and hasattr(given, "group_name") else {}
         main = threading.current_thread() is threading.main_thread()
         if main:
             tracer.waiting = number
+        slot = beacon.mine()
+
+        def call(fault: Optional[Fault]) -> Any:
+            if slot is not None:  # right before the call: a fault fired before it blocks short of it
+                slot.issue(_followed(name, group), main, _gives_up_at(group, timeout))
+            return original(*args, **kwargs)
+
         try:
-            result = tracer.operation(
-                "collective", name, lambda fault: original(*args, **kwargs),
-                op=name, n=number, at="enter", caller=caller(), **named,
-            )
+            result = tracer.operation("collective", name, call, op=name, n=number, at="enter", caller=caller(),
+                                      **named)
         finally:
             if main:
                 tracer.waiting = None
+                if slot is not None:
+                    slot.returned()
         tracer.emit("collective", op=name, n=number, at="exit")
         return result
 
     return probe
+
+
+#: Collectives every rank of the group calls the same number of times (point-to-point ones not).
+_SYMMETRIC = frozenset(COLLECTIVES) - {"send", "recv", "send_object_list", "recv_object_list"}
+
+
+def _followed(name: str, group: Any) -> bool:
+    """Does `launch.beacon` count this call: a collective of the default group."""
+    if name not in _SYMMETRIC:
+        return False
+    if group is None:
+        return True
+    import torch.distributed as dist
+
+    return group is dist.group.WORLD or group is dist.distributed_c10d._get_default_group()
+
+
+def _position(fn: Callable, parameter: str) -> Optional[int]:
+    """Where `parameter` sits among `fn`'s positional parameters (None: not one of them)."""
+    import inspect
+
+    try:
+        names = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+    return names.index(parameter) if parameter in names else None
+
+
+def _argument(args: tuple, kwargs: dict, parameter: str, position: Optional[int]) -> Any:
+    if parameter in kwargs:
+        return kwargs[parameter]
+    return args[position] if position is not None and position < len(args) else None
+
+
+def _gives_up_at(group: Any, timeout: Any) -> float:
+    """When this call gives up by itself: its own timeout (`monitored_barrier`), else its group's."""
+    seconds = timeout.total_seconds() if timeout is not None else beacon.timeout_of(group)
+    return time.monotonic() + seconds

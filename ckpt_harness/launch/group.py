@@ -25,12 +25,16 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness.errors import ConfigError, HarnessError
-from ckpt_harness.launch import _proc, _wire, flight
-from ckpt_harness.launch.layout import flight_path, log_path, store_path
+from ckpt_harness.launch import _proc, _wire, beacon, flight
+from ckpt_harness.launch.layout import beacon_path, flight_path, log_path, store_path
 from ckpt_harness.launch.link import helpers
 from ckpt_harness.launch.rank import STACK_SIGNAL
 
 MAX_WORLD_SIZE = 8
+#: `GroupSpec.early_end`'s default; a benchmark turns it off to measure what it saves.
+EARLY_END = True
+#: How often the watch asks the beacons whether anything can still happen.
+_LOOK = 0.02
 #: How long the warm parent may take to import torch and a job's preloads.
 STARTUP_TIMEOUT = 180.0
 #: After a deadline: how long ranks get to print their stacks.
@@ -101,6 +105,10 @@ class GroupSpec:
     #: every rank of every run. It must start no thread; if it fails, ranks
     #: are forked cold and the failure is in the fork server's log.
     warmup: Optional[tuple[str, Any]] = None
+    #: Cut the run as soon as no running rank can progress before the cut
+    #: (`launch.beacon`), instead of when the cut is due: the same outcome,
+    #: sooner. Off, for comparing the two (`EARLY_END`).
+    early_end: bool = dataclasses.field(default_factory=lambda: EARLY_END)
 
     def __post_init__(self) -> None:
         check_layout(self.world_size, self.nodes)
@@ -175,6 +183,9 @@ class GroupOutcome:
     stopped_at: Optional[float] = None
     #: Why the watch ended with ranks still running; None if none was.
     cut: Optional[Cut] = None
+    #: The cut was made before its time, since no running rank could progress
+    #: until then (`GroupSpec.early_end`).
+    ended_early: bool = False
 
     @property
     def ok(self) -> bool:
@@ -255,6 +266,30 @@ class _ZygoteClient:
             pass
 
 
+class _Stall:
+    """Whether the running ranks can still progress, by their beacons: a cut
+    made early must be one the watch would have made anyway, so the proof is
+    asked to hold twice, `_LOOK` apart, with no slot changed in between."""
+
+    def __init__(self, spec: GroupSpec):
+        self.run_dir = Path(spec.run_dir)
+        self.last: Optional[tuple] = None
+
+    def watching(self, ranks: Sequence[RankOutcome], blocked: bool) -> bool:
+        """Worth looking: a rank parked, or one said it blocks for good, while others run."""
+        return blocked or any(r.status in (RankStatus.OK, RankStatus.FAILED) for r in ranks)
+
+    def stuck(self, ranks: Sequence[RankOutcome], cut_at: float) -> bool:
+        slots = {r.rank: beacon.read(self.run_dir, r.rank) for r in ranks}
+        parked = {r.rank for r in ranks if r.status in (RankStatus.OK, RankStatus.FAILED)}
+        running = {r.rank for r in ranks if r.status is RankStatus.RUNNING}
+        proven = (beacon.cannot_progress(slots, parked, running, cut_at)
+                  and not any(helpers(str(self.run_dir), r) for r in parked | running))
+        seen = (tuple(sorted(parked)), tuple(sorted(running)), tuple(slots[r] for r in sorted(slots)))
+        stuck, self.last = proven and seen == self.last, seen if proven else None
+        return stuck
+
+
 class _GroupRun:
     def __init__(self, zygote: _ZygoteClient, spec: GroupSpec):
         self.zygote = zygote
@@ -262,6 +297,7 @@ class _GroupRun:
         self.group = uuid.uuid4().hex
         self.ranks: list[RankOutcome] = []
         self.exited: set[int] = set()
+        self.ended_early = False
 
     def run(self) -> GroupOutcome:
         spec = self.spec
@@ -269,6 +305,8 @@ class _GroupRun:
         run_dir.mkdir(parents=True, exist_ok=True)
         store = store_path(run_dir)
         store.unlink(missing_ok=True)
+        for r in range(spec.world_size):  # an earlier run's slots would speak for ranks not yet started
+            beacon_path(run_dir, r).unlink(missing_ok=True)
         self.zygote.send(self._spawn_request(run_dir, store))
         spawned = self._next(time.monotonic() + STARTUP_TIMEOUT)
         if spawned is None or spawned["op"] == "error":
@@ -287,7 +325,8 @@ class _GroupRun:
                 self._collect_stacks()
         finally:
             self._teardown()
-        return GroupOutcome(self.ranks, cut is not None, time.monotonic() - start, cut is Cut.FAILURE, stopped_at, cut)
+        return GroupOutcome(self.ranks, cut is not None, time.monotonic() - start, cut is Cut.FAILURE, stopped_at, cut,
+                            self.ended_early)
 
     def _spawn_request(self, run_dir: Path, store: Path) -> dict:
         spec = self.spec
@@ -337,16 +376,29 @@ class _GroupRun:
     def _watch(self, start: float, deadline: float) -> Optional[Cut]:
         """Follow the ranks until each finished or died (None), or until the
         watch is cut: at the deadline, when peers of a failed rank outstay
-        the failure grace, or peers of a blocked one the blocked grace."""
+        the failure grace, or peers of a blocked one the blocked grace; or
+        as soon as no running rank can progress before that cut (`beacon`),
+        with the cut it would have been."""
         bounds = {Cut.DEADLINE: deadline}
+        stall = _Stall(self.spec) if self.spec.early_end else None
+        blocked = False
         while any(r.status is RankStatus.RUNNING for r in self.ranks):
             cut = min(bounds, key=bounds.__getitem__)
-            message = self._next(bounds[cut])
+            until = bounds[cut]
+            if stall is not None and stall.watching(self.ranks, blocked):
+                until = min(until, time.monotonic() + _LOOK)
+            message = self._next(until)
             if message is None:
-                return cut
+                if time.monotonic() >= bounds[cut]:
+                    return cut
+                if stall is not None and stall.stuck(self.ranks, bounds[cut]):
+                    self.ended_early = True
+                    return cut
+                continue
             failed_before = any(r.status.ended_badly for r in self.ranks)
             rank = self.ranks[message["rank"]]
             if message["op"] == "blocked":
+                blocked = True
                 if self.spec.blocked_grace is not None and Cut.BLOCKED not in bounds:
                     bounds[Cut.BLOCKED] = time.monotonic() + self.spec.blocked_grace
             elif message["op"] == "done":

@@ -41,6 +41,11 @@ def data_path(run_dir: PathLike, rank: int, actor: str = "") -> Path:
     return Path(run_dir) / (f"rank{rank}.{actor}.data" if actor else f"rank{rank}.data")
 
 
+def beacon_path(run_dir: PathLike, rank: int) -> Path:
+    """The slot a rank keeps of the collective it waits in (`launch.beacon`)."""
+    return Path(run_dir) / f"rank{rank}.beacon"
+
+
 def crash_marker(run_dir: PathLike) -> Path:
     """Made by the rank a `ScriptPlan.crash` run killed, just before it died."""
     return Path(run_dir) / "crashed-after-save"

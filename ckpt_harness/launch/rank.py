@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Optional
 
-from ckpt_harness.launch import _proc, flight
+from ckpt_harness.launch import _proc, beacon, flight
 
 #: The signal the harness sends for an all-threads stack dump.
 STACK_SIGNAL = signal.SIGUSR1
@@ -67,6 +67,7 @@ def become_rank(spec: dict, request: dict, status_fd: int, zygote_pid: int) -> N
         sys.path[:] = request["sys_path"] + [p for p in sys.path if p not in request["sys_path"]]
         global _status_fd, _self
         _status_fd, _self = status_fd, (request["run_dir"], spec["rank"])
+        beacon.start(request["run_dir"], spec["rank"])
         park(failed=not _run(spec, request))
     except BaseException:  # the launcher itself broke: say so in the log
         traceback.print_exc()
@@ -107,6 +108,9 @@ def report_blocked() -> None:
     so a run-up of any length (a checkpoint process to spawn, a cold cache)
     does not eat their budget. A no-op outside a rank the launcher started,
     or a process it spawned that joined it (`link.join_rank`)."""
+    slot = beacon.mine()
+    if slot is not None:
+        slot.block()
     if _status_fd is None:
         return
     try:

@@ -27,10 +27,16 @@ class Problem:
     checkpointing: bool = False
 
 
+#: Why a run was cut before its grace or deadline (`GroupOutcome.ended_early`).
+STALLED = "every running rank waited in a collective for a rank that had ended or blocked for good"
+
+
 def never_fired(run: Run) -> str:
     """Why a faulted run's fault did not fire: the harness's deadline came
     first (its own set-up, not the job's doing), or the run went elsewhere."""
     o = run.outcome
+    if o.ended_early:
+        return (f"the fault never fired: the run stopped before the fault's point, {STALLED}")
     if o.cut is Cut.DEADLINE:
         return (f"the fault never fired: the run reached the harness's deadline after {o.elapsed:.0f}s, before the "
                 "fault's point; give runs longer (--timeout; a blocking fault in a script: --hang-timeout)")
@@ -47,6 +53,8 @@ def health(run: Run) -> Optional[Problem]:
     else:
         head = "hang" if run.outcome.timed_out else "failure"
     summary = f"{head}: " + "; ".join(f"rank {r.rank} {rank_state(r)}" for r in ranks)
+    if run.outcome.ended_early:
+        summary += f" (ended at once: {STALLED})"
     parted = first_disagreement({r.rank: r.recording for r in ranks if r.recording is not None})
     if parted:
         summary += f"; {parted}"

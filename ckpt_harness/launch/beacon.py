@@ -1,0 +1,186 @@
+"""What each rank waits in, where the launcher sees it without asking.
+
+A rank parked after its entry returned or raised, or blocked for good by an
+injected hang, never joins another collective. A peer waiting in one that
+needs it waits until the harness cuts the run: the failure grace, the
+blocked grace, the deadline. Nothing it could do in between would change
+what the harness then finds, so the watch may cut the run at once, as the
+cut it would have made (`launch.group`), if and only if it can prove that:
+
+* every rank still running has its main thread in a collective of the
+  default group, the n-th it issued, and some parked or blocked rank issued
+  fewer than n: that collective needs a rank that will never call it;
+* that collective would not give up by itself before the cut (its group's
+  timeout, or `monitored_barrier`'s own): a job that detects a lost peer
+  must be seen to detect it;
+* no rank has work in another thread or a spawned process still going (a
+  background save writes files, or issues collectives of its own).
+
+Each rank keeps one fixed-size slot in a shared memory map (`layout.
+beacon_path`), written by the collective probes with plain stores: no
+system call and no lock in the rank (what the probes must not alter), and
+the watcher reads it whenever it likes. Collectives issued below Python
+(DDP's gradient buckets, a framework's C++) are not counted on any rank: a
+rank waiting in one is not seen waiting, so the run is not cut early (it
+never is when in doubt).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import mmap
+import os
+import struct
+import threading
+from typing import Mapping, Optional
+
+from ckpt_harness.launch.layout import PathLike, beacon_path
+
+#: issued, waiting, background, blocked, gives_up_at.
+_SLOT = struct.Struct("<qqqqd")
+#: `Beacon.waiting` while in a collective whose members the beacon does not
+#: follow (a subgroup, point-to-point): never a reason to cut.
+ELSEWHERE = -1
+
+
+@dataclasses.dataclass(frozen=True)
+class Slot:
+    """One rank's slot, as read."""
+
+    #: Collectives of the default group this rank's probes issued (outermost calls, any thread).
+    issued: int
+    #: The number (in `issued`) of the default-group collective the main thread is in;
+    #: 0: in none, `ELSEWHERE`: in one the beacon does not follow.
+    waiting: int
+    #: Work handed to other threads (`probes.follow_threads`) that has not returned.
+    background: int
+    #: The main thread blocked for good (an injected hang or SIGSTOP).
+    blocked: bool
+    #: When the collective it waits in gives up by itself (`time.monotonic()`).
+    gives_up_at: float
+
+
+class Beacon:
+    """A rank's side: its slot, written in place."""
+
+    def __init__(self, path: PathLike):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, _SLOT.size)
+            self._map = mmap.mmap(fd, _SLOT.size)
+        finally:
+            os.close(fd)
+        self._lock = threading.Lock()
+        self.pid = os.getpid()
+        self.issued = self.waiting = self.background = 0
+        self.blocked = False
+        self.gives_up_at = 0.0
+        self._store()
+
+    def _store(self) -> None:
+        _SLOT.pack_into(self._map, 0, self.issued, self.waiting, self.background, int(self.blocked),
+                        self.gives_up_at)
+
+    def issue(self, followed: bool, main: bool, gives_up_at: float) -> None:
+        """A collective is about to be called: of the default group (`followed`) or
+        not, from the main thread or not, timing out by itself at `gives_up_at`."""
+        with self._lock:
+            if followed:
+                self.issued += 1
+            if main:
+                self.waiting = self.issued if followed else ELSEWHERE
+                self.gives_up_at = gives_up_at
+            self._store()
+
+    def returned(self) -> None:
+        """The main thread's collective returned or raised."""
+        with self._lock:
+            self.waiting, self.gives_up_at = 0, 0.0
+            self._store()
+
+    def handed_over(self, delta: int) -> None:
+        with self._lock:
+            self.background += delta
+            self._store()
+
+    def block(self) -> None:
+        """The calling thread blocks for good: the rank's, if it is the main thread;
+        a background thread's counts as background work that never ends."""
+        with self._lock:
+            if threading.current_thread() is threading.main_thread():
+                self.blocked = True
+            else:
+                self.background += 1
+            self._store()
+
+
+def read(run_dir: PathLike, rank: int) -> Optional[Slot]:
+    """A rank's slot, or None before the rank made it."""
+    try:
+        with open(beacon_path(run_dir, rank), "rb") as f:
+            data = f.read(_SLOT.size)
+    except OSError:
+        return None
+    if len(data) < _SLOT.size:
+        return None
+    issued, waiting, background, blocked, gives_up_at = _SLOT.unpack(data)
+    return Slot(issued, waiting, background, bool(blocked), gives_up_at)
+
+
+def cannot_progress(slots: Mapping[int, Optional[Slot]], parked: set[int], running: set[int],
+                    cut_at: float) -> bool:
+    """True when the ranks in `running` provably cannot progress before `cut_at`
+    (see the module's docstring); `parked`: the ranks whose entry returned or
+    raised. Ranks in neither set died (their peers see it and raise: never cut)."""
+    if not running:
+        return False
+    if any(slots.get(r) is None for r in parked | running):
+        return False
+    gone = parked | {r for r in running if slots[r].blocked}  # type: ignore[union-attr]
+    waiting = running - gone
+    if not gone or not waiting:
+        return False
+    if any(slots[r].background for r in parked | running):  # type: ignore[union-attr]
+        return False
+    for r in waiting:
+        slot = slots[r]
+        assert slot is not None
+        if slot.waiting <= 0 or slot.gives_up_at <= cut_at:
+            return False
+        if not any(slots[g].issued < slot.waiting for g in gone):  # type: ignore[union-attr]
+            return False
+    return True
+
+
+def timeout_of(group: object) -> float:
+    """Seconds until a collective on `group` gives up by itself; 0 when this
+    torch does not say (never a reason to cut)."""
+    import torch
+    import torch.distributed.distributed_c10d as c10d
+
+    try:
+        pg = group if group is not None else c10d._get_default_group()
+        for device in ("cpu", "cuda"):
+            try:
+                backend = pg._get_backend(torch.device(device))
+            except RuntimeError:  # no backend for that device in this group
+                continue
+            return backend.options._timeout.total_seconds()
+    except Exception:  # noqa: BLE001 - a torch that hides it: the run is not cut early
+        pass
+    return 0.0
+
+
+_mine: Optional[Beacon] = None
+
+
+def start(run_dir: PathLike, rank: int) -> None:
+    """Make this rank's slot (in a rank the launcher started, before its entry)."""
+    global _mine
+    _mine = Beacon(beacon_path(run_dir, rank))
+
+
+def mine() -> Optional[Beacon]:
+    """This rank's slot; None outside a launched rank, and in a process it forked
+    (which is not the rank: its collectives and threads are its own)."""
+    return _mine if _mine is not None and _mine.pid == os.getpid() else None

@@ -1,0 +1,52 @@
+"""A run no rank can take further ends at once, with the cut it would have had
+(`launch.beacon`); one that could still move, by its own timeout or a thread
+still at work, is left to the cut. Both ways, on real gloo groups."""
+
+import pytest
+
+from ckpt_harness.launch import GroupSpec, run_group
+from ckpt_harness.launch.group import Cut
+
+#: Longer than anything a test here waits when the run ends early.
+GRACE = 20.0
+
+
+def run(tmp_path, payload, pace, early_end=True, **kw):
+    spec = GroupSpec(world_size=2, entry="tests.entries:peer_waits_for_a_parked_rank", payload=payload,
+                     run_dir=tmp_path, deadline=pace(120.0), early_end=early_end, **kw)
+    return run_group(spec)
+
+
+@pytest.mark.parametrize("what, cut", [("raise", Cut.FAILURE), ("return", Cut.DEADLINE), ("block", Cut.BLOCKED)])
+def test_a_peer_waiting_for_a_parked_or_blocked_rank_is_cut_at_once_with_the_cut_it_would_have_had(
+        tmp_path, pace, what, cut):
+    outcome = run(tmp_path, f"{what} barrier", pace, failure_grace=GRACE, blocked_grace=GRACE)
+    waiting, gone = outcome.ranks
+    assert outcome.ended_early and outcome.cut is cut and outcome.timed_out
+    assert outcome.stuck_after_failure is (cut is Cut.FAILURE)
+    assert waiting.status == "hung" and "barrier" in waiting.stack  # the report is as it would have been
+    assert gone.status == {"raise": "failed", "return": "ok", "block": "hung"}[what]
+    assert outcome.elapsed < GRACE / 2, outcome.elapsed
+
+
+def test_without_early_end_the_same_run_waits_for_its_cut(tmp_path, pace):
+    outcome = run(tmp_path, "raise barrier", pace, early_end=False, failure_grace=3.0)
+    assert not outcome.ended_early and outcome.cut is Cut.FAILURE and outcome.elapsed >= 3.0
+
+
+@pytest.mark.parametrize("how", ["subgroup", "background"])
+def test_a_wait_the_beacon_cannot_prove_endless_is_left_to_the_cut(tmp_path, pace, how):
+    """A collective of a group the beacon does not follow, or a thread still at
+    work (a background save writes files and issues collectives of its own)."""
+    outcome = run(tmp_path, f"raise {how}", pace, failure_grace=3.0)
+    assert not outcome.ended_early and outcome.cut is Cut.FAILURE and outcome.elapsed >= 3.0
+
+
+def test_a_collective_that_gives_up_by_itself_before_the_cut_is_seen_to_give_up(tmp_path, pace):
+    """monitored_barrier(timeout=2 s) with the peers' grace at 20 s: the job's
+    own detection of a lost peer is what a run must show, so no early cut."""
+    outcome = run(tmp_path, "raise monitored", pace, failure_grace=GRACE)
+    waiting, raised = outcome.ranks
+    assert not outcome.ended_early and not outcome.timed_out
+    assert waiting.status == "failed" and "monitored_barrier" in waiting.log_text()
+    assert 2.0 <= outcome.elapsed < GRACE, outcome.elapsed
