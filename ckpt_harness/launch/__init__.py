@@ -2,12 +2,14 @@
 
 from ckpt_harness.launch.group import (
     MAX_WORLD_SIZE,
+    Cancelled,
     Cut,
     GroupOutcome,
     GroupSpec,
     LaunchError,
     RankOutcome,
     RankStatus,
+    cancel,
     check_layout,
     prestart,
     run_group,
@@ -16,6 +18,7 @@ from ckpt_harness.launch.rank import RankInfo
 
 __all__ = [
     "MAX_WORLD_SIZE",
+    "Cancelled",
     "Cut",
     "GroupOutcome",
     "GroupSpec",
@@ -23,6 +26,7 @@ __all__ = [
     "RankInfo",
     "RankOutcome",
     "RankStatus",
+    "cancel",
     "check_layout",
     "prestart",
     "run_group",

@@ -70,11 +70,13 @@ from typing import Mapping, Optional
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.launch import _proc, flight
 from ckpt_harness.launch.group import (
+    Cancelled,
     Cut,
     GroupOutcome,
     LaunchError,
     RankOutcome,
     RankStatus,
+    cancelled,
     check_layout,
 )
 from ckpt_harness.launch.layout import agent_log, flight_path, log_path, stack_path, workers_dir
@@ -182,7 +184,8 @@ def run_elastic(spec: ScriptSpec) -> ScriptOutcome:
     KeyboardInterrupt after teardown). A SIGKILLed harness takes its
     agents along, and they their workers (the parent-death signal).
     Raises `LaunchError` (a harness problem, not the script's) when no
-    worker started at all.
+    worker started at all, and `Cancelled` (after teardown) once the
+    launcher was cancelled (`group.cancel`).
     """
     return _ElasticRun(spec).run()
 
@@ -208,6 +211,8 @@ class _ElasticRun:
             old.unlink()
         start = time.monotonic()
         timed_out, stopped_at = False, None
+        if cancelled():
+            raise Cancelled()
         try:
             self._start_agents()
             timed_out = not self._watch(start + spec.deadline)
@@ -271,6 +276,8 @@ class _ElasticRun:
         graced = False
         ended: Optional[float] = None
         while any(a.poll() is None for a in self.agents):
+            if cancelled():  # the harness is stopping: `run`'s teardown takes every process down
+                raise Cancelled()
             now = time.monotonic()
             if ended is not None:
                 if now >= ended + AGENT_EXIT:
@@ -335,7 +342,7 @@ class _ElasticRun:
                 pass
         until = time.monotonic() + STACK_GRACE
         sizes = {r.rank: -1 for r in alive}
-        while time.monotonic() < until:
+        while time.monotonic() < until and not cancelled():
             time.sleep(POLL)
             now = {k: _size(stack_path(self.run_dir, k)) for k in sizes}
             dumped = all(flight_path(self.run_dir, k).exists() for k in now)

@@ -50,6 +50,12 @@ class LaunchError(HarnessError):
     """The group could not be started (bad preload, dead fork server)."""
 
 
+class Cancelled(BaseException):
+    """The harness stopped every group (`cancel`): a run cut short by it is no
+    case's result. A BaseException, as KeyboardInterrupt, so that no
+    `except Exception` takes it for a failure of the case."""
+
+
 class RankStatus(str, enum.Enum):
     RUNNING = "running"
     #: The entry returned.
@@ -251,11 +257,11 @@ class _ZygoteClient:
         except OSError:
             return "(no log)"
 
-    def close(self) -> None:
+    def close(self, wait: float = 5.0) -> None:
         if self.proc.poll() is None:
             try:
                 _wire.send(self.sock, {"op": "shutdown"})
-                self.proc.wait(timeout=5)
+                self.proc.wait(timeout=wait)
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
                 self.proc.wait()
@@ -581,6 +587,8 @@ class _Pool:
         self.owner = os.getpid()
         self.requests: "queue.Queue[queue.Queue]" = queue.Queue()
         self.spawner: Optional[threading.Thread] = None
+        #: `cancel` was called: no server starts any more.
+        self.cancelled = False
 
     def _start_server(self) -> _ZygoteClient:
         if self.spawner is None or not self.spawner.is_alive():
@@ -603,6 +611,8 @@ class _Pool:
 
     def acquire(self) -> _ZygoteClient:
         with self.lock:
+            if self.cancelled:
+                raise Cancelled()
             self._forget_foreign()
             while self.idle:
                 client = self.idle.pop()
@@ -621,18 +631,26 @@ class _Pool:
     def warm(self, count: int) -> None:
         """Start servers up to `count` now, so their imports overlap the caller's."""
         with self.lock:
+            if self.cancelled:
+                raise Cancelled()
             self._forget_foreign()
             while len(self.all) < count:
                 client = self._start_server()
                 self.all.append(client)
                 self.idle.append(client)
 
-    def close(self) -> None:
+    def close(self, wait: float = 5.0) -> None:
         with self.lock:
             if self.owner == os.getpid():
                 for client in self.all:
-                    client.close()
+                    # one still importing torch has no rank yet: nothing to wait for
+                    client.close(wait if client.ready else 0.0)
             self.all, self.idle = [], []
+
+    def cancel(self) -> None:
+        with self.lock:
+            self.cancelled = True
+        self.close(wait=1.0)  # a server busy importing a job's preloads is killed; its ranks die with it
 
     def _forget_foreign(self) -> None:
         if self.owner != os.getpid():  # a forked harness: the servers are the parent's
@@ -651,8 +669,25 @@ def run_group(spec: GroupSpec) -> GroupOutcome:
     client = _pool.acquire()
     try:
         return client.run(spec)
+    except Exception:
+        if _pool.cancelled:  # its server was shut down under it
+            raise Cancelled() from None
+        raise
     finally:
         _pool.release(client)
+
+
+def cancel() -> None:
+    """Stop every group of this process now and start none after (the matrix
+    on SIGINT or SIGTERM): each warm fork server kills its ranks' process
+    groups and exits, and `run_group`, running or called later, raises
+    `Cancelled`. Returns once the servers are gone (about a second at most)."""
+    _pool.cancel()
+
+
+def cancelled() -> bool:
+    """`cancel` was called: a launcher that runs groups of its own stops them too."""
+    return _pool.cancelled
 
 
 def prestart(count: int = 1, wait: bool = False) -> None:
