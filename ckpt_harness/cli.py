@@ -8,27 +8,32 @@ harness could not run or judge some case, or the job cannot run at all
 deterministic). A run with several takes the first of fail, error, unknown.
 `matrix` counts only the cells whose verdicts `--fail-on` names. With
 `--baseline` (`matrix`, `scenario`) only what the baseline does not expect
-counts (`ckpt_harness.catalogue.expectations`).
+counts (`ckpt_harness.catalogue.expectations`). SIGINT and SIGTERM stop any
+command as Ctrl-C does, exiting 128 + the signal (130, 143); `matrix` then
+writes the scenarios that finished, for `--resume`.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterator, Optional, Sequence
 
-from ckpt_harness.errors import HarnessError, UsageError
+from ckpt_harness.errors import HarnessError, Interrupted, UsageError, signal_of
 from ckpt_harness.jobs import describe, registry
 from ckpt_harness.launch.group import LaunchError
 from ckpt_harness.verdict import Verdict
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_ERROR, EXIT_UNDECIDED = 0, 1, 2, 3, 4
-#: As a shell reports a command stopped by SIGINT.
+#: As a shell reports a command stopped by SIGINT (SIGTERM: 143, 128 + the signal).
 EXIT_INTERRUPTED = 130
 #: Errors that mean "the command could not do what was asked" (exit 2).
 _USER_ERRORS = (UsageError, LaunchError)
@@ -47,17 +52,66 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return EXIT_USAGE
+    with _stop_on_signals():
+        try:
+            code = args.command(args)
+        except _USER_ERRORS as exc:
+            print(f"ckpt-harness: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        except HarnessError as exc:  # e.g. a framework's JIT op that would not build: nothing could be judged
+            print(f"ckpt-harness: error: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        except KeyboardInterrupt as exc:
+            print("\nckpt-harness: interrupted", file=sys.stderr)
+            code = interrupted_exit(exc)
+    if code > 128 and argv is None:  # stopped by a signal, on the command line rather than from a caller's Python
+        _exit_now(code)
+    return code
+
+
+def interrupted_exit(exc: KeyboardInterrupt) -> int:
+    """128 + the signal that stopped the command, as a shell reports it (130 for Ctrl-C)."""
+    return 128 + signal_of(exc)
+
+
+def _exit_now(code: int) -> None:
+    """Exit without finalizing the interpreter: with torch loaded that takes
+    a second or more of CPU (more under load), which a stopped command
+    should not make its user, or a CI runner's kill timeout, wait for. What
+    needs cleaning up already is: the work directory is gone, the fork
+    servers are shut down here (their ranks with them), and the scenarios a
+    stopped matrix abandoned are threads, which end with the process."""
+    from ckpt_harness.launch.group import shutdown
+
+    shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+@contextlib.contextmanager
+def _stop_on_signals() -> Iterator[None]:
+    """SIGTERM (what a CI runner, Slurm or kill sends) stops the command as
+    Ctrl-C does, cleaning up on the way, instead of ending it on the spot
+    with its work directory left behind. The first SIGINT or SIGTERM raises
+    `Interrupted` in the main thread; later ones are ignored, so that the
+    cleanup it starts (seconds at most for `matrix`) runs to its end."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+    received: list[int] = []
+
+    def stop(signum: int, frame: object) -> None:
+        if not received:
+            received.append(signum)
+            raise Interrupted(signum)
+
+    before = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return args.command(args)
-    except _USER_ERRORS as exc:
-        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except HarnessError as exc:  # e.g. a framework's JIT op that would not build: nothing could be judged
-        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
-        return EXIT_ERROR
-    except KeyboardInterrupt:
-        print("\nckpt-harness: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def _import_from_cwd() -> None:
@@ -113,9 +167,24 @@ def _parser() -> argparse.ArgumentParser:
     add_arguments(matrix, ScriptConfig, only=(*MATRIX_SCRIPT_SETTINGS, "max_restarts"))  # the last one refused
     _scenario_options(matrix)
     matrix.add_argument("--scenarios", default="", help="comma-separated scenario names or patterns (default: all)")
-    matrix.add_argument("--out", type=Path, default=Path("ckpt-matrix"),
-                        help="directory for matrix.md and matrix.json (default: ./ckpt-matrix)")
+    matrix.add_argument("--out", type=Path,
+                        help="directory for matrix.md and matrix.json (default: ./ckpt-matrix; with --resume, "
+                             "the resumed matrix's)")
     matrix.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
+    matrix.add_argument("--shard", metavar="K/N",
+                        help="run only shard K (from 1) of N: the (job, scenario) runs split N ways, the same way on "
+                             "every machine; --merge puts the shards' matrix.json files together (docs/ci-recipes.md)")
+    matrix.add_argument("--costs", type=Path, metavar="MATRIX_JSON",
+                        help="with --shard: balance the shards by the time each (job, scenario) took in this "
+                             "earlier matrix.json (default: every run costs the same)")
+    matrix.add_argument("--merge", nargs="+", type=Path, metavar="MATRIX_JSON",
+                        help="write the whole matrix of every shard's matrix.json (or its directory) into --out, "
+                             "as one run of it would; refuses shards of different settings, versions or catalogues, "
+                             "and overlapping or missing shards")
+    matrix.add_argument("--resume", type=Path, metavar="DIR",
+                        help="finish a matrix that SIGINT or SIGTERM stopped: run only the (job, scenario) runs "
+                             "missing from DIR/matrix.json (or that file), with its jobs, scenarios and settings, and "
+                             "write the whole matrix (into DIR unless --out is given)")
     matrix.add_argument("--quiet", action="store_true", help="no progress lines")
     matrix.add_argument("--fail-on", type=_verdicts, default=DEFAULT_FAIL_ON, metavar="VERDICT[,VERDICT...]",
                         help="exit non-zero if a cell has one of these verdicts: fail, unknown, error (1, 4, 3) "
@@ -226,45 +295,131 @@ def _catalogue(args: argparse.Namespace):
 
 
 def _matrix(args: argparse.Namespace) -> int:
-    from ckpt_harness.launch import prestart
-    from ckpt_harness.catalogue.matrix import run_matrix
-    from ckpt_harness.progress import Progress
-    from ckpt_harness.catalogue.scenario import default_jobs, select
+    from ckpt_harness.catalogue.shards import Shard
 
-    try:
-        scripts = _matrix_scripts(args)
+    try:  # options that cannot go together, before anything heavy is imported
+        shard = Shard.parse(args.shard) if args.shard is not None else None
+        _matrix_mode(args)
+        scripts = [] if args.merge or args.resume else _matrix_scripts(args)
     except _USER_ERRORS as exc:
         print(f"ckpt-harness matrix: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if args.merge:
+        return _merge(args)
+    from ckpt_harness.launch import prestart
+    from ckpt_harness.catalogue.matrix import MatrixInterrupted, load, read_costs, resume, run_matrix
+    from ckpt_harness.progress import Progress
+    from ckpt_harness.catalogue.scenario import builtin_catalogue, default_jobs, select
+
     bench = _bench_settings(args)
     progress = Progress(quiet=args.quiet)
+    out = args.out or (_matrix_dir(args.resume) if args.resume else Path("ckpt-matrix"))
     try:
         baseline = _load_baseline(args)
-        _check_writable(args.out, directory=True)
+        _check_writable(out, directory=True)
         if args.write_baseline:
             _check_writable(args.write_baseline)
-        catalogue = _catalogue(args)
-        scenarios = select(catalogue, _split(args.scenarios))
-        if scripts:  # rows under torchrun: no fork server
-            matrix = run_matrix((), scenarios, parallel=bench["parallel"], workdir=args.workdir,
-                                keep=args.workdir is not None, progress=progress, scripts=scripts)
+        if args.resume:
+            previous = load(args.resume)
+            # the catalogue a baseline's entries are looked up in: the built-in one and the matrix's own
+            catalogue = [*builtin_catalogue(), *previous.scenarios]
+            matrix = resume(previous, workdir=args.workdir, keep=args.workdir is not None, progress=progress,
+                            source=str(args.resume))
         else:
-            prestart(bench["parallel"])
-            matrix = run_matrix(args.job or default_jobs(scenarios), scenarios, **bench, workdir=args.workdir,
-                                keep=args.workdir is not None, progress=progress)
+            costs = read_costs(args.costs) if args.costs else None
+            catalogue = _catalogue(args)
+            scenarios = select(catalogue, _split(args.scenarios))
+            if scripts:  # rows under torchrun: no fork server
+                matrix = run_matrix((), scenarios, parallel=bench["parallel"], workdir=args.workdir,
+                                    keep=args.workdir is not None, progress=progress, scripts=scripts, shard=shard,
+                                    costs=costs)
+            else:
+                prestart(bench["parallel"])
+                matrix = run_matrix(args.job or default_jobs(scenarios), scenarios, **bench, workdir=args.workdir,
+                                    keep=args.workdir is not None, progress=progress, shard=shard, costs=costs)
     except _USER_ERRORS as exc:
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except MatrixInterrupted as stop:
+        progress.close()
+        return _matrix_stopped(stop, out)
     finally:
         progress.close()
+    return _matrix_done(args, matrix, out, baseline, catalogue)
+
+
+def _matrix_done(args: argparse.Namespace, matrix, out: Path, baseline, catalogue) -> int:
+    """Write the matrix, print it, gate the exit code on it."""
     try:
-        md, js = matrix.write(args.out)
+        md, js = matrix.write(out)
     except OSError as exc:
-        raise UsageError(f"cannot write the matrix to {args.out}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write the matrix to {out}: {exc.strerror or exc}") from None
     print(matrix.markdown())
     print(f"wrote {md} and {js}")
     gated = _gate_matrix(args, matrix, baseline, catalogue)
     return _matrix_exit(matrix, args.fail_on) if gated is None else gated
+
+
+def _matrix_stopped(stop, out: Path) -> int:
+    """SIGINT or SIGTERM stopped the matrix: write what finished, say how to finish it."""
+    matrix = stop.matrix
+    try:
+        md, js = matrix.write(out)
+    except OSError as exc:
+        print(f"\nckpt-harness: interrupted; cannot write the matrix to {out}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return interrupted_exit(stop)
+    ran = len(matrix.tasks) - len(matrix.missing)
+    print(f"\nckpt-harness: interrupted by {matrix.stopped_by}: wrote the {ran} of {len(matrix.tasks)} (job, scenario) "
+          f"runs that finished to {md} and {js} (marked incomplete); `ckpt-harness matrix --resume {out}` runs the "
+          f"other {len(matrix.missing)}", file=sys.stderr)
+    return interrupted_exit(stop)
+
+
+def _merge(args: argparse.Namespace) -> int:
+    """`matrix --merge`: the shards' matrix.json files as one matrix."""
+    from ckpt_harness.catalogue.matrix import load, merge
+    from ckpt_harness.catalogue.scenario import builtin_catalogue
+
+    out = args.out or Path("ckpt-matrix")
+    try:
+        baseline = _load_baseline(args)
+        _check_writable(out, directory=True)
+        if args.write_baseline:
+            _check_writable(args.write_baseline)
+        matrix = merge([(str(path), load(path)) for path in args.merge])
+    except _USER_ERRORS as exc:
+        print(f"ckpt-harness matrix: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return _matrix_done(args, matrix, out, baseline, [*builtin_catalogue(), *matrix.scenarios])
+
+
+def _matrix_dir(path: Path) -> Path:
+    """The directory of a matrix.json given as itself or its directory."""
+    return path.parent if path.suffix == ".json" else path
+
+
+def _matrix_mode(args: argparse.Namespace) -> None:
+    """Refuse options that do not go together: --merge only reads matrix.json
+    files, --resume takes its jobs, scenarios and settings from the matrix it
+    finishes, --costs balances shards."""
+    from ckpt_harness.config import SETTINGS
+
+    run = {"--job": args.job, "--script": args.script, "--scenarios": args.scenarios, "--file": args.file,
+           "--shard": args.shard, "--costs": args.costs,
+           **{SETTINGS[name].option: True for name in (*BENCH_SETTINGS, *MATRIX_SCRIPT_SETTINGS, "max_restarts")
+              if hasattr(args, name)}}
+    given = [option for option, value in run.items() if value]
+    if args.merge:
+        extra = given + (["--resume"] if args.resume else []) + (["--workdir"] if args.workdir else [])
+        if extra:
+            raise UsageError(f"--merge only puts the shards' matrix.json files together: leave out {', '.join(extra)}")
+    elif args.resume:
+        if given:
+            raise UsageError(f"--resume runs the rest of a matrix with its own jobs, scenarios and settings (and "
+                             f"shard): leave out {', '.join(given)}")
+    elif args.costs and not args.shard:
+        raise UsageError("--costs balances the shards of --shard K/N: give --shard too, or leave out --costs")
 
 
 def _matrix_scripts(args: argparse.Namespace) -> list:
@@ -489,11 +644,11 @@ def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         _discard(args, workdir)
         return EXIT_ERROR
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         _discard(args, workdir)
         kept = f"; the runs so far are in {workdir}" if args.workdir else ""
         print(f"\nckpt-harness: interrupted{kept}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        return interrupted_exit(exc)
     finally:
         if progress is not None:
             progress.close()

@@ -13,6 +13,8 @@ Torch-free: every layer, the launcher included, may import it.
 
 from __future__ import annotations
 
+import signal
+
 
 class HarnessError(Exception):
     """Base of every error the harness raises on purpose."""
@@ -51,3 +53,18 @@ class FrameworkMissing(Unavailable):
 class ModelError(HarnessError):
     """The harness cannot model or judge this case (e.g. the durability model
     meets an operation it has no rule for): that case is an ERROR."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM arrived: stop as on Ctrl-C (`cli.main` raises it on
+    SIGTERM too, so every command cleans up the same way). `signum` makes the
+    exit code, 128 + signum, as a shell reports a command a signal stopped."""
+
+    def __init__(self, signum: int = signal.SIGINT):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = int(signum)
+
+
+def signal_of(exc: KeyboardInterrupt) -> int:
+    """The signal behind an interruption: a plain KeyboardInterrupt is SIGINT's."""
+    return getattr(exc, "signum", signal.SIGINT)

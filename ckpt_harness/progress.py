@@ -63,6 +63,12 @@ class Progress:
                 self._write(f"\r{text:{WIDTH}}" if self._open else text)
                 self._open = False
 
+    def mute(self) -> None:
+        """Print nothing more: what the work still reports is not news (the
+        scenarios a stopped matrix abandons, whose groups were killed)."""
+        with self._lock:
+            self.quiet = True
+
     def close(self) -> None:
         """End the line a terminal is still rewriting, so what follows starts clean."""
         with self._lock:

@@ -4,6 +4,14 @@ Rows are jobs, columns are properties; a cell folds the verdicts of every
 scenario that judges that property for that job. Findings against real
 frameworks are results: the matrix is complete when every cell is judged
 (pass, fail or n/a), whatever the verdicts.
+
+The unit of work is one scenario against one row (a `Task`); the matrix's
+`plan` lists them all. A matrix may hold only some of them: a shard's
+(`--shard K/N`, `shards.assign`), or those that finished before SIGINT or
+SIGTERM stopped the run (`MatrixInterrupted`). Its matrix.json keeps what it
+takes to finish it (the rows, the catalogue, the settings), so `--resume`
+runs the missing ones and `--merge` puts shards together (`Matrix.from_json`,
+`merge`); a cell whose scenarios did not all run is not judged ("not run").
 """
 
 from __future__ import annotations
@@ -13,16 +21,19 @@ import dataclasses
 import datetime
 import json
 import shutil
+import signal
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness import targets
 from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult
+from ckpt_harness.catalogue.shards import Shard, Task, assign
 from ckpt_harness.config import SETTINGS, RunConfig, ScriptConfig
+from ckpt_harness.errors import UsageError, signal_of
 from ckpt_harness.oracle import PROPERTIES
 from ckpt_harness.progress import Progress
 from ckpt_harness.report import versions
@@ -33,16 +44,33 @@ from ckpt_harness.verdict import Verdict, fold
 #: delays), and a second scenario's work fills those waits. Two keep the
 #: groups at once within 2 x `parallel`.
 SCENARIOS_AT_ONCE = 2
+#: After SIGINT or SIGTERM: how long the scenarios in flight get to notice
+#: that their groups are gone (`launch.cancel`) before the matrix is written
+#: without them. The whole stop is to take under 3 s.
+ABANDON_WAIT = 1.5
+#: The mark of a cell some of whose scenarios did not run.
+NOT_RUN = "⏳ not run"
 
 
 @dataclasses.dataclass(frozen=True)
 class Cell:
     job: str
     property: str
-    verdict: Verdict
+    #: None: not judged, some of its scenarios did not run (`pending`).
+    verdict: Optional[Verdict]
     reason: str
     repro: Optional[str]
     scenarios: tuple[str, ...]
+    #: Its scenarios that did not run: in another shard, or not yet (interrupted).
+    pending: tuple[str, ...] = ()
+
+    @property
+    def mark(self) -> str:
+        return NOT_RUN if self.verdict is None else self.verdict.mark
+
+    @property
+    def shown(self) -> str:
+        return "not run" if self.verdict is None else self.verdict.value
 
 
 def cell(job: str, prop: str, results: Sequence[ScenarioResult]) -> Cell:
@@ -77,20 +105,59 @@ class Matrix:
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     #: Script rows (`matrix --script`): row name -> the script's whole command.
     scripts: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Job rows: row name -> the job as given (a registered name, module:Class), to run it again.
+    job_refs: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Every (row, scenario) of the whole matrix, in the order they run (default: those of `results`).
+    plan: list[Task] = dataclasses.field(default_factory=list)
+    #: The part of `plan` this matrix is to run: a shard's; None: all of it.
+    tasks: Optional[list[Task]] = None
+    shard: Optional[Shard] = None
+    #: The signal that stopped the run ("SIGINT", "SIGTERM"), if one did.
+    stopped_by: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not self.plan:
+            self.plan = [Task(r.job, r.scenario) for r in self.results]
+        if self.tasks is None:
+            self.tasks = list(self.plan)
 
     @property
     def properties(self) -> list[str]:
         used = {s.property for s in self.scenarios}
         return [p for p in PROPERTIES if p in used]
 
+    @property
+    def missing(self) -> list[Task]:
+        """This matrix's tasks with no result: not run yet (the run was stopped)."""
+        done = {Task(r.job, r.scenario) for r in self.results}
+        return [t for t in self.tasks or () if t not in done]
+
+    @property
+    def incomplete(self) -> bool:
+        """Stopped before its tasks all ran: `--resume` finishes it."""
+        return bool(self.missing)
+
     def cells(self) -> list[Cell]:
-        return [cell(job, prop, [r for r in self.results if r.job == job and r.property == prop])
-                for job in self.jobs for prop in self.properties]
+        prop = {s.name: s.property for s in self.scenarios}
+        done = {(r.job, r.scenario): r for r in self.results}
+        mine = set(self.tasks or ())
+        out = []
+        for job in self.jobs:
+            for p in self.properties:
+                planned = [t.scenario for t in self.plan if t.row == job and prop.get(t.scenario) == p]
+                pending = tuple(s for s in planned if (job, s) not in done)
+                if not pending:
+                    out.append(cell(job, p, [done[job, s] for s in planned]))
+                    continue
+                elsewhere = [s for s in pending if Task(job, s) not in mine]
+                why = "another shard runs it" if elsewhere else "the run was stopped first"
+                out.append(Cell(job, p, None, f"{', '.join(pending)} not run: {why}", None, tuple(planned), pending))
+        return out
 
     @property
     def complete(self) -> bool:
         """Every cell judged: the command's success, whatever the verdicts."""
-        return all(c.verdict.judged for c in self.cells())
+        return all(c.verdict is not None and c.verdict.judged for c in self.cells())
 
     def markdown(self) -> str:
         props = self.properties
@@ -103,6 +170,15 @@ class Matrix:
             f"{sum(r.cases for r in self.results)} cases in {self.elapsed / 60:.1f} min, on {self.date}.", "",
             "Versions: " + ", ".join(f"{k} {v}" for k, v in self.versions.items()) + ".", "",
         ]
+        if self.shard is not None:
+            lines += [f"**Shard {self.shard.index} of {self.shard.count}**: {len(self.tasks or ())} of the "
+                      f"{len(self.plan)} (row, scenario) runs; `ckpt-harness matrix --merge` takes every shard's "
+                      f"matrix.json and writes the whole matrix.", ""]
+        if self.incomplete:
+            stopped = f"stopped by {self.stopped_by}" if self.stopped_by else "stopped"
+            lines += [f"**Incomplete**: {stopped} with {len(self.missing)} of its {len(self.tasks or ())} (row, "
+                      f"scenario) runs not run ({NOT_RUN} below); `ckpt-harness matrix --resume DIR` on the "
+                      "directory of this matrix.json runs them.", ""]
         if self.scripts:
             lines += ["Scripts: " + "; ".join(f"**{name}**: `{command}`" for name, command in self.scripts.items())
                       + ".", ""]
@@ -112,11 +188,11 @@ class Matrix:
             "|---|" + "---|" * len(props),
         ]
         for job in self.jobs:
-            lines.append(f"| {job} | " + " | ".join(cells[job, p].verdict.mark for p in props) + " |")
+            lines.append(f"| {job} | " + " | ".join(cells[job, p].mark for p in props) + " |")
         if self.skipped:
             lines += ["", "Not run: " + "; ".join(f"{j} ({why})" for j, why in self.skipped.items())]
         lines += ["", "Properties: " + "; ".join(f"**{p}**: {PROPERTIES[p]}" for p in props) + ".", ""]
-        findings = [c for c in self.cells() if not c.verdict.ok]
+        findings = [c for c in self.cells() if c.verdict is not None and not c.verdict.ok]
         if findings:
             lines += ["## Findings", ""]
             for c in findings:
@@ -125,7 +201,7 @@ class Matrix:
                     lines += ["```sh", c.repro, "```", ""]
         lines += ["## Every cell", "", f"| {row} | property | verdict | scenarios | reason |", "|---|---|---|---|---|"]
         for c in self.cells():
-            lines.append(f"| {c.job} | {c.property} | {c.verdict.value} | {', '.join(c.scenarios)} | "
+            lines.append(f"| {c.job} | {c.property} | {c.shown} | {', '.join(c.scenarios)} | "
                          f"{_md(c.reason, 240)} |")
         lines += ["", "## Scenarios", "", "| scenario | property | check | what it does |", "|---|---|---|---|"]
         for s in self.scenarios:
@@ -134,10 +210,16 @@ class Matrix:
 
     @property
     def verdict(self) -> Verdict:
-        return fold(c.verdict for c in self.cells())
+        """The fold of the judged cells (a cell not run says nothing yet)."""
+        return fold(c.verdict for c in self.cells() if c.verdict is not None)
+
+    def costs(self) -> dict[Task, float]:
+        """Each run's seconds: what `--costs` balances shards by."""
+        return {Task(r.job, r.scenario): r.elapsed for r in self.results}
 
     def to_json(self) -> dict[str, Any]:
-        """The envelope of `Report.to_json` (kind ... versions), then the matrix's own."""
+        """The envelope of `Report.to_json` (kind ... versions), then the matrix's
+        own, then what it takes to resume or merge it (`from_json`)."""
         return {
             "kind": "matrix",
             "verdict": self.verdict.value,
@@ -151,10 +233,47 @@ class Matrix:
             "skipped": self.skipped,
             "properties": self.properties,
             "complete": self.complete,
+            "incomplete": self.incomplete,
+            "stopped_by": self.stopped_by,
+            "missing": [list(t) for t in self.missing],
+            "shard": None if self.shard is None else {
+                "index": self.shard.index, "count": self.shard.count, "tasks": [list(t) for t in self.tasks or ()]},
             "cells": [dataclasses.asdict(c) for c in self.cells()],
-            "scenarios": [{f.name: getattr(r, f.name) for f in dataclasses.fields(r) if f.name != "results"}
-                          for r in self.results],
+            "scenarios": [r.to_json() for r in self.results],
+            "job_refs": self.job_refs,
+            "catalogue": [s.to_json() for s in self.scenarios],
+            "plan": [list(t) for t in self.plan],
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], source: str = "matrix.json") -> "Matrix":
+        """Back from `to_json` (cells are derived again from the results);
+        UsageError naming `source` for a file that is not one."""
+        if not isinstance(data, Mapping) or data.get("kind") != "matrix":
+            raise UsageError(f"{source}: not a matrix.json written by `ckpt-harness matrix`")
+        if "plan" not in data or "catalogue" not in data:
+            raise UsageError(f"{source}: written by an older ckpt-harness, without the plan and catalogue a resume "
+                             "or merge needs (it still serves as --costs or --baseline): run the matrix again")
+        try:
+            shard = data.get("shard")
+            settings = {k: v for k, v in data["settings"].items() if k != "world_size"}
+            return cls(
+                world_size=int(data["world_size"]), jobs=list(data["jobs"]),
+                results=[ScenarioResult.from_json(r) for r in data["scenarios"]],
+                scenarios=[Scenario.from_json(s) for s in data["catalogue"]],
+                elapsed=float(data["elapsed_seconds"]), versions=dict(data["versions"]),
+                skipped=dict(data.get("skipped", {})), date=str(data["date"]), settings=settings,
+                scripts=dict(data.get("scripts", {})), job_refs=dict(data.get("job_refs", {})),
+                plan=[Task(*t) for t in data["plan"]],
+                tasks=[Task(*t) for t in shard["tasks"]] if shard else None,
+                shard=Shard(int(shard["index"]), int(shard["count"])) if shard else None,
+                stopped_by=data.get("stopped_by"),
+            )
+        except UsageError as exc:  # a catalogue entry a check of this version no longer takes
+            raise UsageError(f"{source}: {exc}") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"{source}: not a matrix.json written by `ckpt-harness matrix` ({type(exc).__name__}: "
+                             f"{exc})") from None
 
     def write(self, out: Path) -> tuple[Path, Path]:
         out.mkdir(parents=True, exist_ok=True)
@@ -169,8 +288,142 @@ def _md(text: str, limit: int = 400) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def read_json(path: Union[str, Path]) -> tuple[dict[str, Any], Path]:
+    """The JSON of a matrix.json, given as the file or its directory, and the file's path."""
+    path = Path(path)
+    file = path / "matrix.json" if path.is_dir() else path
+    try:
+        data = json.loads(file.read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read {file}: {exc.strerror or exc}; give a matrix.json written by "
+                         "`ckpt-harness matrix`, or its directory") from None
+    except ValueError as exc:
+        raise UsageError(f"{file}: not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("kind") != "matrix" or not isinstance(data.get("scenarios"), list):
+        raise UsageError(f"{file}: not a matrix.json written by `ckpt-harness matrix`")
+    return data, file
 
 
+def load(path: Union[str, Path]) -> Matrix:
+    """The matrix of a matrix.json (the file or its directory), to resume or merge."""
+    data, file = read_json(path)
+    return Matrix.from_json(data, str(file))
+
+
+def read_costs(path: Union[str, Path]) -> dict[Task, float]:
+    """Each (row, scenario)'s seconds in a matrix.json, of any version (`--costs`)."""
+    data, file = read_json(path)
+    try:
+        results = [ScenarioResult.from_json(r) for r in data["scenarios"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{file}: a scenario entry is not one `ckpt-harness matrix` wrote ({exc})") from None
+    return {Task(r.job, r.scenario): float(r.elapsed) for r in results}
+
+
+class MatrixInterrupted(KeyboardInterrupt):
+    """SIGINT or SIGTERM stopped `run_matrix`. `matrix` holds the scenarios
+    finished before it (`Matrix.missing`: the rest; the ones in flight were
+    abandoned, their groups killed); `signum` is the signal."""
+
+    def __init__(self, matrix: Matrix, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.matrix = matrix
+        self.signum = signum
+
+
+# -- merging shards --------------------------------------------------------------------
+#: What the shards of one matrix share: (what it is called, how a matrix has it).
+_SHARED = (
+    ("world size", lambda m: m.world_size),
+    ("settings", lambda m: m.settings),
+    ("versions", lambda m: m.versions),
+    ("rows", lambda m: m.jobs),
+    ("scripts", lambda m: m.scripts),
+    ("jobs", lambda m: m.job_refs),
+    ("jobs not run", lambda m: m.skipped),
+    ("catalogue", lambda m: [s.definition for s in m.scenarios]),
+    ("(row, scenario) runs", lambda m: m.plan),
+)
+
+
+def merge(shards: Sequence[tuple[str, Matrix]]) -> Matrix:
+    """The whole matrix of its shards' matrices, each with where it was read
+    from: the same cells, verdicts, reasons and scenario results, in the same
+    order, as one run of the whole would give. Its elapsed time is the
+    longest shard's (they run at once), its date the latest. UsageError,
+    saying what differs, for shards of different matrices (settings,
+    versions, rows, catalogue), a shard given twice or missing, shards whose
+    runs overlap, or one stopped before it finished."""
+    if not shards:
+        raise UsageError("--merge needs the matrix.json of every shard")
+    (first_source, first), *_ = shards
+    for source, m in shards:
+        if m.shard is None:
+            raise UsageError(f"{source} is not a shard's matrix.json (it was not run with --shard K/N): "
+                             "merge the matrix.json files of `matrix --shard 1/N` ... `--shard N/N`")
+        if m.incomplete:
+            raise UsageError(f"{source}: shard {m.shard} was stopped before it finished ({len(m.missing)} runs "
+                             f"missing): finish it first with `ckpt-harness matrix --resume {source}`")
+        for what, of in _SHARED:
+            if of(m) != of(first):
+                raise UsageError(f"{source} and {first_source} are shards of different matrices: their {what} differ "
+                                 f"({_difference(of(m), of(first), source, first_source)}); run every shard with "
+                                 "the same options, versions and catalogue")
+    count = first.shard.count  # type: ignore[union-attr]
+    by_index: dict[int, str] = {}
+    owner: dict[Task, str] = {}
+    for source, m in shards:
+        shard = m.shard
+        assert shard is not None
+        if shard.count != count:
+            raise UsageError(f"{source} is shard {shard} but {first_source} is shard {first.shard}: give the "
+                             f"shards of one split (the same N)")
+        if shard.index in by_index:
+            raise UsageError(f"shard {shard} given twice: {by_index[shard.index]} and {source}")
+        by_index[shard.index] = source
+        for task in m.tasks or ():
+            if task in owner:
+                raise UsageError(f"{source} and {owner[task]} both ran {task.scenario} on {task.row}: the shards "
+                                 "were split differently (a different --costs file?); run every shard with the "
+                                 "same --costs")
+            owner[task] = source
+    absent = [k for k in range(1, count + 1) if k not in by_index]
+    if absent:
+        raise UsageError(f"shard{'s' * (len(absent) > 1)} {', '.join(f'{k}/{count}' for k in absent)} missing: "
+                         f"give the matrix.json of every shard of {count}")
+    left = [t for t in first.plan if t not in owner]
+    if left:
+        raise UsageError(f"no shard ran {len(left)} of the matrix's runs (e.g. {left[0].scenario} on "
+                         f"{left[0].row}): the shards were split differently; run every shard with the same --costs")
+    results = {Task(r.job, r.scenario): r for _, m in shards for r in m.results}
+    return dataclasses.replace(
+        first, results=[results[t] for t in first.plan], elapsed=max(m.elapsed for _, m in shards),
+        date=max(m.date for _, m in shards), tasks=None, shard=None, stopped_by=None)
+
+
+def _difference(ours: Any, theirs: Any, we: str, they: str) -> str:
+    """What tells two values of a shared field apart, shortly."""
+    if isinstance(ours, Mapping) and isinstance(theirs, Mapping):
+        keys = [k for k in dict.fromkeys([*ours, *theirs]) if ours.get(k) != theirs.get(k)]
+        return "; ".join(f"{k}: {ours.get(k)!r} vs. {theirs.get(k)!r}" for k in keys[:3])
+    if isinstance(ours, list) and isinstance(theirs, list):
+        extra, lacking = [x for x in ours if x not in theirs], [x for x in theirs if x not in ours]
+        parts = ([f"only {we} has {_short(extra)}"] if extra else []) + (
+            [f"only {they} has {_short(lacking)}"] if lacking else [])
+        return "; ".join(parts) or "the same entries in another order"
+    return f"{ours!r} vs. {theirs!r}"
+
+
+def _short(values: Sequence[Any], shown: int = 3) -> str:
+    def one(v: Any) -> str:
+        if isinstance(v, Task):
+            return f"{v.scenario} on {v.row}"
+        return str(v[0]) if isinstance(v, tuple) else str(v)  # a scenario's definition: its name
+    more = f" and {len(values) - shown} more" if len(values) > shown else ""
+    return ", ".join(one(v) for v in values[:shown]) + more
+
+
+# -- running -------------------------------------------------------------------------
 def run_matrix(
     jobs: Sequence[Union[str, type]],
     scenarios: Sequence[Scenario],
@@ -184,6 +437,9 @@ def run_matrix(
     keep: bool = False,
     progress: Optional[Progress] = None,
     scripts: Sequence[ScriptConfig] = (),
+    shard: Optional[Shard] = None,
+    costs: Optional[Mapping[Task, float]] = None,
+    previous: Optional[Matrix] = None,
 ) -> Matrix:
     """Run every scenario that applies against every job, showing cases as
     they finish and a line per finished scenario on `progress`. `reduce=False`
@@ -192,8 +448,18 @@ def run_matrix(
 
     `scripts` instead of `jobs`: a row per unmodified script under torchrun
     (`targets.ScriptTarget`), all at one layout and timeout (theirs: `world_size` and
-    `timeout` are not used), named by their commands (`row_name`)."""
-    from ckpt_harness.errors import Unavailable, UsageError
+    `timeout` are not used), named by their commands (`row_name`).
+
+    `shard`: only that shard's part of the runs (`shards.assign`, balanced by
+    `costs`). `previous`: a matrix of the same rows and scenarios that was
+    stopped (`resume`): only the runs it lacks are made, its results kept.
+
+    On SIGINT (KeyboardInterrupt, or `errors.Interrupted` for SIGTERM) the
+    runs not started are cancelled, every group is killed (`launch.cancel`:
+    the process can start none after), the scenarios in flight are abandoned
+    and `MatrixInterrupted` is raised with the matrix of those that finished,
+    its temporary directory removed."""
+    from ckpt_harness.errors import Unavailable
     from ckpt_harness.jobref import resolve
 
     started = time.monotonic()
@@ -214,6 +480,7 @@ def run_matrix(
         target = targets.of(config)
         target.preflight()  # a script that is not there is bad input, not a row of n/a cells
         rows.append((target, target.row))
+    given: list[Optional[str]] = [None] * len(rows)
     for job in jobs:
         try:
             ref, _ = resolve(job)
@@ -221,20 +488,48 @@ def run_matrix(
             skipped[job if isinstance(job, str) else job.__qualname__] = str(exc)
             continue
         rows.append((targets.of(RunConfig.build(ref, world_size=world_size, timeout=timeout)), ref.display))
+        given.append(ref.display)
     names: list[str] = []
     for i, (_, name) in enumerate(rows):
         names.append(name if name not in names else f"{name} #{i + 1}")  # rows apart, if cut alike
     commands = {names[i]: config.script for i, config in enumerate(scripts)}  # script rows come first
+    refs = {name: ref for name, ref in zip(names, given) if ref is not None}
     plans = [(target, name, [s for s in scenarios if s.applies_to(name)]) for (target, _), name in zip(rows, names)]
-    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-matrix-"))
     tasks = [(i, name, scenario) for i, (_, name, mine) in enumerate(plans) for scenario in mine]
     if scripts:  # row by row in turn: a script row's first scenarios all wait for its golden torchrun run,
         # so the rows' golden runs go at once rather than one row after the other
         tasks.sort(key=lambda task: plans[task[0]][2].index(task[2]))
+    plan = [Task(name, scenario.name) for _, name, scenario in tasks]
+    finished: dict[Task, ScenarioResult] = {}
+    before = 0.0
+    if previous is not None:
+        if names != previous.jobs or plan != previous.plan:
+            raise UsageError(f"the rows and scenarios are not those of the matrix to resume "
+                             f"({_difference(plan, previous.plan, 'this run', 'the matrix')}): resume it with the "
+                             "jobs installed and the catalogue it was made with, or run it again")
+        mine, shard, before = list(previous.tasks or ()), previous.shard, previous.elapsed
+        finished = {Task(r.job, r.scenario): r for r in previous.results if Task(r.job, r.scenario) in mine}
+        skipped = {**previous.skipped, **skipped}
+    elif shard is not None:
+        mine = assign(plan, shard.count, costs)[shard.index - 1]
+    else:
+        mine = list(plan)
+    wanted = set(mine) - set(finished)
+    todo = [task for task, key in zip(tasks, plan) if key in wanted]
+    layout = {"nproc_per_node": scripts[0].nproc_per_node, "nnodes": scripts[0].nnodes} if scripts else {}
+
+    def matrix(stopped_by: Optional[str] = None) -> Matrix:
+        return Matrix(world_size, names, [finished[t] for t in plan if t in finished], list(scenarios),
+                      before + time.monotonic() - started, versions(), skipped,
+                      settings={"timeout": timeout, "parallel": parallel, **layout}, scripts=commands, job_refs=refs,
+                      plan=plan, tasks=mine if shard is not None else None, shard=shard, stopped_by=stopped_by)
+
+    root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-matrix-"))
     benches = [Bench(target, root / f"job{i}", parallel=parallel, reduce=reduce, name=name)
                for i, (target, name, _) in enumerate(plans)]
-    left = [len(mine) for _, _, mine in plans]
+    left = [sum(task[0] == i for task in todo) for i in range(len(plans))]
     lock = threading.Lock()
+    stopping = threading.Event()
     done = 0
 
     def one(task: tuple[int, str, Scenario]) -> ScenarioResult:
@@ -242,21 +537,70 @@ def run_matrix(
         i, name, scenario = task
         result = benches[i].run(scenario, progress=progress.piece(f"{name} {scenario.name}") if progress else None)
         with lock:
+            if stopping.is_set():  # abandoned: what it says after its groups were killed is not its result
+                return result
             done += 1
             if progress:
-                progress.line(f"[{done:>3}/{len(tasks)}] {name:16} {scenario.name:24} {result.verdict.value.upper():7} "
+                progress.line(f"[{done:>3}/{len(todo)}] {name:16} {scenario.name:24} {result.verdict.value.upper():7} "
                               f"{result.cases:>3} cases {result.elapsed:6.1f}s")
             left[i] -= 1
             if not left[i] and not keep:  # the job's last scenario: its runs are no longer shared
                 shutil.rmtree(root / f"job{i}", ignore_errors=True)
         return result
 
+    pool = concurrent.futures.ThreadPoolExecutor(scenarios_at_once if parallel > 1 else 1)
+    futures: dict[concurrent.futures.Future, Task] = {}
     try:
-        with concurrent.futures.ThreadPoolExecutor(scenarios_at_once if parallel > 1 else 1) as pool:
-            results = list(pool.map(one, tasks))
-    finally:
-        if workdir is None and not keep:
-            shutil.rmtree(root, ignore_errors=True)
-    layout = {"nproc_per_node": scripts[0].nproc_per_node, "nnodes": scripts[0].nnodes} if scripts else {}
-    return Matrix(world_size, names, results, list(scenarios), time.monotonic() - started, versions(), skipped,
-                  settings={"timeout": timeout, "parallel": parallel, **layout}, scripts=commands)
+        for task in todo:
+            futures[pool.submit(one, task)] = Task(task[1], task[2].name)
+        for future in concurrent.futures.as_completed(futures):
+            finished[futures[future]] = future.result()
+    except KeyboardInterrupt as exc:
+        with lock:  # what finished before the signal counts; nothing after it does
+            stopping.set()
+            finished.update({futures[f]: f.result() for f in futures
+                             if f.done() and not f.cancelled() and f.exception() is None})
+        if progress:
+            progress.mute()
+        pool.shutdown(wait=False, cancel_futures=True)
+        from ckpt_harness.launch import cancel
+
+        cancel()
+        concurrent.futures.wait([f for f in futures if not f.cancelled()], timeout=ABANDON_WAIT)
+        _discard(root, workdir, keep)
+        signum = signal_of(exc)
+        raise MatrixInterrupted(matrix(signal.Signals(signum).name), signum) from None
+    except BaseException:  # a scenario's bad input: the runs not started are not made
+        pool.shutdown(wait=True, cancel_futures=True)
+        _discard(root, workdir, keep)
+        raise
+    pool.shutdown()
+    _discard(root, workdir, keep)
+    return matrix()
+
+
+def _discard(root: Path, workdir: Optional[Path], keep: bool) -> None:
+    if workdir is None and not keep:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def resume(previous: Matrix, *, workdir: Optional[Path] = None, keep: bool = False,
+           progress: Optional[Progress] = None, source: str = "matrix.json") -> Matrix:
+    """`previous` (a matrix or shard that was stopped) finished: the runs it
+    lacks made with its rows, catalogue and settings, on the versions it was
+    measured with (UsageError otherwise: one matrix is one measurement)."""
+    now = versions()
+    if now != previous.versions:
+        raise UsageError(f"{source} was measured on other versions ({_difference(previous.versions, now, '', '')}, "
+                         "then vs. now): a matrix is one measurement; run it again whole")
+    settings = previous.settings
+    scripts = [ScriptConfig(script=previous.scripts[row], nproc_per_node=settings["nproc_per_node"],
+                            nnodes=settings["nnodes"], timeout=settings["timeout"])
+               for row in previous.jobs if row in previous.scripts]
+    jobs = [previous.job_refs[row] for row in previous.jobs if row in previous.job_refs]
+    if scripts:
+        return run_matrix((), previous.scenarios, parallel=settings["parallel"], workdir=workdir, keep=keep,
+                          progress=progress, scripts=scripts, previous=previous)
+    return run_matrix(jobs, previous.scenarios, world_size=previous.world_size, timeout=settings["timeout"],
+                      parallel=settings["parallel"], workdir=workdir, keep=keep, progress=progress,
+                      previous=previous)

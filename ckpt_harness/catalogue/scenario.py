@@ -59,6 +59,24 @@ class Scenario:
     def builtin(self) -> bool:
         return not Path(self.source).is_file() or Path(self.source).resolve().parent == builtin_dir().resolve()
 
+    @property
+    def definition(self) -> tuple[Any, ...]:
+        """What it runs, wherever its file is (a catalogue installed elsewhere
+        is the same catalogue): what matrices to be merged must agree on."""
+        return (self.name, self.property, self.check, self.description, dict(self.params), self.jobs)
+
+    def to_json(self) -> dict[str, Any]:
+        """As a matrix.json records it, so that the matrix can be resumed without its files."""
+        return {"name": self.name, "property": self.property, "check": self.check, "description": self.description,
+                "jobs": list(self.jobs), "params": dict(self.params), "source": self.source}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "Scenario":
+        """Back from `to_json`, validated as a scenario file's table is (`parse`)."""
+        table = {"property": data.get("property"), "check": data.get("check"),
+                 "description": data.get("description"), "jobs": data.get("jobs", ["*"]), **data.get("params", {})}
+        return parse(str(data.get("name")), table, str(data.get("source") or "<matrix.json>"))
+
 
 def default_jobs(scenarios: Sequence[Scenario]) -> list[str]:
     """The jobs scenarios run against when no job is given: every registered
@@ -98,6 +116,17 @@ class ScenarioResult:
                                             self.repro),)
         return Report(self.job, world_size, list(cases), self.elapsed, "scenario",
                       f"{self.scenario} [{self.property}]", dict(settings))
+
+    def to_json(self) -> dict[str, Any]:
+        """Every field but its cases' results (the entries of matrix.json's "scenarios")."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "results"} | {
+            "verdict": self.verdict.value}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "ScenarioResult":
+        """Back from `to_json`: without its cases' results, which matrix.json does not keep."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"results"}
+        return cls(**{**{k: v for k, v in data.items() if k in names}, "verdict": Verdict(data["verdict"])})
 
     def explain(self) -> str:
         lines = [f"{self.scenario} [{self.job}] {self.property}: {self.verdict.value.upper()} — {self.reason}"]
