@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_harness.catalogue.matrix import Matrix, merge
+from ckpt_harness.catalogue.matrix import Matrix, load, merge, read_costs
 from ckpt_harness.catalogue.scenario import ScenarioResult, builtin_catalogue
 from ckpt_harness.catalogue.shards import Shard, Task, assign, task_costs
 from ckpt_harness.errors import UsageError
@@ -67,6 +67,16 @@ def test_without_costs_every_run_costs_the_same_and_rows_stay_whole_where_they_f
     three = assign(tasks, 3)
     assert [len(s) for s in three] == [8, 8, 8]
     assert sum(len({t.row for t in s}) for s in three) == 6  # 3 whole rows, one row over 3 shards
+
+
+def test_costs_are_read_from_any_matrix_json_even_one_too_old_to_resume(tmp_path):
+    tasks, costs = recorded()
+    assert read_costs(RECORDED) == costs and read_costs(RECORDED.parent) == costs  # the file or its directory
+    with pytest.raises(UsageError, match="written by an older ckpt-harness, without the plan and catalogue"):
+        load(RECORDED)
+    (tmp_path / "matrix.json").write_text('{"kind": "verify"}')
+    with pytest.raises(UsageError, match="not a matrix.json written by `ckpt-harness matrix`"):
+        read_costs(tmp_path)
 
 
 def test_costs_unknown_for_a_run_are_the_mean_of_the_known_ones():
