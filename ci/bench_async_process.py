@@ -75,6 +75,19 @@ def export(rev: str, into: Path) -> Path:
     return into
 
 
+def compiled(tree: Path, into: Path) -> Path:
+    """A copy of `tree`'s package with its bytecode written (`compileall`): what a fresh
+    interpreter reads instead of compiling the harness's modules, which it does in every
+    start when PYTHONDONTWRITEBYTECODE is set (it is on the project's machines) and no
+    `__pycache__` is there (an editable install writes none)."""
+    import compileall
+    import shutil
+
+    shutil.copytree(tree / "ckpt_harness", into / "ckpt_harness", ignore=shutil.ignore_patterns("__pycache__"))
+    compileall.compile_dir(str(into / "ckpt_harness"), quiet=1)
+    return into
+
+
 def fresh(code: str, tree: Optional[Path], cwd: Path) -> tuple[float, float, dict]:
     """Run `code` in a fresh interpreter with only `tree` on PYTHONPATH: its
     wall and CPU seconds (interpreter start to exit) and what it printed last (JSON)."""
@@ -151,9 +164,8 @@ def child(repeat: int, trees: dict[str, Path], scratch: Path) -> None:
               f"the harness's share {harness:.2f} ({harness / total:.0%})")
     for name in BOOTSTRAPS:
         values = {side: med(rows[(name, side)]) for side in sides}
-        ratio = values[sides[1]] / values[sides[0]] if values[sides[0]] else float("nan")
-        print(f"{name} bootstrap imports: " + ", ".join(f"{s} {v:.3f}" for s, v in values.items())
-              + f" ({sides[1]}/{sides[0]} {ratio:.2f})")
+        print(f"{name} bootstrap imports: " + ", ".join(f"{s} {v:.3f}" for s, v in values.items()) + " ("
+              + ", ".join(f"{s}/before {values[s] / values[sides[0]]:.2f}" for s in sides[1:]) + ")")
     print(f"  ({load()})")
 
 
@@ -200,7 +212,9 @@ def timeline(run_dir: Path, start: float, end: float) -> dict[str, float]:
     return out
 
 
-def runs(repeat: int, scratch: Path) -> None:
+def run_pairs() -> None:
+    """A measuring interpreter (`_runs` mode) with one tree on PYTHONPATH and its own
+    fork server: per line "DIR" on stdin, one THREAD and one PROCESS run, a JSON line back."""
     from ckpt_harness.config import RunConfig
     from ckpt_harness.jobref import resolve
     from ckpt_harness.launch import group, prestart
@@ -208,29 +222,60 @@ def runs(repeat: int, scratch: Path) -> None:
 
     prestart(wait=True)
     zygote = group._pool.all[0].proc.pid
-    print(f"== runs: ws={WORLD}, 4 steps, saves at 2 and 4, fault-free; medians of {repeat}; {load()}")
-    results: dict[str, list[tuple[float, float]]] = {}
-    lines: list[dict[str, float]] = []
-    for i in range(repeat):
+    for line in sys.stdin:
+        where, answer = Path(line.strip()), {}
         for job in ("dcp_async", "dcp_async_process"):
             ref, _ = resolve(job)
             config = RunConfig.build(ref, world_size=WORLD, steps=4, save_every=2)
-            where = scratch / f"{job}-{i}"
             cpu0, start = tree_cpu(zygote), time.monotonic()
-            run = of(config).run(RunRequest(f"{job}{i}"), where / "ckpt", where / "run")
+            run = of(config).run(RunRequest(job), where / job / "ckpt", where / job / "run")
             end, cpu = time.monotonic(), tree_cpu(zygote) - cpu0
             assert run.outcome.ok, run.outcome
-            results.setdefault(job, []).append((end - start, cpu))
+            answer[job] = {"wall": end - start, "cpu": cpu}
             if job == "dcp_async_process":
-                lines.append(timeline(where / "run", start, end))
-            print(f"  {job}: {end - start:.2f} s wall, {cpu:.2f} s CPU, {load()}", flush=True)
-    thread, process = ([med([r[k] for r in results[j]]) for k in (0, 1)] for j in ("dcp_async", "dcp_async_process"))
-    print(f"dcp_async (THREAD):          {thread[0]:.2f} s wall, {thread[1]:.2f} s CPU")
-    print(f"dcp_async_process (PROCESS): {process[0]:.2f} s wall, {process[1]:.2f} s CPU "
-          f"({process[0] / thread[0]:.1f}x wall, {process[1] / max(thread[1], 0.01):.1f}x CPU)")
-    for key in lines[0]:
-        value = med([line[key] for line in lines])
-        print(f"  PROCESS run, {key}: {value:.2f} s ({value / process[0]:.0%})")
+                answer["timeline"] = timeline(where / job / "run", start, end)
+        print(json.dumps(answer), flush=True)
+
+
+def runs(repeat: int, trees: dict[str, Path], scratch: Path) -> None:
+    print(f"== runs: ws={WORLD}, 4 steps, saves at 2 and 4, fault-free; one measuring interpreter and fork "
+          f"server per tree, a warm-up pair each, then medians of {repeat}; {load()}")
+    workers = {side: subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "_runs"], cwd=scratch,
+                                      env={**os.environ, "PYTHONPATH": str(tree)}, text=True,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+               for side, tree in trees.items()}
+    results: dict[str, list[dict]] = {side: [] for side in trees}
+    try:
+        for i in range(-1, repeat):
+            for side, worker in workers.items():
+                assert worker.stdin and worker.stdout
+                worker.stdin.write(f"{scratch / f'runs-{side[:6]}-{i + 1}'}\n")
+                worker.stdin.flush()
+                answer = json.loads(worker.stdout.readline())
+                if i >= 0:
+                    results[side].append(answer)
+                print(f"  {'warm-up' if i < 0 else f'round {i + 1}'}, {side}: " + ", ".join(
+                    f"{job} {answer[job]['wall']:.2f} s wall {answer[job]['cpu']:.2f} s CPU"
+                    for job in ("dcp_async", "dcp_async_process")) + f"; {load()}", flush=True)
+    finally:
+        for worker in workers.values():
+            if worker.stdin:
+                worker.stdin.close()
+            worker.wait()
+    for side, rows in results.items():
+        thread, process = ([med([r[job][k] for r in rows]) for k in ("wall", "cpu")]
+                           for job in ("dcp_async", "dcp_async_process"))
+        print(f"{side}: dcp_async (THREAD) {thread[0]:.2f} s wall, {thread[1]:.2f} s CPU; dcp_async_process "
+              f"(PROCESS) {process[0]:.2f} s wall, {process[1]:.2f} s CPU ({process[0] / thread[0]:.1f}x wall, "
+              f"{process[1] / max(thread[1], 0.01):.1f}x CPU)")
+        for key in rows[0]["timeline"]:
+            value = med([r["timeline"][key] for r in rows])
+            print(f"  PROCESS run, {key}: {value:.2f} s ({value / process[0]:.0%})")
+    sides = list(results)
+    if len(sides) == 2:
+        for k in ("wall", "cpu"):
+            a, b = (med([r["dcp_async_process"][k] for r in results[s]]) for s in sides)
+            print(f"PROCESS run {k}, {sides[1]}/{sides[0]}: {b / a:.2f}")
     print(f"  ({load()})")
 
 
@@ -395,6 +440,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--before", default=None, help="the tree to compare with (default: where HEAD left main)")
     args = parser.parse_args()
+    if args.sections == ["_runs"]:  # a measuring interpreter of `runs`: its tree is on PYTHONPATH
+        return run_pairs()
     unknown = set(args.sections) - set(SECTIONS)
     if unknown:
         parser.error(f"no section {', '.join(sorted(unknown))}: pick from {', '.join(SECTIONS)}")
@@ -406,8 +453,9 @@ def main() -> None:
         scratch = Path(d)
         trees = {f"before ({before[:7]})": export(before, scratch / "before"), "after": ROOT}
         sections: dict[str, Callable[[], None]] = {
-            "child": lambda: child(args.repeat, trees, scratch),
-            "runs": lambda: runs(args.repeat, scratch),
+            "child": lambda: child(args.repeat, {**trees, "after, bytecode compiled": compiled(
+                ROOT, scratch / "compiled")}, scratch),
+            "runs": lambda: runs(args.repeat, trees, scratch),
             "warm": lambda: warm(args.repeat, scratch),
             "script": lambda: script(args.repeat, trees, scratch),
         }
