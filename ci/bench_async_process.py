@@ -128,6 +128,8 @@ os._exit(0)  # as the harness's checkpoint process leaves (`dcp_process._subproc
 """
 #: DCP's own checkpoint process: its executor's imports; it leaves through `sys.exit` (spawn_main's).
 DCP_ONLY = "import torch.distributed.checkpoint._async_process_executor"
+#: multiprocessing's resource tracker, which a rank's first spawn starts (another fresh interpreter).
+TRACKER = "import multiprocessing.resource_tracker"
 BOOTSTRAPS = {
     "agent": "import ckpt_harness.launch.agent",
     "worker": "import ckpt_harness.launch.worker",
@@ -143,6 +145,7 @@ def child(repeat: int, trees: dict[str, Path], scratch: Path) -> None:
     for i in range(repeat):
         rows.setdefault(("python", ""), []).append(fresh("pass", None, scratch)[1])
         rows.setdefault(("dcp's own", ""), []).append(fresh(DCP_ONLY, None, scratch)[1])
+        rows.setdefault(("tracker", ""), []).append(fresh(TRACKER, None, scratch)[1])
         for side, tree in trees.items():
             _, cpu, parts = fresh(CHECKPOINT_PROCESS % {"scratch": scratch}, tree, scratch)
             rows.setdefault(("checkpoint process", side), []).append((cpu, parts))
@@ -153,6 +156,7 @@ def child(repeat: int, trees: dict[str, Path], scratch: Path) -> None:
     python, dcp = med(rows[("python", "")]), med(rows[("dcp's own", "")])
     print(f"interpreter start and exit (python -c pass): {python:.2f}")
     print(f"DCP's own process (import its executor; interpreter included): {dcp:.2f}")
+    print(f"multiprocessing's resource tracker, started by a rank's first spawn: {med(rows[('tracker', '')]):.2f}")
     sides = list(trees)
     for side in sides:
         runs = rows[("checkpoint process", side)]
