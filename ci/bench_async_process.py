@@ -14,13 +14,15 @@ directory would shadow the trees measured). Sections (all by default):
   this one, interleaved (A B A B): their ratio is the change's.
 - ``runs``: whole runs on the warm fork server, `dcp_async` (THREAD: the
   rank's own thread writes) and `dcp_async_process` (PROCESS: a checkpoint
-  process per rank), interleaved: wall, CPU of the fork server's whole
+  process per rank), from both trees, each in a measuring interpreter with
+  its own fork server, interleaved: wall, CPU of the fork server's whole
   process tree, and the PROCESS run's timeline from its traces.
-- ``warm``: what a warm start of DCP's checkpoint process would save, with
-  DCP's real `_AsyncCheckpointProcess` in a one-rank world: as DCP starts
-  it (spawn: a fresh interpreter) and forked from a server that imported
-  DCP's executor once (multiprocessing's forkserver, the server started
-  once and timed apart). DCP asks `mp.get_context("spawn")` itself; here
+- ``warm``: DCP's real `_AsyncCheckpointProcess` in a one-rank world,
+  started as DCP starts it (spawn: a fresh interpreter), the same with the
+  harness's probes in it (as in a run: what the probes cost the process),
+  and forked from a server that imported DCP's executor once
+  (multiprocessing's forkserver, the server started once and timed apart):
+  what a warm start would save. DCP asks `mp.get_context("spawn")` itself; here
   the benchmark swaps the `mp` DCP's module holds, which the harness does
   not do (docs/speed.md, "The expensive rows").
 - ``script``: a bare ``torchrun --nproc-per-node 2`` of a minimal script
@@ -78,7 +80,7 @@ def export(rev: str, into: Path) -> Path:
 def compiled(tree: Path, into: Path) -> Path:
     """A copy of `tree`'s package with its bytecode written (`compileall`): what a fresh
     interpreter reads instead of compiling the harness's modules, which it does in every
-    start when PYTHONDONTWRITEBYTECODE is set (it is on the project's machines) and no
+    start when PYTHONDONTWRITEBYTECODE is set (it is on the project's 2-core box) and no
     `__pycache__` is there (an editable install writes none)."""
     import compileall
     import shutil
@@ -310,7 +312,21 @@ def warm(repeat: int, scratch: Path) -> None:
     stderr = os.dup(2)
     with open(scratch / "warm.log", "wb") as log:
         os.dup2(log.fileno(), 2)
+    # The harness's probes in this process, as in a rank; its checkpoint processes get
+    # them (`dcp_process.follow`) only while `probes._child_paths` is set: the probed variant.
+    from ckpt_harness.inject import dcp_process, probes
+
+    ckpt = scratch / "warm-ckpt"
+    ckpt.mkdir()
+
+    def child_paths(actor: str) -> tuple[str, None]:
+        return str(scratch / f"warm-{actor}.trace"), None
+
+    probes.install(str(scratch / "warm-rank.trace"), 0, ckpt_dir=str(ckpt), thread_phases=True,
+                   child_paths=child_paths)
+    dcp_process.follow()
     original = executor.mp
+    variants = (("spawn (as DCP does)", original, None), ("spawn, probed (as in a run)", original, child_paths))
     try:
         forkserver = multiprocessing.get_context("forkserver")
         forkserver.set_forkserver_preload(["torch.distributed.checkpoint._async_process_executor"])
@@ -321,13 +337,14 @@ def warm(repeat: int, scratch: Path) -> None:
         print(f"forkserver start, once per harness (a fresh interpreter importing DCP's executor, then a "
               f"first fork): {time.perf_counter() - start:.2f} s wall", flush=True)
         results: dict[str, list[tuple[float, float, float]]] = {}
+        variants += (("forked warm", Shim(forkserver), None),)
         for i in range(repeat):
-            for name, mp in (("spawn (as DCP does)", original), ("forked warm", Shim(forkserver))):
-                executor.mp = mp
+            for name, mp, paths in variants:
+                executor.mp, probes._child_paths = mp, paths
                 t0 = time.perf_counter()
                 proc = executor._AsyncCheckpointProcess(executor._ProcessGroupInitInfo())
                 t1 = time.perf_counter()
-                proc.save(state, checkpoint_id=scratch / f"warm-{i}-{mp is original}")
+                proc.save(state, checkpoint_id=ckpt / f"{i}-{name.split()[0]}-{paths is None}")
                 t2 = time.perf_counter()
                 cpu = _cpu_of(proc._save_process.pid)
                 proc._send(executor._CheckpointSaveProcessControlOpts.TERMINATE)
@@ -335,6 +352,7 @@ def warm(repeat: int, scratch: Path) -> None:
                 results.setdefault(name, []).append((t1 - t0, t2 - t1, cpu))
                 print(f"  {name}: ready in {t1 - t0:.2f} s, save {t2 - t1:.3f} s, its CPU {cpu:.2f} s, {load()}",
                       flush=True)
+        assert (scratch / "warm-ckpt.trace").stat().st_size, "the probed checkpoint processes traced nothing"
     finally:
         os.dup2(stderr, 2)
         os.close(stderr)
@@ -345,8 +363,8 @@ def warm(repeat: int, scratch: Path) -> None:
         ready, save, cpu = (med([r[k] for r in rows]) for k in range(3))
         base = base or (ready, cpu)
         print(f"{name}: ready {ready:.2f} s, a save {save:.3f} s, its CPU until then {cpu:.2f} s"
-              + ("" if base == (ready, cpu) else f" ({base[0] / ready:.0f}x faster ready, "
-                                                 f"{base[1] / max(cpu, 0.001):.0f}x less CPU)"))
+              + ("" if base == (ready, cpu) else f" (ready {ready / base[0]:.2f}x, CPU {cpu / base[1]:.2f}x "
+                                                 "of spawn as DCP does)"))
     print(f"  ({load()})")
 
 
