@@ -37,6 +37,10 @@ matrix: $(STAMP)
 # Three workers on two cores: a test mostly waits on its ranks (startup, deadlines,
 # failure grace), so a third fills the waits (whole suite 15:54 at -n 2, 14:35 at -n 3).
 test: lint
+	@# Every rank, torchrun worker and pytester run is a fresh interpreter: compiled once
+	@# here, the package's and the tests' modules are not compiled again in each (a box
+	@# with PYTHONDONTWRITEBYTECODE set never caches them otherwise).
+	@$(PY) -m compileall -q ckpt_harness tests ci
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -n 3 -p no:cacheprovider $(PYTEST_ARGS)
 	@$(PY) ci/no_orphans.py
 
