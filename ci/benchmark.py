@@ -34,7 +34,7 @@
    deadline, with the verdicts and cells of both compared case by case.
 10. Where a case's seconds go (`verdict.Breakdown`), per scenario of the
    catalogue and per job, at world size 2, one case at a time: the mean per
-   case of each part (launch, set-up, train, saves, the faulted save, waits,
+   case of each part (launch, the ranks' start, set-up, train, saves, the faulted save, waits,
    teardown, the harness's own work, judging), as Markdown tables. Not run
    by "everything": it is the matrix again, one case at a time.
 """
@@ -311,7 +311,7 @@ def early_end(tmp: Path) -> None:
 
 
 #: The parts of `verdict.Breakdown` as the tables head them.
-PART_HEADS = {"launch": "launch", "setup": "set-up", "train": "train", "saves": "saves",
+PART_HEADS = {"launch": "launch", "start": "start", "setup": "set-up", "train": "train", "saves": "saves",
               "faulted_save": "faulted save", "waits": "waits", "teardown": "teardown", "harness": "harness",
               "judging": "judging"}
 

@@ -275,22 +275,23 @@ def run_breakdown(run: Run, broken: Optional[int] = None) -> Optional[Breakdown]
     started = o.started_at if o.started_at is not None else o.requested_at
     decided = max(started, o.decided_at if o.decided_at is not None else o.ended_at)
     worked = max(started, min(decided, o.troubled_at if o.troubled_at is not None else decided))
-    ranks = [_rank_split(r.events, started, worked, broken) for r in run.ranks] or [{"setup": worked - started}]
+    ranks = [_rank_split(r.events, started, worked, broken) for r in run.ranks] or [{"start": worked - started}]
     mean = {part: sum(split.get(part, 0.0) for split in ranks) / len(ranks) for part in _RANK_PARTS}
     return Breakdown(launch=started - o.requested_at, **mean, waits=decided - worked,
                      teardown=o.ended_at - decided, wall=o.ended_at - o.requested_at)
 
 
-_RANK_PARTS = ("setup", "train", "saves", "faulted_save")
+_RANK_PARTS = ("start", "setup", "train", "saves", "faulted_save")
 
 
 def _rank_split(events: list[Event], start: float, end: float, broken: Optional[int]) -> dict[str, float]:
-    """One rank's seconds in [start, end] by part: set-up until its first
-    train step or save, then saves (the broken one apart) and the rest, its
-    training. Only the rank's own phase changes count: a thread's or a
-    spawned process's work is done for the phase of the rank that handed it over."""
+    """One rank's seconds in [start, end] by part: its start until the job's
+    first phase, set-up until its first train step or save, then saves (the
+    broken one apart) and the rest, its training. Only the rank's own phase
+    changes count: a thread's or a spawned process's work is done for the
+    phase of the rank that handed it over."""
     split: dict[str, float] = {}
-    part, since, begun = "setup", start, False
+    part, since, begun = "start", start, False
     for e in events:
         if e.kind is not EventKind.PHASE or e.fields.get("process"):
             continue

@@ -62,7 +62,7 @@ class Breakdown:
     case's wall time into pieces that do not overlap: they add up to `wall`
     (`unaccounted` is what they miss, clock noise).
 
-    Rank-side parts (set-up, train, saves, the faulted save) are each
+    Rank-side parts (start, set-up, train, saves, the faulted save) are each
     rank's time in those phases from the launch's end until the launcher
     first heard of trouble (or the run ended), averaged over the ranks.
     `records.run_breakdown` derives a run's from what it keeps anyway;
@@ -71,8 +71,11 @@ class Breakdown:
 
     #: Asking the fork server for the ranks until it answered with their pids.
     launch: float = 0.0
-    #: From the ranks' start to their first train step: joining the process
-    #: group, the job's set-up and load, the state captured after the load.
+    #: From the ranks' start to the job's first phase: joining the process
+    #: group (gloo's rendezvous), the probes, the job's class.
+    start: float = 0.0
+    #: From the job's first phase to its first train step: its set-up and
+    #: load, the state captured after the load.
     setup: float = 0.0
     #: Train steps, and the end of the job's run (its final state, its teardown).
     train: float = 0.0
@@ -104,7 +107,7 @@ class Breakdown:
     resume_run: float = 0.0
 
     #: The parts, in the order of a run's life; they add up to `wall`.
-    PARTS = ("launch", "setup", "train", "saves", "faulted_save", "waits", "teardown", "harness", "judging")
+    PARTS = ("launch", "start", "setup", "train", "saves", "faulted_save", "waits", "teardown", "harness", "judging")
     #: The case's runs, each a sum of some of the parts.
     STAGES = ("fault_run", "resume_run")
 

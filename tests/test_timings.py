@@ -20,7 +20,7 @@ def assert_adds_up(timings: Breakdown) -> None:
     parts = timings.parts()
     assert all(seconds >= 0 for seconds in parts.values()), parts
     assert sum(parts.values()) == pytest.approx(timings.wall, abs=0.01), parts
-    for name in ("launch", "setup", "train", "teardown"):  # every run has them
+    for name in ("launch", "start", "setup", "train", "teardown"):  # every run has them
         assert parts[name] > 0, parts
     assert timings.fault_run > 0
     assert timings.fault_run + timings.resume_run <= timings.wall

@@ -40,7 +40,7 @@ LIFE = ((1.0, "setup"), (2.0, "load"), (2.5, "state after load"), (3.0, "train_s
 
 def test_a_clean_run_is_cut_into_launch_work_and_teardown():
     split = run_breakdown(stamped(phases(0, *LIFE), phases(1, *LIFE), decided=9.0, ended=9.5), broken=4)
-    assert split == Breakdown(launch=0.5, setup=2.5, train=2.5, saves=1.5, faulted_save=2.0, waits=0.0,
+    assert split == Breakdown(launch=0.5, start=0.5, setup=2.0, train=2.5, saves=1.5, faulted_save=2.0, waits=0.0,
                               teardown=0.5, wall=9.5)
     assert split.unaccounted == pytest.approx(0.0)
 
@@ -61,9 +61,10 @@ def test_after_trouble_the_launcher_waits():
 
 def test_ranks_are_averaged_and_clamped_to_the_window():
     """Rank 1 is slower to start; an event before the ranks were all started counts from the start."""
-    late = phases(1, (0.1, "setup"), (5.0, "train_step 1"))
+    late = phases(1, (1.5, "setup"), (5.0, "train_step 1"))
     split = run_breakdown(stamped(phases(0, (0.1, "setup"), (3.0, "train_step 1")), late, decided=6.0, ended=6.0))
-    assert split.setup == pytest.approx(((3.0 - 0.5) + (5.0 - 0.5)) / 2)
+    assert split.start == pytest.approx((0.0 + (1.5 - 0.5)) / 2)
+    assert split.setup == pytest.approx(((3.0 - 0.5) + (5.0 - 1.5)) / 2)
     assert split.train == pytest.approx((3.0 + 1.0) / 2)
 
 
@@ -78,7 +79,7 @@ def test_a_spawned_processes_phases_are_its_ranks():
 def test_an_owned_loop_is_set_up_until_its_first_step():
     made = phases(0, (0.0, "run"), (1.0, "setup"), (2.0, "load"), (3.0, "train_step 1"), (4.0, "run"))
     split = run_breakdown(stamped(made, started=0.0, decided=5.0, ended=5.0))
-    assert (split.setup, split.train) == (3.0, 2.0)
+    assert (split.start, split.setup, split.train) == (0.0, 3.0, 2.0)
 
 
 def test_a_launcher_that_keeps_no_moments_gives_none():
