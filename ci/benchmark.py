@@ -7,8 +7,8 @@
     python ci/benchmark.py reduction # section 7 alone (~6 min on 2 idle cores)
     python ci/benchmark.py at-once   # section 8 alone
     python ci/benchmark.py early-end # section 9 alone (~15 min on 2 idle cores)
-    python ci/benchmark.py breakdown [--jobs torch_save,dcp] [--scenarios 'crash-*,stall'] [--parallel 1]
-                                     # section 10 alone (torch_save + dcp: ~6 min on 2 idle cores; every job ~40 min)
+    python ci/benchmark.py breakdown [--jobs torch_save,dcp] [--scenarios 'crash-*,final-*'] [--parallel 1]
+                                     # section 10 alone: the matrix's work one case at a time (docs/speed.md)
 
 1. Launching a process group: forked from the warm server vs. a fresh
    interpreter per rank (what torch's MultiProcessTestCase and torchrun do).
