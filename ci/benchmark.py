@@ -34,9 +34,9 @@
    deadline, with the verdicts and cells of both compared case by case.
 10. Where a case's seconds go (`verdict.Breakdown`), per scenario of the
    catalogue and per job, at world size 2, one case at a time: the mean per
-   case of each part (launch, the ranks' start, set-up, train, saves, the faulted save, waits,
-   teardown, the harness's own work, judging), as Markdown tables. Not run
-   by "everything": it is the matrix again, one case at a time.
+   case of each part (launch, the ranks' start, set-up, train, saves, the
+   faulted save, waits, teardown, the harness's own work, judging), as
+   Markdown tables. Not run by "everything": it is the matrix again.
 """
 
 from __future__ import annotations

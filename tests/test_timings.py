@@ -1,10 +1,12 @@
 """Where a case's seconds go, on real runs: the parts of each case add up to its wall time, an injected
-hang's blocked grace and an injected error's failure grace show as waits, and --json carries it all."""
+hang's blocked grace and an injected error's failure grace show as waits (and shrink when the run is ended
+early), and --json carries it all."""
 
 from __future__ import annotations
 
 import pytest
 
+from ckpt_harness.launch import group
 from ckpt_harness.pipeline.explore import explore
 from ckpt_harness.pipeline.verify import verify
 from ckpt_harness.targets import PROPAGATION
@@ -26,7 +28,8 @@ def assert_adds_up(timings: Breakdown) -> None:
     assert timings.fault_run + timings.resume_run <= timings.wall
 
 
-def test_a_case_shows_its_waits_and_adds_up(tmp_path, pace):
+def test_a_case_shows_its_waits_and_adds_up(tmp_path, pace, monkeypatch):
+    monkeypatch.setattr(group, "EARLY_END", False)  # each stuck run waits out its grace
     report = explore("torch_save", world_size=2, workdir=tmp_path, cases=[ERROR, HANG], parallel=1,
                      hang_timeout=HANG_TIMEOUT, corruptions=())
     by_case = {r.case: r for r in report.results}
@@ -47,6 +50,16 @@ def test_a_case_shows_its_waits_and_adds_up(tmp_path, pace):
     assert js["parts"]["waits"] == pytest.approx(hang.waits, abs=0.001)
     assert sum(js["parts"].values()) == pytest.approx(js["wall"], abs=0.01)
     assert set(js["stages"]) == {"fault_run", "resume_run"}
+
+
+def test_a_run_ended_early_waits_less(tmp_path):
+    """The same cases with runs cut once no rank can progress (`launch.beacon`): the waits are what it took back."""
+    report = explore("torch_save", world_size=2, workdir=tmp_path, cases=[ERROR, HANG], parallel=1,
+                     hang_timeout=HANG_TIMEOUT, corruptions=())
+    by_case = {r.case: r.timings for r in report.results}
+    for timings in by_case.values():
+        assert_adds_up(timings)
+    assert by_case[HANG].waits < HANG_TIMEOUT and by_case[ERROR].waits < PROPAGATION, by_case
 
 
 def test_the_checks_of_a_resume_case_share_its_breakdown(tmp_path):
