@@ -7,6 +7,8 @@
     python ci/benchmark.py reduction # section 7 alone (~6 min on 2 idle cores)
     python ci/benchmark.py at-once   # section 8 alone
     python ci/benchmark.py early-end # section 9 alone (~15 min on 2 idle cores)
+    python ci/benchmark.py breakdown [--jobs torch_save,dcp] [--scenarios 'crash-*,final-*'] [--parallel 1]
+                                     # section 10 alone: the matrix's work one case at a time (docs/speed.md)
 
 1. Launching a process group: forked from the warm server vs. a fresh
    interpreter per rank (what torch's MultiProcessTestCase and torchrun do).
@@ -30,11 +32,17 @@
 9. Exploring, then the whole catalogue of, `torch_save` and `dcp`: runs cut
    as soon as no rank can progress (`launch.beacon`) vs. at their grace or
    deadline, with the verdicts and cells of both compared case by case.
+10. Where a case's seconds go (`verdict.Breakdown`), per scenario of the
+   catalogue and per job, at world size 2, one case at a time: the mean per
+   case of each part (launch, the ranks' start, set-up, train, saves, the
+   faulted save, waits, teardown, the harness's own work, judging), as
+   Markdown tables. Not run by "everything": it is the matrix again.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import subprocess
@@ -49,6 +57,7 @@ sys.path.insert(0, str(ROOT))
 
 import bench_probes  # noqa: E402
 from ckpt_harness import targets  # noqa: E402
+from ckpt_harness.jobs import BUILTIN_JOBS  # noqa: E402
 from ckpt_harness.launch import GroupSpec, prestart, run_group  # noqa: E402
 
 PROBES_TITLE = "2. probe overhead, before and after: no probes / golden run (trace) / faulted run (exact)"
@@ -104,12 +113,20 @@ def all_reduce(info, payload):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("only", nargs="?", choices=["probes", "sharing", "reduction", "at-once", "early-end"],
+    parser.add_argument("only", nargs="?",
+                        choices=["probes", "sharing", "reduction", "at-once", "early-end", "breakdown"],
                         help="run this section alone")
     parser.add_argument("--quick", action="store_true", help="skip the full exploration")
     parser.add_argument("--before", default=bench_probes.DEFAULT_BEFORE,
                         help=f"tree the probe overhead is compared with (default {bench_probes.DEFAULT_BEFORE})")
     parser.add_argument("--after", help="revision whose probe overhead is measured (default: the working tree)")
+    parser.add_argument("--jobs", default=",".join(BUILTIN_JOBS),
+                        help="breakdown: comma-separated jobs (default: every built-in one)")
+    parser.add_argument("--scenarios", default="",
+                        help="breakdown: comma-separated scenario names or patterns (default: the whole catalogue)")
+    parser.add_argument("--parallel", type=int, default=1,
+                        help="breakdown: cases at once (default 1: each case's seconds are its own)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="breakdown: also write every case's timings here")
     args = parser.parse_args()
     if args.only == "probes":
         print(PROBES_TITLE)
@@ -128,6 +145,10 @@ def main() -> None:
         return
     if args.only == "early-end":
         early_end(tmp)
+        return
+    if args.only == "breakdown":
+        breakdown(tmp, [j for j in args.jobs.split(",") if j], [p for p in args.scenarios.split(",") if p],
+                  args.parallel, args.json)
         return
     print(f"machine: {os.cpu_count()} cores, python {sys.version.split()[0]}")
 
@@ -287,6 +308,78 @@ def early_end(tmp: Path) -> None:
         print(f"   catalogue {job}: {cases} cases; {off:.0f} s -> {on:.0f} s ({off / cases:.2f} -> {on / cases:.2f} s "
               f"per case, ratio {off / on:.2f}x); cases that differ: {len(differ)} {differ[:5]}")
     group.EARLY_END = True
+
+
+#: The parts of `verdict.Breakdown` as the tables head them.
+PART_HEADS = {"launch": "launch", "start": "start", "setup": "set-up", "train": "train", "saves": "saves",
+              "faulted_save": "faulted save", "waits": "waits", "teardown": "teardown", "harness": "harness",
+              "judging": "judging"}
+
+
+def breakdown(tmp: Path, jobs: list[str], patterns: list[str], parallel: int, out: Path | None) -> None:
+    """Section 10: each job's catalogue (or `patterns` of it) as the matrix runs it, one scenario at a time,
+    then per scenario the mean per case of each part of `verdict.Breakdown`, and per job."""
+    from ckpt_harness.catalogue.matrix import run_matrix
+    from ckpt_harness.catalogue.scenario import builtin_catalogue, select
+    from ckpt_harness.progress import Progress
+    from ckpt_harness.verdict import Breakdown
+
+    scenarios = select(builtin_catalogue(), patterns)
+    print(f"10. where a case's seconds go: world size 2, {parallel} case(s) at once, one scenario at a time; "
+          f"mean seconds per case")
+    print(f"   machine: {os.cpu_count()} cores, python {sys.version.split()[0]}; load average at the start "
+          f"{_load()}")
+    heads = " | ".join(PART_HEADS.values())
+    summary, dump = [], {}
+    for job in jobs:
+        load_before = _load()
+        matrix = run_matrix([job], scenarios, world_size=2, parallel=parallel, workdir=tmp / f"breakdown-{job}",
+                            progress=Progress())
+        if matrix.skipped:
+            print(f"\n   {job}: not run ({matrix.skipped[job]})")
+            continue
+        print(f"\n#### {job} (load average {load_before} before, {_load()} after, {matrix.elapsed:.0f} s)\n")
+        print(f"| scenario | cases | {heads} | per case | scenario s |")
+        print("|---" * (len(PART_HEADS) + 4) + "|")
+        every: list[Breakdown] = []
+        in_cases = 0.0
+        for result in matrix.results:
+            timed = {r.case: r.timings for r in result.results if r.timings is not None}  # one per case
+            dump.setdefault(job, {})[result.scenario] = {
+                "verdict": result.verdict.value, "elapsed": round(result.elapsed, 3),
+                "cases": {case: t.to_json() for case, t in timed.items()}}
+            every += timed.values()
+            in_cases += sum(t.wall for t in timed.values())
+            if not timed:
+                print(f"| {result.scenario} | {result.verdict.value} | " + " | ".join("" for _ in PART_HEADS) +
+                      f" | | {result.elapsed:.1f} |")
+                continue
+            print(_row(result.scenario, len(timed), Breakdown.mean(timed.values()), result.elapsed))
+        mean = Breakdown.mean(every)
+        print(_row(f"**{job}**", len(every), mean, matrix.elapsed))
+        if mean.wall:
+            shares = " | ".join(f"{getattr(mean, part) / mean.wall:.0%}" for part in PART_HEADS)
+            print(f"| share of a case | | {shares} | 100% | |")
+        print(f"\n{in_cases:.0f} s in cases of {matrix.elapsed:.0f} s; the rest: golden, committed and earlier "
+              "runs the scenarios share, and the n/a ones")
+        summary.append((job, len(every), mean, matrix.elapsed, load_before))
+    if len(summary) > 1:
+        print(f"\n#### every job\n\n| job | cases | {heads} | per case | job s | load before |")
+        print("|---" * (len(PART_HEADS) + 5) + "|")
+        for job, n, mean, elapsed, load in summary:
+            print(_row(job, n, mean, elapsed) + f" {load} |")
+    if out is not None:
+        out.write_text(json.dumps(dump, indent=1) + "\n")
+        print(f"\nevery case's timings: {out}")
+
+
+def _row(name: str, cases: int, mean, elapsed: float) -> str:
+    parts = " | ".join(f"{getattr(mean, part):.2f}" for part in PART_HEADS)
+    return f"| {name} | {cases} | {parts} | {mean.wall:.2f} | {elapsed:.1f} |"
+
+
+def _load() -> str:
+    return "/".join(f"{x:.1f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -65,6 +65,19 @@ def state_after_save(step: int) -> str:
     return f"state after save {step}"
 
 
+_SAVE_WORK = re.compile(r"(?:save|after_save|state after save) (\d+)")
+
+
+def save_work(name: str) -> Optional[int]:
+    """The step of the save `name` belongs to: the save itself ("save 4", or
+    its background share "bg_save 4"), the harness's capture of the state it
+    saved ("state after save 4"), and what the job does once it returned
+    ("after_save 4"); None for any other phase. Where a run's time is split
+    into saving and training (`records.run_breakdown`)."""
+    match = _SAVE_WORK.fullmatch(foreground(name))
+    return int(match.group(1)) if match else None
+
+
 def checkpointing(name: str) -> bool:
     """Is `name` a phase of the checkpointing under test (a save, or the
     load of a resume)? What fails in any other phase (setup, a train step,

@@ -15,15 +15,17 @@ import functools
 import pickle
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
+from ckpt_harness import phase as phases
 from ckpt_harness.inject import trace
 from ckpt_harness.inject.collectives import Recording
 from ckpt_harness.inject.faults import BLOCKING
-from ckpt_harness.inject.trace import Event
+from ckpt_harness.inject.trace import Event, EventKind
 from ckpt_harness.launch import GroupOutcome, RankOutcome, RankStatus
 from ckpt_harness.launch.layout import PathLike, child_trace_paths, data_path, records_path, trace_path
 from ckpt_harness.state import Record
+from ckpt_harness.verdict import Breakdown
 
 
 # -- the files of a run directory, read back ------------------------------------------------
@@ -250,3 +252,88 @@ def _until(events: list[Event], stopped_at: Optional[float]) -> list[Event]:
     while dumping its stack (a run cut at once must not read as a hang in a
     save it reached during the stack grace)."""
     return events if stopped_at is None else [e for e in events if e.t <= stopped_at]
+
+
+# -- where the seconds went ----------------------------------------------------------------
+def run_breakdown(run: Run, broken: Optional[int] = None) -> Optional[Breakdown]:
+    """Where the seconds of one run went, from what it keeps anyway: the
+    launcher's moments (`GroupOutcome.requested_at` ...) and each rank's
+    phase changes in its trace, both `time.monotonic()`, one clock for every
+    process of the machine. `broken`: the step of the save the run breaks
+    (`Breakdown.faulted_save`). None for a launcher that keeps no moments.
+
+    The launcher's window, from its request to the last process reaped, is
+    cut in four: the launch; the ranks at work until the launcher first
+    heard of trouble (or the run ended), split by what each rank was doing
+    and averaged over the ranks; the waits after the trouble, for the run
+    to end or a grace to cut it; and the teardown. A rank is in the phase it
+    entered last: one that parked, or waits in a collective, stays there.
+    """
+    o = run.outcome
+    if o.requested_at is None or o.ended_at is None:
+        return None
+    started = o.started_at if o.started_at is not None else o.requested_at
+    decided = max(started, o.decided_at if o.decided_at is not None else o.ended_at)
+    worked = max(started, min(decided, o.troubled_at if o.troubled_at is not None else decided))
+    ranks = [_rank_split(r.events, started, worked, broken) for r in run.ranks] or [{"start": worked - started}]
+    mean = {part: sum(split.get(part, 0.0) for split in ranks) / len(ranks) for part in _RANK_PARTS}
+    return Breakdown(launch=started - o.requested_at, **mean, waits=decided - worked,
+                     teardown=o.ended_at - decided, wall=o.ended_at - o.requested_at)
+
+
+_RANK_PARTS = ("start", "setup", "train", "saves", "faulted_save")
+
+
+def _rank_split(events: list[Event], start: float, end: float, broken: Optional[int]) -> dict[str, float]:
+    """One rank's seconds in [start, end] by part: its start until the job's
+    first phase, set-up until its first train step or save, then saves (the
+    broken one apart) and the rest, its training. Only the rank's own phase
+    changes count: a thread's or a spawned process's work is done for the
+    phase of the rank that handed it over."""
+    split: dict[str, float] = {}
+    part, since, begun = "start", start, False
+    for e in events:
+        if e.kind is not EventKind.PHASE or e.fields.get("process"):
+            continue
+        at = min(max(e.t, start), end)
+        split[part] = split.get(part, 0.0) + at - since
+        step = phases.save_work(e.phase)
+        begun = begun or step is not None or phases.step_of(e.phase, "train_step") is not None
+        part = ("faulted_save" if step == broken else "saves") if step is not None else \
+            "train" if begun else "setup"
+        since = at
+    split[part] = split.get(part, 0.0) + end - since
+    return split
+
+
+class CaseClock:
+    """A case's stopwatch: started when the case starts, told of each of its
+    runs (`run`) and of the moment the oracle takes over (`judging`); `done`
+    is the case's `Breakdown`. What the case spent outside its runs'
+    launchers before the judging is the harness's part. Cheap: two clock
+    reads per case and the phase events its runs read back anyway."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.runs = Breakdown()
+        self.judged_from: Optional[float] = None
+
+    def run(self, make: Callable[[], Run], broken: Optional[int] = None, resume: bool = False) -> Run:
+        """`make()`, a run of this case, timed: the run with its faults (or the
+        one it stops, overwrites, stalls), whose save `broken` is the one
+        broken, or with `resume` the resume from what that run left."""
+        run = make()
+        split = run_breakdown(run, broken)
+        if split is not None:
+            self.runs += dataclasses.replace(split, **{"resume_run" if resume else "fault_run": split.wall})
+        return run
+
+    def judging(self) -> None:
+        """The case's runs are over: what follows is the oracle's."""
+        self.judged_from = time.monotonic()
+
+    def done(self) -> Breakdown:
+        now = time.monotonic()
+        judging = now - self.judged_from if self.judged_from is not None else 0.0
+        wall = now - self.started
+        return dataclasses.replace(self.runs, harness=wall - self.runs.wall - judging, judging=judging, wall=wall)

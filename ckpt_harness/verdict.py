@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Iterable, Optional
+from typing import Any, Iterable, Optional
 
 
 class Verdict(str, enum.Enum):
@@ -55,6 +55,89 @@ def fold(verdicts: Iterable[Verdict]) -> Verdict:
 
 
 @dataclasses.dataclass(frozen=True)
+class Breakdown:
+    """Where the seconds of one case went, so that speed work aims at the
+    part that costs and not at the one that is easy to see; the same split
+    for one run of it (its harness and judging then 0). The parts cut the
+    case's wall time into pieces that do not overlap: they add up to `wall`
+    (`unaccounted` is what they miss, clock noise).
+
+    Rank-side parts (start, set-up, train, saves, the faulted save) are each
+    rank's time in those phases from the launch's end until the launcher
+    first heard of trouble (or the run ended), averaged over the ranks.
+    `records.run_breakdown` derives a run's from what it keeps anyway;
+    `records.CaseClock` adds a case's runs to the harness's time around them.
+    """
+
+    #: Asking the fork server for the ranks until it answered with their pids.
+    launch: float = 0.0
+    #: From the ranks' start to the job's first phase: joining the process
+    #: group (gloo's rendezvous), the probes, the job's class.
+    start: float = 0.0
+    #: From the job's first phase to its first train step: its set-up and
+    #: load, the state captured after the load.
+    setup: float = 0.0
+    #: Train steps, and the end of the job's run (its final state, its teardown).
+    train: float = 0.0
+    #: Every save but the faulted one, with the state captured after it and
+    #: what the job does once it returned (waiting for a background save).
+    saves: float = 0.0
+    #: The save the case breaks, likewise; in a check that breaks none, the
+    #: save it is about (the stopped, overwriting or stalled one).
+    faulted_save: float = 0.0
+    #: The launcher waiting once a rank failed or reported itself blocked:
+    #: for its peers to end, up to the failure grace, the blocked grace or
+    #: the deadline. Waiting, not work: what ending a stuck run early saves.
+    waits: float = 0.0
+    #: From the launcher's decision that a run is over until every process
+    #: of it is reaped: the stacks of a cut run, then the kill.
+    teardown: float = 0.0
+    #: The harness's own work outside its runs' launchers and the judging:
+    #: the case directory (copied, corrupted, derived from the golden trace,
+    #: the power-loss model), reading runs back, waiting for a resume another
+    #: case runs (`pipeline.resumes`), a run whose launcher keeps no times.
+    harness: float = 0.0
+    #: From the return of the case's last run to its verdict: the oracle.
+    judging: float = 0.0
+    #: The case's wall time: what the parts add up to.
+    wall: float = 0.0
+    #: The case's run with the faults (or the stop, or the overwrite), launch to teardown.
+    fault_run: float = 0.0
+    #: The resume from what it left, launch to teardown (0 when shared with another case).
+    resume_run: float = 0.0
+
+    #: The parts, in the order of a run's life; they add up to `wall`.
+    PARTS = ("launch", "start", "setup", "train", "saves", "faulted_save", "waits", "teardown", "harness", "judging")
+    #: The case's runs, each a sum of some of the parts.
+    STAGES = ("fault_run", "resume_run")
+
+    def parts(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in self.PARTS}
+
+    @property
+    def unaccounted(self) -> float:
+        return self.wall - sum(self.parts().values())
+
+    def __add__(self, other: "Breakdown") -> "Breakdown":
+        return Breakdown(**{f.name: getattr(self, f.name) + getattr(other, f.name)
+                            for f in dataclasses.fields(self)})
+
+    def scaled(self, factor: float) -> "Breakdown":
+        return Breakdown(**{f.name: getattr(self, f.name) * factor for f in dataclasses.fields(self)})
+
+    @classmethod
+    def mean(cls, items: Iterable["Breakdown"]) -> "Breakdown":
+        """Each part's mean over `items` (all zero for none)."""
+        items = list(items)
+        return sum(items, cls()).scaled(1 / len(items)) if items else cls()
+
+    def to_json(self) -> dict[str, Any]:
+        """Seconds, to the millisecond (README, "Output for CI")."""
+        return {"wall": round(self.wall, 3), "parts": {k: round(v, 3) for k, v in self.parts().items()},
+                "stages": {name: round(getattr(self, name), 3) for name in self.STAGES}}
+
+
+@dataclasses.dataclass(frozen=True)
 class CaseResult:
     """One judgement of one case, as the oracle gives it."""
 
@@ -72,6 +155,9 @@ class CaseResult:
     #: The case whose resume this one was judged against: both left the same
     #: checkpoint directory (`resumes`).
     shares: Optional[str] = None
+    #: Where the case's seconds went; None where no clock ran (the golden run's
+    #: checks, a case the harness failed before it started).
+    timings: Optional[Breakdown] = dataclasses.field(default=None, compare=False)
 
     def explain(self) -> str:
         block = [f"--- {self.case} / {self.check}: {self.verdict.value.upper()} — {self.summary}"]

@@ -226,7 +226,10 @@ class _ElasticRun:
             self._teardown()
         if not self._last_attempt():
             raise LaunchError(self._no_worker(timed_out))
-        return self._outcome(start, timed_out, stopped_at)
+        outcome = self._outcome(start, timed_out, stopped_at)
+        # torchrun says neither when its workers all started nor when one first failed: no launch, no waits
+        outcome.requested_at, outcome.decided_at, outcome.ended_at = start, ended, time.monotonic()
+        return outcome
 
     def _no_worker(self, timed_out: bool) -> str:
         """Not one worker reached the bootstrap: torchrun itself did not get going."""

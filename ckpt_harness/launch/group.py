@@ -192,6 +192,16 @@ class GroupOutcome:
     #: The cut was made before its time, since no running rank could progress
     #: until then (`GroupSpec.early_end`).
     ended_early: bool = False
+    #: `time.monotonic()` when the launcher asked for the ranks, when they
+    #: were all started, when it first heard of trouble (a rank failed, died
+    #: or reported itself blocked), when it decided the run was over, and
+    #: when every process was reaped: where a run's seconds went
+    #: (`records.run_breakdown`). None from a launcher that does not say.
+    requested_at: Optional[float] = None
+    started_at: Optional[float] = None
+    troubled_at: Optional[float] = None
+    decided_at: Optional[float] = None
+    ended_at: Optional[float] = None
 
     @property
     def ok(self) -> bool:
@@ -304,6 +314,8 @@ class _GroupRun:
         self.ranks: list[RankOutcome] = []
         self.exited: set[int] = set()
         self.ended_early = False
+        #: When a rank first failed, died or reported itself blocked (`GroupOutcome.troubled_at`).
+        self.troubled_at: Optional[float] = None
 
     def run(self) -> GroupOutcome:
         spec = self.spec
@@ -313,6 +325,7 @@ class _GroupRun:
         store.unlink(missing_ok=True)
         for r in range(spec.world_size):  # an earlier run's slots would speak for ranks not yet started
             beacon_path(run_dir, r).unlink(missing_ok=True)
+        requested = time.monotonic()
         self.zygote.send(self._spawn_request(run_dir, store))
         spawned = self._next(time.monotonic() + STARTUP_TIMEOUT)
         if spawned is None or spawned["op"] == "error":
@@ -323,16 +336,19 @@ class _GroupRun:
             for r, pid in enumerate(spawned["pids"])
         ]
         start = time.monotonic()
-        cut, stopped_at = None, None
+        cut, stopped_at, decided = None, None, None
         try:
             cut = self._watch(start, start + spec.deadline)
+            decided = time.monotonic()
             if cut is not None:
-                stopped_at = time.monotonic()
+                stopped_at = decided
                 self._collect_stacks()
         finally:
             self._teardown()
-        return GroupOutcome(self.ranks, cut is not None, time.monotonic() - start, cut is Cut.FAILURE, stopped_at, cut,
-                            self.ended_early)
+        ended = time.monotonic()
+        return GroupOutcome(self.ranks, cut is not None, ended - start, cut is Cut.FAILURE, stopped_at, cut,
+                            self.ended_early, requested_at=requested, started_at=start,
+                            troubled_at=self.troubled_at, decided_at=decided, ended_at=ended)
 
     def _spawn_request(self, run_dir: Path, store: Path) -> dict:
         spec = self.spec
@@ -405,6 +421,7 @@ class _GroupRun:
             rank = self.ranks[message["rank"]]
             if message["op"] == "blocked":
                 blocked = True
+                self.troubled_at = self.troubled_at or time.monotonic()
                 if self.spec.blocked_grace is not None and Cut.BLOCKED not in bounds:
                     bounds[Cut.BLOCKED] = time.monotonic() + self.spec.blocked_grace
             elif message["op"] == "done":
@@ -417,6 +434,7 @@ class _GroupRun:
                     rank.status = RankStatus.CRASHED
                     rank.finished_at = time.monotonic() - start
             if not failed_before and rank.status.ended_badly:
+                self.troubled_at = self.troubled_at or time.monotonic()
                 bounds[Cut.FAILURE] = time.monotonic() + self.spec.failure_grace
         return None
 

@@ -26,7 +26,7 @@ from ckpt_harness.inject.trace import Event, EventKind, fields
 from ckpt_harness.pipeline.baseline import Baseline, Point
 from ckpt_harness.pipeline.resumes import DirState
 from ckpt_harness.pipeline.workdir import fresh_dir
-from ckpt_harness.records import Run, data_reader
+from ckpt_harness.records import CaseClock, Run, data_reader
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
 
@@ -119,18 +119,21 @@ def plan_of(baseline: Baseline, name: str) -> Case:
 
 # -- running -----------------------------------------------------------------------------
 def run_case(baseline: Baseline, case: Case) -> CaseResult:
-    """Run one case against `baseline` and judge it; a harness error is this case's ERROR."""
+    """Run one case against `baseline` and judge it, with where its seconds
+    went (`CaseResult.timings`); a harness error is this case's ERROR."""
+    clock = CaseClock()
     try:
-        return _run_case(baseline, case, fresh_dir(baseline.root / "cases", case.name))
+        result = _run_case(baseline, case, fresh_dir(baseline.root / "cases", case.name), clock)
     except durability.DurabilityError as exc:  # a trace the model will not guess at: no statement about the job
-        return oracle.cannot_judge(
+        result = oracle.cannot_judge(
             case.name, oracle.property_for(case.kind),
             f"the power-loss model cannot follow this run's trace ({exc}); most often the save wrote through a "
             "process or channel the probes do not see (a subprocess the job started, mmap), see the exploration's "
             "warnings", traceback.format_exc())
     except Exception as exc:  # noqa: BLE001 - this case is an ERROR; the other cases go on
-        return oracle.harness_error(case.name, oracle.property_for(case.kind), exc, baseline.repro(case.name),
-                                    row=case.row)
+        result = oracle.harness_error(case.name, oracle.property_for(case.kind), exc, baseline.repro(case.name),
+                                      row=case.row)
+    return dataclasses.replace(result, timings=clock.done())
 
 
 def run_cases(baseline: Baseline, cases: Sequence[Case],
@@ -153,7 +156,7 @@ def run_cases(baseline: Baseline, cases: Sequence[Case],
         return list(pool.map(one, cases))
 
 
-def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
+def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock) -> CaseResult:
     plan, target = baseline.plan, baseline.target
     ckpt = case_dir / "ckpt"
     save_returned = True
@@ -169,10 +172,11 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path) -> CaseResult:
         if derived is not None:
             save_returned, lost = derived
         else:
-            faulted, lost = _faulted_run(baseline, case, ckpt, case_dir / "fault")
+            faulted, lost = _faulted_run(baseline, case, ckpt, case_dir / "fault", clock)
             save_returned = faulted.saved_steps()[-1:] == [baseline.k]
         detail = case.describe()
-    resumed, shares = _resume(baseline, case, ckpt, case_dir / "resume")
+    resumed, shares = _resume(baseline, case, ckpt, case_dir / "resume", clock)
+    clock.judging()
     # Only a target that says when a background save was published may have an unpublished one taken back.
     background = (oracle.Background(faulted.published_step())
                   if faulted is not None and case.faults and target.caps.reports and target.saves_in_background()
@@ -286,12 +290,13 @@ def _through(events: Sequence[Event], phase: str) -> Sequence[Event]:
     return events[:last + 1]
 
 
-def _resume(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path) -> tuple[Run, Optional[str]]:
+def _resume(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path, clock: CaseClock) -> tuple[Run, Optional[str]]:
     """The resume from `ckpt`, shared with every case that left the same
-    directory (`resumes`); and the case it is shared with, if not this one."""
+    directory (`resumes`); and the case it is shared with, if not this one
+    (then its seconds are that case's, and waiting for it this one's harness time)."""
     def resume() -> Run:
-        return baseline.target.run(RunRequest("resumed run", trace_files=False, failure_grace=PROPAGATION), ckpt,
-                                   run_dir)
+        return clock.run(lambda: baseline.target.run(
+            RunRequest("resumed run", trace_files=False, failure_grace=PROPAGATION), ckpt, run_dir), resume=True)
 
     if not baseline.plan.share_resumes:
         return resume(), None
@@ -310,16 +315,17 @@ def _explain_power_loss(result: CaseResult, lost: Optional[durability.PowerLoss]
                                details=f"{details}\n\n{result.details}" if result.details else details)
 
 
-def _faulted_run(baseline: Baseline, case: Case, ckpt: Path,
-                 run_dir: Path) -> tuple[Run, Optional[durability.PowerLoss]]:
+def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path,
+                 clock: CaseClock) -> tuple[Run, Optional[durability.PowerLoss]]:
     plan = baseline.plan
     kinds = {f.kind for f in case.faults} | {case.kind}
     power = bool(kinds & {"power-loss", POWER_LOSS_AFTER})
     blocked_grace = plan.hang_timeout if kinds & BLOCKING.keys() else None
     # A fault after save k (in the end of the run) needs the run to go on past it.
     stop = baseline.k if all(phase.foreground(f.phase) == baseline.phase for f in case.faults) else None
-    run = baseline.target.run(RunRequest("faulted run", stop_after_save=stop, faults=case.faults, log_data=power,
-                                         blocked_grace=blocked_grace, failure_grace=PROPAGATION), ckpt, run_dir)
+    run = clock.run(lambda: baseline.target.run(
+        RunRequest("faulted run", stop_after_save=stop, faults=case.faults, log_data=power,
+                   blocked_grace=blocked_grace, failure_grace=PROPAGATION), ckpt, run_dir), broken=baseline.k)
     if power:
         events = run.events()
         records = fields(events)

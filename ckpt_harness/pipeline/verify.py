@@ -15,6 +15,7 @@ it makes, and every later save is compared instead.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -24,7 +25,7 @@ from ckpt_harness.config import ScriptConfig, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.launch.layout import crash_marker
 from ckpt_harness.pipeline.workdir import prepare_workdir
-from ckpt_harness.records import Kind, Run
+from ckpt_harness.records import CaseClock, Kind, Run
 from ckpt_harness.report import Report
 from ckpt_harness.targets import RunRequest, Stop, Target
 from ckpt_harness.verdict import CaseResult, Verdict
@@ -122,15 +123,25 @@ def resume_case(target: Target, root: Path, case: str, golden: Run,
                 nondeterminism: dict[int, Optional[CaseResult]]) -> list[CaseResult]:
     """Stop right after save k (as the case's kind says), resume, judge.
     `nondeterminism` holds, per step, whether two identical runs differed at
-    that save: a restart case has no second run of its own to tell it."""
+    that save: a restart case has no second run of its own to tell it.
+    Every result of the case carries where its seconds went."""
+    clock = CaseClock()
+    results = _resume_case(target, root, case, golden, nondeterminism, clock)
+    timings = clock.done()
+    return [dataclasses.replace(r, timings=timings) for r in results]
+
+
+def _resume_case(target: Target, root: Path, case: str, golden: Run,
+                 nondeterminism: dict[int, Optional[CaseResult]], clock: CaseClock) -> list[CaseResult]:
     kind, _, k = case.partition("@")
     step, stop = int(k), KINDS[kind][1]
     line = target.repro("run", case=case)
     if stop is Stop.CRASH:
-        return restart_case(target, root, case, golden, step, nondeterminism.get(step))
+        return restart_case(target, root, case, golden, step, nondeterminism.get(step), clock)
     ckpt = root / "ckpt"
-    stopped = target.run(RunRequest("stopped run", stop_after_save=step, stop=stop, trace_files=False), ckpt,
-                         root / "stop")
+    stopped = clock.run(lambda: target.run(
+        RunRequest("stopped run", stop_after_save=step, stop=stop, trace_files=False), ckpt, root / "stop"),
+        broken=step)
     live = oracle.judge_golden(case, stopped, line)
     if live.verdict is not Verdict.PASS:
         return [live]
@@ -141,7 +152,9 @@ def resume_case(target: Target, root: Path, case: str, golden: Run,
         return [not_stopped]
     nondeterminism[step] = found = oracle.judge_deterministic(case, golden, stopped, step)
     results = [found] if found else []
-    resumed = target.run(RunRequest("resumed run", trace_files=False), ckpt, root / "resume")
+    resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False), ckpt, root / "resume"),
+                        resume=True)
+    clock.judging()
     if stop is Stop.HARD:
         return results + [oracle.undecided_if(found, oracle.judge_hard_stop(case, golden, stopped, resumed, step,
                                                                             line))]
@@ -149,7 +162,7 @@ def resume_case(target: Target, root: Path, case: str, golden: Run,
 
 
 def restart_case(target: Target, root: Path, case: str, golden: Run, step: int,
-                 nondeterminism: Optional[CaseResult]) -> list[CaseResult]:
+                 nondeterminism: Optional[CaseResult], clock: Optional[CaseClock] = None) -> list[CaseResult]:
     """The launcher's own restart path: the first rank that made save `step`
     dies right after it (SIGKILL, where a preempted run stops), the launcher
     restarts the group on the same directory, and the restarted attempt is
@@ -158,8 +171,11 @@ def restart_case(target: Target, root: Path, case: str, golden: Run, step: int,
     No second run tells here whether the target is deterministic: the
     resume case of the same step does, when it ran before."""
     line = target.repro("run", case=case)
-    run = target.run(RunRequest("restarted run", stop_after_save=step, stop=Stop.CRASH, trace_files=False),
-                     root / "ckpt", root / "run")
+    clock = clock or CaseClock()
+    run = clock.run(lambda: target.run(
+        RunRequest("restarted run", stop_after_save=step, stop=Stop.CRASH, trace_files=False), root / "ckpt",
+        root / "run"), broken=step)
+    clock.judging()
     if not crash_marker(root / "run").exists():
         live = oracle.judge_golden(case, run, line)
         return [live if live.verdict is not Verdict.PASS else oracle.cannot_judge(

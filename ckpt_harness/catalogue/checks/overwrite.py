@@ -25,7 +25,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from ckpt_harness import oracle, phase
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import Setting
-from ckpt_harness.records import Kind
+from ckpt_harness.records import CaseClock, Kind
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
 
@@ -122,6 +122,13 @@ def _snapshot(root: Path) -> dict[str, str]:
 
 
 def _case(bench, scenario, base, earlier: Earlier, template: Path, flag: bool, case: str) -> CaseResult:
+    clock = CaseClock()
+    result = _overwrite(bench, scenario, base, earlier, template, flag, case, clock)
+    return dataclasses.replace(result, timings=clock.done())
+
+
+def _overwrite(bench, scenario, base, earlier: Earlier, template: Path, flag: bool, case: str,
+               clock: CaseClock) -> CaseResult:
     state = scenario.params["state"]
     repro = bench.repro(scenario, case)
     label = f"{state} {', '.join(earlier.tops)}, overwrite={flag}"
@@ -130,15 +137,16 @@ def _case(bench, scenario, base, earlier: Earlier, template: Path, flag: bool, c
     shutil.copytree(template, ckpt)
     before = _snapshot(ckpt)
     target = base.target.replace(overwrite=flag)
-    run = target.run(RunRequest("overwriting run", stop_after_save=base.k, trace_files=False,
-                                failure_grace=PROPAGATION), ckpt, case_dir / "run")
+    run = clock.run(lambda: target.run(RunRequest("overwriting run", stop_after_save=base.k, trace_files=False,
+                                                  failure_grace=PROPAGATION), ckpt, case_dir / "run"), broken=base.k)
     decided = oracle.judge_overwriting_save(
         case, scenario.property, run, label=label, state=state, flag=flag, earlier_saved=earlier.saved,
         before=before, after=_snapshot(ckpt), committed=_snapshot(base.committed), tops=earlier.tops, repro=repro)
     if decided is not None:
         return decided
-    resumed = target.run(RunRequest("resumed run", trace_files=False, failure_grace=PROPAGATION), ckpt,
-                         case_dir / "resume")
+    resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False, failure_grace=PROPAGATION),
+                                           ckpt, case_dir / "resume"), resume=True)
+    clock.judging()
     return oracle.judge_replaced(case, scenario.property, resumed, base.reference, label=label, repro=repro)
 
 

@@ -8,11 +8,13 @@ run must also train to the end at M.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness import oracle
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import Setting
+from ckpt_harness.records import CaseClock
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
 
@@ -42,15 +44,19 @@ class Reshard:
         steps = saver.save_steps() or []
         k = steps[-1] if len(steps) < 2 else steps[-2]
         root = bench.root / scenario.name
-        saved = saver.run(RunRequest("saving run", stop_after_save=k, trace_files=False, full_state=True),
-                          root / "ckpt", root / "save")
+        clock = CaseClock()
+        saved = clock.run(lambda: saver.run(
+            RunRequest("saving run", stop_after_save=k, trace_files=False, full_state=True), root / "ckpt",
+            root / "save"), broken=k)
         failed = oracle.judge_reshard_save(case, scenario.property, saved, k, n, repro)
         if failed is not None:
-            return [failed]
-        resumed = saver.replace(world_size=m).run(
+            return [dataclasses.replace(failed, timings=clock.done())]
+        resumed = clock.run(lambda: saver.replace(world_size=m).run(
             RunRequest("resumed run", trace_files=False, full_state=True, failure_grace=PROPAGATION), root / "ckpt",
-            root / "resume")
-        return [oracle.judge_reshard(case, scenario.property, saved, resumed, k, n, m, repro)]
+            root / "resume"), resume=True)
+        clock.judging()
+        judged = oracle.judge_reshard(case, scenario.property, saved, resumed, k, n, m, repro)
+        return [dataclasses.replace(judged, timings=clock.done())]
 
 
 CHECK = Reshard()

@@ -18,12 +18,14 @@ helper threads is caught.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness import oracle
 from ckpt_harness.catalogue.checks import run_settings
 from ckpt_harness.config import Setting
 from ckpt_harness.inject.faults import BLOCKING, Fault
+from ckpt_harness.records import CaseClock
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
 
@@ -66,12 +68,20 @@ class Stall:
 
 
 def _stalled(bench, scenario, base, case) -> CaseResult:
+    clock = CaseClock()
+    result = _stall(bench, scenario, base, case, clock)
+    return dataclasses.replace(result, timings=clock.done())
+
+
+def _stall(bench, scenario, base, case, clock: CaseClock) -> CaseResult:
     p = scenario.params
     fault, point = case.faults[0], case.points[0]
     blocked = fault.kind in BLOCKING
     run_dir = bench.root / scenario.name / case.name
-    run = base.target.run(RunRequest("stalled run", faults=case.faults, blocked_grace=p["hang_timeout"] if blocked
-                                     else None, failure_grace=PROPAGATION), run_dir / "ckpt", run_dir / "run")
+    run = clock.run(lambda: base.target.run(
+        RunRequest("stalled run", faults=case.faults, blocked_grace=p["hang_timeout"] if blocked else None,
+                   failure_grace=PROPAGATION), run_dir / "ckpt", run_dir / "run"), broken=base.k)
+    clock.judging()
     what = {"hang": "blocked", "delay": f"{p['delay']:g}s late"}.get(fault.kind) or BLOCKING[fault.kind]
     label = f"rank {fault.rank} {what} before {point.op} {point.target} of {fault.phase}"
     repro = bench.repro(scenario, case.name)
