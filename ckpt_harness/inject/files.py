@@ -399,6 +399,7 @@ def _route_native_savers(files: _Files) -> None:
     torch.save = torch.serialization.save = save
 
     # imported here if installed: a job that imports it later would write past the probes
+    loaded = set(sys.modules)
     st = sys.modules.get("safetensors.torch") or (
         importlib.import_module("safetensors.torch") if importlib.util.find_spec("safetensors") else None)
     if st is not None:
@@ -413,7 +414,11 @@ def _route_native_savers(files: _Files) -> None:
                 for piece in _safetensors_pieces(data):
                     handle.write(piece)
 
-        _rebind(original_save_file, save_file)
+        # Only a module loaded before safetensors.torch can have bound its save_file; when this install
+        # imported it, those are the ones it imported: the walk of every module is skipped, and with it
+        # the copy of the pages the rank shares with the fork server that touching every object costs.
+        _rebind(original_save_file, save_file,
+                None if "safetensors.torch" in loaded else [m for n, m in sys.modules.items() if n not in loaded])
 
 
 def _safetensors_pieces(data: memoryview) -> list[memoryview]:
@@ -446,14 +451,14 @@ def _mode_of(flags: int) -> str:
     return "wb" if flags & os.O_TRUNC else "r+b"
 
 
-def _rebind(original: Any, replacement: Any) -> None:
-    """Replace `original` wherever an imported module holds it: frameworks
-    bind savers at import time (`from safetensors.torch import save_file as
-    safe_save_file` in transformers and accelerate), in the warm parent,
-    before any rank installs probes."""
+def _rebind(original: Any, replacement: Any, modules: Optional[list] = None) -> None:
+    """Replace `original` wherever an imported module (of `modules`; None: any)
+    holds it: frameworks bind savers at import time (`from safetensors.torch
+    import save_file as safe_save_file` in transformers and accelerate), in
+    the warm parent, before any rank installs probes."""
     import sys
 
-    for module in list(sys.modules.values()):
+    for module in list(sys.modules.values()) if modules is None else modules:
         namespace = getattr(module, "__dict__", None)
         if not isinstance(namespace, dict):
             continue
