@@ -7,7 +7,7 @@
     python ci/benchmark.py reduction # section 7 alone (~6 min on 2 idle cores)
     python ci/benchmark.py at-once   # section 8 alone
     python ci/benchmark.py early-end # section 9 alone (~15 min on 2 idle cores)
-    python ci/benchmark.py breakdown [--jobs torch_save,dcp] [--scenarios 'crash-*,final-*'] [--parallel 1]
+    python ci/benchmark.py breakdown [--jobs torch_save,dcp] [--scenarios 'crash-*,final-*'] [--no-early-end]
                                      # section 10 alone: the matrix's work one case at a time (docs/speed.md)
 
 1. Launching a process group: forked from the warm server vs. a fresh
@@ -127,6 +127,8 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=1,
                         help="breakdown: cases at once (default 1: each case's seconds are its own)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="breakdown: also write every case's timings here")
+    parser.add_argument("--no-early-end", action="store_true",
+                        help="breakdown: cut stuck runs at their grace or deadline, not once no rank can progress")
     args = parser.parse_args()
     if args.only == "probes":
         print(PROBES_TITLE)
@@ -147,6 +149,9 @@ def main() -> None:
         early_end(tmp)
         return
     if args.only == "breakdown":
+        from ckpt_harness.launch import group
+
+        group.EARLY_END = not args.no_early_end
         breakdown(tmp, [j for j in args.jobs.split(",") if j], [p for p in args.scenarios.split(",") if p],
                   args.parallel, args.json)
         return
@@ -325,8 +330,10 @@ def breakdown(tmp: Path, jobs: list[str], patterns: list[str], parallel: int, ou
     from ckpt_harness.verdict import Breakdown
 
     scenarios = select(builtin_catalogue(), patterns)
-    print(f"10. where a case's seconds go: world size 2, {parallel} case(s) at once, one scenario at a time; "
-          f"mean seconds per case")
+    from ckpt_harness.launch import group
+
+    print(f"10. where a case's seconds go: world size 2, {parallel} case(s) at once, one scenario at a time, "
+          f"runs ended early {'on' if group.EARLY_END else 'off'}; mean seconds per case")
     print(f"   machine: {os.cpu_count()} cores, python {sys.version.split()[0]}; load average at the start "
           f"{_load()}")
     heads = " | ".join(PART_HEADS.values())
