@@ -35,7 +35,8 @@ matrix: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/ckpt-harness matrix --out ckpt-matrix
 
 # Three workers on two cores: a test mostly waits on its ranks (startup, deadlines,
-# failure grace), so a third fills the waits (whole suite 15:54 at -n 2, 14:35 at -n 3).
+# failure grace), so a third fills the waits (930 tests in 23:16 at -n 3 on 2026-11-25, other work on the box
+# for the first 15 min; docs/speed.md).
 test: lint
 	@# Every rank, torchrun worker and pytester run is a fresh interpreter: compiled once
 	@# here, the package's and the tests' modules are not compiled again in each (a box
