@@ -36,7 +36,7 @@ matrix: $(STAMP)
 
 # Three workers on two cores: a test mostly waits on its ranks (startup, deadlines,
 # failure grace), so a third fills the waits (930 tests in 23:16 at -n 3 on 2026-11-25, other work on the box
-# for the first 15 min; docs/speed.md).
+# for the first 15 min).
 test: lint
 	@# Every rank, torchrun worker and pytester run is a fresh interpreter: compiled once
 	@# here, the package's and the tests' modules are not compiled again in each (a box
