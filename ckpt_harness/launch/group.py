@@ -295,11 +295,13 @@ class _Stall:
         """Worth looking: a rank parked, or one said it blocks for good, while others run."""
         return blocked or any(r.status in (RankStatus.OK, RankStatus.FAILED) for r in ranks)
 
-    def stuck(self, ranks: Sequence[RankOutcome], cut_at: float) -> bool:
+    def stuck(self, ranks: Sequence[RankOutcome], exited: set[int], cut_at: float) -> bool:
+        """Proven twice in a row. Never once a rank's process is gone: gloo tells its peers,
+        which then raise by themselves (also when it had parked first)."""
         slots = {r.rank: beacon.read(self.run_dir, r.rank) for r in ranks}
         parked = {r.rank for r in ranks if r.status in (RankStatus.OK, RankStatus.FAILED)}
         running = {r.rank for r in ranks if r.status is RankStatus.RUNNING}
-        proven = (beacon.cannot_progress(slots, parked, running, cut_at)
+        proven = (not exited and beacon.cannot_progress(slots, parked, running, cut_at)
                   and not any(helpers(str(self.run_dir), r) for r in parked | running))
         seen = (tuple(sorted(parked)), tuple(sorted(running)), tuple(slots[r] for r in sorted(slots)))
         stuck, self.last = proven and seen == self.last, seen if proven else None
@@ -413,7 +415,7 @@ class _GroupRun:
             if message is None:
                 if time.monotonic() >= bounds[cut]:
                     return cut
-                if stall is not None and stall.stuck(self.ranks, bounds[cut]):
+                if stall is not None and stall.stuck(self.ranks, self.exited, bounds[cut]):
                     self.ended_early = True
                     return cut
                 continue
