@@ -27,9 +27,11 @@ directory would shadow the trees measured). Sections (all by default):
   not do (docs/speed.md, "The expensive rows").
 - ``script``: a bare ``torchrun --nproc-per-node 2`` of a minimal script
   (gloo group, one barrier) next to the harness's launch of the same
-  script (`run_elastic`, no plan) from both trees, interleaved: until each
-  worker's script starts (its CPU then: interpreter and bootstrap), until
-  its group is up, until the command returned.
+  script (`run_elastic`, no plan) from both trees, interleaved, twice in
+  each harness ("first": it starts its agent server too; "next": the
+  server is warm): until each worker's script starts (its CPU then:
+  interpreter and bootstrap), until its group is up, until the command
+  returned.
 
 Every line says the load average when it was measured; compare the ratios
 of sides measured in the same section, not seconds across runs.
@@ -389,15 +391,18 @@ dist.destroy_process_group()
 with open(os.path.join(sys.argv[1], "w%s.json" % os.environ["RANK"]), "w") as f:
     json.dump({"first": first[0], "cpu": first[1], "up": up, "cpu_up": cpu_up, "end": time.monotonic()}, f)
 """
-#: The harness's launch of it, in an interpreter with one tree on PYTHONPATH.
+#: The harness's launch of it, twice in one interpreter with one tree on PYTHONPATH: the
+#: first run starts what the harness keeps warm (the agent server), the second finds it started.
 HARNESS = """
 import json, sys, time
 from pathlib import Path
 from ckpt_harness.launch.elastic import ScriptSpec, run_elastic
-out = Path(sys.argv[1])
-start = time.monotonic()
-outcome = run_elastic(ScriptSpec(command=(sys.argv[2], str(out)), run_dir=out, deadline=300, nproc_per_node=2))
-print(json.dumps({"start": start, "returned": time.monotonic(), "ok": outcome.ok}))
+times = []
+for out in sys.argv[2:]:
+    start = time.monotonic()
+    outcome = run_elastic(ScriptSpec(command=(sys.argv[1], out), run_dir=out, deadline=300, nproc_per_node=2))
+    times.append({"start": start, "returned": time.monotonic(), "ok": outcome.ok})
+print(json.dumps(times))
 """
 
 
@@ -407,29 +412,32 @@ def script(repeat: int, trees: dict[str, Path], scratch: Path) -> None:
     path.write_text(SCRIPT)
     rows: dict[str, list[dict[str, float]]] = {}
     for i in range(repeat):
-        for side in ("bare torchrun", *trees):
-            out = scratch / f"script-{i}-{side.replace(' ', '-')}"
-            out.mkdir()
-            if side == "bare torchrun":
+        for tree in ("bare torchrun", *trees):
+            sides = [tree] if tree == "bare torchrun" else [f"{tree} first", f"{tree} next"]
+            outs = [scratch / f"script-{i}-{side.replace(' ', '-')}" for side in sides]
+            for out in outs:
+                out.mkdir()
+            if tree == "bare torchrun":
                 port = _free_port()
                 start = time.monotonic()
                 subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-                                str(path), str(out)], cwd=scratch, check=True, capture_output=True)
-                times = {"start": start, "returned": time.monotonic()}
+                                str(path), str(outs[0])], cwd=scratch, check=True, capture_output=True)
+                runs = [{"start": start, "returned": time.monotonic()}]
             else:
-                times = _harness(trees[side], out, path)
-            workers = [json.loads((out / f"w{r}.json").read_text()) for r in range(2)]
-            row = {
-                "script starts": max(w["first"] for w in workers) - times["start"],
-                "worker CPU before the script": max(w["cpu"] for w in workers),
-                "group up": max(w["up"] for w in workers) - times["start"],
-                "worker CPU until its group is up": max(w["cpu_up"] for w in workers),
-                "scripts ended": max(w["end"] for w in workers) - times["start"],
-                "returned": times["returned"] - times["start"],
-            }
-            rows.setdefault(side, []).append(row)
-            print(f"  {side}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()) + f"; {load()}", flush=True)
+                runs = _harness(trees[tree], outs, path)
+            for side, out, times in zip(sides, outs, runs):
+                workers = [json.loads((out / f"w{r}.json").read_text()) for r in range(2)]
+                row = {
+                    "script starts": max(w["first"] for w in workers) - times["start"],
+                    "worker CPU before the script": max(w["cpu"] for w in workers),
+                    "group up": max(w["up"] for w in workers) - times["start"],
+                    "worker CPU until its group is up": max(w["cpu_up"] for w in workers),
+                    "scripts ended": max(w["end"] for w in workers) - times["start"],
+                    "returned": times["returned"] - times["start"],
+                }
+                rows.setdefault(side, []).append(row)
+                print(f"  {side}: " + ", ".join(f"{k} {v:.2f}" for k, v in row.items()) + f"; {load()}", flush=True)
     sides = list(rows)
     for key in rows[sides[0]][0]:
         values = {s: med([r[key] for r in rows[s]]) for s in sides}
@@ -438,15 +446,15 @@ def script(repeat: int, trees: dict[str, Path], scratch: Path) -> None:
     print(f"  ({load()})")
 
 
-def _harness(tree: Path, out: Path, path: Path) -> dict[str, float]:
+def _harness(tree: Path, outs: list[Path], path: Path) -> list[dict[str, float]]:
     env = {**os.environ, "PYTHONPATH": str(tree)}
-    proc = subprocess.run([sys.executable, "-c", HARNESS, str(out), str(path)], cwd=out.parent, env=env,
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-c", HARNESS, str(path), *map(str, outs)], cwd=outs[0].parent,
+                          env=env, capture_output=True, text=True)
     if proc.returncode:
         sys.exit(f"harness launch failed:\n{proc.stderr}")
-    times = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert times["ok"], times
-    return times
+    runs = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert all(t["ok"] for t in runs), runs
+    return runs
 
 
 def _free_port() -> int:

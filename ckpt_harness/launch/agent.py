@@ -1,20 +1,324 @@
-"""One torch elastic agent, tied to the harness: ``python -m torch.distributed.run`` exactly,
-after one prctl.
+"""torch elastic agents started warm: ``torch.distributed.run``'s own ``__main__``, forked.
 
-``python -m ckpt_harness.launch.agent HARNESS_PID TORCHRUN_ARGS...`` asks the
-kernel to SIGKILL the agent when the harness dies (a SIGKILLed harness runs
-no cleanup) and then hands over to torchrun's own ``__main__``. The prctl
-is done here rather than in a `preexec_fn`, which is unsafe in a harness
-that runs groups from several threads. The parent-death signal follows the
-harness *thread* that started the agent; `run_elastic` outlives its agents.
+An agent is torchrun's Python process: it imports torch, rendezvouses, and
+starts the workers as fresh interpreters. A bare ``torchrun`` spends most
+of its first seconds importing torch (2.7 s before the script's first line
+on the 2-core machine, `docs/speed.md`), in every run and on every node.
+Here one server per harness imports torch once, and each agent is a fork
+of it that then runs torchrun's ``__main__`` exactly as ``python -m
+torch.distributed.run ARGS`` would: its arguments, the environment and
+working directory the harness gives, its own session, stdin from /dev/null,
+its output to the agent's log. The workers it starts are untouched: fresh
+interpreters, launched by torchrun's code.
+
+What a fork keeps that a fresh interpreter would not have, and why it does
+not matter to an agent: `torch` itself is already imported (with the
+environment the harness had when the server started; the agent's own
+modules, ``torch.distributed.elastic`` and ``torch.distributed.run``, are
+imported after the agent's environment is set, so e.g. ``LOGLEVEL`` reaches
+torchrun's loggers as usual), and its parent is the server, not the
+harness. The server forks from its only thread.
+
+Lifetimes: the server dies with the harness thread that started it (the
+parent-death signal, see `_Server`), each agent with the server, each
+worker with its agent (`worker.py`). The server never reaps an agent until
+the harness `release`\\ s it, so the pid (and process group) the harness
+signals is the agent's for as long as the harness holds it.
+
+Wire (`_wire` frames over a socketpair): harness → server ``{"op": "start",
+"argv", "env", "cwd", "log"}``, ``{"op": "release", "pid"}``; server →
+harness ``{"op": "started", "pid"}`` or ``{"op": "error", "message"}``,
+``{"op": "released", "code"}``.
 """
 
-import runpy
-import sys
+from __future__ import annotations
 
-from ckpt_harness.launch import _proc
+import atexit
+import os
+import queue
+import runpy
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import traceback
+from pathlib import Path
+from typing import Mapping, Optional
+
+from ckpt_harness.launch import _proc, _wire
+from ckpt_harness.launch.group import LaunchError
+
+#: How long the server may take to import torch before the harness gives up
+#: on it (a cold import under load takes tens of seconds here).
+STARTUP_TIMEOUT = 120.0
+
+
+# -- in the server -----------------------------------------------------------
+
+def _serve(sock: socket.socket) -> None:
+    children: set[int] = set()
+    while True:
+        try:
+            message = _wire.recv(sock)
+        except EOFError:  # the harness is gone: its agents go too
+            for pid in children:
+                _proc.kill_group(pid)
+            return
+        if message["op"] == "start":
+            try:
+                pid = _fork_agent(sock, message)
+            except Exception:
+                _wire.send(sock, {"op": "error", "message": traceback.format_exc()})
+                continue
+            children.add(pid)
+            _wire.send(sock, {"op": "started", "pid": pid})
+        elif message["op"] == "release":
+            pid = message["pid"]
+            children.discard(pid)
+            _, status = os.waitpid(pid, 0)
+            _wire.send(sock, {"op": "released", "code": _proc.describe_status(status)})
+        elif message["op"] == "shutdown":
+            for pid in children:
+                _proc.kill_group(pid)
+            return
+
+
+def _fork_agent(sock: socket.socket, request: dict) -> int:
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    server = os.getpid()
+    pid = os.fork()
+    if pid == 0:  # the agent; never returns
+        code = 1
+        try:
+            sock.close()
+            os.setsid()  # a terminal's Ctrl-C reaches the harness only, as with Popen(start_new_session=True)
+            _proc.die_with_parent(server)
+            null = os.open(os.devnull, os.O_RDONLY)
+            os.dup2(null, 0)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+            os.close(null)
+            os.close(log)
+            sys.stdin = open(0, closefd=False)
+            sys.stdout = open(1, "w", closefd=False)
+            sys.stderr = open(2, "w", closefd=False)
+            os.chdir(request["cwd"])
+            os.environ.clear()
+            os.environ.update(request["env"])
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            sys.argv = ["torchrun", *request["argv"]]
+            runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except BaseException:
+            traceback.print_exc()
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+    os.close(log)
+    return pid
+
+
+def main(argv: list[str]) -> None:
+    fd, parent = int(argv[0]), int(argv[1])
+    _proc.die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
+    sock = socket.socket(fileno=fd)
+    import torch  # noqa: F401  the one import every agent would otherwise make
+
+    _wire.send(sock, {"op": "ready"})
+    _serve(sock)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # finalizing torch costs a second of CPU that nobody waits for
+
+
+# -- in the harness ------------------------------------------------------------
+
+class Agent:
+    """One agent as the harness holds it: alive until its pidfd says otherwise."""
+
+    def __init__(self, server: "_Server", pid: int):
+        self.server, self.pid = server, pid
+        self.pidfd: Optional[int] = os.pidfd_open(pid)
+        self.code: Optional[tuple[Optional[int], Optional[int]]] = None
+
+    def poll(self) -> Optional[int]:
+        """None while the agent runs; else 0 (the exit code is its log's business)."""
+        if self.pidfd is None or select.select([self.pidfd], [], [], 0)[0]:
+            return 0
+        return None
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds for the agent to end; whether it has."""
+        return self.pidfd is None or bool(select.select([self.pidfd], [], [], max(0.0, timeout))[0])
+
+    def kill_group(self) -> None:
+        """SIGKILL the agent's process group (its workers lead sessions of their own)."""
+        if self.pidfd is not None:
+            _proc.kill_group(self.pid)
+
+    def release(self) -> None:
+        """Let the server reap the agent, killed first if it still runs: its
+        pid may be reused from here on."""
+        if self.pidfd is None:
+            return
+        if self.poll() is None:
+            self.kill_group()
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+        os.close(self.pidfd)
+        self.pidfd = None
+        self.code = self.server.release(self.pid)
+
+
+class _Server:
+    """The harness's one agent server, started on first use."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        ours, theirs = socket.socketpair()
+        fd, self.log_path = tempfile.mkstemp(prefix="ckpt-harness-agents-", suffix=".log")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ckpt_harness.launch.agent", str(theirs.fileno()), str(os.getpid())],
+            pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
+            start_new_session=True,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+        )
+        os.close(fd)
+        theirs.close()
+        self.sock = ours
+        self.ready = False
+
+    def start(self, argv: list[str], env: Mapping[str, str], log: Path) -> Agent:
+        with self.lock:
+            self._await_ready()
+            reply = self._ask({"op": "start", "argv": argv, "env": dict(env), "cwd": os.getcwd(), "log": str(log)})
+            if reply["op"] != "started":
+                raise LaunchError(f"the agent server could not start torchrun:\n{reply.get('message')}")
+            return Agent(self, reply["pid"])
+
+    def release(self, pid: int) -> Optional[tuple[Optional[int], Optional[int]]]:
+        with self.lock:
+            if self.proc.poll() is not None:
+                return None
+            return self._ask({"op": "release", "pid": pid}).get("code")
+
+    def _await_ready(self) -> None:
+        if self.ready:
+            return
+        if not select.select([self.sock], [], [], STARTUP_TIMEOUT)[0]:
+            self.close()
+            raise LaunchError(f"the agent server did not import torch within {STARTUP_TIMEOUT:g} s:\n{self._log()}")
+        reply = self._recv()
+        if reply.get("op") != "ready":
+            raise LaunchError(f"the agent server did not start:\n{self._log()}")
+        self.ready = True
+
+    def _ask(self, message: dict) -> dict:
+        try:
+            _wire.send(self.sock, message)
+        except OSError as exc:
+            raise LaunchError(f"the agent server is gone ({exc}):\n{self._log()}") from None
+        return self._recv()
+
+    def _recv(self) -> dict:
+        try:
+            return _wire.recv(self.sock)
+        except (EOFError, OSError):
+            raise LaunchError(f"the agent server died:\n{self._log()}") from None
+
+    def _log(self) -> str:
+        try:
+            return Path(self.log_path).read_text(errors="replace")[-4000:]
+        except OSError:
+            return "(no log)"
+
+    def close(self, wait: float = 5.0) -> None:
+        if self.proc.poll() is None:
+            try:
+                _wire.send(self.sock, {"op": "shutdown"})
+                self.proc.wait(timeout=wait)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+        self.sock.close()
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+
+
+class _Holder:
+    """This process's server, started from one long-lived thread: the
+    parent-death signal follows the *thread* that started a child, so a
+    server started from a short-lived one would die with it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.server: Optional[_Server] = None
+        self.owner = os.getpid()
+        self.requests: "queue.Queue[queue.Queue]" = queue.Queue()
+        self.thread: Optional[threading.Thread] = None
+
+    def get(self) -> _Server:
+        with self.lock:
+            if self.owner != os.getpid():  # a forked harness: the server is the parent's
+                self.server, self.thread, self.owner, self.requests = None, None, os.getpid(), queue.Queue()
+            if self.server is None or self.server.proc.poll() is not None:
+                if self.thread is None:
+                    self.thread = threading.Thread(target=self._start_forever, name="ckpt-harness-agents",
+                                                   daemon=True)
+                    self.thread.start()
+                reply: queue.Queue = queue.Queue()
+                self.requests.put(reply)
+                server = reply.get()
+                if isinstance(server, BaseException):
+                    raise server
+                self.server = server
+            return self.server
+
+    def _start_forever(self) -> None:
+        while True:
+            reply = self.requests.get()
+            try:
+                reply.put(_Server())
+            except BaseException as exc:
+                reply.put(exc)
+
+    def close(self) -> None:
+        with self.lock:
+            if self.server is not None and self.owner == os.getpid():
+                self.server.close(wait=1.0)
+            self.server = None
+
+
+_holder = _Holder()
+
+
+def start_agent(argv: list[str], env: Mapping[str, str], log: Path) -> Agent:
+    """Start ``torchrun ARGV`` (as a warm fork) with `env`, in this process's
+    working directory, its output to `log`."""
+    return _holder.get().start(argv, env, log)
+
+
+def prestart() -> None:
+    """Start the server now, so its torch import overlaps the caller's start-up."""
+    _holder.get()
+
+
+def shutdown() -> None:
+    """Stop the server; agents still running die with it."""
+    _holder.close()
+
+
+atexit.register(shutdown)
 
 if __name__ == "__main__":
-    _proc.die_with_parent(int(sys.argv[1]))
-    sys.argv = ["torchrun", *sys.argv[2:]]
-    runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
+    main(sys.argv[1:])

@@ -14,8 +14,9 @@ torch elastic's process model, as far as it matters here (torch 2.13):
   from its main thread, on every restart too: each worker leads its own
   session, so killing an agent's process group leaves its workers running,
   and a SIGKILLed agent orphans them. The bootstrap (`worker.py`) ties each
-  worker to its agent with the parent-death signal; the harness ties each
-  agent to itself the same way (`agent.py`) and, on teardown, kills every
+  worker to its agent with the parent-death signal; each agent, a fork of
+  the harness's warm agent server (`agent.py`), dies with that server, and
+  the server with the harness. On teardown the harness kills every
   process carrying the run's tag in its environment.
 * When one worker exits non-zero the agent SIGTERMs the others at once
   (``_pcontext.close``, SIGKILL after ``--shutdown-timeout``); with restarts
@@ -60,7 +61,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 import uuid
@@ -69,6 +69,7 @@ from typing import Mapping, Optional
 
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.launch import _proc, flight
+from ckpt_harness.launch.agent import Agent, start_agent
 from ckpt_harness.launch.group import (
     Cancelled,
     Cut,
@@ -195,7 +196,7 @@ class _ElasticRun:
         self.spec = spec
         self.run_dir = Path(spec.run_dir).resolve()
         self.tag = uuid.uuid4().hex
-        self.agents: list[subprocess.Popen] = []
+        self.agents: list[Agent] = []
         #: Workers alive when the watch ended, by pid.
         self.alive_at_stop: set[int] = set()
         #: Where each hung rank's stack file ended before it was asked for a stack.
@@ -257,13 +258,7 @@ class _ElasticRun:
         else:
             env[ENTRY_ENV] = spec.entry
         for node in range(spec.nnodes):
-            with open(agent_log(self.run_dir, node), "wb") as log:
-                self.agents.append(subprocess.Popen(
-                    [sys.executable, "-m", "ckpt_harness.launch.agent", str(os.getpid()),
-                     *spec.agent_args(port, self.tag, node)],
-                    env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
-                    start_new_session=True,  # a terminal's Ctrl-C reaches the harness only
-                ))
+            self.agents.append(start_agent(spec.agent_args(port, self.tag, node), env, agent_log(self.run_dir, node)))
 
     def _watch(self, until: float) -> bool:
         """Follow the run until the agents ended or every worker exited for
@@ -363,8 +358,7 @@ class _ElasticRun:
         their environment).
         """
         for agent in self.agents:
-            if agent.poll() is None:  # not reaped yet: the pid is still the agent's
-                _proc.kill_group(agent.pid)
+            agent.kill_group()  # not released yet: the pid is still the agent's
         until = time.monotonic() + KILL_WAIT
         while (tagged := _tagged(self.tag)) and time.monotonic() < until:
             for pid in tagged:
@@ -376,10 +370,8 @@ class _ElasticRun:
                     pass
             time.sleep(POLL)
         for agent in self.agents:
-            try:
-                agent.wait(timeout=max(0.0, until - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                pass
+            agent.wait(max(0.0, until - time.monotonic()))
+            agent.release()
 
     def _outcome(self, start: float, timed_out: bool, stopped_at: Optional[float]) -> ScriptOutcome:
         last = self._last_attempt()

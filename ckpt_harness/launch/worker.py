@@ -51,6 +51,8 @@ RUN_DIR_ENV = "CKPT_HARNESS_RUN_DIR"
 PG_TIMEOUT_ENV = "CKPT_HARNESS_PG_TIMEOUT"
 #: `ScriptSpec.entry`, "module:function": what arms the worker before its script runs.
 ENTRY_ENV = "CKPT_HARNESS_WORKER_ENTRY"
+#: In the command line of every agent (a fork of the agent server keeps the server's).
+AGENT_MODULE = b"ckpt_harness.launch.agent"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,15 +200,15 @@ def _die_with_agent() -> None:
     The agent spawns its workers from its main thread (`_invoke_run`, also
     on restarts), so the parent-death signal, which follows the thread that
     forked, fires only when the agent process ends. A worker whose agent
-    died before the prctl has already been handed to another parent: the
-    run's tag is not in that parent's environment, and the worker leaves.
+    died before the prctl has already been handed to another parent, one
+    that is not a fork of the harness's agent server (`agent.py`), and the
+    worker leaves.
     """
     parent = os.getppid()
     _proc.die_with_parent(parent)
-    tag = f"{RUN_TAG_ENV}={os.environ[RUN_TAG_ENV]}".encode()
     try:
-        with open(f"/proc/{parent}/environ", "rb") as f:
-            orphaned = tag not in f.read().split(b"\0")
+        with open(f"/proc/{parent}/cmdline", "rb") as f:
+            orphaned = AGENT_MODULE not in f.read().split(b"\0")
     except OSError:
         orphaned = True
     if orphaned:

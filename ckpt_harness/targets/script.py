@@ -135,7 +135,9 @@ class ScriptTarget:
                               "file to run, then its arguments")
 
     def warm(self, parallel: int) -> None:
-        pass  # each run starts its own interpreters under torchrun: nothing is shared to start early
+        from ckpt_harness.launch.agent import prestart
+
+        prestart()  # the agents' torch, imported once while the harness starts up; workers start fresh
 
     def run(self, request: RunRequest, ckpt_dir: Path, run_dir: Path) -> Run:
         """One torchrun run on `ckpt_dir`. A run stopped after save k stops the
