@@ -1,8 +1,27 @@
 """Fixtures shared by the real-process tests."""
 
 import pytest
+from _pytest import pytester
 
 from tests.pace import Pace, measure
+
+#: Modules an in-process pytester run keeps once it imported them. Pytester
+#: drops, after each run, the modules the run imported, and torch (its C
+#: extension, the operators and pytree nodes its modules register) cannot
+#: be imported a second time in one process. Kept, they are shared with the
+#: test process, as its warm fork server is: an inner run costs its own work
+#: only, not an interpreter, a torch import and a fork server of its own.
+KEPT = ("zope", "readline", "torch", "numpy", "ckpt_harness", "tests", "deepspeed", "transformers", "accelerate",
+        "safetensors", "huggingface_hub", "tokenizers", "sympy", "mpmath", "networkx", "jinja2", "filelock",
+        "fsspec", "typing_extensions", "einops", "psutil", "hjson", "pydantic", "py_cpuinfo", "cpuinfo", "yaml",
+        "regex", "tqdm", "packaging", "requests", "urllib3", "charset_normalizer", "idna", "certifi")
+
+
+def _keeping_snapshot(self) -> pytester.SysModulesSnapshot:
+    return pytester.SysModulesSnapshot(preserve=lambda name: name.startswith(KEPT))
+
+
+pytester.Pytester._Pytester__take_sys_modules_snapshot = _keeping_snapshot
 
 
 @pytest.fixture

@@ -1,7 +1,11 @@
 """The pytest plugin as users meet it: loaded by its entry point, in a fresh pytest run.
 
-Every run is a subprocess: in-process pytester runs drop the modules they
-imported afterwards, and torch does not survive being imported twice.
+The first test runs pytest as a subprocess, as a user's CI does. The others
+run it in this process (`pytest.main`, the plugin still loaded by its entry
+point): each subprocess would cost an interpreter, a torch import and a warm
+fork server of its own, seconds of CPU that tell nothing more. The modules
+an inner run imports are kept afterwards (`tests/conftest.py`): torch does
+not survive being imported twice.
 """
 
 import os
@@ -48,7 +52,7 @@ def test_fixture_and_marker_verify_a_user_job(pytester, importable):
             ckpt.verify(MyJob).assert_ok()
         """
     )
-    result = pytester.runpytest_subprocess("-v", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-v", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_my_job_resumes?ws1? PASSED*", "*test_my_job_resumes?ws2? PASSED*"])
 
@@ -60,7 +64,7 @@ def test_a_failing_job_fails_the_test_with_the_verdict_table(pytester, importabl
             ckpt.verify("tests.planted.jobs:NoRngState", steps=2).assert_ok()
         """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
         ["*case*check*verdict*detail*", "*resume@2*state after load*FAIL*rng/*", "*repro: PYTHONPATH=*--case resume@2*"]
@@ -74,7 +78,7 @@ def test_world_sizes_option_parametrizes_tests_without_a_marker(pytester, import
             assert ckpt.world_size in (1, 3)
         """
     )
-    result = pytester.runpytest_subprocess("--ckpt-world-sizes=1,3", "-v", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("--ckpt-world-sizes=1,3", "-v", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
     result.stdout.fnmatch_lines(["*test_sizes?ws1?*", "*test_sizes?ws3?*"])
 
@@ -89,20 +93,20 @@ def test_timeout_option_reaches_the_fixture(pytester, importable, pace):
             assert "--timeout {timeout!r}" in report.results[0].repro  # the default of 60 s did not apply
         """
     )
-    pytester.runpytest_subprocess(f"--ckpt-timeout={timeout!r}", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    pytester.runpytest_inprocess(f"--ckpt-timeout={timeout!r}", "-p", "no:cacheprovider").assert_outcomes(passed=1)
 
 
 def test_ckpt_job_runs_the_builtin_catalogue_against_a_users_job(pytester, importable):
     """The failing and the n/a side; the passing one (torch_save) is the node-id test's."""
     pytester.makepyfile("def test_nothing(): pass")
-    bad = pytester.runpytest_subprocess("--ckpt-job=tests.planted.jobs:NoOptimizerState",
+    bad = pytester.runpytest_inprocess("--ckpt-job=tests.planted.jobs:NoOptimizerState",
                                         "--ckpt-scenarios=resume-every-save", "-p", "no:cacheprovider")
     bad.assert_outcomes(passed=1, failed=1)
     bad.stdout.fnmatch_lines(["*resume-every-save [[]tests.planted.jobs:NoOptimizerState[]] faithful: FAIL*",
                               "*state after load*FAIL*optim/*",
                               "*repro: *ckpt-harness run --job tests.planted.jobs:NoOptimizerState*"])
 
-    na = pytester.runpytest_subprocess("--ckpt-job=tests.planted.checkpointers:ReferenceCheckpointer", "-rs",
+    na = pytester.runpytest_inprocess("--ckpt-job=tests.planted.checkpointers:ReferenceCheckpointer", "-rs",
                                        "--ckpt-scenarios=world-size-grow", "-p", "no:cacheprovider")
     na.assert_outcomes(passed=1, skipped=1)
     na.stdout.fnmatch_lines(["*n/a: the job defines no full_state(ctx)*"])
@@ -116,17 +120,17 @@ def test_scenario_files_of_a_users_repo_are_collected_per_scenario(pytester, imp
         '[bigger-world-left-behind]\nproperty = "overwrite-safe"\ncheck = "overwrite"\n'
         'description = "a larger run left the step dir"\nstate = "larger-world"\noverwrite = [true]\n'
     )
-    good = pytester.runpytest_subprocess("scenarios", "--ckpt-job=torch_save", "-v", "-p", "no:cacheprovider")
+    good = pytester.runpytest_inprocess("scenarios", "--ckpt-job=torch_save", "-v", "-p", "no:cacheprovider")
     good.assert_outcomes(passed=2)
     good.stdout.fnmatch_lines(["*scenarios/mine.toml::crash-at-commit?torch_save-ws2? PASSED*"])
 
-    bad = pytester.runpytest_subprocess("scenarios", "--ckpt-job=tests.planted.scenario_jobs:MergesIntoExisting",
+    bad = pytester.runpytest_inprocess("scenarios", "--ckpt-job=tests.planted.scenario_jobs:MergesIntoExisting",
                                         "-p", "no:cacheprovider")
     bad.assert_outcomes(passed=1, failed=1)
     bad.stdout.fnmatch_lines(["*bigger-world-left-behind*overwrite-safe: FAIL*stale files*rng_rank2.pt*"])
 
     (scenarios / "typo.toml").write_text('[x]\nproperty = "atomic"\ncheck = "faults"\ndescription = "d"\nfalts = []\n')
-    broken = pytester.runpytest_subprocess("scenarios/typo.toml", "--ckpt-job=torch_save", "-p", "no:cacheprovider")
+    broken = pytester.runpytest_inprocess("scenarios/typo.toml", "--ckpt-job=torch_save", "-p", "no:cacheprovider")
     assert broken.ret == pytest.ExitCode.INTERRUPTED
     broken.stdout.fnmatch_lines(["*typo.toml: [[]x[]]: check 'faults' has no parameter 'falts'*"])
 
@@ -144,7 +148,7 @@ def test_scenario_files_of_a_users_repo_are_collected_per_scenario(pytester, imp
 )
 def test_bad_options_are_usage_errors(pytester, importable, args, message):
     pytester.makepyfile("def test_nothing(): pass")
-    result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess(*args, "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([message])
 
@@ -159,7 +163,7 @@ def test_marker_with_unknown_arguments_is_a_usage_error(pytester, importable):
             pass
         """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     assert result.ret != 0
     result.stdout.fnmatch_lines(["*@pytest.mark.ckpt takes keyword arguments*world_sise*"])
 
@@ -175,7 +179,7 @@ def test_fixture_explores_a_job_and_fails_with_the_table(pytester, importable):
             report.assert_ok()
         """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*ckpt_harness explore*", "*eio*fresh start*preserving*FAIL*",
                                  "*repro: PYTHONPATH=*ckpt-harness explore*--case*"])
@@ -200,7 +204,7 @@ def test_fixture_passes_every_setting_to_explore(pytester, importable):
                 ckpt.explore("torch_save", kinds=("crash",))
         """
     )
-    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
 
 
@@ -208,20 +212,20 @@ def test_catalogue_items_rerun_by_node_id_with_sane_junit_names(pytester, import
     import xml.etree.ElementTree as ET
 
     pytester.makepyfile("def test_nothing(): pass")
-    listed = pytester.runpytest_subprocess("--ckpt-job=torch_save", "--collect-only", "-q", "-p", "no:cacheprovider")
+    listed = pytester.runpytest_inprocess("--ckpt-job=torch_save", "--collect-only", "-q", "-p", "no:cacheprovider")
     ids = [line for line in listed.stdout.lines if line.startswith("ckpt-job::")]
     assert "ckpt-job::crash-every-phase[torch_save-ws2]" in ids and len(ids) > 10
     (nodeid,) = [i for i in ids if i.startswith("ckpt-job::resume-every-save[")]
 
     # The id as -v prints it, given back: exactly that item runs, the run's own tests not collected.
-    again = pytester.runpytest_subprocess(nodeid, "--ckpt-job=torch_save", "-v", "--junitxml=out.xml",
+    again = pytester.runpytest_inprocess(nodeid, "--ckpt-job=torch_save", "-v", "--junitxml=out.xml",
                                           "-p", "no:cacheprovider")
     again.assert_outcomes(passed=1)
     again.stdout.fnmatch_lines([f"{nodeid.replace('[', '?').replace(']', '?')} PASSED*"])
     (case,) = ET.parse(pytester.path / "out.xml").iter("testcase")
     assert (case.get("classname"), case.get("name")) == ("ckpt-job", "resume-every-save[torch_save-ws2]")
 
-    wrong = pytester.runpytest_subprocess("ckpt-job::resume-every-sav", "--ckpt-job=torch_save",
+    wrong = pytester.runpytest_inprocess("ckpt-job::resume-every-sav", "--ckpt-job=torch_save",
                                           "-p", "no:cacheprovider")
     assert wrong.ret == pytest.ExitCode.USAGE_ERROR
     wrong.stderr.fnmatch_lines(["*ckpt-job::resume-every-sav: no such item of the catalogue against torch_save*"])
@@ -252,7 +256,7 @@ def test_baseline_makes_known_failures_xfail_and_reports_fixed_and_new_ones(pyte
     pytester.makeini("[pytest]\nckpt_baseline = expect.toml\n")
     scenario = ("--ckpt-scenarios=resume-every-save", "-p", "no:cacheprovider", "-rxX")
 
-    known = pytester.runpytest_subprocess(f"--ckpt-job={forgets}", *scenario)  # the baseline from the ini file
+    known = pytester.runpytest_inprocess(f"--ckpt-job={forgets}", *scenario)  # the baseline from the ini file
     known.assert_outcomes(passed=1, xfailed=1)
     assert known.ret == pytest.ExitCode.OK
     known.stdout.fnmatch_lines([
@@ -265,7 +269,7 @@ def test_baseline_makes_known_failures_xfail_and_reports_fixed_and_new_ones(pyte
         f"XFAIL *resume-every-save?{forgets}-ws2? - expected fail: forgets the optimizer, issue #3 (*expect.toml:1)",
     ])
 
-    fixed = pytester.runpytest_subprocess("--ckpt-job=torch_save", "--ckpt-baseline=expect.toml", *scenario)
+    fixed = pytester.runpytest_inprocess("--ckpt-job=torch_save", "--ckpt-baseline=expect.toml", *scenario)
     fixed.assert_outcomes(passed=1, xpassed=1)
     assert fixed.ret == pytest.ExitCode.OK
     fixed.stdout.fnmatch_lines([
@@ -277,7 +281,7 @@ def test_baseline_makes_known_failures_xfail_and_reports_fixed_and_new_ones(pyte
     # The baseline expects another verdict than the one given: not the known state, so it fails.
     pytester.makefile(".toml", other=f'[[expect]]\njob = "{forgets}"\nscenario = "resume-every-save"\n'
                                      'verdict = "error"\nreason = "golden run crashed"\n')
-    worse = pytester.runpytest_subprocess(f"--ckpt-job={forgets}", "--ckpt-baseline=other.toml", *scenario)
+    worse = pytester.runpytest_inprocess(f"--ckpt-job={forgets}", "--ckpt-baseline=other.toml", *scenario)
     worse.assert_outcomes(passed=1, failed=1)
     worse.stdout.fnmatch_lines([
         "*faithful: FAIL*",
@@ -290,7 +294,7 @@ def test_baseline_makes_known_failures_xfail_and_reports_fixed_and_new_ones(pyte
 def test_a_bad_baseline_is_a_usage_error(pytester, importable):
     pytester.makepyfile("def test_nothing(): pass")
     pytester.makefile(".toml", expect='[[expect]]\njob = "dcp"\nscenario = "x"\nverdict = "fail"\n')
-    result = pytester.runpytest_subprocess("--ckpt-baseline=expect.toml", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("--ckpt-baseline=expect.toml", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(['*--ckpt-baseline: expect.toml:1: set reason = "..." (why the verdict is known*'])
 
@@ -313,13 +317,13 @@ def test_ckpt_script_verifies_an_unmodified_script_under_torchrun(pytester, impo
             assert report.settings["nproc_per_node"] == 2 and report.settings["nnodes"] == 1
         """
     )
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest_inprocess(
         "-v", "-p", "no:cacheprovider", "--ckpt-script", f"{resumable} {{ckpt_dir}} --steps 2 --staging --bug "
         "rename-per-node", "--ckpt-nnodes", "2")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["*test_my_script*PASSED*", "*ckpt-script::verify FAILED*",
                                  "*FileNotFoundError in save 2*"])
-    assert "--ckpt-nproc-per-node" in pytester.runpytest_subprocess("--help").stdout.str()
+    assert "--ckpt-nproc-per-node" in pytester.runpytest_inprocess("--help").stdout.str()
 
 
 def test_ckpt_script_with_ckpt_scenarios_runs_the_catalogue_against_the_script(pytester, importable):
@@ -329,14 +333,14 @@ def test_ckpt_script_with_ckpt_scenarios_runs_the_catalogue_against_the_script(p
     ones that run are tests/test_script_matrix.py's."""
     resumable = ROOT / "tests" / "scripts" / "resumable.py"
     pytester.makepyfile("def test_nothing(): pass")
-    result = pytester.runpytest_subprocess(
+    result = pytester.runpytest_inprocess(
         "-v", "-rs", "-p", "no:cacheprovider", "-k", "not verify and not nothing", "--ckpt-script",
         f"{resumable} {{ckpt_dir}}", "--ckpt-scenarios", "overwrite-complete,rotation-crash")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["*ckpt-script::overwrite-complete SKIPPED*", "*ckpt-script::rotation-crash SKIPPED*",
                                  "*n/a: the harness cannot set a script's overwrite flag*",
                                  "*n/a: it sets keep_last = 1*"])
-    restarts = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--ckpt-script", f"{resumable} {{ckpt_dir}}",
+    restarts = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--ckpt-script", f"{resumable} {{ckpt_dir}}",
                                              "--ckpt-scenarios", "resume-every-save", "--ckpt-max-restarts", "1")
     assert restarts.ret == pytest.ExitCode.USAGE_ERROR
     restarts.stderr.fnmatch_lines(["*--ckpt-max-restarts applies to ckpt-script::verify only*"])

@@ -61,7 +61,7 @@ def test_the_matrix_lists_a_job_it_cannot_run_as_not_run(tmp_path):
 
 def test_the_plugin_skips_a_job_whose_framework_is_missing(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
-    result = pytester.runpytest_subprocess("--ckpt-job", "tests.planted.jobs:NeedsAbsentFramework",
+    result = pytester.runpytest_inprocess("--ckpt-job", "tests.planted.jobs:NeedsAbsentFramework",
                                            "--ckpt-scenarios", "resume-every-save", "-rs", "-p", "no:cacheprovider")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*pip install 'ckpt-harness[[]absent]'*"])
@@ -152,7 +152,7 @@ def test_ctrl_c_of_explore_is_one_line_and_leaves_no_workdir(tmp_path):
 ])
 def test_bad_plugin_options_are_one_usage_error(pytester, args, message):
     pytester.makepyfile("def test_nothing(): pass")
-    result = pytester.runpytest_subprocess(*args, "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess(*args, "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines([f"*{message}*"])
 
@@ -165,7 +165,7 @@ NAMED_JOB = ('[resume-named]\nproperty = "faithful"\ncheck = "resume"\ndescripti
 def test_a_scenario_file_naming_a_job_by_module_collects_it(pytester, monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(ROOT))
     pytester.mkdir("scenarios").joinpath("named.toml").write_text(NAMED_JOB)
-    result = pytester.runpytest_subprocess("scenarios", "--collect-only", "-q", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("scenarios", "--collect-only", "-q", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.OK
     result.stdout.fnmatch_lines(["*named.toml::resume-named?tests.planted.jobs:NoOptimizerState-ws2?"])
 
@@ -182,5 +182,5 @@ def test_a_users_scenarios_directory_does_not_hide_the_catalogue(pytester):
     pytester.mkdir("scenarios").joinpath("mine.toml").write_text(
         '[crash-at-commit]\nproperty = "atomic"\ncheck = "faults"\ndescription = "crash at each rename"\n'
         'faults = ["crash"]\nops = ["rename"]\n')
-    result = pytester.runpytest_subprocess("--ckpt-job=torch_save", "--collect-only", "-q", "-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("--ckpt-job=torch_save", "--collect-only", "-q", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*mine.toml::crash-at-commit?torch_save-ws2?", "*resume-every-save?torch_save-ws2?"])
