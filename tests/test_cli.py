@@ -1,4 +1,7 @@
-"""The `ckpt-harness` command as a user runs it: a real process, real exit codes."""
+"""The `ckpt-harness` command: its output and exit codes from `cli.main` in this
+process (`tests/clirun.py`), and as a user runs it, a real process, where the
+process is what is tested: the console script, stderr a pipe, a repro line's
+PYTHONPATH."""
 
 import os
 import re
@@ -9,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.clirun import cli
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def cli(*args, cwd, env_extra=None, timeout=240):
+def process(*args, cwd, env_extra=None, timeout=240):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env.update(env_extra or {})
     return subprocess.run(
@@ -51,8 +56,8 @@ def test_run_prints_the_verdict_table_and_exits_zero(tmp_path):
 
 
 def test_broken_job_from_outside_the_package_exits_nonzero_naming_the_key(tmp_path):
-    out = cli("run", "--job", "tests.planted.jobs:NoSchedulerState", "--steps", "4", cwd=tmp_path,
-              env_extra={"PYTHONPATH": str(ROOT)})
+    out = process("run", "--job", "tests.planted.jobs:NoSchedulerState", "--steps", "4", cwd=tmp_path,
+                  env_extra={"PYTHONPATH": str(ROOT)})
     assert out.returncode == 1
     assert "FAIL" in out.stdout and "scheduler/" in out.stdout
     repro = next(line for line in out.stdout.splitlines() if line.startswith("repro: "))
@@ -61,7 +66,7 @@ def test_broken_job_from_outside_the_package_exits_nonzero_naming_the_key(tmp_pa
     # The repro line replays exactly that case, and fails the same way.
     args = shlex.split(repro.removeprefix("repro: "))
     env = {args[0].partition("=")[0]: args[0].partition("=")[2]}
-    again = cli(*args[2:], cwd=tmp_path, env_extra=env)
+    again = process(*args[2:], cwd=tmp_path, env_extra=env)
     assert again.returncode == 1
     table = again.stdout.split("\n\n")[0].splitlines()[3:]  # title, header, rule
     cases = {line.split()[0] for line in table}
@@ -141,9 +146,9 @@ def test_explore_off_a_terminal_prints_progress_lines_and_json_matching_the_verd
     import json
     import re
 
-    out = cli("explore", "--job", "tests.planted.checkpointers:DeletesPreviousFirst", "--steps", "4",
-              "--faults", "eio", "--corruptions", "", "--json", "out/report.json",
-              cwd=tmp_path, env_extra={"PYTHONPATH": str(ROOT)})
+    out = process("explore", "--job", "tests.planted.checkpointers:DeletesPreviousFirst", "--steps", "4",
+                  "--faults", "eio", "--corruptions", "", "--json", "out/report.json",
+                  cwd=tmp_path, env_extra={"PYTHONPATH": str(ROOT)})
     assert out.returncode == 1, out.stdout + out.stderr
     assert "\r" not in out.stderr  # stderr is a pipe here, as in a CI log
     lines = [line for line in out.stderr.splitlines() if re.match(r"\[ *\d+/\d+ cases\] ", line)]

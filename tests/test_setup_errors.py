@@ -15,7 +15,7 @@ import time
 import pytest
 
 from ckpt_harness import Verdict
-from tests.test_cli import ROOT, cli
+from tests.test_cli import ROOT, process as cli
 
 PLANTED = {"PYTHONPATH": str(ROOT)}
 
