@@ -19,6 +19,13 @@
   arguments to rerun just those; ``--ckpt-scenarios`` narrows it);
 - scenario files: any ``*.toml`` in a directory named ``scenarios`` is
   collected, one item per scenario, job and world size;
+- over machines and workers: every item of one target (a job at one world
+  size, the script) carries ``xdist_group``, so ``pytest -n N --dist
+  loadgroup`` keeps them on one worker and their golden runs are made
+  once; ``--ckpt-shard K/N`` keeps the K-th of N parts of the catalogue's
+  items (a CI job matrix, a Slurm array), split as ``matrix --shard``
+  splits (`catalogue.shards`), balanced by ``--ckpt-costs MATRIX_JSON``;
+  other tests are not sharded;
 - ``--ckpt-baseline FILE`` (or ini ``ckpt_baseline``): a previous
   ``matrix.json`` or an expectations file; a scenario failure it expects is
   xfail with its reason, one that now passes is XPASS and listed at the end
@@ -80,6 +87,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     baseline = ("a previous matrix.json or an expectations .toml: scenario failures it expects are xfail, "
                 "new ones fail")
     group.addoption("--ckpt-baseline", default=None, metavar="FILE", help=f"{baseline} (ini: ckpt_baseline)")
+    group.addoption("--ckpt-shard", default=None, metavar="K/N",
+                    help="keep the K-th of N parts of the catalogue's items (as matrix --shard splits a matrix: a "
+                         "target's items together where the costs allow); other tests are not sharded")
+    group.addoption("--ckpt-costs", default=None, metavar="MATRIX_JSON",
+                    help="with --ckpt-shard: balance the parts by the seconds each scenario took in this matrix.json")
     parser.addini("ckpt_baseline", f"{baseline} (path relative to the ini file)", default=None)
 
 
@@ -100,11 +112,27 @@ def _check_options(config: pytest.Config) -> None:
         SETTINGS["timeout"].check(config.getoption("--ckpt-timeout"))
     except ConfigError as exc:
         raise pytest.UsageError(f"--ckpt-timeout: {exc}") from None
+    _shard(config)
+    if config.getoption("--ckpt-costs") and not config.getoption("--ckpt-shard"):
+        raise pytest.UsageError("--ckpt-costs balances the parts of --ckpt-shard K/N: give --ckpt-shard too, "
+                                "or leave out --ckpt-costs")
     if config.getoption("--ckpt-scenarios") and not config.getoption("--ckpt-job") \
             and not config.getoption("ckpt_script"):
         raise pytest.UsageError("--ckpt-scenarios narrows the catalogue that --ckpt-job runs: "
                                 "add --ckpt-job NAME (a built-in job or module:Class), or --ckpt-script "
                                 "'train.py {ckpt_dir}' to run it against a script")
+
+
+def _shard(config: pytest.Config) -> Any:
+    """--ckpt-shard as a `Shard`, None without it; a bad one is a usage error."""
+    from ckpt_harness.catalogue.shards import Shard
+    from ckpt_harness.errors import UsageError
+
+    text = config.getoption("--ckpt-shard")
+    try:
+        return Shard.parse(text) if text is not None else None
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc).replace("--shard", "--ckpt-shard", 1)) from None
 
 
 def _world_sizes(config: pytest.Config) -> list[int]:
@@ -387,7 +415,14 @@ class ScenarioItem(pytest.Item):
         self.world_size = world_size
         #: Makes its target when it runs (not at collection: a framework that is not installed skips the item).
         self.target = target
+        # one worker per target under `--dist loadgroup`: the bench, and so the golden runs, are per process
+        self.add_marker(pytest.mark.xdist_group(self.group))
         _expect(self)
+
+    @property
+    def group(self) -> str:
+        """The target it runs against: the items of one share a bench."""
+        return f"ckpt-{self.job}-ws{self.world_size}"
 
     def bench(self) -> Any:
         """The session's bench of its target, shared by every item of it (their golden runs too)."""
@@ -529,7 +564,16 @@ def pytest_collection(session: pytest.Session) -> None:
         args[:] = [a for a in args if a not in wanted]
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's, which reads the groups, and before -k and -m deselect
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """The catalogue's items, then only this shard's of them (--ckpt-shard)."""
+    _add_catalogue(session, config, items)
+    shard = _shard(config)
+    if shard is not None:
+        _keep_shard(config, items, shard)
+
+
+def _add_catalogue(session: pytest.Session, config: pytest.Config, items: list) -> None:
     """--ckpt-job: the built-in catalogue against that job (only the items
     named, if node ids of it were given), unless the run collected scenario
     files of its own (then only with --ckpt-scenarios)."""
@@ -547,21 +591,21 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     from ckpt_harness.jobref import resolve
     from ckpt_harness.catalogue.scenario import builtin_catalogue, builtin_dir, select
 
+    patterns = [p.strip() for p in (config.getoption("--ckpt-scenarios") or "").split(",") if p.strip()]
+    try:  # before the job is imported: a misspelt scenario is said at once
+        scenarios = select(builtin_catalogue(), patterns)
+    except ScenarioError as exc:
+        raise pytest.UsageError(f"--ckpt-scenarios: {exc}") from None
     try:
         resolve(job)
     except Unavailable:
         pass  # a framework not installed here: its items skip, saying what to install
     except JobError as exc:
         raise pytest.UsageError(f"--ckpt-job {job}: {exc}") from None
-    patterns = [p.strip() for p in (config.getoption("--ckpt-scenarios") or "").split(",") if p.strip()]
     builtin = builtin_dir().resolve()
     files = {Path(i.scenario.source).resolve().parent for i in items if isinstance(i, ScenarioItem)}
     if not wanted and (builtin in files or (_names_scenario_files(config) and not patterns)):
         return  # the catalogue was collected as files, or the command line named the scenario files to run
-    try:
-        scenarios = select(builtin_catalogue(), patterns)
-    except ScenarioError as exc:
-        raise pytest.UsageError(f"--ckpt-scenarios: {exc}") from None
     catalogue = Catalogue.from_parent(session, name=CATALOGUE, nodeid=CATALOGUE)
     made = [item for scenario in scenarios for item in _items(catalogue, scenario, config)]
     for arg in wanted:
@@ -569,6 +613,30 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             raise pytest.UsageError(f"{arg}: no such item of the catalogue against {job}; "
                                     f"list them with: pytest --ckpt-job {job} --collect-only -q")
     items.extend(item for item in made if not wanted or any(_names(arg, item) for arg in wanted))
+
+
+def _keep_shard(config: pytest.Config, items: list, shard: Any) -> None:
+    """Deselect the catalogue items of the other shards. Every machine
+    computes the same split from the same items and costs: a row is a
+    target (its items share a golden run), kept whole where the costs allow."""
+    from ckpt_harness.catalogue.matrix import read_costs
+    from ckpt_harness.catalogue.shards import Task, assign
+    from ckpt_harness.errors import UsageError
+
+    scenario_items = [i for i in items if isinstance(i, ScenarioItem)]
+    task = {i: Task(i.group, i.scenario.name) for i in scenario_items}
+    costs = None
+    if config.getoption("--ckpt-costs"):
+        try:
+            recorded = read_costs(config.getoption("--ckpt-costs"))
+        except UsageError as exc:
+            raise pytest.UsageError(f"--ckpt-costs: {exc}") from None
+        costs = {t: recorded[i.job, i.scenario.name] for i, t in task.items() if (i.job, i.scenario.name) in recorded}
+    kept = set(assign(list(dict.fromkeys(task.values())), shard.count, costs)[shard.index - 1])
+    dropped = [i for i in scenario_items if task[i] not in kept]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [i for i in items if not (isinstance(i, ScenarioItem) and task[i] not in kept)]
 
 
 def _names(arg: str, item: "ScenarioItem") -> bool:

@@ -9,6 +9,7 @@ not survive being imported twice.
 """
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -344,3 +345,51 @@ def test_ckpt_script_with_ckpt_scenarios_runs_the_catalogue_against_the_script(p
                                              "--ckpt-scenarios", "resume-every-save", "--ckpt-max-restarts", "1")
     assert restarts.ret == pytest.ExitCode.USAGE_ERROR
     restarts.stderr.fnmatch_lines(["*--ckpt-max-restarts applies to ckpt-script::verify only*"])
+
+
+def test_catalogue_shards_split_the_items_keeping_each_target_whole(pytester, importable):
+    """--ckpt-shard K/N: every item of the catalogue in exactly one shard, the
+    items of one target (here torch_save at world sizes 1 and 2, equal costs)
+    in one, as `matrix --shard` splits rows; a bad shard is a usage error."""
+    pytester.makepyfile("def test_nothing(): pass")
+    base = ("--ckpt-job=torch_save", "--ckpt-world-sizes=1,2", "--ckpt-scenarios=resume-*,overwrite-complete",
+            "--collect-only", "-q", "-p", "no:cacheprovider")
+
+    def listed(*args: str) -> list[str]:
+        result = pytester.runpytest_inprocess(*base, *args)
+        assert result.ret == pytest.ExitCode.OK, result.stdout.str() + result.stderr.str()
+        return [line for line in result.stdout.lines if line.startswith("ckpt-job::")]
+
+    whole = listed()
+    shards = [listed("--ckpt-shard", f"{k}/2") for k in (1, 2)]
+    assert len(whole) >= 4 and sorted(shards[0] + shards[1]) == sorted(whole)
+    assert {len({item.rpartition("-")[2] for item in shard}) for shard in shards} == {1}  # one world size each
+    assert shards[0] != shards[1]
+
+    bad = pytester.runpytest_inprocess(*base, "--ckpt-shard", "3/2")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--ckpt-shard 3/2: K must be 1..N (1..2)*"])
+    alone = pytester.runpytest_inprocess(*base, "--ckpt-costs", "matrix.json")
+    assert alone.ret == pytest.ExitCode.USAGE_ERROR
+    alone.stderr.fnmatch_lines(["*--ckpt-costs balances the parts of --ckpt-shard K/N*"])
+
+
+def test_loadgroup_keeps_a_targets_items_on_one_worker_and_its_golden_run_made_once(pytester, importable):
+    """Under pytest-xdist, `--dist loadgroup`: the items of torch_save at ws1
+    run on one worker, those at ws2 on one worker, and each target's bench
+    (its golden runs) is made once in the whole session. A real subprocess:
+    xdist starts its workers as processes."""
+    pytester.makepyfile("def test_nothing(): pass")
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider", "--ckpt-job=torch_save",
+        "--ckpt-world-sizes=1,2", "--ckpt-scenarios=resume-every-save,overwrite-complete",
+        f"--basetemp={pytester.path / 'base'}")
+    result.assert_outcomes(passed=5)
+    workers: dict[str, set[str]] = {}
+    for line in result.stdout.lines:
+        found = re.match(r"\[(gw\d)\] .*PASSED ckpt-job::\S+\[torch_save-(ws\d)\]", line)
+        if found:
+            workers.setdefault(found[2], set()).add(found[1])
+    assert {ws: len(gws) for ws, gws in workers.items()} == {"ws1": 1, "ws2": 1}, result.stdout.str()
+    benches = sorted(p.name for p in (pytester.path / "base").glob("popen-gw*/ckpt-ws*") if not p.is_symlink())
+    assert benches == ["ckpt-ws10", "ckpt-ws20"], benches  # one bench per world size: each golden run made once
