@@ -571,6 +571,32 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     shard = _shard(config)
     if shard is not None:
         _keep_shard(config, items, shard)
+    for item in items:
+        if isinstance(item, ScenarioItem):
+            group_in_node_id(item, item.group)
+
+
+def group_in_node_id(item: pytest.Item, group: str) -> None:
+    """Under `pytest -n N --dist loadgroup`, `group` in the node id of `item`
+    (which carries the `xdist_group` mark), where xdist's scheduler reads it.
+
+    xdist's worker sends the group to the scheduler as a node id suffix,
+    ``ID@group``, written to ``item._nodeid``; since pytest 9.2 a node id is
+    ``str(item._id)`` and that write reaches nothing (pytest-xdist#1386):
+    every item is then scheduled alone, silently, and each worker its items
+    reach makes their target's golden runs again. Here the suffix goes into
+    the id itself, once, only in an xdist worker scheduling by group; with
+    an older pytest xdist's own write works and nothing is done.
+    """
+    nodeid = item.nodeid
+    if not getattr(item.config.option, "loadgroup", False) or nodeid.rfind("@") > nodeid.rfind("]"):
+        return
+    try:
+        from _pytest.nodeid import NodeId
+    except ImportError:  # pytest < 9.2: node ids are strings, which xdist's suffix reaches
+        return
+    if isinstance(getattr(item, "_id", None), NodeId):
+        item._id = NodeId.parse(f"{nodeid}@{group}")
 
 
 def _add_catalogue(session: pytest.Session, config: pytest.Config, items: list) -> None:

@@ -3,6 +3,7 @@
 import pytest
 from _pytest import pytester
 
+from ckpt_harness.plugin import group_in_node_id
 from tests.pace import Pace, measure
 
 #: Modules an in-process pytester run keeps once it imported them. Pytester
@@ -45,5 +46,23 @@ MEASURED = {
 }
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks into node ids
 def pytest_collection_modifyitems(items):
+    """Longest modules first; the tests of a module that share one of its
+    module-scoped fixtures kept on one worker (`--dist loadgroup`).
+
+    xdist's `load` hands each worker a run of consecutive items at first (a
+    quarter of its share), so sorted longest first, one worker got the three
+    longest modules while the others drained the short ones and idled; and a
+    module fixture (a shared torchrun verification, a matrix, a pip install)
+    was made again on every worker its tests reached. Under `loadgroup` a
+    test that shares nothing is a unit of its own, handed out one at a time
+    as workers free up (longest first: a list schedule), and the tests that
+    share a module's fixture are one unit, so it is made once.
+    """
     items.sort(key=lambda item: -MEASURED.get(item.path.stem, 0))  # stable: in-module order is kept
+    for item in items:
+        if any(defs[-1].scope in ("module", "class") and defs[-1].baseid == item.nodeid.partition("::")[0]
+               for defs in item._fixtureinfo.name2fixturedefs.values() if defs):
+            item.add_marker(pytest.mark.xdist_group(item.path.stem))
+            group_in_node_id(item, item.path.stem)

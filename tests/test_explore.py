@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from ckpt_harness.pipeline.explore import baseline, explore
 from ckpt_harness.verdict import Verdict
+from tests.clirun import cli
 from tests.test_reduction import judged_cells
 from ckpt_harness.strategies import check, fault_plans, skews
 
@@ -93,8 +94,7 @@ def test_repro_line_replays_exactly_that_case(tmp_path):
 
 
 def test_trace_prints_the_phases_of_a_save_per_rank(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "ckpt_harness.cli", "trace", "--job", "torch_save"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    out = cli("trace", "--job", "torch_save", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     rank0, rank1 = [line for line in out.stdout.splitlines() if line.startswith("rank ")]
     assert "write step_000004/model.pt (" in rank0 and "fsync step_000004/model.pt" in rank0

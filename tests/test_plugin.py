@@ -375,21 +375,20 @@ def test_catalogue_shards_split_the_items_keeping_each_target_whole(pytester, im
 
 
 def test_loadgroup_keeps_a_targets_items_on_one_worker_and_its_golden_run_made_once(pytester, importable):
-    """Under pytest-xdist, `--dist loadgroup`: the items of torch_save at ws1
-    run on one worker, those at ws2 on one worker, and each target's bench
-    (its golden runs) is made once in the whole session. A real subprocess:
-    xdist starts its workers as processes."""
+    """Under pytest-xdist, `--dist loadgroup`: the three items of torch_save
+    at ws2 run on one worker, and its bench (its golden runs) is made once in
+    the whole session. Scheduled one by one, as xdist does when the group does
+    not reach its scheduler (pytest-xdist#1386, pytest 9.2), the items would
+    alternate between the two workers and each would make the golden runs. A
+    real subprocess: xdist starts its workers as processes."""
     pytester.makepyfile("def test_nothing(): pass")
     result = pytester.runpytest_subprocess(
         "-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider", "--ckpt-job=torch_save",
-        "--ckpt-world-sizes=1,2", "--ckpt-scenarios=resume-every-save,overwrite-complete",
+        "--ckpt-world-sizes=2", "--ckpt-scenarios=resume-every-save,overwrite-complete,overwrite-partial",
         f"--basetemp={pytester.path / 'base'}")
-    result.assert_outcomes(passed=5)
-    workers: dict[str, set[str]] = {}
-    for line in result.stdout.lines:
-        found = re.match(r"\[(gw\d)\] .*PASSED ckpt-job::\S+\[torch_save-(ws\d)\]", line)
-        if found:
-            workers.setdefault(found[2], set()).add(found[1])
-    assert {ws: len(gws) for ws, gws in workers.items()} == {"ws1": 1, "ws2": 1}, result.stdout.str()
+    result.assert_outcomes(passed=4)
+    workers = {found[1] for line in result.stdout.lines
+               if (found := re.match(r"\[(gw\d)\] .*PASSED ckpt-job::\S+\[torch_save-ws2\]", line))}
+    assert len(workers) == 1, result.stdout.str()
     benches = sorted(p.name for p in (pytester.path / "base").glob("popen-gw*/ckpt-ws*") if not p.is_symlink())
-    assert benches == ["ckpt-ws10", "ckpt-ws20"], benches  # one bench per world size: each golden run made once
+    assert benches == ["ckpt-ws20"], benches  # one bench: the golden runs made once

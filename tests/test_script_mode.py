@@ -24,6 +24,7 @@ from ckpt_harness.records import Kind, read_records
 from ckpt_harness.report import Report
 from ckpt_harness.pipeline.verify import verify_script
 from ckpt_harness.verdict import Verdict
+from tests.clirun import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 RESUMABLE = ROOT / "tests" / "scripts" / "resumable.py"
@@ -180,12 +181,6 @@ def test_a_script_run_is_recorded_and_traced_like_a_job_run(tmp_path):
         assert any(e.kind is EventKind.OPEN and e.path.startswith("step_2/") for e in in_save)
         assert (tmp_path / "ckpt" / f"imported{r.rank}.json").read_text() == "[]"
     assert run.states(Kind.FINAL)[1]["last save.state_dict.w1"].shape == (4,)
-
-
-def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "ckpt_harness.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=600)
 
 
 def test_staging_renamed_on_every_node_fails_across_nodes_through_the_cli(tmp_path):

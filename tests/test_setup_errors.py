@@ -15,7 +15,8 @@ import time
 import pytest
 
 from ckpt_harness import Verdict
-from tests.test_cli import ROOT, process as cli
+from tests.clirun import cli
+from tests.test_cli import ROOT, process
 
 PLANTED = {"PYTHONPATH": str(ROOT)}
 
@@ -39,7 +40,7 @@ def test_a_fault_free_save_that_hangs_is_still_a_fail(ckpt):
 
 def test_a_missing_framework_says_what_to_install_before_starting_anything(tmp_path):
     started = time.monotonic()
-    out = cli("run", "--job", "tests.planted.jobs:NeedsAbsentFramework", cwd=tmp_path, env_extra=PLANTED)
+    out = process("run", "--job", "tests.planted.jobs:NeedsAbsentFramework", cwd=tmp_path, env_extra=PLANTED)
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         "ckpt-harness: error: job tests.planted.jobs:NeedsAbsentFramework needs ckpt_harness_absent_framework, "
@@ -98,7 +99,7 @@ def no_torch(tmp_path):
      "2 simulated nodes cannot share 3 ranks evenly"),
 ])
 def test_bad_settings_exit_2_with_one_line_before_torch(tmp_path, no_torch, args, message):
-    out = cli(*args, cwd=tmp_path, env_extra=no_torch)
+    out = process(*args, cwd=tmp_path, env_extra=no_torch)
     assert out.returncode == 2, out.stderr
     assert message in out.stderr
     assert "Traceback" not in out.stderr and "torch was imported" not in out.stderr
