@@ -34,9 +34,10 @@ demo: $(STAMP)
 matrix: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/ckpt-harness matrix --out ckpt-matrix
 
-# Three workers on two cores: a test mostly waits on its ranks (startup, deadlines,
-# failure grace), so a third fills the waits (930 tests in 23:16 at -n 3 on 2026-11-25, other work on the box
-# for the first 15 min).
+# Three workers on two cores: a test often waits on its ranks (startup, deadlines,
+# failure grace), so a third fills the waits. loadgroup hands tests out one at a
+# time, longest module first, and keeps the tests sharing a module fixture on one
+# worker (tests/conftest.py): 932 tests in 9:51 on 2026-11-26 (docs/speed.md).
 test: lint
 	@# Every rank, torchrun worker and pytester run is a fresh interpreter: compiled once
 	@# here, the package's and the tests' modules are not compiled again in each (a box

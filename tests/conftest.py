@@ -31,18 +31,17 @@ def pace(tmp_path_factory) -> Pace:
     return measure(tmp_path_factory.mktemp("pace"))
 
 
-#: Seconds each module's tests took in all, measured by `pytest -n 3 --junitxml`
-#: on the 2-core machine kind (2026-11-25, the suite alone on the box; test_cli
-#: and test_plugin as measured before their runs moved in-process). Used only
-#: to hand out the longest modules first: with xdist's `load` scheduling, a
-#: module of torchrun runs started last is a tail one worker runs alone while
-#: the others idle.
+#: Seconds each module's tests took in all, measured by `make test` with
+#: `--junitxml` on the 2-core machine kind (2026-11-26, the suite alone on the
+#: box). Used only to hand out the longest modules first, so that the end of
+#: the run is short tests that fill the workers evenly, not a module of
+#: torchrun runs one worker runs alone while the others idle.
 MEASURED = {
-    "test_script_mode": 380, "test_explore": 333, "test_cli": 284, "test_extension": 279,
-    "test_script_frameworks": 186, "test_elastic": 157, "test_matrix_shards": 149, "test_verify": 120,
-    "test_plugin": 115, "test_async_process": 112, "test_script_matrix": 109, "test_scenarios": 106,
-    "test_setup_errors": 103, "test_script_explore": 79, "test_launch": 73, "test_async_saves": 56,
-    "test_reduction": 43, "test_deepspeed_job": 39, "test_checkpointers": 36, "test_jit": 29, "test_frozen_ranks": 19,
+    "test_explore": 261, "test_script_mode": 243, "test_extension": 162, "test_plugin": 130, "test_verify": 123,
+    "test_script_frameworks": 92, "test_elastic": 84, "test_cli": 72, "test_matrix_shards": 70, "test_scenarios": 65,
+    "test_script_matrix": 57, "test_reduction": 57, "test_launch": 53, "test_async_process": 36,
+    "test_deepspeed_job": 32, "test_jit": 29, "test_script_explore": 29, "test_async_saves": 27,
+    "test_setup_errors": 21, "test_checkpointers": 21, "test_frozen_ranks": 16,
 }
 
 
