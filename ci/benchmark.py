@@ -6,7 +6,7 @@
     python ci/benchmark.py sharing   # section 6 alone (~6 min on 2 idle cores)
     python ci/benchmark.py reduction # section 7 alone (~6 min on 2 idle cores)
     python ci/benchmark.py at-once   # section 8 alone
-    python ci/benchmark.py early-end # section 9 alone (~15 min on 2 idle cores)
+    python ci/benchmark.py early-end [--explore-only]   # section 9 alone (~15 min on 2 idle cores; ~6 explore only)
     python ci/benchmark.py breakdown [--jobs torch_save,dcp] [--scenarios 'crash-*,final-*'] [--no-early-end]
                                      # section 10 alone: the matrix's work one case at a time (docs/speed.md)
 
@@ -127,6 +127,8 @@ def main() -> None:
     parser.add_argument("--parallel", type=int, default=1,
                         help="breakdown: cases at once (default 1: each case's seconds are its own)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="breakdown: also write every case's timings here")
+    parser.add_argument("--explore-only", action="store_true",
+                        help="early-end: the explorations alone (the catalogue half is the matrix's rows again)")
     parser.add_argument("--no-early-end", action="store_true",
                         help="breakdown: cut stuck runs at their grace or deadline, not once no rank can progress")
     args = parser.parse_args()
@@ -146,7 +148,7 @@ def main() -> None:
         scenarios_at_once(tmp)
         return
     if args.only == "early-end":
-        early_end(tmp)
+        early_end(tmp, catalogue=not args.explore_only)
         return
     if args.only == "breakdown":
         from ckpt_harness.launch import group
@@ -282,13 +284,14 @@ def shared_resumes(tmp: Path) -> None:
               f"ratio {seconds[False] / seconds[True]:.2f}x); verdicts that differ: {differ}")
 
 
-def early_end(tmp: Path) -> None:
+def early_end(tmp: Path, catalogue: bool = True) -> None:
     from ckpt_harness.catalogue.matrix import run_matrix
     from ckpt_harness.catalogue.scenario import builtin_catalogue
     from ckpt_harness.launch import group
     from ckpt_harness.pipeline.explore import explore
 
     print("\n9. ws=2, runs cut at their grace or deadline vs. as soon as no rank can progress")
+    print(f"   machine: {os.cpu_count()} cores, python {sys.version.split()[0]}; load average at the start {_load()}")
     for job in ("torch_save", "dcp"):
         reports, seconds = {}, {}
         for on in (False, True):
@@ -300,7 +303,9 @@ def early_end(tmp: Path) -> None:
         differ = sum((a.case, a.verdict, a.cells) != (b.case, b.verdict, b.cells) for a, b in zip(off_cases, on_cases))
         print(f"   explore {job}: {len(on_cases)} cases; {seconds[False]:.0f} s -> {seconds[True]:.0f} s "
               f"({seconds[False] / len(off_cases):.2f} -> {seconds[True] / len(on_cases):.2f} s per case, "
-              f"ratio {seconds[False] / seconds[True]:.2f}x); cases that differ: {differ}")
+              f"ratio {seconds[False] / seconds[True]:.2f}x); cases that differ: {differ}; load average {_load()}")
+        if not catalogue:
+            continue
         matrices = {}
         for on in (False, True):
             group.EARLY_END = on
