@@ -106,7 +106,11 @@ class Job:
     Class attributes let the warm launcher prepare for the job once instead of
     once per rank: `preload` lists modules to import before ranks are forked
     (a framework whose import takes seconds), `env` the environment variables
-    those imports need.
+    those imports need. List the job's own module last (``__name__``) when
+    importing it does nothing rank-specific, as the built-in jobs do: each
+    rank then finds it imported instead of importing it again. Leave it out
+    when its import reads the rank's environment, starts a thread or touches
+    a device: that would happen once, in the parent, for every rank.
     """
 
     #: Modules the job cannot run without, each with what installs it

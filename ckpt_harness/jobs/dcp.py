@@ -60,6 +60,7 @@ class DcpJob(TinyJob):
         "torch.distributed.checkpoint.state_dict",
         "torch.distributed.fsdp",
         "torch._dynamo",
+        __name__,
     )
 
     def setup(self, ctx: RankContext) -> None:

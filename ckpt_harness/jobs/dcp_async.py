@@ -86,7 +86,7 @@ class DcpAsyncJob(DcpJob):
     checkpoint process group of its own; `latest` follows completed saves."""
 
     executor: ClassVar[AsyncCheckpointerType] = AsyncCheckpointerType.THREAD
-    preload = (*DcpJob.preload, "torch.distributed.checkpoint._async_thread_executor")
+    preload = (*DcpJob.preload, "torch.distributed.checkpoint._async_thread_executor", __name__)
 
     _group: Optional[dist.ProcessGroup] = None
     #: The save in flight: (step, its directory, its future).
@@ -152,7 +152,7 @@ class DcpAsyncProcessJob(DcpAsyncJob):
     """
 
     executor = AsyncCheckpointerType.PROCESS
-    preload = (*DcpJob.preload, "torch.distributed.checkpoint._async_process_executor")
+    preload = (*DcpJob.preload, "torch.distributed.checkpoint._async_process_executor", __name__)
 
     _store: Optional[dist.TCPStore] = None
 

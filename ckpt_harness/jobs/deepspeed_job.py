@@ -256,7 +256,10 @@ class DeepSpeedJob(TinyJob):
         return (JitOp("DeepSpeed's CPU comm op", Path(os.environ["TORCH_EXTENSIONS_DIR"]) / "deepspeed_shm_comm",
                       f"{__name__}:warm_deepspeed", key, env={"DS_ACCELERATOR": "cpu"}),)
     env = {"DS_ACCELERATOR": "cpu", WARM_ENV: "1"}
-    preload = ("numpy", "torch", "torch.distributed", "torch._dynamo", "deepspeed", *LAZY_MODULES)
+    #: This module last: imported in the warm parent with WARM_ENV set, it runs
+    #: `warm_deepspeed` there once; a rank that imported it itself ran the
+    #: warm-up again (0.8-1.0 s per deepspeed rank, docs/speed.md).
+    preload = ("numpy", "torch", "torch.distributed", "torch._dynamo", "deepspeed", *LAZY_MODULES, __name__)
 
     engine: Any
 

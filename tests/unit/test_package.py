@@ -59,3 +59,20 @@ def test_an_unknown_name_is_an_attribute_error():
         ckpt_harness.nope  # noqa: B018
     with pytest.raises(ImportError):
         exec("from ckpt_harness import nope", {})
+
+
+def test_every_builtin_job_is_preloaded_by_the_warm_parent():
+    """Its ranks, forks of the warm parent, find the job's module imported
+    instead of importing it again each (a deepspeed rank would also run
+    DeepSpeed's warm-up again: 0.8-1.0 s per rank, docs/speed.md)."""
+    import importlib
+
+    from ckpt_harness.jobs import BUILTIN_JOBS
+
+    for name, ref in BUILTIN_JOBS.items():
+        module, _, cls = ref.partition(":")
+        try:
+            job = getattr(importlib.import_module(module), cls)
+        except ImportError:  # its framework is not installed here: it never runs
+            continue
+        assert job.preload[-1] == module, (name, job.preload)
