@@ -7,7 +7,7 @@ A suite that passes only on a quiet machine fails in CI one run in N, and
 then blocks every change behind it. The burners are plain busy loops in
 their own processes at the suite's own priority, the load a shared CI runner
 or a neighbour's build puts on the machine. Each run is what `make test`
-does: `pytest -n 2`, then the orphan check.
+does: `pytest -n 3 --dist loadgroup`, then the orphan check.
 
 The burners end with this script however it ends: they are killed in a
 `finally` (normal exit, Ctrl-C, SIGTERM), and each also watches its parent
@@ -83,7 +83,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.runs < 1 or args.burners < 0:
         parser.error("--runs must be at least 1 and --burners at least 0")
-    command = [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", *args.pytest_args]
+    command = [sys.executable, "-m", "pytest", "-n", "3", "--dist", "loadgroup", "--no-loadscope-reorder", "-p",
+               "no:cacheprovider", *args.pytest_args]
     args.logs.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # so the finally below runs
 

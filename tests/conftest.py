@@ -1,5 +1,7 @@
 """Fixtures shared by the real-process tests."""
 
+import tempfile
+
 import pytest
 from _pytest import pytester
 
@@ -23,6 +25,19 @@ def _keeping_snapshot(self) -> pytester.SysModulesSnapshot:
 
 
 pytester.Pytester._Pytester__take_sys_modules_snapshot = _keeping_snapshot
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _system_temp_in_basetemp(tmp_path_factory):
+    """The system temporary directory of the suite's runs, in-process and
+    in subprocesses alike, is one under pytest's base temp: a failing run
+    keeps its work directory there by design (the CLI prints its path), and
+    the planted bugs make many fail; pytest prunes old base temps, /tmp no one."""
+    systemp = tmp_path_factory.mktemp("systemp", numbered=False)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("TMPDIR", str(systemp))
+        mp.setattr(tempfile, "tempdir", str(systemp))
+        yield
 
 
 @pytest.fixture
