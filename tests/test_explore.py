@@ -114,6 +114,21 @@ def test_reference_survives_two_faults_at_once(reference, data):
     check(reference, data.draw(fault_plans(reference, max_faults=2)))
 
 
+def test_a_fault_whose_point_an_earlier_fault_led_past_never_fires(reference):
+    """An error at the commit's rename sends rank 0 down its error path: its
+    next operation is a collective, not the fsync the golden run did there.
+    The second fault of the plan never fires; raised into the job, the
+    mismatch read as a live FAIL of a correct checkpointer (a plan
+    hypothesis found under load)."""
+    from ckpt_harness.pipeline.cases import plan_of
+
+    plan = "error@r0:save4#112+error@r0:save4#113"
+    assert [p.op for p in reference.points if (p.rank, p.phase, p.index) in ((0, "save 4", 112), (0, "save 4", 113))] \
+        == ["rename", "fsync"]  # the golden run's operations at the two points
+    result = check(reference, plan_of(reference, plan).faults)
+    assert result.verdict is Verdict.PASS
+
+
 @settings(max_examples=4)
 @given(data=st.data())
 def test_reference_is_skew_safe_on_several_ranks_at_once(reference, data):
