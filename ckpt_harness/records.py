@@ -205,11 +205,17 @@ class Run:
         common = set.intersection(*per_rank) if per_rank else set()
         return max(common) if common else None
 
-    def entries_after_save(self, step: int) -> Optional[set[str]]:
-        """What the checkpoint directory held right after save `step` returned,
-        as every rank saw it (rotation may still have been under way on one),
-        or None if it was not recorded (no keep-last)."""
-        seen = [r.find(Kind.SAVED, step) for r in self.ranks]
+    def published_steps(self) -> list[int]:
+        """Saves published on every rank (see `Kind.PUBLISHED`), in order."""
+        per_rank = [[rec["step"] for rec in r.records if rec["event"] == Kind.PUBLISHED] for r in self.ranks]
+        return [s for s in per_rank[0] if all(s in steps for steps in per_rank[1:])] if per_rank else []
+
+    def entries_after_save(self, step: int, kind: Kind = Kind.SAVED) -> Optional[set[str]]:
+        """What the checkpoint directory held right after save `step` returned
+        (`Kind.PUBLISHED`: was published), as every rank saw it (rotation may
+        still have been under way on one), or None if it was not recorded (no
+        keep-last)."""
+        seen = [r.find(kind, step) for r in self.ranks]
         if any(record is None or record.get("entries") is None for record in seen):
             return None
         return set.intersection(*(set(record["entries"]) for record in seen))

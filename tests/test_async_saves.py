@@ -113,3 +113,19 @@ def test_old_checkpoints_purged_before_the_new_one_landed_are_flagged(tmp_path, 
     if verdict == "fail":
         assert "/ atomic: FAIL — crash at rank 0 " in result.details and "in bg_save " in result.details
         assert "`latest` points to a missing checkpoint" in result.details, result.details
+
+
+@pytest.mark.parametrize("job, verdict, words", [
+    ("tests.planted.async_jobs:RotatesByName", Verdict.FAIL,
+     "after save 10 was published: the checkpoints of steps 7, 8, 9 remain; expected the checkpoints of steps "
+     "8, 9, 10"),
+    ("dcp_async", Verdict.PASS, "after each of 12 published saves exactly the newest 3 checkpoints remained"),
+])
+def test_retention_of_a_background_save_is_judged_as_it_is_published(tmp_path, job, verdict, words):
+    """A job that saves in the background rotates as it publishes, with the
+    newest save still in flight: right after save 4 returned, four checkpoints
+    are there by design. Judged at each publication, the in-flight one
+    neither kept nor missed, a rotation by name is still flagged."""
+    (scenario,) = select(builtin_catalogue(), ["retention-order"])
+    result = Bench(targets.job(job, timeout=30), tmp_path).run(scenario)
+    assert result.verdict is verdict and words in result.reason + result.details, result.explain()

@@ -223,6 +223,35 @@ def test_rotation_is_not_applicable_to_a_job_that_deletes_nothing(tmp_path):
     assert keeps_all.verdict == NOT_APPLICABLE and "the job does not rotate its checkpoints" in keeps_all.reason
 
 
+@pytest.mark.parametrize("job, verdict", [("NestedLexicographicRotation", "fail"), ("NestedNumericRotation", "pass"),
+                                          ("LexicographicRotation", "fail")])
+def test_the_catalogue_finds_a_rotation_that_sorts_checkpoints_by_name(tmp_path, job, verdict):
+    """accelerate 0.16 as its users ran it (`checkpoints/checkpoint_<i>`, sorted as
+    strings), found by the built-in scenarios with none of its settings given:
+    retention-order sees the wrong survivors after save 12, and rotation-crash-order
+    sees the lost previous checkpoint when a crash follows that deletion. Both
+    scenarios share one golden run on the bench."""
+    scenarios = select(builtin_catalogue(), ["retention-order", "rotation-crash-order"])
+    bench = Bench(targets.job(f"tests.planted.jobs:{job}", world_size=2, timeout=30), tmp_path)
+    retention, crash = (bench.run(s) for s in scenarios)
+    assert (retention.verdict, crash.verdict) == (verdict, verdict), retention.explain() + crash.explain()
+    if verdict == "fail":
+        assert "after save 12: the checkpoints of steps 9, 10, 12 remain; expected the checkpoints of steps " \
+               "10, 11, 12" in retention.reason, retention.reason
+        assert "No such file or directory" in crash.reason and "checkpoint_10/" in crash.reason, crash.reason
+        assert "expected S_k or S_prev" in crash.reason, crash.reason
+    else:
+        assert "exactly the newest 3 checkpoints remained" in retention.details + retention.reason
+    assert len(list(tmp_path.glob("**/golden"))) == 1
+
+
+def test_retention_is_not_applicable_to_a_job_that_deletes_nothing(tmp_path):
+    (retention,) = select(builtin_catalogue(), ["retention-order"])
+    result = Bench(targets.job("tests.planted.checkpointers:InPlaceOverwrite", timeout=30), tmp_path).run(retention)
+    assert result.verdict == NOT_APPLICABLE, result.explain()
+    assert "none of its 12 saves deleted anything: the job does not rotate its checkpoints" in result.reason
+
+
 def test_a_scenario_whose_settings_do_not_fit_the_bench_is_not_applicable(tmp_path):
     """nodes = 2 cannot split 3 ranks: that scenario is n/a at world size 3, decided before any run."""
     (skew,) = select(builtin_catalogue(), ["multi-node-skew"])

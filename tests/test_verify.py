@@ -233,14 +233,22 @@ def test_an_owned_loop_that_resumes_without_reporting_it_passes_on_evidence(ckpt
     assert "finished without saving" in loads["resume@4"].summary
 
 
+WRONG_SURVIVORS = ("after save 12: the checkpoints of steps 9, 10, 12 remain; expected the checkpoints of "
+                   "steps 10, 11, 12")
+KEPT_THREE = "after each of 12 saves exactly the newest 3 checkpoints remained"
+
+
 @pytest.mark.parametrize("job, verdict, words", [
-    ("LexicographicRotation", Verdict.FAIL, "after save 12: the checkpoints of steps 9, 10, 12 remain; expected "
-                                            "the checkpoints of steps 10, 11, 12"),
-    ("NumericRotation", Verdict.PASS, "after each of 12 saves exactly the newest 3 checkpoints remained"),
+    ("LexicographicRotation", Verdict.FAIL, WRONG_SURVIVORS),
+    ("NumericRotation", Verdict.PASS, KEPT_THREE),
+    ("NestedLexicographicRotation", Verdict.FAIL, WRONG_SURVIVORS),
+    ("NestedNumericRotation", Verdict.PASS, KEPT_THREE),
 ])
 def test_keep_last_is_checked_after_every_fault_free_save(ckpt, job, verdict, words):
     """accelerate 0.16's lexicographic sort deletes checkpoint_10 (step 11) at the
-    twelfth save; every resume still works, so only the retention check sees it."""
+    twelfth save; every resume still works, so only the retention check sees it.
+    Nested is accelerate's own layout: every checkpoint in one `checkpoints/`
+    directory that all saves share, which the check descends through."""
     report = ckpt.verify(f"tests.planted.jobs:{job}", steps=12, save_every=1, keep_last=3, cases=["resume@12"])
     retention = next(r for r in report.results if r.check == "retention")
     assert retention.verdict is verdict and words in retention.summary, retention.summary

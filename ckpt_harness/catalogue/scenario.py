@@ -163,7 +163,7 @@ def summarize(job: str, scenario: Scenario, results: Sequence[CaseResult], unit:
         return make(f"{n} of {cases} {unit} undecided: {first.case}: {first.summary}")
     if verdict is Verdict.NA:
         return make(first.summary)
-    if cases <= 2 and unit == "cases":  # few enough to say what happened
+    if (cases <= 2 and unit == "cases") or len(results) == 1:  # few enough to say what happened
         return make("; ".join(f"{r.case}: {r.summary}" for r in results))
     return make(f"{cases} {unit} pass")
 

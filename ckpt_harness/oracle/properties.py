@@ -19,7 +19,8 @@ PROPERTIES = {
     "faithful": "after an accepted resume the run ends bitwise equal to the uninterrupted run",
     "skew-safe": "a delay alone never changes the result",
     "overwrite-safe": "saving into an existing step directory replaces it with no stale file, or refuses untouched",
-    "rotation-safe": "keep-last-N rotation always leaves a complete checkpoint, and the newest is resumed",
+    "rotation-safe": "keep-last-N rotation keeps exactly the newest N checkpoints, always leaves a complete one, "
+                     "and the newest is resumed",
     "reshardable": "a checkpoint saved at N ranks resumes at M ranks with the full state bitwise equal",
     "safe-loading": "loading a checkpoint never runs code its files carry (a malicious pickle is refused or ignored)",
 }

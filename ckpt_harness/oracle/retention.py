@@ -4,52 +4,92 @@ A rotation bug deletes nothing on the save that has it, it deletes the
 wrong checkpoint: accelerate 0.16 sorted `checkpoint_10` before `checkpoint_8`
 and from the eleventh save on kept 8, 9 and the newest. Only a look at the
 directory after every save shows that, so with keep-last the golden run lists
-the directory each time a save returns, and here every listing is held
-against what the saves wrote.
+the directory each time a save returns (and each time one is published: a
+job that saves in the background rotates then, with the newest save still
+in flight before it), and here every listing is held against what the saves
+wrote.
 
-Which entries are a save's own is read from the trace: the top-level files
-and directories created in that save and in no other (a `latest` pointer is
-rewritten by every save, so it belongs to none). A checkpoint remains
+Which entries are a save's own is read from the trace: the shallowest paths
+under which that save, and no other, created anything. A directory every save
+writes into (accelerate's `checkpoints/`, one per run) is descended through,
+so `checkpoints/checkpoint_7` is save 8's own wherever it sits; a file every
+save rewrites (a `latest` pointer) belongs to none. A checkpoint remains
 complete if everything under its entries right after its own save is still
 there.
 """
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Iterable, Mapping, Optional
 
 from ckpt_harness import phase
-from ckpt_harness.records import Run
+from ckpt_harness.records import Kind, Run
 from ckpt_harness.verdict import CaseResult, Verdict
 
 
-def judge_retention(case: str, run: Run, keep_last: int, repro: Optional[str]) -> CaseResult:
+def judge_retention(case: str, run: Run, keep_last: int, repro: Optional[str], *,
+                    background: bool = False) -> CaseResult:
+    """`background`: the target saves in the background and rotates as it
+    publishes a save (`Kind.PUBLISHED`), so each listing is the one taken as a
+    save was published, and only published saves count: one still in flight
+    is neither kept nor missed."""
     steps = run.saved_steps()
-    tops = {s: {p.split("/")[0] for p in run.created_in(phase.save(s))} - {"", "."} for s in steps}
-    shared = {t for s in steps for t in tops[s] if sum(t in tops[o] for o in steps) > 1}
-    own = {s: tops[s] - shared for s in steps}
+    own = own_roots({s: run.created_in(phase.save(s)) for s in steps})
     checkpoints = [s for s in steps if own[s]]
     if not checkpoints:
-        return CaseResult(case, "retention", Verdict.UNKNOWN, "no save created a file or directory of its own, so "
-                          "there is no checkpoint to count; a job that rotates saves each step to its own directory")
-    listings = {s: run.entries_after_save(s) for s in steps}
-    if any(listing is None for listing in listings.values()):
-        return CaseResult(case, "retention", Verdict.UNKNOWN, "the directory was not listed after every save")
-    contents = {s: {e for e in listings[s] if e.split("/")[0] in own[s]} for s in checkpoints}
+        return CaseResult(case, "retention", Verdict.UNKNOWN,
+                          f"each of the {len(steps)} saves wrote only paths another save wrote too (a file every "
+                          "save rewrites, or one directory they all fill), so no checkpoint can be told from "
+                          "another and counted: keep-last is judged on a job that saves each step to a file or "
+                          "directory of its own, at any depth under the checkpoint directory")
+    kind, moments = (Kind.PUBLISHED, run.published_steps()) if background else (Kind.SAVED, steps)
+    listings = {s: run.entries_after_save(s, kind) for s in moments}
+    if not moments or any(listing is None for listing in listings.values()):
+        return CaseResult(case, "retention", Verdict.UNKNOWN, "the directory was not listed after every "
+                          + ("published save" if background else "save"))
+    counted = [s for s in moments if s in own and own[s]]
+    contents = {s: {e for e in listings[s] if _under(e, own[s])} for s in counted}
     wrong = []
-    for s in steps:
-        made = [t for t in checkpoints if t <= s]
+    for s in moments:
+        made = [t for t in counted if t <= s]
         want = made[-keep_last:]
         whole = [t for t in made if contents[t] and contents[t] <= listings[s]]
         partial = [t for t in made if t not in whole and contents[t] & listings[s]]
         if whole != want or partial:
             damaged = f", and what is left of {_steps(partial)} is incomplete" if partial else ""
-            wrong.append(f"after save {s}: {_steps(whole)} remain{damaged}; expected {_steps(want)}")
+            wrong.append(f"after save {s}{' was published' if background else ''}: {_steps(whole)} remain"
+                         f"{damaged}; expected {_steps(want)}")
     if wrong:
         return CaseResult(case, "retention", Verdict.FAIL,
                           f"keep-last {keep_last} kept the wrong checkpoints: {wrong[0]}", "\n".join(wrong), repro)
-    return CaseResult(case, "retention", Verdict.PASS, f"after each of {len(steps)} saves exactly the newest "
-                                                       f"{min(keep_last, len(checkpoints))} checkpoints remained")
+    return CaseResult(case, "retention", Verdict.PASS,
+                      f"after each of {len(moments)} {'published ' if background else ''}saves exactly the newest "
+                      f"{min(keep_last, len(counted))} checkpoints remained")
+
+
+def own_roots(created: Mapping[int, Iterable[str]]) -> dict[int, set[str]]:
+    """step -> the shallowest paths under which only that save created
+    anything (the save's checkpoint, at whatever depth), from the paths each
+    save created."""
+    makers: dict[str, set[int]] = {}
+    for step, paths in created.items():
+        for path in paths:
+            for prefix in _prefixes(path):
+                makers.setdefault(prefix, set()).add(step)
+    own: dict[int, set[str]] = {}
+    for step, paths in created.items():
+        roots = (next((q for q in _prefixes(p) if makers[q] == {step}), None) for p in paths)
+        own[step] = {root for root in roots if root is not None}
+    return own
+
+
+def _prefixes(path: str) -> list[str]:
+    parts = [part for part in path.split("/") if part not in ("", ".")]
+    return ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _under(entry: str, roots: set[str]) -> bool:
+    return any(entry == root or entry.startswith(root + "/") for root in roots)
 
 
 def _steps(steps: list[int]) -> str:

@@ -108,7 +108,8 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
         unnamed = oracle.judge_named_steps("golden", golden)
         results += [unnamed] if unnamed else []
         if keep_last is not None:
-            results.append(oracle.judge_retention("golden", golden, keep_last, line))
+            results.append(oracle.judge_retention("golden", golden, keep_last, line,
+                                                  background=known.saves_in_background() and known.caps.reports))
         _check_names(known, cases, steps)
         every, default = case_names(known, steps, stop)
         nondeterminism: dict[int, Optional[CaseResult]] = {}

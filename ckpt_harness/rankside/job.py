@@ -130,7 +130,9 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
     def on_published(step: int) -> None:
         if step not in published:
             published.append(step)
-            recorder.write(Kind.PUBLISHED, step=step)
+            # A job that saves in the background rotates as it publishes: the retention check's evidence.
+            recorder.write(Kind.PUBLISHED, step=step, entries=_entries(ckpt_dir) if plan.keep_last is not None
+                           else None)
 
     def wait_for_saves() -> None:
         """Every save that returned has landed once `wait_for_saves` returned

@@ -5,6 +5,7 @@ A separate module so that `jobs.py` does not pay for importing DCP and FSDP.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import threading
 import time
@@ -195,3 +196,30 @@ class SwallowsChildFailure(DcpAsyncProcessJob):
     the job publishes the save anyway."""
 
     wait_for_saves = SwallowsBackgroundFailure.wait_for_saves
+
+
+class RotatesByName(DcpAsyncJob):
+    """Names its step directories `step_<n>` unpadded and, as it publishes a
+    save, keeps the newest keep_last by name: from the tenth step on,
+    "step_10" sorts before "step_8" and a newer checkpoint is deleted."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        self.wait_for_saves(ctx)
+        path = Path(ctx.ckpt_dir) / f"step_{step}"
+        prepare_step_dir(ctx, path)
+        future = dcp.async_save(self._payload(ctx, step), checkpoint_id=path,
+                                process_group=self._group, async_checkpointer_type=self.executor)
+        self._pending = (step, path, future)
+
+    def wait_for_saves(self, ctx: RankContext) -> None:
+        if self._pending is None:
+            return
+        step, path, future = self._pending
+        self._pending = None
+        future.result()
+        commit(dataclasses.replace(ctx, keep_last=None), path, step, sync_files=True)
+        if ctx.rank == 0 and ctx.keep_last is not None:
+            for old in sorted(Path(ctx.ckpt_dir).glob("step_*"))[:-ctx.keep_last]:
+                shutil.rmtree(old)
+        dist.barrier()
+        ctx.published(step)

@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ckpt_harness import Job, RankContext
 from ckpt_harness.jobs._common import (
-    LATEST, atomic_write_text, build_mlp, capture_rng, commit, prepare_step_dir, read_latest, step_dir,
+    LATEST, atomic_write_text, build_mlp, fsync_dir, capture_rng, commit, prepare_step_dir, read_latest, step_dir,
     torch_save_durable,
 )
 from ckpt_harness.jobs.torch_save import TorchSaveJob
@@ -252,19 +252,29 @@ class SlowJitOp(TorchSaveJob):
 class NumericRotation(TorchSaveJob):
     """accelerate's `save_state` with `total_limit` (fixed in 0.17): saves go to
     `checkpoint_<i>` (i counts saves from 0) and before each one rank 0 deletes
-    the oldest folders beyond `ctx.keep_last - 1`, ordered by their number."""
+    the oldest folders beyond `ctx.keep_last - 1`, ordered by their number.
+    Laid out flat here; `NestedNumericRotation` as accelerate lays it out."""
+
+    #: The directory the checkpoints go in, under the checkpoint directory.
+    ROOT = "."
 
     @staticmethod
     def oldest_first(names: list[str]) -> list[str]:
         return sorted(names, key=lambda name: int(name.rpartition("_")[2]))
 
     def save(self, ctx: RankContext, step: int) -> None:
-        path = ctx.ckpt_dir / f"checkpoint_{step // ctx.save_every - 1}"
-        if ctx.rank == 0 and ctx.keep_last is not None:
-            folders = self.oldest_first([p.name for p in ctx.ckpt_dir.iterdir() if p.name.startswith("checkpoint_")])
+        root = ctx.ckpt_dir / self.ROOT
+        path = root / f"checkpoint_{step // ctx.save_every - 1}"
+        if ctx.rank == 0 and ctx.keep_last is not None and root.is_dir():
+            folders = self.oldest_first([p.name for p in root.iterdir() if p.name.startswith("checkpoint_")])
             for name in folders[: max(0, len(folders) + 1 - ctx.keep_last)]:
-                shutil.rmtree(ctx.ckpt_dir / name)
-        prepare_step_dir(ctx, path)
+                shutil.rmtree(root / name)
+        dist.barrier()
+        if ctx.rank == 0:  # a directory `latest` does not name yet is a crashed save's debris
+            shutil.rmtree(path, ignore_errors=True)
+            path.mkdir(parents=True)
+            fsync_dir(path.parent)
+        dist.barrier()
         if ctx.rank == 0:
             for name, part in (("model", self.model.module), ("optimizer", self.optimizer),
                                ("scheduler", self.scheduler)):
@@ -272,7 +282,7 @@ class NumericRotation(TorchSaveJob):
         torch_save_durable(self._extra(ctx, step), path / f"rng_rank{ctx.rank}.pt")
         dist.barrier()
         if ctx.rank == 0:
-            atomic_write_text(ctx.ckpt_dir / LATEST, f"{step} {path.name}\n")
+            atomic_write_text(ctx.ckpt_dir / LATEST, f"{step} {path.relative_to(ctx.ckpt_dir).as_posix()}\n")
         dist.barrier()
 
     def _load(self, ctx: RankContext) -> Optional[int]:
@@ -295,6 +305,19 @@ class LexicographicRotation(NumericRotation):
     @staticmethod
     def oldest_first(names: list[str]) -> list[str]:
         return sorted(names)
+
+
+class NestedNumericRotation(NumericRotation):
+    """accelerate's own layout (`automatic_checkpoint_naming`): every save in
+    `<project_dir>/checkpoints/checkpoint_<i>`, one directory they all share."""
+
+    ROOT = "checkpoints"
+
+
+class NestedLexicographicRotation(LexicographicRotation):
+    """accelerate 0.16 as its users met it: the lexicographic sort, in `checkpoints/`."""
+
+    ROOT = "checkpoints"
 
 
 class EveryRankDeletesOldCheckpoints(OwnLoop):

@@ -427,3 +427,22 @@ def test_expected_background_says_which_save_was_published():
     assert expected_background(Background(4), 4).startswith("S_k (save k had been published")
     assert "from step 2 on" in expected_background(Background(2), 4)
     assert "fresh start" in expected_background(Background(None), 4)
+
+
+@pytest.mark.parametrize("created, own", [
+    # flat: each save's directory, a pointer every save rewrites belongs to none
+    ({2: {"step-2", "step-2/a.pt", "latest"}, 4: {"step-4", "step-4/a.pt", "latest"}},
+     {2: {"step-2"}, 4: {"step-4"}}),
+    # accelerate: one `checkpoints/` made by the first save, filled by every save
+    ({1: {"checkpoints", "checkpoints/checkpoint_0", "checkpoints/checkpoint_0/m.bin"},
+      2: {"checkpoints/checkpoint_1", "checkpoints/checkpoint_1/m.bin"}},
+     {1: {"checkpoints/checkpoint_0"}, 2: {"checkpoints/checkpoint_1"}}),
+    # a staging directory every save reuses, renamed into place
+    ({2: {".tmp", ".tmp/a.pt", "step-2"}, 4: {".tmp", ".tmp/a.pt", "step-4"}}, {2: {"step-2"}, 4: {"step-4"}}),
+    # one file every save rewrites: nothing to count
+    ({2: {"model.pt"}, 4: {"model.pt"}}, {2: set(), 4: set()}),
+])
+def test_a_saves_own_checkpoint_is_found_at_any_depth(created, own):
+    from ckpt_harness.oracle.retention import own_roots
+
+    assert own_roots(created) == own

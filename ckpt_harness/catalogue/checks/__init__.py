@@ -43,6 +43,7 @@ BUILTIN_CHECKS = {
     "overwrite": "ckpt_harness.catalogue.checks.overwrite:CHECK",
     "reshard": "ckpt_harness.catalogue.checks.reshard:CHECK",
     "stall": "ckpt_harness.catalogue.checks.stall:CHECK",
+    "retention": "ckpt_harness.catalogue.checks.retention:CHECK",
 }
 
 
