@@ -102,6 +102,7 @@ class Report:
                 {"case": r.case, "check": r.check, "verdict": r.verdict.value, "summary": r.summary,
                  "details": r.details, "repro": r.repro, "shares_resume_with": r.shares,
                  "timings": r.timings.to_json() if r.timings is not None else None,
+                 "also": [{"check": a.check, "verdict": a.verdict.value, "summary": a.summary} for a in r.also],
                  **({"row": dict(zip(EXPLORE_COLUMNS, r.cells))} if r.cells else {})}
                 for r in self.results
             ],

@@ -158,6 +158,13 @@ class CaseResult:
     #: Where the case's seconds went; None where no clock ran (the golden run's
     #: checks, a case the harness failed before it started).
     timings: Optional[Breakdown] = dataclasses.field(default=None, compare=False)
+    #: The same case judged under other properties, this one being the worst
+    #: (`oracle.judge_fault`): each lands in its own property's matrix cell.
+    also: tuple["CaseResult", ...] = ()
+
+    def judgments(self) -> tuple["CaseResult", ...]:
+        """This judgment and those riding along, one per property."""
+        return (self, *self.also)
 
     def explain(self) -> str:
         block = [f"--- {self.case} / {self.check}: {self.verdict.value.upper()} — {self.summary}"]

@@ -16,7 +16,7 @@ from ckpt_harness.catalogue.matrix import cell
 from ckpt_harness.oracle import PROPERTIES
 from ckpt_harness.progress import Progress
 from ckpt_harness.catalogue.scenario import ScenarioResult, builtin_catalogue, load_file, parse, select
-from ckpt_harness.verdict import Verdict
+from ckpt_harness.verdict import CaseResult, Verdict
 
 NOT_APPLICABLE = Verdict.NA
 
@@ -89,6 +89,40 @@ def test_a_cell_folds_its_scenarios_failure_first():
     assert passed.verdict is Verdict.PASS and "3 cases pass" in passed.reason and passed.repro is None
     assert cell("job", "atomic", [r("n", NOT_APPLICABLE, 0)]).verdict is Verdict.NA
     assert cell("job", "atomic", []).verdict is Verdict.NA
+
+
+def test_a_case_lands_in_the_cell_of_the_property_it_broke():
+    """error-every-phase judges `preserving`: a case whose error reached one rank
+    only, but whose resume found the previous checkpoint, is a `live` failure
+    and a `preserving` pass, and each lands in its own cell (the newcomer's
+    matrix showed `preserving: fail` for a job that preserved every time)."""
+    from ckpt_harness.catalogue.matrix import Matrix, Task
+    from ckpt_harness.catalogue.scenario import summarize
+
+    (errors,) = select(builtin_catalogue(), ["error-every-phase"])
+    (blocked,) = select(builtin_catalogue(), ["final-save-blocked"])
+    preserved = CaseResult("error@r0:save4#1", "preserving", Verdict.PASS, "→ S_prev (step 2)")
+    stuck = CaseResult("error@r0:save4#1", "live", Verdict.FAIL, "→ S_prev (step 2); the error did not reach "
+                       "every rank", repro="repro", also=(preserved,))
+    clean = CaseResult("error@r1:save4#1", "preserving", Verdict.PASS, "→ S_prev (step 2)")
+    found = summarize("job", errors, [stuck, clean])
+    assert found.verdict is Verdict.FAIL and "1 of 2 cases fail (live)" in found.reason
+    assert found.under("preserving").verdict is Verdict.PASS and found.under("preserving").cases == 2
+    assert found.under("live").verdict is Verdict.FAIL and found.under("live").repro == "repro"
+    assert found.under("atomic") is None
+    hangs = summarize("job", blocked, [CaseResult("hang@r0:save6#0", "live", Verdict.PASS, "peers failed")])
+    assert hangs.by_property == () and hangs.under("live") is hangs
+
+    matrix = Matrix(2, ["job"], [found, hangs], [errors, blocked],
+                    plan=[Task("job", "error-every-phase"), Task("job", "final-save-blocked")])
+    cells = {c.property: c for c in matrix.cells()}
+    assert cells["preserving"].verdict is Verdict.PASS, cells["preserving"]
+    assert cells["live"].verdict is Verdict.FAIL and cells["live"].reason.startswith("error-every-phase: 1 of 1")
+    assert cells["live"].scenarios == ("error-every-phase", "final-save-blocked")
+    # and through matrix.json, as --merge and --resume read it back
+    back = [ScenarioResult.from_json(r.to_json()) for r in (found, hangs)]
+    again = Matrix(2, ["job"], back, [errors, blocked], plan=matrix.plan)
+    assert [(c.property, c.verdict) for c in again.cells()] == [(c.property, c.verdict) for c in matrix.cells()]
 
 
 # -- checks against real runs -----------------------------------------------------

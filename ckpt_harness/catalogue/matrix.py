@@ -74,8 +74,9 @@ class Cell:
 
 
 def cell(job: str, prop: str, results: Sequence[ScenarioResult]) -> Cell:
-    """One cell from the scenarios of one property (`verdict.fold`), with the
-    reason of the first scenario behind its verdict."""
+    """One cell from what scenarios found about one property (`verdict.fold`;
+    `ScenarioResult.under`), with the reason of the first scenario behind its
+    verdict."""
     names = tuple(r.scenario for r in results)
     if not results:
         return Cell(job, prop, Verdict.NA, "no scenario of the catalogue judges this property", None, names)
@@ -146,8 +147,9 @@ class Matrix:
             for p in self.properties:
                 planned = [t.scenario for t in self.plan if t.row == job and prop.get(t.scenario) == p]
                 pending = tuple(s for s in planned if (job, s) not in done)
-                if not pending:
-                    out.append(cell(job, p, [done[job, s] for s in planned]))
+                if not pending:  # its own scenarios, and what the row's others found about it
+                    row = [done[job, t.scenario] for t in self.plan if t.row == job and (job, t.scenario) in done]
+                    out.append(cell(job, p, [v for r in row if (v := r.under(p)) is not None]))
                     continue
                 elsewhere = [s for s in pending if Task(job, s) not in mine]
                 why = "another shard runs it" if elsewhere else "the run was stopped first"

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.errors import ConfigError, ScenarioError
+from ckpt_harness.oracle.properties import PROPERTIES
 from ckpt_harness.verdict import CaseResult, Verdict, fold
 
 if sys.version_info >= (3, 11):
@@ -103,6 +104,19 @@ class ScenarioResult:
     elapsed: float = 0.0
     #: The judged cases behind the verdict (none when it was never run: n/a, a harness error).
     results: tuple[CaseResult, ...] = dataclasses.field(default=(), repr=False)
+    #: Its cases folded per property they judged, when that is not only its
+    #: own (error-every-phase judges `preserving`, and `live` where the error
+    #: reached one rank only): what it puts in each matrix cell (`under`).
+    by_property: tuple["ScenarioResult", ...] = ()
+
+    def under(self, prop: str) -> Optional["ScenarioResult"]:
+        """What this scenario says about `prop`, for that property's cell: its
+        cases judged under it, folded; itself (n/a, never run) for its own
+        property when no case judged it; None when it says nothing about it."""
+        part = next((r for r in self.by_property if r.property == prop), None)
+        if part is not None:
+            return part
+        return self if prop == self.property and not self.by_property else None
 
     @property
     def ok(self) -> bool:
@@ -118,15 +132,21 @@ class ScenarioResult:
                       f"{self.scenario} [{self.property}]", dict(settings))
 
     def to_json(self) -> dict[str, Any]:
-        """Every field but its cases' results (the entries of matrix.json's "scenarios")."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "results"} | {
-            "verdict": self.verdict.value}
+        """Every field but its cases' results (the entries of matrix.json's "scenarios"); `by_property`
+        only when it says more than the scenario's own verdict, without the parts' details."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
+               if f.name not in ("results", "by_property")} | {"verdict": self.verdict.value}
+        if self.by_property:
+            out["by_property"] = [{**part.to_json(), "details": ""} for part in self.by_property]
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ScenarioResult":
-        """Back from `to_json`: without its cases' results, which matrix.json does not keep."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"results"}
-        return cls(**{**{k: v for k, v in data.items() if k in names}, "verdict": Verdict(data["verdict"])})
+        """Back from `to_json`: without its cases' results, which matrix.json does not keep. A
+        matrix.json older than `by_property` gives a scenario that speaks for its own property only."""
+        names = {f.name for f in dataclasses.fields(cls)} - {"results", "by_property"}
+        return cls(**{**{k: v for k, v in data.items() if k in names}, "verdict": Verdict(data["verdict"]),
+                      "by_property": tuple(cls.from_json(part) for part in data.get("by_property", ()))})
 
     def explain(self) -> str:
         lines = [f"{self.scenario} [{self.job}] {self.property}: {self.verdict.value.upper()} — {self.reason}"]
@@ -139,15 +159,30 @@ class ScenarioResult:
 
 def summarize(job: str, scenario: Scenario, results: Sequence[CaseResult], unit: str = "cases") -> ScenarioResult:
     """Fold the results of one scenario's cases into its verdict (`verdict.fold`),
-    with a reason that names the first case behind it and counts the rest."""
+    with a reason that names the first case behind it and counts the rest;
+    and per property its cases judged (`ScenarioResult.by_property`) when that
+    is more than its own."""
+    flat = [j for r in results for j in r.judgments()]
+    whole = _fold(job, scenario.name, scenario.property, results, flat, unit)
+    groups: dict[str, list[CaseResult]] = {}
+    for j in flat:
+        groups.setdefault(j.check if j.check in PROPERTIES else scenario.property, []).append(j)
+    if set(groups) - {scenario.property}:
+        parts = tuple(_fold(job, scenario.name, prop, group, group, unit) for prop, group in groups.items())
+        whole = dataclasses.replace(whole, by_property=parts)
+    return whole
+
+
+def _fold(job: str, name: str, prop: str, results: Sequence[CaseResult], flat: Sequence[CaseResult],
+          unit: str) -> ScenarioResult:
     cases = len({r.case for r in results})
-    verdict = fold(r.verdict for r in results) if results else Verdict.UNKNOWN
-    behind = [r for r in results if r.verdict is verdict]
+    verdict = fold(r.verdict for r in flat) if flat else Verdict.UNKNOWN
+    behind = [r for r in flat if r.verdict is verdict]
     first = behind[0] if behind else None
 
     def make(reason: str) -> ScenarioResult:
         shown = [r for r in results if not r.verdict.ok]
-        return ScenarioResult(scenario.name, job, scenario.property, verdict, reason,
+        return ScenarioResult(name, job, prop, verdict, reason,
                               first.repro if first is not None and not verdict.ok else None,
                               "\n\n".join(r.explain() for r in shown), cases, results=tuple(results))
 

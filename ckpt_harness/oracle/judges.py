@@ -22,7 +22,7 @@ from ckpt_harness.errors import HarnessError
 from ckpt_harness.launch import RankStatus
 from ckpt_harness.records import Kind, Run
 from ckpt_harness.state import Record
-from ckpt_harness.verdict import CaseResult, Verdict
+from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict
 
 States = Mapping[int, Record]
 
@@ -131,8 +131,12 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
                 save_returned: bool, detail: str, repro: Optional[str],
                 row: Callable[[Outcome], tuple[str, ...]] = lambda outcome: (),
                 ran: Sequence[Ran] = (), background: Optional[Background] = None) -> CaseResult:
-    """The verdict on one fault case: the property its fault kind judges, or
-    live/faithful when the run around it broke those first.
+    """The verdict on one fault case under each property it judged: the one
+    its fault kind judges, and live or faithful when the runs around it broke
+    those too. The worst leads (the table's row); the others ride along in
+    `CaseResult.also`, so that a matrix cell holds only the cases that broke
+    its own property (an error that reached one rank only is a `live`
+    finding, not a `preserving` one, when the previous checkpoint survived).
 
     `faulted` is the run with the fault armed (None when the directory was
     damaged after the fact); `save_returned` whether save k returned on every
@@ -152,37 +156,49 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
         return _judge_safe_loading(result, resumed, outcome, ran)
     if faulted is not None and not faulted.fired():
         return result(prop, Verdict.UNKNOWN, never_fired(faulted))
+    judged: list[CaseResult] = []
     if faulted is not None and kind in ERRORS:
         stuck = faulted.outcome.stuck_after_failure or (
             faulted.outcome.timed_out and any(r.status is RankStatus.FAILED for r in faulted.ranks))
         problem = health(faulted)
         if stuck:
-            return result("live", Verdict.FAIL,
-                          "the error did not reach every rank: " + (problem.summary if problem else ""),
-                          problem.details if problem else "")
+            judged.append(result("live", Verdict.FAIL,
+                                 "the error did not reach every rank: " + (problem.summary if problem else ""),
+                                 problem.details if problem else ""))
     if kind == "delay" and faulted is not None and not faulted.ok:
         problem = health(faulted)
         return result("skew-safe", Verdict.FAIL, problem.summary if problem else "", problem.details if problem else "")
+    judged += _judge_resume(result, prop, kind, ref, faulted, resumed, outcome, save_returned, background, case)
+    worst = min(range(len(judged)), key=lambda i: PRECEDENCE.index(judged[i].verdict))  # the first on a tie
+    return dataclasses.replace(judged[worst], also=tuple(j for i, j in enumerate(judged) if i != worst))
+
+
+def _judge_resume(result: Callable[..., CaseResult], prop: str, kind: str, ref: Reference, faulted: Optional[Run],
+                  resumed: Run, outcome: Outcome, save_returned: bool, background: Optional[Background],
+                  case: str) -> list[CaseResult]:
+    """What the resume says: live if it hung or failed on some ranks, then
+    `prop` (which checkpoint it resumed), then faithful (how it ended)."""
     if outcome.kind in (OutcomeKind.HANG, OutcomeKind.SOME_ERRORS):
         problem = health(resumed)
-        return result("live", Verdict.FAIL, "", problem.details if problem else "")
+        return [result("live", Verdict.FAIL, "", problem.details if problem else "")]
     if outcome.kind is OutcomeKind.NO_LOAD:
         if resumed.loaded_steps():  # some ranks reported a load and others not
-            return result(prop, Verdict.FAIL, "some ranks never reported their load")
-        return result(prop, Verdict.UNKNOWN)  # no rank did, and nothing it did says where it resumed
+            return [result(prop, Verdict.FAIL, "some ranks never reported their load")]
+        return [result(prop, Verdict.UNKNOWN)]  # no rank did, and nothing it did says where it resumed
     if background is not None and prop in ("atomic", "preserving"):
         if not accepted_background(outcome, background, ref.k):
             why = "expected " + expected_background(background, ref.k)
-            return result(prop, Verdict.FAIL, why + _unsurfaced(kind, faulted))
+            return [result(prop, Verdict.FAIL, why + _unsurfaced(kind, faulted))]
     elif not accepted(prop, outcome, save_returned, ref.prev is not None):
-        return result(prop, Verdict.FAIL, "expected " + expected(prop, save_returned, ref.prev is not None))
+        return [result(prop, Verdict.FAIL, "expected " + expected(prop, save_returned, ref.prev is not None))]
+    judged = [result(prop, Verdict.PASS)]
     if outcome.kind.resumed:
         faithful = judge_finished(case, ref.final, resumed, "final state vs. uninterrupted run")
         faithful = float_noise(faithful, ref.final, resumed.states(Kind.FINAL),
                                loaded_bitwise=resumed.states(Kind.LOADED) is not None)
         if faithful.verdict is not Verdict.PASS:
-            return result("faithful", faithful.verdict, faithful.summary, faithful.details)
-    return result(prop, Verdict.PASS)
+            judged.append(result("faithful", faithful.verdict, faithful.summary, faithful.details))
+    return judged
 
 
 def _judge_safe_loading(result: Callable[..., CaseResult], resumed: Run, outcome: Outcome,
