@@ -247,9 +247,9 @@ def _chosen(args: argparse.Namespace, command: str, config: str):
 TRACE_SETTINGS = ("world_size", "steps", "save_every", "keep_last", "overwrite", "seed", "timeout", "nodes", "save",
                   "nproc_per_node", "nnodes")
 #: The settings of a bench's target (a job at a world size, a script at a layout) that `scenario` takes.
-BENCH_TARGET_SETTINGS = ("world_size", "timeout", "nproc_per_node", "nnodes")
+BENCH_TARGET_SETTINGS = ("world_size", "timeout", "launcher", "nproc_per_node", "nnodes")
 #: The settings of a bench (a job at a world size) that `matrix` takes.
-BENCH_SETTINGS = ("world_size", "timeout", "parallel")
+BENCH_SETTINGS = ("world_size", "timeout", "launcher", "parallel")
 #: The script-mode settings `matrix --script` takes besides --script: one
 #: layout for every row (--max-restarts is refused: a matrix row, like
 #: `explore --script`, runs each resume itself).
@@ -443,6 +443,9 @@ def _matrix_scripts(args: argparse.Namespace) -> list:
     if hasattr(args, "world_size"):
         raise UsageError("--world-size applies to --job rows only: a script's world size is "
                          "--nnodes x --nproc-per-node")
+    if hasattr(args, "launcher"):
+        raise UsageError("--launcher applies to --job rows only: a script runs under torchrun, whose agent ends "
+                         "the group when a worker exits with an error (launcher = elastic)")
     given = {name: getattr(args, name) for name in (*MATRIX_SCRIPT_SETTINGS, "timeout") if hasattr(args, name)}
     return [ScriptConfig(script=script, **given) for script in scripts]
 
@@ -495,7 +498,8 @@ def _scenario(args: argparse.Namespace) -> int:
 
     def as_report(out):
         target = made[0]
-        settings = {"world_size": target.world_size, "timeout": target.timeout, "parallel": parallel}
+        settings = {"world_size": target.world_size, "timeout": target.timeout, "parallel": parallel,
+                    **{k: v for k, v in target.values.items() if k == "launcher"}}
         return getattr(out, "result", out).report(target.world_size, settings)
 
     return _report_or_error(args, produce, progress, as_report)

@@ -30,6 +30,16 @@ from ckpt_harness.launch import MAX_WORLD_SIZE
 DEFAULT_FAULTS = tuple(k.name for k in sorted((k for k in FAULT_KINDS if k.default is not None),
                                               key=lambda k: k.default))
 SAVES = ("first", "second", "last")
+#: How production launches the job (setting "launcher"): "elastic" ends the whole
+#: group when a worker exits with an error, "plain" does not.
+ELASTIC, PLAIN = LAUNCHERS = ("elastic", "plain")
+
+
+def ends_group(values: Mapping[str, Any]) -> bool:
+    """Does a worker that exits with an error end its group, under the
+    launcher these settings name? (A target without the setting, a script
+    under real torchrun, is launched elastically.)"""
+    return values.get("launcher", ELASTIC) == ELASTIC
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +140,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("timeout", float, 60.0, "seconds a group run may take before it counts as hung", positive=True),
     Setting("backend", str, "gloo", "process group backend", choices=("gloo", "nccl")),
     Setting("nodes", int, 1, "simulated nodes sharing the ranks and one file system", low=1),
+    Setting("launcher", str, "elastic", "how the job is launched in production, which decides whether a rank "
+            "whose error ended it, its peers waiting in a collective, is a hang: elastic (torchrun, deepspeed, "
+            "accelerate launch and mp.spawn end the group when a worker exits with an error) or plain (nothing "
+            "ends the peers: srun without --kill-on-bad-exit, a launcher of your own)", choices=LAUNCHERS),
     Setting("save", str, "second", "the save to break: first, second, last or its step number", rule=_save_rule),
     Setting("faults", tuple, DEFAULT_FAULTS, "fault kinds injected at every point of the save", choices=tuple(KINDS)),
     Setting("corruptions", tuple, DEFAULT_CORRUPTIONS, "damage done to each file of the committed save "
@@ -203,6 +217,7 @@ class RunConfig:
     timeout: float = setting("timeout")
     backend: str = setting("backend")
     nodes: int = setting("nodes")
+    launcher: str = setting("launcher")
 
     def __post_init__(self) -> None:
         for name, s in settings_of(type(self)).items():

@@ -65,6 +65,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--ckpt-timeout", type=float, default=timeout.default, metavar="SECONDS",
         help=timeout.describe(),
     )
+    launcher = SETTINGS["launcher"]
+    group.addoption("--ckpt-launcher", default=None, choices=launcher.choices,
+                    help=launcher.describe() + " (marker: launcher=; script mode is judged elastic)")
     group.addoption(
         "--ckpt-world-sizes", default="2", metavar="N[,N...]",
         help="world sizes to run tests using the ckpt fixture at, e.g. 1,2,4 (default 2)",
@@ -251,7 +254,7 @@ def ckpt(request: pytest.FixtureRequest, tmp_path: Path, _ckpt_world_size: Optio
     from ckpt_harness.config import SETTINGS
 
     defaults = {**_script_options(request.config), "timeout": request.config.getoption("--ckpt-timeout"),
-                **_marker_kwargs(request.node)}
+                **_launcher(request.config), **_marker_kwargs(request.node)}
     defaults["world_size"] = _ckpt_world_size or defaults.get("world_size") or SETTINGS["world_size"].default
     return CkptFixture(defaults, tmp_path)
 
@@ -536,9 +539,16 @@ def _job_target(config: pytest.Config, job: str, world_size: int) -> Callable[[]
     def make() -> Any:
         from ckpt_harness import targets
 
-        return targets.job(job, world_size=world_size, timeout=config.getoption("--ckpt-timeout"))
+        return targets.job(job, world_size=world_size, timeout=config.getoption("--ckpt-timeout"),
+                           **_launcher(config))
 
     return make
+
+
+def _launcher(config: pytest.Config) -> dict:
+    """--ckpt-launcher as a setting, if given (a script's runs are judged elastic, and refuse it)."""
+    given = config.getoption("--ckpt-launcher")
+    return {"launcher": given} if given is not None else {}
 
 
 def _names_scenario_files(config: pytest.Config) -> bool:

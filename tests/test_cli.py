@@ -192,7 +192,7 @@ def test_run_and_scenario_write_json_reports(tmp_path):
     assert na.returncode == 0, na.stdout + na.stderr
     data = json.loads((tmp_path / "scenario.json").read_text())
     assert (data["kind"], data["verdict"], data["note"]) == ("scenario", "n/a", "world-size-grow [reshardable]")
-    assert data["settings"] == {"world_size": 2, "timeout": 60.0, "parallel": 2}
+    assert data["settings"] == {"world_size": 2, "timeout": 60.0, "parallel": 2, "launcher": "elastic"}
     (case,) = data["cases"]
     assert case["summary"].startswith("the job defines no full_state(ctx)") and case["summary"] in na.stdout
 
@@ -212,7 +212,8 @@ def test_matrix_fail_on_gates_the_exit_code(tmp_path):
             in gated.stderr)
     data = json.loads((tmp_path / "out" / "matrix.json").read_text())
     assert (data["kind"], data["verdict"], data["world_size"]) == ("matrix", "fail", 2)
-    assert data["settings"] == {"world_size": 2, "timeout": 60.0, "parallel": 2} and data["complete"]
+    assert data["settings"] == {"world_size": 2, "timeout": 60.0, "parallel": 2, "launcher": "elastic"}
+    assert data["complete"]
     # the default: failing cells are findings to document, an incomplete matrix fails
     assert matrix().returncode == 0
 

@@ -49,8 +49,9 @@ def test_reference_checkpointer_passes_every_single_fault(tmp_path):
         ("DeletesPreviousFirst", dict(faults=("eio",), corruptions=()), "preserving", "fresh start"),
         # a deleted file is loaded around, silently
         ("SkipsMissingFile", dict(faults=(), corruptions=("delete",)), "detecting", "partial"),
-        # one rank refuses, its peers wait in a barrier forever
-        ("LoadErrorBlocksPeers", dict(faults=(), corruptions=("delete",)), "live", "error on some ranks"),
+        # one rank refuses, its peers wait in a barrier forever, and nothing launches it that would end them
+        ("LoadErrorBlocksPeers", dict(faults=(), corruptions=("delete",), launcher="plain"), "live",
+         "error on some ranks"),
     ],
 )
 def test_planted_bugs_are_flagged_under_their_property(tmp_path, job, kw, prop, outcome):
@@ -58,6 +59,39 @@ def test_planted_bugs_are_flagged_under_their_property(tmp_path, job, kw, prop, 
     assert (prop, Verdict.FAIL, outcome) in tally(report), report.table()
     failing = next(r for r in report.failures() if r.check == prop)
     assert failing.repro and f"--case {shlex.quote(failing.case)}" in failing.repro
+
+
+def test_a_refusal_that_ends_one_rank_refuses_the_whole_under_an_elastic_launcher(tmp_path):
+    """LoadErrorBlocksPeers under torchrun: the rank that found the damage exits,
+    and the agent ends the peers waiting for it; the job refuses, naming the file."""
+    report = explore("tests.planted.checkpointers:LoadErrorBlocksPeers", world_size=2, workdir=tmp_path, faults=(),
+                     corruptions=("delete",))
+    assert report.ok, report.explain()
+    alone = [r for r in report.results if r.case.endswith(("rank0.pt", "rank1.pt"))]  # read by one rank only
+    assert len(alone) == 2 and all(r.cells[-1] == "refused" for r in alone), report.table()
+    assert all("would be ended by an elastic launcher" in r.summary for r in alone), report.explain()
+
+
+@pytest.mark.parametrize("job, launcher, verdict, words", [
+    ("torch_save", "elastic", Verdict.PASS, "would be ended by an elastic launcher"),
+    ("torch_save", "plain", Verdict.FAIL, "the error did not reach every rank"),
+    ("tests.planted.jobs:RetriesSaveAlone", "elastic", Verdict.FAIL, "caught it and lived on while its peers "
+                                                                      "waited, which no launcher ends"),
+])
+def test_an_error_on_one_rank_is_a_hang_only_where_nothing_ends_the_group(tmp_path, pace, job, launcher, verdict,
+                                                                          words):
+    """torch_save's rank 0 raises out of its save while rank 1 waits in a barrier:
+    torchrun's agent ends the group when rank 0 exits (live holds), a plain
+    launcher leaves rank 1 waiting (live fails). A rank that catches its error
+    and lives on is a hang under any launcher. The case's own property is
+    judged either way: the previous checkpoint survived."""
+    report = explore(job, world_size=2, workdir=tmp_path, faults=("error",), corruptions=(), ops=("mkdir",),
+                     launcher=launcher, after=False, steps=6, timeout=pace(10.0))
+    case = next(r for r in report.results if r.case == "error@r0:save4#1")
+    live = next(j for j in case.judgments() if j.check == "live")
+    assert live.verdict is verdict and words in live.summary, report.explain()
+    assert [(j.check, j.verdict) for j in case.judgments() if j.check == "preserving"] == [
+        ("preserving", Verdict.PASS)], report.explain()
 
 
 def test_rename_without_fsync_is_caught_by_power_loss_only(tmp_path):

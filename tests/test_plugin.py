@@ -113,6 +113,19 @@ def test_ckpt_job_runs_the_builtin_catalogue_against_a_users_job(pytester, impor
     na.stdout.fnmatch_lines(["*n/a: the job defines no full_state(ctx)*"])
 
 
+def test_ckpt_launcher_judges_the_catalogue_as_production_launches_the_job(pytester, importable):
+    """torch_save's rank that raises in its save leaves its peer in a barrier:
+    no hang under torchrun's agent (the default), a live failure under a plain
+    launcher, which nothing ends."""
+    pytester.makepyfile("def test_nothing(): pass")
+    args = ("--ckpt-job=torch_save", "--ckpt-scenarios=error-every-phase", "-p", "no:cacheprovider")
+    pytester.runpytest_inprocess(*args).assert_outcomes(passed=2)
+    plain = pytester.runpytest_inprocess(*args, "--ckpt-launcher=plain")
+    plain.assert_outcomes(passed=1, failed=1)
+    plain.stdout.fnmatch_lines(["*error-every-phase [[]torch_save[]] preserving: FAIL*(live)*",
+                                "*the error did not reach every rank*launcher = plain*"])
+
+
 def test_scenario_files_of_a_users_repo_are_collected_per_scenario(pytester, importable):
     scenarios = pytester.mkdir("scenarios")
     (scenarios / "mine.toml").write_text(

@@ -32,7 +32,7 @@ from ckpt_harness import targets
 from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult
 from ckpt_harness.catalogue.shards import Shard, Task, assign
-from ckpt_harness.config import SETTINGS, RunConfig, ScriptConfig
+from ckpt_harness.config import PLAIN, SETTINGS, RunConfig, ScriptConfig
 from ckpt_harness.errors import UsageError, signal_of
 from ckpt_harness.oracle import PROPERTIES
 from ckpt_harness.progress import Progress
@@ -147,8 +147,9 @@ class Matrix:
             for p in self.properties:
                 planned = [t.scenario for t in self.plan if t.row == job and prop.get(t.scenario) == p]
                 pending = tuple(s for s in planned if (job, s) not in done)
-                if not pending:  # its own scenarios, and what the row's others found about it
+                if not pending:  # its own scenarios first, then failures of it the row's others found
                     row = [done[job, t.scenario] for t in self.plan if t.row == job and (job, t.scenario) in done]
+                    row.sort(key=lambda r: r.property != p)
                     out.append(cell(job, p, [v for r in row if (v := r.under(p)) is not None]))
                     continue
                 elsewhere = [s for s in pending if Task(job, s) not in mine]
@@ -432,6 +433,7 @@ def run_matrix(
     *,
     world_size: int = SETTINGS["world_size"].default,
     timeout: float = SETTINGS["timeout"].default,
+    launcher: str = SETTINGS["launcher"].default,
     parallel: int = SETTINGS["parallel"].default,
     reduce: bool = True,
     scenarios_at_once: int = SCENARIOS_AT_ONCE,
@@ -489,7 +491,8 @@ def run_matrix(
         except Unavailable as exc:  # a framework not installed here: not run, and said why
             skipped[job if isinstance(job, str) else job.__qualname__] = str(exc)
             continue
-        rows.append((targets.of(RunConfig.build(ref, world_size=world_size, timeout=timeout)), ref.display))
+        rows.append((targets.of(RunConfig.build(ref, world_size=world_size, timeout=timeout, launcher=launcher)),
+                     ref.display))
         given.append(ref.display)
     names: list[str] = []
     for i, (_, name) in enumerate(rows):
@@ -519,11 +522,13 @@ def run_matrix(
     wanted = set(mine) - set(finished)
     todo = [task for task, key in zip(tasks, plan) if key in wanted]
     layout = {"nproc_per_node": scripts[0].nproc_per_node, "nnodes": scripts[0].nnodes} if scripts else {}
+    launched = {} if scripts else {"launcher": launcher}  # a script runs under real torchrun
 
     def matrix(stopped_by: Optional[str] = None) -> Matrix:
         return Matrix(world_size, names, [finished[t] for t in plan if t in finished], list(scenarios),
                       before + time.monotonic() - started, versions(), skipped,
-                      settings={"timeout": timeout, "parallel": parallel, **layout}, scripts=commands, job_refs=refs,
+                      settings={"timeout": timeout, "parallel": parallel, **layout, **launched}, scripts=commands,
+                      job_refs=refs,
                       plan=plan, tasks=mine if shard is not None else None, shard=shard, stopped_by=stopped_by)
 
     root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-matrix-"))
@@ -603,6 +608,7 @@ def resume(previous: Matrix, *, workdir: Optional[Path] = None, keep: bool = Fal
     if scripts:
         return run_matrix((), previous.scenarios, parallel=settings["parallel"], workdir=workdir, keep=keep,
                           progress=progress, scripts=scripts, previous=previous)
+    # a matrix.json from before the setting judged every row as launched plainly
     return run_matrix(jobs, previous.scenarios, world_size=previous.world_size, timeout=settings["timeout"],
-                      parallel=settings["parallel"], workdir=workdir, keep=keep, progress=progress,
-                      previous=previous)
+                      launcher=settings.get("launcher", PLAIN), parallel=settings["parallel"], workdir=workdir,
+                      keep=keep, progress=progress, previous=previous)

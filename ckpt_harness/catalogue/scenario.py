@@ -110,13 +110,23 @@ class ScenarioResult:
     by_property: tuple["ScenarioResult", ...] = ()
 
     def under(self, prop: str) -> Optional["ScenarioResult"]:
-        """What this scenario says about `prop`, for that property's cell: its
-        cases judged under it, folded; itself (n/a, never run) for its own
-        property when no case judged it; None when it says nothing about it."""
+        """What this scenario says about `prop`, for that property's cell.
+
+        About its own property: its cases judged under it, folded; when none
+        was (n/a, never run, a golden run that failed), itself, its failure
+        undecided there if another property's (that cell has it). About
+        another property: only a failure of it (a pass there is incidental
+        evidence, which would make a cell whose own scenarios are n/a pass);
+        None when it says nothing."""
         part = next((r for r in self.by_property if r.property == prop), None)
-        if part is not None:
-            return part
-        return self if prop == self.property and not self.by_property else None
+        if prop != self.property:
+            return part if part is not None and part.verdict is Verdict.FAIL else None
+        if part is not None or not self.by_property:
+            return part or self
+        if self.verdict is Verdict.FAIL:
+            return dataclasses.replace(self, verdict=Verdict.UNKNOWN, reason=f"not judged: {self.reason}",
+                                       by_property=())
+        return dataclasses.replace(self, by_property=())
 
     @property
     def ok(self) -> bool:

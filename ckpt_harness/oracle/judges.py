@@ -13,7 +13,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from ckpt_harness.inject.payload import Ran
 from ckpt_harness.oracle import diffs
-from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind, classify_resume
+from ckpt_harness.oracle.outcomes import PEERS_ENDED, Outcome, OutcomeKind, classify_resume, group_ended
 from ckpt_harness.oracle.problems import health, never_fired
 from ckpt_harness import phase
 from ckpt_harness.oracle.properties import (ERRORS, Background, accepted, accepted_background, expected,
@@ -130,7 +130,8 @@ class Reference:
 def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], resumed: Run, *,
                 save_returned: bool, detail: str, repro: Optional[str],
                 row: Callable[[Outcome], tuple[str, ...]] = lambda outcome: (),
-                ran: Sequence[Ran] = (), background: Optional[Background] = None) -> CaseResult:
+                ran: Sequence[Ran] = (), background: Optional[Background] = None,
+                ends_group: bool = True) -> CaseResult:
     """The verdict on one fault case under each property it judged: the one
     its fault kind judges, and live or faithful when the runs around it broke
     those too. The worst leads (the table's row); the others ride along in
@@ -143,9 +144,12 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
     rank there; `row(outcome)` the report's table cells; `ran` the processes
     that ran a payload planted in the checkpoint (safe-loading). `background`,
     for a job that saves in the background, replaces `save_returned` for
-    "atomic" and "preserving" by which save had been published (`Background`)."""
+    "atomic" and "preserving" by which save had been published (`Background`).
+    `ends_group`: production's launcher ends the group when a worker exits
+    with an error (`config.ends_group`), so an error that ended one rank while
+    its peers waited for it is not a hang (`outcomes.group_ended`)."""
     prop = property_for(kind)
-    outcome = classify_resume(resumed, ref.saved, ref.k, ref.prev)
+    outcome = classify_resume(resumed, ref.saved, ref.k, ref.prev, ends_group=ends_group)
     summary = f"{detail} → {outcome}"
 
     def result(check: str, verdict: Verdict, why: str = "", details: str = "") -> CaseResult:
@@ -157,18 +161,31 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
     if faulted is not None and not faulted.fired():
         return result(prop, Verdict.UNKNOWN, never_fired(faulted))
     judged: list[CaseResult] = []
+    alive = ""  # why the faulted run's stuck peers are no hang under this launcher
     if faulted is not None and kind in ERRORS:
         stuck = faulted.outcome.stuck_after_failure or (
             faulted.outcome.timed_out and any(r.status is RankStatus.FAILED for r in faulted.ranks))
         problem = health(faulted)
-        if stuck:
+        if stuck and ends_group and group_ended(faulted):
+            ended = [r.rank for r in faulted.ranks if r.status.ended_badly]
+            alive = f"the error ended rank{'s' * (len(ended) > 1)} {', '.join(map(str, ended))}; {PEERS_ENDED}"
+        elif stuck:
             judged.append(result("live", Verdict.FAIL,
-                                 "the error did not reach every rank: " + (problem.summary if problem else ""),
+                                 "the error did not reach every rank: " + (problem.summary if problem else "")
+                                 + ("" if ends_group else " (launcher = plain: nothing ends the peers of a rank "
+                                                          "that exited)"),
+                                 problem.details if problem else ""))
+        elif faulted.outcome.timed_out:  # no rank ended: the one that got the error lived on, and no launcher sees it
+            judged.append(result("live", Verdict.FAIL,
+                                 "the rank that got the error caught it and lived on while its peers waited, which "
+                                 "no launcher ends: " + (problem.summary if problem else "hang"),
                                  problem.details if problem else ""))
     if kind == "delay" and faulted is not None and not faulted.ok:
         problem = health(faulted)
         return result("skew-safe", Verdict.FAIL, problem.summary if problem else "", problem.details if problem else "")
     judged += _judge_resume(result, prop, kind, ref, faulted, resumed, outcome, save_returned, background, case)
+    if alive:
+        judged.append(result("live", Verdict.PASS, alive))
     worst = min(range(len(judged)), key=lambda i: PRECEDENCE.index(judged[i].verdict))  # the first on a tie
     return dataclasses.replace(judged[worst], also=tuple(j for i, j in enumerate(judged) if i != worst))
 

@@ -53,12 +53,14 @@ class Outcome:
         return f"{text}: {self.detail}" if self.detail else text
 
 
-def classify_resume(resumed: Run, saved: Mapping[int, Mapping[int, Record]], k: int, prev: Optional[int]) -> Outcome:
+def classify_resume(resumed: Run, saved: Mapping[int, Mapping[int, Record]], k: int, prev: Optional[int], *,
+                    ends_group: bool = True) -> Outcome:
     """Name what the resume loaded, comparing each rank's state after load
-    with every state the job ever saved (`saved`: step -> rank -> record)."""
+    with every state the job ever saved (`saved`: step -> rank -> record).
+    `ends_group`: a rank whose error ended it ends its group (`failure_outcome`)."""
     loaded = resumed.states(Kind.LOADED)
     if loaded is None:
-        outcome = failure_outcome(resumed)
+        outcome = failure_outcome(resumed, ends_group=ends_group)
         if outcome.kind is OutcomeKind.NO_LOAD and not resumed.loaded_steps():
             return unreported_outcome(resumed, saved, k, prev)
         return outcome
@@ -99,23 +101,43 @@ def unreported_outcome(resumed: Run, saved: Mapping[int, object], k: int, prev: 
     return Outcome(kind, inferred.step, f"inferred, {silent}")
 
 
-def failure_outcome(run: Run) -> Outcome:
-    """A run that never recorded a load on every rank: refused, hung or half-failed."""
+def failure_outcome(run: Run, *, ends_group: bool = True) -> Outcome:
+    """A run that never recorded a load on every rank: refused, hung or half-failed.
+
+    `ends_group`: the job's launcher ends the group when a worker exits with
+    an error (torchrun's elastic agent, deepspeed's, mp.spawn), so ranks that
+    raised or died while their peers waited in a collective refuse the
+    checkpoint as a whole: the peers would be ended, not left hanging. Without
+    it (`launcher = "plain"`) that is an error on some ranks, a live failure."""
     o = run.outcome
     problem = health(run)
     if o.timed_out and not o.stuck_after_failure:
         return Outcome(OutcomeKind.HANG, None, problem.summary if problem else "")
     errors = [r for r in run.ranks if r.status.ended_badly]
-    if errors and len(errors) == len(run.ranks):
+    if errors and (len(errors) == len(run.ranks) or (ends_group and group_ended(run))):
         # A rank the launcher ended because another failed raised nothing to name.
         own = [r for r in errors if not r.outcome.ended_by_launcher] or errors
         named = all(_names_a_file_or_rank(r) for r in own)
         first = own[0].error
         kind = OutcomeKind.REFUSED if named else OutcomeKind.REFUSED_UNNAMED
-        return Outcome(kind, None, _one(str(first) if first else "died"))
+        peers = "" if len(errors) == len(run.ranks) else f" ({PEERS_ENDED})"
+        return Outcome(kind, None, _one(str(first) if first else "died") + peers)
     if errors:
         return Outcome(OutcomeKind.SOME_ERRORS, None, problem.summary if problem else "")
     return Outcome(OutcomeKind.NO_LOAD, None, "the job never reported its load")
+
+
+#: How an elastic launcher ends a group whose worker exited with an error.
+PEERS_ENDED = ("its peers, waiting for it in a collective, would be ended by an elastic launcher (torchrun's agent "
+               "ends the group when a worker exits with an error; launcher = plain judges them hung)")
+
+
+def group_ended(run: Run) -> bool:
+    """Did every rank that went wrong end (raise out of the job, or die) while
+    the rest waited for it, so that an elastic launcher would end the group?
+    A rank that caught its error and hangs, retries or lingers never ends:
+    no launcher sees it, and the run is a hang under any."""
+    return run.outcome.stuck_after_failure and any(r.status.ended_badly for r in run.ranks)
 
 
 def _same_keys(loaded: Mapping[int, Record], expected: Optional[Mapping[int, Record]]) -> bool:

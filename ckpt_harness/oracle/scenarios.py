@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Mapping, Optional
 
 from ckpt_harness.oracle.judges import Reference, States, judge_finished, judge_same_state
-from ckpt_harness.oracle.outcomes import OutcomeKind, classify_resume, failure_outcome
+from ckpt_harness.oracle.outcomes import OutcomeKind, classify_resume, failure_outcome, group_ended
 from ckpt_harness.oracle.problems import health, never_fired
 from ckpt_harness.launch import RankStatus
 from ckpt_harness.records import Kind, Run
@@ -31,8 +31,11 @@ def _result(case: str, check: str, label: str, repro: Optional[str]):
 # -- overwrite ----------------------------------------------------------------------------
 def judge_overwriting_save(case: str, check: str, run: Run, *, label: str, state: str, flag: bool,
                            earlier_saved: Optional[States], before: Snapshot, after: Snapshot,
-                           committed: Snapshot, tops: list[str], repro: Optional[str]) -> Optional[CaseResult]:
+                           committed: Snapshot, tops: list[str], repro: Optional[str],
+                           ends_group: bool = True) -> Optional[CaseResult]:
     """A save into a directory an earlier run left (`before`, now `after`).
+    `ends_group`: a refusal that ended some ranks while the rest waited for
+    them is a refusal of the whole under an elastic launcher (`failure_outcome`).
 
     Accepted: a refusal on every rank that changed no file (unless overwrite
     was asked of a complete directory: the flag ignored), a resume of a
@@ -52,11 +55,12 @@ def judge_overwriting_save(case: str, check: str, run: Run, *, label: str, state
                                     f"(load() returned {sorted(loaded)})")
     problem = health(run)
     if problem is not None:
-        refused = not run.outcome.timed_out and all(r.status.ended_badly for r in run.ranks)
+        refused = (not run.outcome.timed_out and all(r.status.ended_badly for r in run.ranks)) or (
+            ends_group and group_ended(run))
         if not refused:
             return result(Verdict.FAIL, problem.summary, problem.details)
         changed = [f for f in before if after.get(f) != before[f]]
-        message = failure_outcome(run).detail
+        message = failure_outcome(run, ends_group=ends_group).detail
         if changed:
             return result(Verdict.FAIL, f"refused, but only after changing {few(changed)}: {message}")
         if flag and complete:

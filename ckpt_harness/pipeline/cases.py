@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from ckpt_harness import oracle, phase
+from ckpt_harness.config import ends_group
 from ckpt_harness.errors import UsageError
 from ckpt_harness.inject import corrupt, durability, payload
 from ckpt_harness.inject.faults import BLOCKING, BY_NAME, FAULT_KINDS, Fault, applicable_kinds, parse_plan, plan_label
@@ -183,7 +184,8 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock) 
                   else None)
     result = oracle.judge_fault(case.name, case.kind, baseline.reference, faulted if case.faults else None, resumed,
                                 save_returned=save_returned, detail=detail, repro=baseline.repro(case.name),
-                                 row=case.row, ran=payload.ran(canary), background=background)
+                                 row=case.row, ran=payload.ran(canary), background=background,
+                                 ends_group=ends_group(target.values))
     notes = []
     if derived is not None:
         notes.append("the directory this case leaves is derived from the golden run's trace, cut at this point "

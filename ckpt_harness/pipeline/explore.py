@@ -82,10 +82,11 @@ def run_exploration(target: Target, plan: ExplorePlan, root: Path, only: Optiona
 
 
 def describe(base: Baseline) -> str:
-    """The note of an exploration's report: which save, among which, under which model."""
+    """The note of an exploration's report: which save, among which, under which models."""
     steps = "" if base.target.caps.steps_known else \
         f" (the {base.target.noun} saved at steps {', '.join(map(str, base.target.save_steps() or []))})"
-    return f"save {base.k} broken{steps}; durability model {base.plan.durability}"
+    launcher = base.target.values.get("launcher", "elastic, torchrun's")
+    return f"save {base.k} broken{steps}; durability model {base.plan.durability}; launcher {launcher}"
 
 
 def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,

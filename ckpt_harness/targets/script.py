@@ -34,6 +34,8 @@ JOB_ONLY = {
     "nodes": "simulated nodes are a Job's; a script gets real ones from --nnodes",
     "overwrite": "the harness cannot set a script's overwrite flag",
     "backend": "a script picks its own backend in init_process_group",
+    "launcher": "a script runs under torchrun, whose agent ends the group when a worker exits with an error "
+                "(launcher = elastic)",
 }
 #: What a script cannot do, and why (`Capabilities.lacks`).
 LACKS = {

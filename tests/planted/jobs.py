@@ -387,3 +387,18 @@ class PlainDDPNoRebuild(PlainDDP):
     """The fix the note gives: without a bucket rebuild the resume is bitwise."""
 
     ddp_options = {"find_unused_parameters": True}
+
+
+class RetriesSaveAlone(TorchSaveJob):
+    """Catches an error of its own save and waits for the disk to recover
+    before going on (a "resilient" loop), while its peers wait for it in the
+    save's barrier, never told. No rank exits, so no launcher ends the group:
+    a hang under torchrun as under a plain launcher, unlike the built-in
+    `torch_save`, whose raising rank exits and has its group ended."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        try:
+            super().save(ctx, step)
+        except Exception:  # noqa: BLE001 - the bug
+            while not (ctx.ckpt_dir / "disk-ok").exists():  # an operator's all-clear, never given
+                time.sleep(0.05)

@@ -28,6 +28,7 @@ BAD = {
     "seed": (1.5, ...),
     "timeout": ("60", 0.0),
     "backend": (1, "mpi"),
+    "launcher": (True, "slurm"),
     "nodes": (None, 0),
     "save": (1.5, 0),
     "faults": ("crash", ("crash", "meteor")),

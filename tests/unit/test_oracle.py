@@ -55,8 +55,6 @@ def expect(result, check, verdict, words=""):
     P(run(rank(0).collective("barrier", 3).hung(), rank(1).hung(), timed_out=True), O.HANG, None,
       "waiting in barrier #3", id="hang"),
     P(run(rank(0).failed(), rank(1).loaded(K)), O.SOME_ERRORS, None, "rank 0 raised RuntimeError", id="one-raised"),
-    P(run(rank(0).failed(), rank(1).hung(), timed_out=True, stuck=True), O.SOME_ERRORS, None, "peers stuck",
-      id="peer-stuck-after-failure"),
     P(both(lambda b: b), O.NO_LOAD, None, "never reported", id="no-load"),
     P(both(lambda b: b.saved(2).final()), O.FRESH, None, "first save was step 2: it never resumed",
       id="unreported-fresh-start"),
@@ -68,6 +66,18 @@ def test_classify_resume(resume, kind, step, words):
     outcome = classify_resume(resume, saved(), K, PREV)
     assert (outcome.kind, outcome.step) == (kind, step), str(outcome)
     assert words in outcome.detail
+
+
+def test_a_rank_that_raised_while_its_peers_waited_refuses_the_whole_under_an_elastic_launcher():
+    """torchrun's agent ends the group when rank 0 exits: its error is the job's
+    refusal. A plain launcher leaves rank 1 waiting: an error on some ranks."""
+    stuck = run(rank(0).failed(message="missing rank0.pt"), rank(1).hung(), timed_out=True, stuck=True)
+    plain = classify_resume(stuck, saved(), K, PREV, ends_group=False)
+    assert plain.kind is O.SOME_ERRORS and "peers stuck" in plain.detail
+    elastic = classify_resume(stuck, saved(), K, PREV)
+    assert elastic.kind is O.REFUSED and "would be ended by an elastic launcher" in elastic.detail, elastic
+    hung = run(rank(0).collective("barrier", 3).hung(), rank(1).hung(), timed_out=True)
+    assert classify_resume(hung, saved(), K, PREV).kind is O.HANG  # no rank ended: a hang under any launcher
 
 
 @pytest.mark.parametrize("outcome, text", [(Outcome(O.S_K, 6), "S_k (step 6)"), (Outcome(O.FRESH), "fresh start"),
@@ -150,7 +160,7 @@ DELAY_DIED = run(rank(0).fault("delay").crashed(), rank(1))
     P("bit-flip", None, REFUSED, True, R, "detecting", V.PASS, "refused", id="corrupt-refused"),
     P("bit-flip", None, GARBAGE, True, R, "detecting", V.FAIL, "garbage", id="corrupt-loaded-silently"),
     P("crash", faulted(fired=False), resumed(K), False, R, "atomic", V.UNKNOWN, "never fired", id="never-fired"),
-    P("eio", EIO_STUCK, resumed(PREV), False, R, "live", V.FAIL, "did not reach every rank", id="eio-peer-stuck"),
+    P("eio", EIO_STUCK, resumed(PREV), False, R, "preserving", V.PASS, "S_prev", id="eio-peer-stuck-ended"),
     P("eio", EIO_RAISED, resumed(PREV), False, R, "preserving", V.PASS, "S_prev", id="eio-every-rank-raised"),
     P("crash", faulted(), HANG, False, R, "live", V.FAIL, "waiting in barrier #2", id="resume-hangs"),
     P("crash", faulted(), ONE_RAISED, False, R, "live", V.FAIL, "raised RuntimeError in load", id="resume-one-raised"),
@@ -164,6 +174,20 @@ def test_judge_fault(kind, fault_run, resume, save_returned, ref, check, verdict
     expect(result, check, verdict, words)
     assert result.summary.startswith("at #3 → ")
     assert result.cells == (classify_resume(resume, ref.saved, ref.k, ref.prev).kind.value,)
+
+
+def test_an_error_whose_peers_waited_is_live_only_where_nothing_ends_the_group():
+    """The same case under both launchers: its own property judged either way,
+    and `live` failing only where a plain launcher leaves the peers waiting."""
+    def judge(ends_group):
+        return judge_fault("case", "eio", R, EIO_STUCK, resumed(PREV), save_returned=False, detail="at #3",
+                           repro="REPRO", ends_group=ends_group)
+
+    plain, elastic = judge(False), judge(True)
+    assert [(j.check, j.verdict) for j in plain.judgments()] == [("live", V.FAIL), ("preserving", V.PASS)]
+    assert "did not reach every rank" in plain.summary and "launcher = plain" in plain.summary
+    assert [(j.check, j.verdict) for j in elastic.judgments()] == [("preserving", V.PASS), ("live", V.PASS)]
+    assert "would be ended by an elastic launcher" in elastic.also[0].summary
 
 
 # -- runs: live, loads, states -------------------------------------------------------------------

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness import oracle, phase
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
-from ckpt_harness.config import Setting
+from ckpt_harness.config import Setting, ends_group
 from ckpt_harness.records import CaseClock, Kind
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
@@ -141,7 +141,8 @@ def _overwrite(bench, scenario, base, earlier: Earlier, template: Path, flag: bo
                                                   failure_grace=PROPAGATION), ckpt, case_dir / "run"), broken=base.k)
     decided = oracle.judge_overwriting_save(
         case, scenario.property, run, label=label, state=state, flag=flag, earlier_saved=earlier.saved,
-        before=before, after=_snapshot(ckpt), committed=_snapshot(base.committed), tops=earlier.tops, repro=repro)
+        before=before, after=_snapshot(ckpt), committed=_snapshot(base.committed), tops=earlier.tops, repro=repro,
+        ends_group=ends_group(target.values))
     if decided is not None:
         return decided
     resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False, failure_grace=PROPAGATION),
