@@ -241,6 +241,19 @@ def test_work_after_the_last_save_is_delayed_and_crashed_too(tmp_path, job, ok):
         assert "FileNotFoundError" in failed.summary
 
 
+def test_a_delay_is_judged_against_the_same_run_without_it(tmp_path):
+    """KeepsOnlyTheBestAtEnd deletes its newest checkpoint at the end by design,
+    so a resume of what its run leaves starts from the best (step 2, S_prev),
+    delayed or not: every delay case passes, the end-of-training ones judged
+    against that, not against S_k. (Its racing twin is flagged above.)"""
+    report = explore("tests.planted.jobs:KeepsOnlyTheBestAtEnd", world_size=2, workdir=tmp_path, faults=("delay",),
+                     corruptions=(), save="last", ops=("rename", "rmtree"))
+    assert report.ok, report.explain()
+    at_end = [r for r in report.results if ":after_save4#" in r.case]
+    assert at_end and all(r.cells[-1] == "S_prev" for r in at_end), report.table()
+    assert any(r.cells[-1] == "S_k" for r in report.results if ":save4#" in r.case), report.table()
+
+
 def test_power_loss_says_which_fsync_was_missing(tmp_path):
     report = explore("tests.planted.checkpointers:RenameWithoutFsync", world_size=2, workdir=tmp_path,
                      faults=("power-loss",), corruptions=(),

@@ -131,7 +131,7 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
                 save_returned: bool, detail: str, repro: Optional[str],
                 row: Callable[[Outcome], tuple[str, ...]] = lambda outcome: (),
                 ran: Sequence[Ran] = (), background: Optional[Background] = None,
-                ends_group: bool = True) -> CaseResult:
+                ends_group: bool = True, undelayed: Optional[Outcome] = None) -> CaseResult:
     """The verdict on one fault case under each property it judged: the one
     its fault kind judges, and live or faithful when the runs around it broke
     those too. The worst leads (the table's row); the others ride along in
@@ -147,7 +147,10 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
     "atomic" and "preserving" by which save had been published (`Background`).
     `ends_group`: production's launcher ends the group when a worker exits
     with an error (`config.ends_group`), so an error that ended one rank while
-    its peers waited for it is not a hang (`outcomes.group_ended`)."""
+    its peers waited for it is not a hang (`outcomes.group_ended`).
+    `undelayed`: for a case that only delays, how the same run without the
+    delay resumed; the case must resume alike (a delay alone changes nothing),
+    whatever that is. Without it, S_k."""
     prop = property_for(kind)
     outcome = classify_resume(resumed, ref.saved, ref.k, ref.prev, ends_group=ends_group)
     summary = f"{detail} → {outcome}"
@@ -183,7 +186,8 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
     if kind == "delay" and faulted is not None and not faulted.ok:
         problem = health(faulted)
         return result("skew-safe", Verdict.FAIL, problem.summary if problem else "", problem.details if problem else "")
-    judged += _judge_resume(result, prop, kind, ref, faulted, resumed, outcome, save_returned, background, case)
+    judged += _judge_resume(result, prop, kind, ref, faulted, resumed, outcome, save_returned, background, case,
+                            undelayed)
     if alive:
         judged.append(result("live", Verdict.PASS, alive))
     worst = min(range(len(judged)), key=lambda i: PRECEDENCE.index(judged[i].verdict))  # the first on a tie
@@ -192,7 +196,7 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
 
 def _judge_resume(result: Callable[..., CaseResult], prop: str, kind: str, ref: Reference, faulted: Optional[Run],
                   resumed: Run, outcome: Outcome, save_returned: bool, background: Optional[Background],
-                  case: str) -> list[CaseResult]:
+                  case: str, undelayed: Optional[Outcome] = None) -> list[CaseResult]:
     """What the resume says: live if it hung or failed on some ranks, then
     `prop` (which checkpoint it resumed), then faithful (how it ended)."""
     if outcome.kind in (OutcomeKind.HANG, OutcomeKind.SOME_ERRORS):
@@ -202,7 +206,10 @@ def _judge_resume(result: Callable[..., CaseResult], prop: str, kind: str, ref: 
         if resumed.loaded_steps():  # some ranks reported a load and others not
             return [result(prop, Verdict.FAIL, "some ranks never reported their load")]
         return [result(prop, Verdict.UNKNOWN)]  # no rank did, and nothing it did says where it resumed
-    if background is not None and prop in ("atomic", "preserving"):
+    if undelayed is not None and prop == "skew-safe":
+        if (outcome.kind, outcome.step) != (undelayed.kind, undelayed.step):
+            return [result(prop, Verdict.FAIL, f"expected what the run resumed without the delay: {undelayed}")]
+    elif background is not None and prop in ("atomic", "preserving"):
         if not accepted_background(outcome, background, ref.k):
             why = "expected " + expected_background(background, ref.k)
             return [result(prop, Verdict.FAIL, why + _unsurfaced(kind, faulted))]

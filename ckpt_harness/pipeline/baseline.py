@@ -151,6 +151,9 @@ class Baseline:
     replay_gap: str = ""
     #: The resume of each post-fault directory state, shared by its cases.
     resumes: Resumes = dataclasses.field(default_factory=Resumes, compare=False, repr=False)
+    #: What the run a delay case delays ends as without the delay, per where it
+    #: stops (`cases.undelayed`), made once for all its cases.
+    undelayed: Resumes = dataclasses.field(default_factory=Resumes, compare=False, repr=False)
 
     @property
     def k(self) -> int:

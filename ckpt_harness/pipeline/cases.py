@@ -55,6 +55,11 @@ class Case:
         chosen = tuple(where[(f.rank, f.phase, f.index)] for f in faults if (f.rank, f.phase, f.index) in where)
         return cls(plan_label(faults), dominant(faults), chosen, faults)
 
+    @property
+    def delays_only(self) -> bool:
+        """Its faults only delay: it must end as the same run without them."""
+        return bool(self.faults) and all(f.kind == "delay" for f in self.faults)
+
     def describe(self) -> str:
         if self.path is not None:
             return self.path
@@ -177,6 +182,7 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock) 
             save_returned = faulted.saved_steps()[-1:] == [baseline.k]
         detail = case.describe()
     resumed, shares = _resume(baseline, case, ckpt, case_dir / "resume", clock)
+    undelayed = _undelayed(baseline, case) if faulted is not None and case.delays_only else None
     clock.judging()
     # Only a target that says when a background save was published may have an unpublished one taken back.
     background = (oracle.Background(faulted.published_step())
@@ -185,7 +191,7 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock) 
     result = oracle.judge_fault(case.name, case.kind, baseline.reference, faulted if case.faults else None, resumed,
                                 save_returned=save_returned, detail=detail, repro=baseline.repro(case.name),
                                  row=case.row, ran=payload.ran(canary), background=background,
-                                 ends_group=ends_group(target.values))
+                                 ends_group=ends_group(target.values), undelayed=undelayed)
     notes = []
     if derived is not None:
         notes.append("the directory this case leaves is derived from the golden run's trace, cut at this point "
@@ -305,6 +311,36 @@ def _resume(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path, clock: Ca
     return baseline.resumes.resume(DirState.of(ckpt), case.name, resume)
 
 
+def _undelayed(baseline: Baseline, case: Case) -> Optional[oracle.Outcome]:
+    """How the run a delay case delays resumes without the delay: the same
+    stop, no fault, and the resume of what it left (shared with any case that
+    left the same directory). A delay alone must change nothing, so that, not
+    S_k, is what the case must end as: a job that deletes its newest
+    checkpoint at the end by design (the Trainer's non-best one) leaves no
+    S_k either way. None if the undelayed run itself failed. Its seconds are
+    the harness's part of the case that makes it."""
+    stop = _stop(baseline, case)
+
+    def make() -> Optional[oracle.Outcome]:
+        root = fresh_dir(baseline.root / "undelayed", f"stop{stop}" if stop is not None else "end")
+        run = baseline.target.run(RunRequest("undelayed run", stop_after_save=stop, trace_files=False,
+                                             failure_grace=PROPAGATION), root / "ckpt", root / "run")
+        if not run.ok:
+            return None
+        resumed, _ = _resume(baseline, case, root / "ckpt", root / "resume", CaseClock())  # timed apart
+        ref, values = baseline.reference, baseline.target.values
+        return oracle.classify_resume(resumed, ref.saved, ref.k, ref.prev, ends_group=ends_group(values))
+
+    found, _ = baseline.undelayed.resume(stop, case.name, make)
+    return found
+
+
+def _stop(baseline: Baseline, case: Case) -> Optional[int]:
+    """Where a faulted run stops: right after save k, or at the end for a
+    fault after save k (in the end of the run: it must go on past it)."""
+    return baseline.k if all(phase.foreground(f.phase) == baseline.phase for f in case.faults) else None
+
+
 def _explain_power_loss(result: CaseResult, lost: Optional[durability.PowerLoss], mode: str) -> CaseResult:
     """Say why the power loss dropped what it dropped: the resume's outcome
     alone ("refused", "S_prev") does not tell which fsync was missing."""
@@ -323,8 +359,7 @@ def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path,
     kinds = {f.kind for f in case.faults} | {case.kind}
     power = bool(kinds & {"power-loss", POWER_LOSS_AFTER})
     blocked_grace = plan.hang_timeout if kinds & BLOCKING.keys() else None
-    # A fault after save k (in the end of the run) needs the run to go on past it.
-    stop = baseline.k if all(phase.foreground(f.phase) == baseline.phase for f in case.faults) else None
+    stop = _stop(baseline, case)
     run = clock.run(lambda: baseline.target.run(
         RunRequest("faulted run", stop_after_save=stop, faults=case.faults, log_data=power,
                    blocked_grace=blocked_grace, failure_grace=PROPAGATION), ckpt, run_dir), broken=baseline.k)

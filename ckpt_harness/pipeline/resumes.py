@@ -27,9 +27,9 @@ import stat
 import threading
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Hashable, Optional, TypeVar
 
-from ckpt_harness.records import Run
+T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,13 +66,14 @@ class DirState:
 
 class Resumes:
     """The resume of each distinct state, run once; thread-safe, shared by
-    every case and scenario of one baseline."""
+    every case and scenario of one baseline. (Keyed by any value: the
+    undelayed runs of delay cases are made once per stop the same way.)"""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._runs: dict[DirState, tuple[str, Future]] = {}
+        self._runs: dict[Hashable, tuple[str, Future]] = {}
 
-    def resume(self, state: DirState, case: str, run: Callable[[], Run]) -> tuple[Run, Optional[str]]:
+    def resume(self, state: Hashable, case: str, run: Callable[[], T]) -> tuple[T, Optional[str]]:
         """The resume of `state`, and the case whose run it is when that is
         not `case` (it ran, or runs, the resume; this call waits for it)."""
         with self._lock:

@@ -402,3 +402,19 @@ class RetriesSaveAlone(TorchSaveJob):
         except Exception:  # noqa: BLE001 - the bug
             while not (ctx.ckpt_dir / "disk-ok").exists():  # an operator's all-clear, never given
                 time.sleep(0.05)
+
+
+class KeepsOnlyTheBestAtEnd(MainRankDeletesOldCheckpoints):
+    """`load_best_model_at_end` with `save_total_limit=1` (transformers' fixed
+    release): at the end the main process keeps only the best checkpoint, by
+    design the first, points `latest` back at it and deletes the rest, the
+    newest too, on purpose. A resume of what any run leaves starts from the
+    best; a delay changes nothing of that, so every delay case must pass."""
+
+    def delete_old_checkpoints(self, ctx: RankContext) -> None:
+        if ctx.rank == 0:
+            best, *rest = sorted(ctx.ckpt_dir.glob("step_*"))
+            atomic_write_text(ctx.ckpt_dir / LATEST, best.name + "\n")
+            for path in rest:
+                shutil.rmtree(path)
+        dist.barrier()

@@ -176,6 +176,20 @@ def test_judge_fault(kind, fault_run, resume, save_returned, ref, check, verdict
     assert result.cells == (classify_resume(resume, ref.saved, ref.k, ref.prev).kind.value,)
 
 
+def test_a_delay_must_resume_as_the_run_without_it_did():
+    """Not S_k: what the undelayed run's resume gave (a job may delete its newest
+    checkpoint by design); only a difference is the delay's doing."""
+    def judge(resume, undelayed):
+        return judge_fault("case", "delay", R, faulted(), resume, save_returned=True, detail="at #3", repro="REPRO",
+                           undelayed=undelayed)
+
+    assert judge(resumed(PREV), Outcome(O.S_PREV, PREV)).verdict is V.PASS
+    changed = judge(resumed(K), Outcome(O.S_PREV, PREV))
+    assert (changed.check, changed.verdict) == ("skew-safe", V.FAIL)
+    assert "expected what the run resumed without the delay: S_prev (step 4)" in changed.summary, changed.summary
+    assert judge(resumed(PREV), None).verdict is V.FAIL  # no undelayed run to go by: S_k
+
+
 def test_an_error_whose_peers_waited_is_live_only_where_nothing_ends_the_group():
     """The same case under both launchers: its own property judged either way,
     and `live` failing only where a plain launcher leaves the peers waiting."""
