@@ -140,6 +140,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="only this case (golden, resume@K; restart@K with --max-restarts); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     _json_option(run)
+    _baseline_options(run, write=True, cases=True)
     run.set_defaults(command=_run)
 
     explore = sub.add_parser("explore", help="break one save at every point with every fault kind; judge each resume "
@@ -149,6 +150,7 @@ def _parser() -> argparse.ArgumentParser:
     explore.add_argument("--workdir", type=Path, help="keep every run's checkpoints, traces and logs here")
     explore.add_argument("--quiet", action="store_true", help="no progress lines")
     _json_option(explore)
+    _baseline_options(explore, write=True, cases=True)
     explore.set_defaults(command=_explore)
 
     trace = sub.add_parser("trace", help="record a clean run and print the operations of one save per rank")
@@ -506,11 +508,18 @@ def _scenario(args: argparse.Namespace) -> int:
 
 
 # -- regression gating (ckpt_harness.catalogue.expectations) ----------------------------------------
-def _baseline_options(p: argparse.ArgumentParser, write: bool = False) -> None:
-    p.add_argument("--baseline", type=Path, metavar="FILE",
-                   help="a previous matrix.json or an expectations .toml: the failures it expects are shown as "
-                        "expected and do not fail the command; a new or worse one does (exit 1, 3 or 4 as its "
-                        "verdict)" + (", whatever --fail-on says" if write else ""))
+def _baseline_options(p: argparse.ArgumentParser, write: bool = False, cases: bool = False) -> None:
+    """`cases`: the command's baseline names cases (run, explore), not scenarios."""
+    if cases:
+        p.add_argument("--baseline", type=Path, metavar="FILE",
+                       help="an expectations .toml whose entries name cases (case = \"delay@r0:after_save6#*\", "
+                            "patterns allowed): the failures it expects are shown as expected and do not fail the "
+                            "command; a new or worse one does (exit 1, 3 or 4 as its verdict)")
+    else:
+        p.add_argument("--baseline", type=Path, metavar="FILE",
+                       help="a previous matrix.json or an expectations .toml: the failures it expects are shown as "
+                            "expected and do not fail the command; a new or worse one does (exit 1, 3 or 4 as its "
+                            "verdict)" + (", whatever --fail-on says" if write else ""))
     if write:
         p.add_argument("--write-baseline", type=Path, metavar="FILE",
                        help="write an expectations .toml expecting every failure of this run (to start a baseline)")
@@ -543,6 +552,28 @@ def _gate_matrix(args: argparse.Namespace, matrix, baseline, catalogue) -> Optio
     return exit_code(gating.verdict)
 
 
+def _gate_cases(args: argparse.Namespace, report, baseline) -> Optional[int]:
+    """`_gate_matrix` for the cases of a run or explore report."""
+    from ckpt_harness.catalogue.expectations import CASE, case_verdicts, expectations_toml
+
+    cases = case_verdicts(report.job, report.results)
+    if args.write_baseline:
+        command = "run" if report.kind == "verify" else report.kind
+        note = f"from `ckpt-harness {command}` at world size {report.world_size}"
+        args.write_baseline.parent.mkdir(parents=True, exist_ok=True)
+        args.write_baseline.write_text(expectations_toml(cases, note, keep=baseline, key=CASE))
+        failures = sum(not c.verdict.ok for c in cases)
+        print(f"wrote {args.write_baseline}: {failures} expected failure{'s' * (failures != 1)}; "
+              "replace each reason with why it is known")
+    if baseline is None:
+        return None
+    # a run narrowed by --case says nothing of the entries about other cases
+    narrowed = [e.scenario for e in baseline.expectations] if args.case else ()
+    gating = baseline.gate(cases, jobs=[report.job], scenarios=[c.scenario for c in cases], catalogue=narrowed)
+    print(gating.explain())
+    return exit_code(gating.verdict)
+
+
 def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
@@ -564,7 +595,7 @@ def _explore(args: argparse.Namespace) -> int:
         target.warm(plan.parallel)
         return run_exploration(target, plan, workdir, args.case, progress)
 
-    return _report_or_error(args, produce, progress)
+    return _report_or_error(args, produce, progress, gate_cases=True)
 
 
 def _trace(args: argparse.Namespace) -> int:
@@ -622,19 +653,26 @@ def _run(args: argparse.Namespace) -> int:
         target.warm(1)
         return run_verification(target, workdir, args.case)
 
-    return _report_or_error(args, produce)
+    return _report_or_error(args, produce, gate_cases=True)
 
 
-def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report=lambda report: report) -> int:
+def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report=lambda report: report,
+                     gate_cases: bool = False) -> int:
     """Run `produce(workdir)`, print its report (or scenario result) and write
     it as JSON if asked (`as_report` makes a `Report` of it); bad input exits
-    2, findings 1."""
+    2, findings 1. `gate_cases`: judge the report's cases against --baseline
+    and write --write-baseline (run, explore)."""
     from ckpt_harness.pipeline.workdir import prepare_workdir
 
-    try:  # a workdir or output path that cannot be used is refused before anything starts
+    baseline = None
+    try:  # a workdir, output path or baseline that cannot be used is refused before anything starts
         workdir = prepare_workdir(args.workdir)
         if args.json is not None:
             _check_writable(args.json)
+        if gate_cases:
+            baseline = _load_baseline(args)
+            if args.write_baseline:
+                _check_writable(args.write_baseline)
     except UsageError as exc:
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -660,6 +698,9 @@ def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report
     if args.json is not None:
         _write_json(args.json, as_report(report).to_json())
     code = exit_code(report.verdict)
+    if gate_cases:
+        gated = _gate_cases(args, report, baseline)
+        code = code if gated is None else gated
     if code == EXIT_OK:
         _discard(args, workdir)
         return code

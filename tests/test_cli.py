@@ -275,6 +275,37 @@ def test_matrix_with_a_baseline_fails_only_on_a_new_failure(tmp_path):
     assert "(out/matrix.json: scenarios[1])" in one.stdout and "no new failure, 1 expected" in one.stdout
 
 
+def test_run_and_explore_are_gated_case_by_case_against_a_baseline(tmp_path):
+    """A framework's known quirk (here: every rank deleting old checkpoints at the
+    end, caught when rank 0 is late) written once as expected; a new failure still
+    fails. Cases are named as repro lines name them, patterns allowed."""
+    env = {"PYTHONPATH": str(ROOT)}
+    explore = ("explore", "--job", "tests.planted.jobs:EveryRankDeletesOldCheckpoints", "--faults", "crash,delay",
+               "--ops", "rmtree", "--corruptions", "", "--quiet")
+    first = cli(*explore, "--write-baseline", "expect.toml", cwd=tmp_path, env_extra=env)
+    assert first.returncode == 1, first.stdout + first.stderr
+    written = (tmp_path / "expect.toml").read_text()
+    assert 'case = "delay@r0:after_save4#0"\nverdict = "fail"\nreason = "skew-safe: delay at rank 0' in written
+    known = cli(*explore, "--baseline", "expect.toml", cwd=tmp_path, env_extra=env)
+    assert known.returncode == 0, known.stdout + known.stderr
+    assert "expected tests.planted.jobs:EveryRankDeletesOldCheckpoints · delay@r0:after_save4#0: fail" in known.stdout
+    assert "no new failure, 1 expected, 0 fixed, 0 stale" in known.stdout
+
+    (tmp_path / "other.toml").write_text('[[expect]]\njob = "tests.planted.*"\ncase = "crash@*"\n'
+                                         'verdict = "fail"\nreason = "issue #9"\n')
+    new = cli(*explore, "--baseline", "other.toml", cwd=tmp_path, env_extra=env)
+    assert new.returncode == 1, new.stdout + new.stderr
+    assert "NEW      tests.planted.jobs:EveryRankDeletesOldCheckpoints · delay@r0:after_save4#0: fail" in new.stdout
+    assert ("fixed    tests.planted.jobs:EveryRankDeletesOldCheckpoints · crash@r0:after_save4#0: pass, the "
+            "baseline expects fail (other.toml:1)") in new.stdout  # the crash case passes: the entry is out of date
+    assert "1 new failure, 0 expected, 1 fixed, 0 stale" in new.stdout
+
+    (tmp_path / "both.toml").write_text('[[expect]]\njob = "x"\ncase = "c"\nscenario = "s"\n'
+                                        'verdict = "fail"\nreason = "r"\n')
+    bad = cli("run", "--job", "torch_save", "--baseline", "both.toml", cwd=tmp_path, env_extra=env)
+    assert bad.returncode == 2 and "give scenario (matrix, scenario) or case (run, explore), not both" in bad.stderr
+
+
 @pytest.mark.parametrize("command", [["matrix"], ["scenario", "crash-every-phase", "--job", "dcp"]])
 def test_a_bad_baseline_exits_2_before_anything_runs(tmp_path, command):
     (tmp_path / "expect.toml").write_text('[[expect]]\njob = "dcp"\nscenario = "x"\nverdict = "failed"\nreason = "r"\n')

@@ -20,6 +20,10 @@ user's repo:
     verdict = "fail"                     # pass, fail, unknown, error or n/a
     reason = "metadata not fsynced before the rename, pytorch#NNN"
 
+`run` and `explore` are gated case by case: their entries name a `case`
+(as repro lines do, patterns allowed: `delay@r0:after_save6#*`) instead of
+a scenario, and a case's verdict is the fold of its checks (`case_verdicts`).
+
 The first entry that matches a result decides it. Torch-free: the CLI and
 the pytest plugin load a baseline before anything runs.
 """
@@ -44,6 +48,8 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 _KEYS = ("job", "scenario", "verdict", "reason")
+#: What an entry may name instead of a scenario: a case of `run` or `explore`.
+CASE = "case"
 _HEADER = re.compile(r"^[ \t]*\[\[[ \t]*expect[ \t]*\]\]", re.MULTILINE)
 
 
@@ -59,12 +65,39 @@ class Expectation:
     reason: str
     #: Where it was written ("ckpt-expect.toml:12"), for messages that say what to edit.
     where: str = ""
+    #: What `scenario` names: "scenario", or "case" (a case of `run` or `explore`).
+    key: str = "scenario"
 
     def matches(self, job: str, scenario: str) -> bool:
         return fnmatch.fnmatchcase(job, self.job) and fnmatch.fnmatchcase(scenario, self.scenario)
 
     def describe(self) -> str:
-        return f'job="{self.job}" scenario="{self.scenario}" verdict="{self.verdict.value}"'
+        return f'job="{self.job}" {self.key}="{self.scenario}" verdict="{self.verdict.value}"'
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseVerdict:
+    """One case of a `run` or `explore` report, as a baseline gates it: its
+    name in the place of a scenario's."""
+
+    job: str
+    scenario: str
+    verdict: Verdict
+    reason: str
+
+
+def case_verdicts(job: str, results: Iterable) -> list[CaseVerdict]:
+    """The cases of a report's `results` (`CaseResult`s), each the fold of its
+    checks, with the summary of its first worst one."""
+    by_case: dict[str, list] = {}
+    for r in results:
+        by_case.setdefault(r.case, []).append(r)
+    out = []
+    for case, found in by_case.items():
+        verdict = fold(r.verdict for r in found)
+        first = next(r for r in found if r.verdict is verdict)
+        out.append(CaseVerdict(job, case, verdict, f"{first.check}: {first.summary}"))
+    return out
 
 
 class Outcome(str, enum.Enum):
@@ -273,20 +306,27 @@ def from_matrix_json(text: str, source: str = "<matrix.json>") -> Expectations:
 def _entry(entry: object, where: str, need_reason: bool) -> Expectation:
     if not isinstance(entry, dict):
         raise BaselineError(f"{where}: an expectation must be a table with job, scenario, verdict and reason")
+    key = "scenario"
     if need_reason:
-        unknown = sorted(set(entry) - set(_KEYS))
+        unknown = sorted(set(entry) - set(_KEYS) - {CASE})
         if unknown:
-            raise BaselineError(f"{where}: unknown key {unknown[0]!r}; an expectation takes {', '.join(_KEYS)}")
-    for key in _KEYS if need_reason else _KEYS[:3]:
-        if not isinstance(entry.get(key), str) or not entry[key].strip():
-            raise BaselineError(f'{where}: set {key} = "..."' + (" (why the verdict is known, e.g. an issue link)"
-                                                                 if key == "reason" else ""))
+            raise BaselineError(f"{where}: unknown key {unknown[0]!r}; an expectation takes {', '.join(_KEYS)} "
+                                f"(or {CASE} instead of scenario, for run and explore)")
+        if CASE in entry:
+            if "scenario" in entry:
+                raise BaselineError(f"{where}: give scenario (matrix, scenario) or case (run, explore), not both")
+            entry, key = {**entry, "scenario": entry[CASE]}, CASE
+    for name in _KEYS if need_reason else _KEYS[:3]:
+        if not isinstance(entry.get(name), str) or not entry[name].strip():
+            shown = key if name == "scenario" else name
+            raise BaselineError(f'{where}: set {shown} = "..."' + (" (why the verdict is known, e.g. an issue link)"
+                                                                   if name == "reason" else ""))
     try:
         verdict = Verdict(entry["verdict"])
     except ValueError:
         raise BaselineError(f"{where}: verdict {entry['verdict']!r} is not one of "
                             f"{', '.join(v.value for v in PRECEDENCE)}") from None
-    return Expectation(entry["job"], entry["scenario"], verdict, str(entry.get("reason") or ""), where)
+    return Expectation(entry["job"], entry["scenario"], verdict, str(entry.get("reason") or ""), where, key)
 
 
 def _unique(entries: Sequence[Expectation]) -> tuple[Expectation, ...]:
@@ -294,18 +334,22 @@ def _unique(entries: Sequence[Expectation]) -> tuple[Expectation, ...]:
     for e in entries:
         first = seen.setdefault((e.job, e.scenario), e)
         if first is not e:
-            raise BaselineError(f"{e.where}: job {e.job!r} scenario {e.scenario!r} is also expected at "
+            raise BaselineError(f"{e.where}: job {e.job!r} {e.key} {e.scenario!r} is also expected at "
                                 f"{first.where}; keep one")
     return tuple(entries)
 
 
 # -- writing ------------------------------------------------------------------------
-def expectations_toml(results: Iterable, note: str = "", keep: Optional[Expectations] = None) -> str:
+def expectations_toml(results: Iterable, note: str = "", keep: Optional[Expectations] = None,
+                      key: str = "scenario") -> str:
     """An expectations file that expects every result that is not ok, as it
     is: the start of a baseline, each reason to be replaced by why it is known.
     A failure `keep` already expects as it is keeps that entry's reason, so
-    rewriting a baseline after a fix keeps what people wrote."""
-    lines = ["# Expected verdicts for `ckpt-harness matrix --baseline` and `pytest --ckpt-baseline`.",
+    rewriting a baseline after a fix keeps what people wrote. `key`: what the
+    entries name ("case" for `case_verdicts` of run and explore)."""
+    command = "run/explore" if key == CASE else "matrix"
+    lines = [f"# Expected verdicts for `ckpt-harness {command} --baseline`"
+             + (" and `pytest --ckpt-baseline`." if key != CASE else "."),
              "# A failure listed here does not fail the build; a new one does. Replace each reason",
              "# with why the failure is known (an issue link); delete an entry once it is fixed."]
     if note:
@@ -319,7 +363,7 @@ def expectations_toml(results: Iterable, note: str = "", keep: Optional[Expectat
         else:
             reason = " ".join(r.reason.split()) or f"TODO: why {r.verdict.value} is known here"
             reason = reason if len(reason) <= 200 else reason[:199] + "…"
-        lines += ["", "[[expect]]", f"job = {_string(r.job)}", f"scenario = {_string(r.scenario)}",
+        lines += ["", "[[expect]]", f"job = {_string(r.job)}", f"{key} = {_string(r.scenario)}",
                   f"verdict = {_string(r.verdict.value)}", f"reason = {_string(reason)}"]
     return "\n".join(lines) + "\n"
 
