@@ -25,7 +25,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import Iterator, NoReturn, Optional, Sequence
 
 from ckpt_harness.errors import HarnessError, Interrupted, UsageError, signal_of
 from ckpt_harness.jobs import describe, registry
@@ -124,14 +124,22 @@ def _import_from_cwd() -> None:
     sys.path.insert(0, cwd)
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argparse parser whose error is the first line a user reads, with a
+    pointer to --help instead of the whole usage before it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n(see `{self.prog} --help`)\n")
+
+
 def _parser() -> argparse.ArgumentParser:
     from ckpt_harness.config import SETTINGS, ExploreConfig, ScriptConfig, add_arguments
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ckpt-harness",
         description="Prove that distributed training checkpoints survive the real world.",
     )
-    sub = parser.add_subparsers(metavar="COMMAND")
+    sub = parser.add_subparsers(metavar="COMMAND", parser_class=_Parser)
 
     run = sub.add_parser("run", help="verify that a job (or, with --script, a script under torchrun) resumes "
                                      "bitwise from every save")
@@ -583,6 +591,10 @@ def _explore(args: argparse.Namespace) -> int:
     from ckpt_harness.pipeline.explore import run_exploration
     from ckpt_harness.progress import Progress
 
+    # --faults alone means those faults only, and --corruptions alone those corruptions only
+    if hasattr(args, "faults") != hasattr(args, "corruptions"):
+        args.corruptions = getattr(args, "corruptions", ())
+        args.faults = getattr(args, "faults", ())
     try:
         _, config = _chosen(args, "explore", "explore")
     except UsageError as exc:

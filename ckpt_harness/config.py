@@ -89,7 +89,8 @@ class Setting:
         value = tuple(value) if self.kind is tuple and isinstance(value, (list, tuple)) else value
         problem = self._problem(value)
         if problem:
-            raise ConfigError(f"{self.name} {problem}, got {value!r}")
+            shown = ",".join(map(str, value)) if isinstance(value, tuple) else repr(value)  # as it was typed
+            raise ConfigError(f"{self.name} {problem}, got {shown}")
         return value
 
     def _problem(self, value: Any) -> Optional[str]:

@@ -141,6 +141,22 @@ def test_scenario_that_does_not_apply_exits_zero_saying_why(tmp_path):
     assert "reshardable: N/A — the job defines no full_state(ctx)" in out.stdout
 
 
+def test_faults_alone_means_those_faults_only(tmp_path):
+    """A newcomer's `--faults power-loss` ran every corruption too; now the one
+    list given is the whole of what is injected (and likewise --corruptions)."""
+    import json
+
+    out = cli("explore", "--job", "torch_save", "--faults", "crash", "--ops", "rename", "--no-after",
+              "--json", "faults.json", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = json.loads((tmp_path / "faults.json").read_text())
+    assert data["settings"]["corruptions"] == [] and {c["case"].split("@")[0] for c in data["cases"]} == {"crash"}
+    out = cli("explore", "--job", "torch_save", "--corruptions", "delete", "--json", "corruptions.json",
+              cwd=tmp_path)
+    data = json.loads((tmp_path / "corruptions.json").read_text())
+    assert data["settings"]["faults"] == [] and all(c["case"].startswith("delete:") for c in data["cases"]), out.stdout
+
+
 # -- output a CI can follow and gate on ------------------------------------------------------
 def test_explore_off_a_terminal_prints_progress_lines_and_json_matching_the_verdict(tmp_path):
     import json

@@ -146,6 +146,8 @@ def test_overwrite_flags_stale_files_and_ignored_flags(tmp_path):
                   tmp_path / "m")
     assert merged.verdict == "fail"
     assert "stale files of the earlier run left in place: step_000002/rng_rank2.pt" in merged.reason
+    listed = merged.reason.split("left in place: ")[1].split(" and ")[0].split(", ")
+    assert len(listed) == len(set(listed)), merged.reason  # a file both stale and untouched is named once
     assert merged.repro.endswith("--case overwrite=on")
 
     ignored = _run("tests.planted.scenario_jobs:IgnoresOverwrite", {**OVERWRITE, "state": "complete"}, tmp_path / "i")

@@ -97,12 +97,17 @@ def no_torch(tmp_path):
     (["run", "--job", "torch_save", "--steps", "2", "--save-every", "3"], "save_every (3) must not exceed steps (2)"),
     (["explore", "--job", "torch_save", "--world-size", "3", "--nodes", "2"],
      "2 simulated nodes cannot share 3 ranks evenly"),
+    (["explore", "--job", "torch_save", "--faults", "crsh"],
+     "argument --faults: faults has unknown crsh: choose from crash, crash-after"),
+    (["run", "--job", "torch_save", "--launcher", "slurm"],
+     "argument --launcher: launcher must be one of elastic, plain, got 'slurm'"),
 ])
 def test_bad_settings_exit_2_with_one_line_before_torch(tmp_path, no_torch, args, message):
     out = process(*args, cwd=tmp_path, env_extra=no_torch)
     assert out.returncode == 2, out.stderr
-    assert message in out.stderr
+    assert message in out.stderr.splitlines()[0], out.stderr  # the first line, not after the usage text
     assert "Traceback" not in out.stderr and "torch was imported" not in out.stderr
+    assert "got ('" not in out.stderr  # a list shown as typed, not as a tuple
 
 
 def test_a_workdir_that_is_a_file_or_cannot_be_made_is_one_line(tmp_path):

@@ -70,7 +70,8 @@ def judge_overwriting_save(case: str, check: str, run: Run, *, label: str, state
     stale = [f for f in after if under(f) and f not in committed]
     kept = [f for f in after if under(f) and before.get(f) == after[f] and committed.get(f) != after[f]]
     if stale or kept:
-        return result(Verdict.FAIL, f"stale files of the earlier run left in place: {few(stale + kept)}")
+        return result(Verdict.FAIL, f"stale files of the earlier run left in place: "
+                                    f"{few(list(dict.fromkeys(stale + kept)))}")
     return None
 
 
