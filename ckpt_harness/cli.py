@@ -159,6 +159,9 @@ def _parser() -> argparse.ArgumentParser:
     explore.add_argument("--quiet", action="store_true", help="no progress lines")
     _json_option(explore)
     _baseline_options(explore, write=True, cases=True)
+    explore.add_argument("--all-failures", action="store_true",
+                         help="print every failing case in full (default: each cause once, with its count, one "
+                              "example, its repro line and the usual fix)")
     explore.set_defaults(command=_explore)
 
     trace = sub.add_parser("trace", help="record a clean run and print the operations of one save per rank")
@@ -706,7 +709,7 @@ def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report
     finally:
         if progress is not None:
             progress.close()
-    print(report.explain())
+    print(report.explain(every=True) if getattr(args, "all_failures", False) else report.explain())
     if args.json is not None:
         _write_json(args.json, as_report(report).to_json())
     code = exit_code(report.verdict)

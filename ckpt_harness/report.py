@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import platform
+import re
 from typing import Any, Iterable
 
 from ckpt_harness.verdict import CaseResult, Verdict, fold
@@ -63,9 +64,18 @@ class Report:
     def _warned(self) -> str:
         return "".join(f"\nwarning: {w}" for w in self.warnings)
 
-    def explain(self) -> str:
-        """The table, then every non-passing case in full with its repro line."""
+    def explain(self, every: bool = False) -> str:
+        """The table, then the non-passing cases with their repro lines: an
+        exploration's grouped by cause (`causes`), each group once with its
+        count, one example in full and the usual fix; with `every`, or for a
+        verification, every one in full."""
         parts = [self.table()]
+        if self.kind == "explore" and not every:
+            hinted: set[str] = set()
+            for group in causes(self.failures()):
+                parts.append(group.explain(hint=group.key[0] not in hinted))
+                hinted.add(group.key[0])
+            return "\n\n".join(parts)
         first_with: dict[str, CaseResult] = {}  # details -> the failure that showed them first
         for r in self.failures():
             seen = first_with.setdefault(r.details, r) if r.details else r
@@ -73,6 +83,7 @@ class Report:
                 r = dataclasses.replace(r, details=f"(the same differences as {seen.case} / {seen.check} above)")
             parts.append(r.explain())
         return "\n\n".join(parts)
+
 
     def assert_ok(self) -> None:
         """Fail the calling test with the verdict table if any case did not pass."""
@@ -107,6 +118,73 @@ class Report:
                 for r in self.results
             ],
         }
+
+
+#: What usually fixes a failure of each property: the hint under a group of failing cases.
+USUAL_FIX = {
+    "atomic": "write the save into a staging directory and publish it with one rename once every rank's files are "
+              "in it (or a pointer written last), and resume only from what was published",
+    "durable": "fsync every file, then the directory that holds it (and the renamed one's parent), before the save "
+               "returns",
+    "preserving": "never delete or overwrite the previous checkpoint before the new one is published",
+    "live": "hand a rank's error to every rank before the next collective (all-gather each rank's outcome), or "
+            "launch under torchrun, whose agent ends the group when a worker exits (--launcher elastic); a rank "
+            "must not catch its error and go on while its peers wait",
+    "detecting": "check each file against what the save recorded (sizes, checksums) before loading it, and refuse "
+                 "on every rank, naming the file",
+    "faithful": "save and restore all of the state: optimizer, scheduler, per-rank RNG, data position and step",
+    "skew-safe": "order what ranks do to shared files with a collective (rank 0 deletes, then a barrier), never "
+                 "by timing",
+    "safe-loading": "load with torch.load(weights_only=True) or safetensors",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Cause:
+    """Failing cases that failed alike: the same property and verdict, outcome,
+    fault and kind of operation, and the same reason once the numbers (ranks,
+    steps, sequence numbers) are taken out."""
+
+    key: tuple[str, ...]
+    cases: tuple[CaseResult, ...]
+
+    def explain(self, hint: bool = True) -> str:
+        """`hint`: end with the usual fix (once per property is enough)."""
+        first = self.cases[0]
+        check, verdict, outcome, fault, op, why = self.key
+        n = len(self.cases)
+        where = f"{fault} at {op}" if fault else "the case"
+        head = (f"=== {n} case{'s' * (n > 1)}: {check} {verdict.upper()}, {outcome} after {where}"
+                + (f": {why}" if why else ""))
+        lines = [head, first.explain()]
+        if n > 1:
+            others = [c.case for c in self.cases[1:]]
+            shown = ", ".join(others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
+            lines.append(f"the same cause in: {shown} (every one in full: --all-failures)")
+        if hint and check in USUAL_FIX and verdict == Verdict.FAIL.value:
+            lines.append(f"usual fix: {USUAL_FIX[check]}")
+        return "\n".join(lines)
+
+
+def causes(failures: Iterable[CaseResult]) -> list[Cause]:
+    """`failures` grouped by cause, the largest group first (then in order)."""
+    groups: dict[tuple[str, ...], list[CaseResult]] = {}
+    for r in failures:
+        groups.setdefault(_cause(r), []).append(r)
+    ordered = sorted(groups.items(), key=lambda item: -len(item[1]))
+    return [Cause(key, tuple(cases)) for key, cases in ordered]
+
+
+def _cause(r: CaseResult) -> tuple[str, ...]:
+    cells = dict(zip(EXPLORE_COLUMNS, r.cells))
+    outcome = cells.get("outcome", "")
+    _, _, after = r.summary.partition(" → ")
+    why = after.partition("; ")[2].partition(": ")[0] if "; " in after else ""
+    return (r.check, r.verdict.value, outcome, cells.get("fault", ""), cells.get("op", ""),
+            _NUMBERS.sub("N", why))
+
+
+_NUMBERS = re.compile(r"\d+")
 
 
 def _format_table(header: tuple[str, ...], rows: Iterable[tuple[str, ...]], free_last: bool = True) -> str:

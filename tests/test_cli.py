@@ -163,7 +163,7 @@ def test_explore_off_a_terminal_prints_progress_lines_and_json_matching_the_verd
     import re
 
     out = process("explore", "--job", "tests.planted.checkpointers:DeletesPreviousFirst", "--steps", "4",
-                  "--faults", "eio", "--corruptions", "", "--json", "out/report.json",
+                  "--faults", "eio", "--corruptions", "", "--json", "out/report.json", "--all-failures",
                   cwd=tmp_path, env_extra={"PYTHONPATH": str(ROOT)})
     assert out.returncode == 1, out.stdout + out.stderr
     assert "\r" not in out.stderr  # stderr is a pipe here, as in a CI log
