@@ -147,6 +147,7 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--case", action="append",
                      help="only this case (golden, resume@K; restart@K with --max-restarts); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
+    _keep_option(run)
     _json_option(run)
     _baseline_options(run, write=True, cases=True)
     run.set_defaults(command=_run)
@@ -156,6 +157,7 @@ def _parser() -> argparse.ArgumentParser:
     _target_options(explore, "explore")
     explore.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
     explore.add_argument("--workdir", type=Path, help="keep every run's checkpoints, traces and logs here")
+    _keep_option(explore)
     explore.add_argument("--quiet", action="store_true", help="no progress lines")
     _json_option(explore)
     _baseline_options(explore, write=True, cases=True)
@@ -215,6 +217,7 @@ def _parser() -> argparse.ArgumentParser:
     add_arguments(scenario, ExploreConfig, only=("parallel",))
     scenario.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
     scenario.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
+    _keep_option(scenario)
     scenario.add_argument("--quiet", action="store_true", help="no progress lines")
     _json_option(scenario)
     _baseline_options(scenario)
@@ -716,11 +719,7 @@ def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report
     if gate_cases:
         gated = _gate_cases(args, report, baseline)
         code = code if gated is None else gated
-    if code == EXIT_OK:
-        _discard(args, workdir)
-        return code
-    print(f"\nruns, checkpoints and rank logs kept in {workdir}")
-    return code
+    return _kept(args, workdir, code)
 
 
 def _check_writable(path: Path, directory: bool = False) -> None:
@@ -747,6 +746,28 @@ def _write_json(path: Path, data: dict) -> None:
 def _discard(args: argparse.Namespace, workdir: Path) -> None:
     if args.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+#: --keep: which runs' temporary directory a command leaves behind.
+KEEP = ("failed", "all", "none")
+
+
+def _keep_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--keep", choices=KEEP, default="failed",
+                   help="what to leave in the temporary directory when it ends: its runs if anything failed "
+                        "(failed, the default), always (all) or never (none); --workdir keeps everything")
+
+
+def _kept(args: argparse.Namespace, workdir: Path, code: int) -> int:
+    """Remove the temporary directory or say where it is and what it holds."""
+    keep = getattr(args, "keep", "failed")
+    if args.workdir is None and (keep == "none" or (keep == "failed" and code == EXIT_OK)):
+        _discard(args, workdir)
+        return code
+    size = sum(p.stat().st_size for p in workdir.rglob("*") if p.is_file() and not p.is_symlink())
+    why = "" if args.workdir is not None or keep == "all" else " (--keep none removes them)"
+    print(f"\nruns, checkpoints and rank logs kept in {workdir}: {size / 2**20:.0f} MB{why}")
+    return code
 
 
 def _list(args: argparse.Namespace) -> int:

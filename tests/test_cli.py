@@ -157,6 +157,26 @@ def test_faults_alone_means_those_faults_only(tmp_path):
     assert data["settings"]["faults"] == [] and all(c["case"].startswith("delete:") for c in data["cases"]), out.stdout
 
 
+def test_keep_says_what_a_failing_run_leaves_and_none_leaves_nothing(tmp_path):
+    import tempfile
+
+    env = {"PYTHONPATH": str(ROOT)}
+    args = ("explore", "--job", "tests.planted.checkpointers:DeletesPreviousFirst", "--steps", "4", "--faults",
+            "eio", "--ops", "open", "--corruptions", "", "--quiet")
+    def made():
+        return {p for p in Path(tempfile.gettempdir()).glob("ckpt-harness-*") if p.is_dir()}
+
+    before = made()
+    failed = cli(*args, cwd=tmp_path, env_extra=env)
+    assert failed.returncode == 1, failed.stdout + failed.stderr
+    found = re.search(r"runs, checkpoints and rank logs kept in (\S+): (\d+) MB \(--keep none removes them\)",
+                      failed.stdout)
+    assert found and Path(found[1]).is_dir() and int(found[2]) > 0, failed.stdout
+    cleared = cli(*args, "--keep", "none", cwd=tmp_path, env_extra=env)
+    assert cleared.returncode == 1 and "kept in" not in cleared.stdout, cleared.stdout
+    assert made() - before == {Path(found[1])}
+
+
 # -- output a CI can follow and gate on ------------------------------------------------------
 def test_explore_off_a_terminal_prints_progress_lines_and_json_matching_the_verdict(tmp_path):
     import json
