@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.errors import ConfigError, ScenarioError
-from ckpt_harness.oracle.properties import PROPERTIES
+from ckpt_harness.oracle.properties import SIDE_PROPERTIES
 from ckpt_harness.verdict import CaseResult, Verdict, fold
 
 if sys.version_info >= (3, 11):
@@ -176,7 +176,7 @@ def summarize(job: str, scenario: Scenario, results: Sequence[CaseResult], unit:
     whole = _fold(job, scenario.name, scenario.property, results, flat, unit)
     groups: dict[str, list[CaseResult]] = {}
     for j in flat:
-        groups.setdefault(j.check if j.check in PROPERTIES else scenario.property, []).append(j)
+        groups.setdefault(j.check if j.check in SIDE_PROPERTIES else scenario.property, []).append(j)
     if set(groups) - {scenario.property}:
         parts = tuple(_fold(job, scenario.name, prop, group, group, unit) for prop, group in groups.items())
         whole = dataclasses.replace(whole, by_property=parts)

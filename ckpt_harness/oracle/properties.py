@@ -25,6 +25,13 @@ PROPERTIES = {
     "safe-loading": "loading a checkpoint never runs code its files carry (a malicious pickle is refused or ignored)",
 }
 
+#: What every run is also judged on, whatever a scenario aims at: a hang or an
+#: error left on some ranks (live), a resume that does not end bitwise
+#: (faithful). A case's judgment of one of these counts in that property's
+#: matrix cell; any other judgment (the fault kind's own property: "atomic"
+#: for a crash) is the scenario's own, whatever it is called.
+SIDE_PROPERTIES = ("live", "faithful")
+
 #: The property the cases of each family of fault kinds judge.
 FAMILY_PROPERTY = {Family.CRASH: "atomic", Family.ERROR: "preserving", Family.DAMAGE: "detecting",
                    Family.DELAY: "skew-safe"}
