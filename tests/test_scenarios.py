@@ -285,7 +285,7 @@ def test_retention_is_not_applicable_to_a_job_that_deletes_nothing(tmp_path):
     (retention,) = select(builtin_catalogue(), ["retention-order"])
     result = Bench(targets.job("tests.planted.checkpointers:InPlaceOverwrite", timeout=30), tmp_path).run(retention)
     assert result.verdict == NOT_APPLICABLE, result.explain()
-    assert "none of its 12 saves deleted anything: the job does not rotate its checkpoints" in result.reason
+    assert "none of its 13 saves deleted anything: the job does not rotate its checkpoints" in result.reason
 
 
 def test_a_scenario_whose_settings_do_not_fit_the_bench_is_not_applicable(tmp_path):

@@ -4,7 +4,7 @@ number disagree.
 A rotation that orders its checkpoints as strings deletes the wrong one only
 once a step or save count gains a digit (accelerate 0.16 kept
 `checkpoint_8, 9, 11` from the eleventh save on), and keeps the wrong ones
-only if it keeps more than one. So the run keeps N >= 2 over 12 saves, and
+only if it keeps more than one. So the run keeps N >= 2 over 13 saves, and
 the directory is listed after every save of the fault-free golden run (as
 it is published, for a job that saves in the background and rotates then):
 each listing must hold exactly the newest N checkpoints, wherever under the
@@ -28,7 +28,7 @@ DELETIONS = (EventKind.UNLINK, EventKind.RMTREE, EventKind.RMDIR)
 
 
 class Retention:
-    params = run_settings("keep_last", steps=12, save_every=1)
+    params = run_settings("keep_last", steps=13, save_every=1)
     #: Its result is one check of the golden run.
     unit = "checks"
 
