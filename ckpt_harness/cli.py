@@ -246,6 +246,14 @@ def _target_options(p: argparse.ArgumentParser, command: str, only: Optional[Seq
         add_arguments(p, cls, only=[name for name in takes
                                     if (only is None or name in only or name == kind.option) and name not in added])
         added |= set(takes) | {kind.option}
+    # A setting two kinds share with different defaults (script mode's longer timeout) says both.
+    first = settings_of(kinds[0].configs[command])
+    for kind in kinds[1:]:
+        for name, setting in settings_of(kind.configs[command]).items():
+            if name in first and setting.default != first[name].default:
+                action = next((a for a in p._actions if a.dest == name), None)
+                if action is not None and action.help:
+                    action.help = action.help.rstrip(")") + f"; with {kind.flag}: {setting.default})"
 
 
 def _chosen(args: argparse.Namespace, command: str, config: str):

@@ -141,6 +141,13 @@ def test_scenario_that_does_not_apply_exits_zero_saying_why(tmp_path):
     assert "reshardable: N/A — the job defines no full_state(ctx)" in out.stdout
 
 
+def test_help_gives_the_default_each_kind_of_target_really_gets(tmp_path):
+    """Script mode's runs get 180 s, a Job's 60 s: --help said 60 for both."""
+    out = cli("run", "--help", cwd=tmp_path)
+    assert out.returncode == 0
+    assert "(default: 60.0; with --script: 180.0)" in " ".join(out.stdout.split()), out.stdout
+
+
 def test_faults_alone_means_those_faults_only(tmp_path):
     """A newcomer's `--faults power-loss` ran every corruption too; now the one
     list given is the whole of what is injected (and likewise --corruptions)."""

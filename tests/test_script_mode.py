@@ -197,6 +197,16 @@ def test_staging_renamed_on_every_node_fails_across_nodes_through_the_cli(tmp_pa
     assert {k: c["verdict"] for k, c in found.items()} == {("golden", "live"): "fail"}
 
 
+def test_a_script_that_never_saves_is_an_error_not_a_pass(tmp_path):
+    """It trains and writes nothing under {ckpt_dir}: nothing was checked, and
+    the report says what to check instead of PASS (exit 3)."""
+    never = ROOT / "tests" / "scripts" / "never_saves.py"
+    out = cli("run", "--script", f"{never} {{ckpt_dir}}", "--nproc-per-node", "2", cwd=tmp_path)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "golden / saves: ERROR — the run made no save the harness could see, so nothing was checked" in out.stdout
+    assert "{ckpt_dir}" in out.stdout and "ckpt_harness.saving(step)" in out.stdout
+
+
 @pytest.mark.parametrize("args, says", [
     (("run",), "either --job"),
     (("run", "--job", "torch_save", "--script", "x.py"), "either --job"),

@@ -78,6 +78,20 @@ def judge_unreported_load(case: str, resumed: Run, step: int, save_steps: Sequen
 NAME_THE_STEP = "wrap the save in `with ckpt_harness.saving(step):` (one line) so each save names its step"
 
 
+def judge_saves_seen(case: str, golden: Run) -> Optional[CaseResult]:
+    """ERROR when the golden run made no save the harness saw: nothing was
+    checked, which is not a pass (a script that writes somewhere else, or
+    through a writer nothing wraps)."""
+    if any(rec["event"] == Kind.SAVED for r in golden.ranks for rec in r.records):
+        return None
+    return CaseResult(case, "saves", Verdict.ERROR,
+                      "the run made no save the harness could see, so nothing was checked: a script must write its "
+                      "checkpoints under the directory its command gets for {ckpt_dir}, through a save the harness "
+                      "wraps (torch.save, torch.distributed.checkpoint.save or async_save, DeepSpeed's "
+                      "save_checkpoint, the Trainer's checkpoint) or inside `with ckpt_harness.saving(step):`; a "
+                      "job that owns its loop calls ctx.saved(step) after each save")
+
+
 def judge_named_steps(case: str, golden: Run) -> Optional[CaseResult]:
     """UNKNOWN when the golden run saved, but no save had a step of its own:
     no resume can be matched to one."""
