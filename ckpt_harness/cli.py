@@ -148,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
                      help="only this case (golden, resume@K; restart@K with --max-restarts); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     _keep_option(run)
+    run.add_argument("--quiet", action="store_true", help="no progress lines")
     _json_option(run)
     _baseline_options(run, write=True, cases=True)
     run.set_defaults(command=_run)
@@ -667,19 +668,21 @@ def _trace(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from ckpt_harness import targets
     from ckpt_harness.pipeline.verify import run_verification
+    from ckpt_harness.progress import Progress
 
     try:
         _, config = _chosen(args, "run", "run")
     except UsageError as exc:
         print(f"ckpt-harness run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    progress = Progress(quiet=args.quiet)
 
     def produce(workdir: Path):
         target = targets.of(config())
         target.warm(1)
-        return run_verification(target, workdir, args.case)
+        return run_verification(target, workdir, args.case, progress=progress)
 
-    return _report_or_error(args, produce, gate_cases=True)
+    return _report_or_error(args, produce, progress, gate_cases=True)
 
 
 def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report=lambda report: report,

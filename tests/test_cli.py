@@ -148,6 +148,17 @@ def test_help_gives_the_default_each_kind_of_target_really_gets(tmp_path):
     assert "(default: 60.0; with --script: 180.0)" in " ".join(out.stdout.split()), out.stdout
 
 
+def test_run_shows_its_progress_unless_quiet(tmp_path):
+    """A script's verify took minutes with no line; run now counts its cases
+    as explore does (the golden run first, then each resume)."""
+    out = cli("run", "--job", "torch_save", "--steps", "4", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = [line for line in out.stderr.splitlines() if re.match(r"\[\d+/3 cases\] ", line)]
+    assert lines[0].startswith("[1/3 cases] ") and lines[-1].startswith("[3/3 cases] ") and "3 pass" in lines[-1]
+    quiet = cli("run", "--job", "torch_save", "--steps", "4", "--quiet", cwd=tmp_path)
+    assert quiet.returncode == 0 and "cases]" not in quiet.stderr, quiet.stderr
+
+
 def test_faults_alone_means_those_faults_only(tmp_path):
     """A newcomer's `--faults power-loss` ran every corruption too; now the one
     list given is the whole of what is injected (and likewise --corruptions)."""

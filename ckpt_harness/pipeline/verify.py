@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 from ckpt_harness import oracle, targets
 from ckpt_harness.config import ScriptConfig, settings_of
@@ -28,7 +28,7 @@ from ckpt_harness.pipeline.workdir import prepare_workdir
 from ckpt_harness.records import CaseClock, Kind, Run
 from ckpt_harness.report import Report
 from ckpt_harness.targets import RunRequest, Stop, Target
-from ckpt_harness.verdict import CaseResult, Verdict
+from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict
 
 #: A case's kind -> the capability it needs (None: every target) and how its run stops.
 #: "hard@4": stop without waiting for a background save; "restart@4": the launcher's restart.
@@ -86,9 +86,12 @@ def _check_names(target: Target, names: Optional[Sequence[str]], steps: Sequence
 
 
 def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] = None, stop: str = "graceful", *,
-                     golden: Optional[Run] = None) -> Report:
+                     golden: Optional[Run] = None,
+                     progress: Optional[Callable[[int, int, CaseResult], None]] = None) -> Report:
     """`golden`: a finished golden run of the same target to judge against
-    instead of launching one (a matrix row shares its explorations' one)."""
+    instead of launching one (a matrix row shares its explorations' one).
+    `progress(done, total, result)` as the golden run and each case finish
+    (a script's cases are known only once its golden run showed its saves)."""
     started = time.monotonic()
     steps = target.save_steps()
     if steps is not None:  # known up front: a bad case name is refused before any run
@@ -115,9 +118,14 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
         _check_names(known, cases, steps)
         every, default = case_names(known, steps, stop)
         nondeterminism: dict[int, Optional[CaseResult]] = {}
-        for case in every if cases else default:
-            if not cases or case in cases:
-                results += resume_case(known, root / case, case, golden, nondeterminism)
+        chosen = [case for case in (every if cases else default) if not cases or case in cases]
+        if progress is not None:
+            progress(1, 1 + len(chosen), results[0])
+        for done, case in enumerate(chosen, 2):
+            found = resume_case(known, root / case, case, golden, nondeterminism)
+            results += found
+            if progress is not None and found:
+                progress(done, 1 + len(chosen), min(found, key=lambda r: PRECEDENCE.index(r.verdict)))
     return Report(target.name, target.world_size, results, time.monotonic() - started, settings=target.values,
                   noun=target.noun)
 
