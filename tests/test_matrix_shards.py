@@ -155,7 +155,9 @@ def test_a_signal_stops_the_matrix_within_seconds_writing_what_finished_and_resu
 
 def test_resume_and_merge_refuse_what_they_cannot_finish(tmp_path):
     """Before anything runs: a matrix.json of an older version, options --resume takes from the file."""
-    old = ROOT / "docs" / "matrix.json"
+    recorded = json.loads((ROOT / "docs" / "matrix.json").read_text())
+    old = tmp_path.parent / f"{tmp_path.name}-old.json"  # outside tmp_path, which must stay empty
+    old.write_text(json.dumps({k: v for k, v in recorded.items() if k not in ("plan", "catalogue")}))
     out = cli("matrix", "--resume", str(old), "--out", "out", cwd=tmp_path, env_extra=ENV, timeout=60)
     assert out.returncode == 2 and "written by an older ckpt-harness, without the plan and catalogue" in out.stderr
     both = cli("matrix", "--resume", "out", "--job", "dcp", cwd=tmp_path, env_extra=ENV, timeout=60)

@@ -72,8 +72,12 @@ def test_without_costs_every_run_costs_the_same_and_rows_stay_whole_where_they_f
 def test_costs_are_read_from_any_matrix_json_even_one_too_old_to_resume(tmp_path):
     tasks, costs = recorded()
     assert read_costs(RECORDED) == costs and read_costs(RECORDED.parent) == costs  # the file or its directory
+    older = {k: v for k, v in json.loads(RECORDED.read_text()).items() if k not in ("plan", "catalogue")}
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "matrix.json").write_text(json.dumps(older))
+    assert read_costs(tmp_path / "old") == costs
     with pytest.raises(UsageError, match="written by an older ckpt-harness, without the plan and catalogue"):
-        load(RECORDED)
+        load(tmp_path / "old" / "matrix.json")
     (tmp_path / "matrix.json").write_text('{"kind": "verify"}')
     with pytest.raises(UsageError, match="not a matrix.json written by `ckpt-harness matrix`"):
         read_costs(tmp_path)
