@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import signal
 from typing import Optional
@@ -52,7 +53,7 @@ def health(run: Run) -> Optional[Problem]:
         head = "failure, and peers stuck after it"
     else:
         head = "hang" if run.outcome.timed_out else "failure"
-    summary = f"{head}: " + "; ".join(f"rank {r.rank} {rank_state(r)}" for r in ranks)
+    summary = f"{head}: " + "; ".join(f"rank {r.rank} {rank_state(r)}" for r in _cause_first(ranks))
     if run.outcome.ended_early:
         summary += f" (ended at once: {STALLED})"
     parted = first_disagreement({r.rank: r.recording for r in ranks if r.recording is not None})
@@ -72,6 +73,20 @@ def health(run: Run) -> Optional[Problem]:
         if o.status is not RankStatus.OK:
             details.append(f"rank {r.rank} log: {o.log}")
     return Problem(summary, "\n\n".join(details), _in_checkpointing(ranks))
+
+
+def _cause_first(ranks: list[RankRun]) -> list[RankRun]:
+    """The ranks as a reader needs them: those that raised or died of their
+    own, first in time first (the cause: a peer's "Connection closed" comes
+    after the exit that closed it), then those the launcher ended, then the
+    ones still running, each group by rank."""
+    def key(r: RankRun) -> tuple[int, float, int]:
+        o = r.outcome
+        if o.status.ended_badly:
+            return (1 if o.ended_by_launcher else 0), o.finished_at if o.finished_at is not None else math.inf, r.rank
+        return 2, 0.0, r.rank
+
+    return sorted(ranks, key=key)
 
 
 def _in_checkpointing(ranks: list[RankRun]) -> bool:

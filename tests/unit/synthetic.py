@@ -52,6 +52,7 @@ class RankBuilder:
         self.signal: Optional[int] = None
         self.stack: Optional[str] = None
         self.stopped = False
+        self.finished_at: Optional[float] = None
         self.records: list[dict] = []
         self.events: list[Event] = []
         self.clock = 0.0
@@ -87,8 +88,9 @@ class RankBuilder:
         return self.event("collective", phase, point=0, op=op, n=n, at=at, caller="train.py:40 in save()")
 
     def failed(self, phase: str = "load", message: str = "boom", type: str = "builtins.RuntimeError",
-               traceback: str = "") -> "RankBuilder":
-        self.status = RankStatus.FAILED
+               traceback: str = "", at: Optional[float] = None) -> "RankBuilder":
+        """`at`: seconds from the launch when it raised."""
+        self.status, self.finished_at = RankStatus.FAILED, at
         traceback = traceback or f"Traceback (most recent call last):\n  ...\n{type}: {message}\n"
         return self._record("error", type=type, message=message, phase=phase, traceback=traceback)
 
@@ -102,7 +104,8 @@ class RankBuilder:
 
     def build(self) -> RankRun:
         outcome = RankOutcome(self.r, pid=0, log=Path(f"/nonexistent/rank{self.r}.log"), status=self.status,
-                              signal=self.signal, stack=self.stack, stopped=self.stopped)
+                              signal=self.signal, stack=self.stack, stopped=self.stopped,
+                              finished_at=self.finished_at)
         return RankRun(outcome, list(self.records), list(self.events))
 
 

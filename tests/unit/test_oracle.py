@@ -68,6 +68,19 @@ def test_classify_resume(resume, kind, step, words):
     assert words in outcome.detail
 
 
+def test_the_cause_leads_a_failure_and_the_peers_consequences_follow():
+    """Rank 1's error came first; rank 0's "Connection closed by peer" is what
+    rank 1's exit did to it: the headline starts with rank 1."""
+    from ckpt_harness.oracle import health
+
+    failed = run(rank(0).failed(phase=f"save {K}", message="Connection closed by peer", at=2.5),
+                 rank(1).failed(phase=f"save {K}", message="Parent directory does not exist", at=2.0))
+    summary = health(failed).summary
+    assert summary.index("rank 1 raised") < summary.index("rank 0 raised"), summary
+    waiting = run(rank(0).hung(), rank(1).failed(phase=f"save {K}", at=1.0), stuck=True)
+    assert health(waiting).summary.startswith("failure, and peers stuck after it: rank 1 raised"), waiting
+
+
 def test_a_rank_that_raised_while_its_peers_waited_refuses_the_whole_under_an_elastic_launcher():
     """torchrun's agent ends the group when rank 0 exits: its error is the job's
     refusal. A plain launcher leaves rank 1 waiting: an error on some ranks."""
