@@ -92,7 +92,7 @@ def unreported_outcome(resumed: Run, saved: Mapping[int, object], k: int, prev: 
     """A resume no rank reported, named from what it did: a fresh start or a
     resumed step (its state unchecked; the final state still is), else no load."""
     inferred = infer_start(resumed, sorted(saved))
-    silent = f"the job never reported its load, and {inferred.evidence}"
+    silent = f"no load was reported, and {inferred.evidence}"
     if inferred.step is None:
         return Outcome(OutcomeKind.NO_LOAD, None, f"{silent}; {REPORT_IT}")
     if inferred.step == 0:
@@ -124,7 +124,7 @@ def failure_outcome(run: Run, *, ends_group: bool = True) -> Outcome:
         return Outcome(kind, None, _one(str(first) if first else "died") + peers)
     if errors:
         return Outcome(OutcomeKind.SOME_ERRORS, None, problem.summary if problem else "")
-    return Outcome(OutcomeKind.NO_LOAD, None, "the job never reported its load")
+    return Outcome(OutcomeKind.NO_LOAD, None, "no rank reported its load")
 
 
 #: How an elastic launcher ends a group whose worker exited with an error.

@@ -58,7 +58,7 @@ def judge_unreported_load(case: str, resumed: Run, step: int, save_steps: Sequen
     """"load step" of a resume after save `step` that no rank reported; None
     when nothing can be said and the run already failed (its "live" says why)."""
     inferred = infer_start(resumed, save_steps)
-    silent = f"the job never reported its load (ctx.loaded), and {inferred.evidence}"
+    silent = f"no load was reported (ctx.loaded), and {inferred.evidence}"
     if inferred.step == step:
         return CaseResult(case, "load step", Verdict.PASS,
                           f"{silent}: it resumed from step {step} (to compare the state after load, {REPORT_IT})")

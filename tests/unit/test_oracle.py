@@ -55,7 +55,7 @@ def expect(result, check, verdict, words=""):
     P(run(rank(0).collective("barrier", 3).hung(), rank(1).hung(), timed_out=True), O.HANG, None,
       "waiting in barrier #3", id="hang"),
     P(run(rank(0).failed(), rank(1).loaded(K)), O.SOME_ERRORS, None, "rank 0 raised RuntimeError", id="one-raised"),
-    P(both(lambda b: b), O.NO_LOAD, None, "never reported", id="no-load"),
+    P(both(lambda b: b), O.NO_LOAD, None, "no load was reported", id="no-load"),
     P(both(lambda b: b.saved(2).final()), O.FRESH, None, "first save was step 2: it never resumed",
       id="unreported-fresh-start"),
     P(both(lambda b: b.event("phase", f"train_step {PREV + 1}").final()), O.S_PREV, PREV,
