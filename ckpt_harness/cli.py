@@ -650,13 +650,19 @@ def _trace(args: argparse.Namespace) -> int:
         print(f"{phase} of {target.noun} {target.name} at world size {len(run.ranks)}:")
         for r in run.ranks:
             print(f"rank {r.rank}: {describe_phase(r.events, phase)}")
-        from ckpt_harness.phase import background
+        from ckpt_harness.phase import after_save, background
 
+        step = phase.rpartition(" ")[2]
         behind = background(phase)  # what the save handed to another thread (an async save's writer)
         if any(e.phase == behind for e in run.events()):
-            print(f"{behind}, the work save {phase.rpartition(' ')[2]} handed to a background thread or process:")
+            print(f"{behind}, the work save {step} handed to a background thread or process:")
             for r in run.ranks:
                 print(f"rank {r.rank}: {describe_phase(r.events, behind)}")
+        after = after_save(int(step))  # after the last save: the end of training's work on checkpoints
+        if any(e.phase == after and e.point is not None for e in run.events()):
+            print(f"{after}, the work after the last save (explore breaks and delays it too):")
+            for r in run.ranks:
+                print(f"rank {r.rank}: {describe_phase(r.events, after) or '(nothing)'}")
     if problem is not None:
         print(f"\nthe run did not finish: {problem.summary}\n{problem.details}")
         print(f"\ntraces and rank logs kept in {workdir}")

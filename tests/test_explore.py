@@ -136,6 +136,15 @@ def test_trace_prints_the_phases_of_a_save_per_rank(tmp_path):
     assert "write step_000004/rng_rank1.pt" in rank1 and "latest" not in rank1
 
 
+def test_trace_of_the_last_save_shows_the_work_after_it(tmp_path):
+    """explore breaks and delays `after_save N` too; trace shows what is there to break."""
+    out = cli("trace", "--job", "tests.planted.jobs:EveryRankDeletesOldCheckpoints", "--save", "last", cwd=tmp_path,
+              env_extra={"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stdout + out.stderr
+    after = out.stdout.split("after_save 4, the work after the last save")[1].splitlines()
+    assert after[1] == "rank 0: rmtree step_000002" and after[2] == "rank 1: (nothing)", out.stdout
+
+
 # -- beyond single faults ------------------------------------------------------------
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory):
