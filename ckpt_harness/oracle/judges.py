@@ -162,6 +162,12 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
     if prop == "safe-loading":
         return _judge_safe_loading(result, resumed, outcome, ran)
     if faulted is not None and not faulted.fired():
+        problem = health(faulted)
+        if problem is not None and problem.checkpointing and not faulted.outcome.timed_out:
+            # The run took another path than the golden one and failed there by itself, in a save or
+            # a load: what the fault aimed at (a race between ranks) happened without it.
+            return result(prop, Verdict.FAIL, "the fault never fired: the run took another path than the golden "
+                          f"one and failed there by itself ({problem.summary})", problem.details)
         return result(prop, Verdict.UNKNOWN, never_fired(faulted))
     judged: list[CaseResult] = []
     alive = ""  # why the faulted run's stuck peers are no hang under this launcher

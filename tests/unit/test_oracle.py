@@ -14,7 +14,7 @@ from ckpt_harness.oracle import OutcomeKind as O
 from ckpt_harness.state import capture
 from ckpt_harness.verdict import CaseResult
 from ckpt_harness.verdict import Verdict as V
-from tests.unit.synthetic import K, PREV, both, faulted, final, rank, reference, resumed, run, saved, state
+from tests.unit.synthetic import K, OLDER, PREV, both, faulted, final, rank, reference, resumed, run, saved, state
 
 P = pytest.param
 PICKLE = "invalid load key, '\\x00'."
@@ -187,6 +187,26 @@ def test_judge_fault(kind, fault_run, resume, save_returned, ref, check, verdict
     expect(result, check, verdict, words)
     assert result.summary.startswith("at #3 → ")
     assert result.cells == (classify_resume(resume, ref.saved, ref.k, ref.prev).kind.value,)
+
+
+def test_a_fault_that_never_fired_is_judged_by_what_the_run_did_instead():
+    """transformers 4.25's end-of-training race: the delay aimed at rank 0's
+    deletion never fired because rank 1 went first this time, and rank 1's
+    deletion then failed by itself. The race happened: FAIL, not UNKNOWN. A
+    run that merely took another path, or reached the harness's deadline
+    first, stays UNKNOWN."""
+    raced = run(rank(0).saved(OLDER).saved(PREV),
+                rank(1).saved(OLDER).saved(PREV).failed(phase=f"after_save {K}", message="[Errno 2] No such file",
+                                                       type="builtins.FileNotFoundError"), name="faulted")
+    found = judge_fault("case", "delay", R, raced, resumed(K), save_returned=True, detail="at #0", repro="REPRO")
+    assert (found.check, found.verdict) == ("skew-safe", V.FAIL), found.summary
+    assert "the fault never fired: the run took another path" in found.summary and "FileNotFoundError" in found.summary
+    quiet = judge_fault("case", "delay", R, faulted(fired=False), resumed(K), save_returned=True, detail="at #0",
+                        repro="REPRO")
+    assert quiet.verdict is V.UNKNOWN and "never fired" in quiet.summary
+    cut = run(rank(0).saved(OLDER).hung(), rank(1).saved(OLDER).hung(), timed_out=True, name="faulted")
+    late = judge_fault("case", "delay", R, cut, resumed(K), save_returned=True, detail="at #0", repro="REPRO")
+    assert late.verdict is V.UNKNOWN, late.summary
 
 
 def test_a_delay_must_resume_as_the_run_without_it_did():
