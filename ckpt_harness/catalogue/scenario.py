@@ -124,8 +124,8 @@ class ScenarioResult:
         if part is not None or not self.by_property:
             return part or self
         if self.verdict is Verdict.FAIL:
-            return dataclasses.replace(self, verdict=Verdict.UNKNOWN, reason=f"not judged: {self.reason}",
-                                       by_property=())
+            return dataclasses.replace(self, verdict=Verdict.UNKNOWN, by_property=(),
+                                       reason=f"not judged, since another property failed first: {self.reason}")
         return dataclasses.replace(self, by_property=())
 
     @property
@@ -199,13 +199,15 @@ def _fold(job: str, name: str, prop: str, results: Sequence[CaseResult], flat: S
     if first is None:
         return make(f"no {unit} to run")
     n = len({r.case for r in behind})
+    # "golden: golden: hang ..." says the case twice: a summary that names its run starts with it
+    said = first.summary if first.summary.startswith(f"{first.case}: ") else f"{first.case}: {first.summary}"
     if verdict is Verdict.FAIL:
         checks = ", ".join(dict.fromkeys(r.check for r in behind))
-        return make(f"{n} of {cases} {unit} fail ({checks}): {first.case}: {first.summary}")
+        return make(f"{n} of {cases} {unit} fail ({checks}): {said}")
     if verdict is Verdict.ERROR:
-        return make(f"{n} of {cases} {unit} could not be run: {first.case}: {first.summary}")
+        return make(f"{n} of {cases} {unit} could not be run: {said}")
     if verdict is Verdict.UNKNOWN:
-        return make(f"{n} of {cases} {unit} undecided: {first.case}: {first.summary}")
+        return make(f"{n} of {cases} {unit} undecided: {said}")
     if verdict is Verdict.NA:
         return make(first.summary)
     if (cases <= 2 and unit == "cases") or len(results) == 1:  # few enough to say what happened
