@@ -163,9 +163,11 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
         return _judge_safe_loading(result, resumed, outcome, ran)
     if faulted is not None and not faulted.fired():
         problem = health(faulted)
-        if problem is not None and problem.checkpointing and not faulted.outcome.timed_out:
-            # The run took another path than the golden one and failed there by itself, in a save or
-            # a load: what the fault aimed at (a race between ranks) happened without it.
+        window = {phase.save(ref.k), phase.after_save(ref.k)}  # the case's: the save it breaks, the work after it
+        failed_in = {phase.foreground(r.phase) for r in faulted.ranks if r.status.ended_badly and r.phase}
+        if problem is not None and failed_in and failed_in <= window and not faulted.outcome.timed_out:
+            # The run took another path than the golden one and failed there by itself, in the window
+            # the fault aimed at: what it aimed at (a race between ranks) happened without it.
             return result(prop, Verdict.FAIL, "the fault never fired: the run took another path than the golden "
                           f"one and failed there by itself ({problem.summary})", problem.details)
         return result(prop, Verdict.UNKNOWN, never_fired(faulted))

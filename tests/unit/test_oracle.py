@@ -204,6 +204,10 @@ def test_a_fault_that_never_fired_is_judged_by_what_the_run_did_instead():
     quiet = judge_fault("case", "delay", R, faulted(fired=False), resumed(K), save_returned=True, detail="at #0",
                         repro="REPRO")
     assert quiet.verdict is V.UNKNOWN and "never fired" in quiet.summary
+    elsewhere = run(rank(0).saved(OLDER).saved(PREV), rank(1).saved(OLDER).saved(PREV).failed(phase="train_step 5"),
+                    name="faulted")  # outside the window the fault aimed at: not the race it looked for
+    assert judge_fault("case", "delay", R, elsewhere, resumed(K), save_returned=True, detail="at #0",
+                       repro="REPRO").verdict is V.UNKNOWN
     cut = run(rank(0).saved(OLDER).hung(), rank(1).saved(OLDER).hung(), timed_out=True, name="faulted")
     late = judge_fault("case", "delay", R, cut, resumed(K), save_returned=True, detail="at #0", repro="REPRO")
     assert late.verdict is V.UNKNOWN, late.summary
