@@ -187,8 +187,32 @@ def run_elastic(spec: ScriptSpec) -> ScriptOutcome:
     Raises `LaunchError` (a harness problem, not the script's) when no
     worker started at all, and `Cancelled` (after teardown) once the
     launcher was cancelled (`group.cancel`).
+
+    The rendezvous store's port is picked free and released for torchrun to
+    bind, as `--standalone` does, so another process may take it first; the
+    agents then fail to reach the store before any worker starts. That is
+    the harness's set-up, not the script: the run is made again on a new
+    port, once.
     """
-    return _ElasticRun(spec).run()
+    for attempt in range(STORE_ATTEMPTS):
+        try:
+            return _ElasticRun(spec).run()
+        except LaunchError as exc:
+            if attempt + 1 == STORE_ATTEMPTS or not store_lost(str(exc)):
+                raise
+    raise AssertionError("unreachable")
+
+
+#: Launches tried when the agents could not reach their rendezvous store.
+STORE_ATTEMPTS = 2
+#: What torchrun's agents log when the store's port was taken or never came up.
+_STORE_LOST = ("RendezvousConnectionError", "The connection to the C10d store has failed", "EADDRINUSE",
+               "Address already in use")
+
+
+def store_lost(message: str) -> bool:
+    """Did no worker start because the agents could not reach their store (`run_elastic`)?"""
+    return "started no worker" in message and any(sign in message for sign in _STORE_LOST)
 
 
 class _ElasticRun:
