@@ -19,12 +19,11 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness import oracle
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
-from ckpt_harness.inject.trace import EventKind
+from ckpt_harness.catalogue.checks.faults import DELETIONS
 from ckpt_harness.verdict import CaseResult
 
 #: The one case: the golden run's listings.
 CASE = "retention"
-DELETIONS = (EventKind.UNLINK, EventKind.RMTREE, EventKind.RMDIR)
 
 
 class Retention:
@@ -44,7 +43,7 @@ class Retention:
         golden = bench.golden(target)
         keep_last = scenario.params["keep_last"]
         saves = golden.saved_steps()
-        if not any(event.kind in DELETIONS for event in golden.events()):
+        if not any(event.kind.value in DELETIONS for event in golden.events()):
             raise NotApplicable(f"with keep_last={keep_last}, none of its {len(saves)} saves deleted anything: "
                                 f"the {target.noun} does not rotate its checkpoints (if it should, it ignores "
                                 "ctx.keep_last)")
