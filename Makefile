@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo matrix test lint bench clean
+.PHONY: demo matrix test lint bench clean browser
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,15 @@ matrix: $(STAMP)
 # failure grace), so a third fills the waits. loadgroup hands tests out one at a
 # time, longest module first, and keeps the tests sharing a module fixture on one
 # worker (tests/conftest.py): 932 tests in 9:51 on 2026-11-26 (docs/speed.md).
-test: lint
+# The report's tests look with a real browser and a real trace parser: installed
+# once here where the machine can (ci/install_browser.sh), skipped with the reason where not.
+BROWSER := $(VENV)/.browser
+$(BROWSER): $(STAMP) ci/install_browser.sh tests/js/package-lock.json
+	@bash ci/install_browser.sh
+	@touch $@
+browser: $(BROWSER)
+
+test: lint $(BROWSER)
 	@# Every rank, torchrun worker and pytester run is a fresh interpreter: compiled once
 	@# here, the package's and the tests' modules are not compiled again in each (a box
 	@# with PYTHONDONTWRITEBYTECODE set never caches them otherwise).

@@ -24,6 +24,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Iterator, NoReturn, Optional, Sequence
 
@@ -170,6 +171,9 @@ def _parser() -> argparse.ArgumentParser:
     trace = sub.add_parser("trace", help="record a clean run and print the operations of one save per rank")
     _target_options(trace, "explore", only=TRACE_SETTINGS)
     trace.add_argument("--workdir", type=Path, help="keep the run's checkpoints, traces and logs here")
+    trace.add_argument("--timeline", type=Path, metavar="PATH",
+                       help="also write the run as a Chrome trace file here (every rank's phases, collectives and "
+                            "file operations), for ui.perfetto.dev")
     trace.set_defaults(command=_trace)
 
     matrix = sub.add_parser("matrix", help="run the scenario catalogue against jobs; write the compatibility "
@@ -206,6 +210,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="exit non-zero if a cell has one of these verdicts: fail, unknown, error (1, 4, 3) "
                              f"(default: {','.join(v.value for v in DEFAULT_FAIL_ON)}: failing cells of a "
                              "framework are findings to document; give fail,unknown,error to gate a build on them)")
+    matrix.add_argument("--html", type=Path, metavar="PATH",
+                        help="also write the matrix as one self-contained HTML page here: the grid, each cell's "
+                             "scenarios, each scenario's cases, each failing case's timeline (whose trace files go "
+                             "into timelines/ of --out)")
     _baseline_options(matrix, write=True)
     matrix.set_defaults(command=_matrix)
 
@@ -295,8 +303,16 @@ def _verdicts(text: str) -> tuple[Verdict, ...]:
 
 
 def _json_option(p: argparse.ArgumentParser) -> None:
+    """The report's outputs besides the text: JSON for machines, HTML and timelines for people."""
     p.add_argument("--json", type=Path, metavar="PATH",
                    help="also write the report as JSON here (schema: README, \"Output for CI\")")
+    p.add_argument("--html", type=Path, metavar="PATH",
+                   help="also write the report as one self-contained HTML page here: every case, its fault plan, "
+                        "repro line, state differences, stacks and timeline")
+    p.add_argument("--timeline-dir", type=Path, metavar="DIR",
+                   help="write the timeline of each case that did not pass (every case with --timelines all) here, "
+                        "one Chrome trace file each, for ui.perfetto.dev (default: timelines/ in the kept work "
+                        "directory)")
 
 
 def _scenario_options(p: argparse.ArgumentParser) -> None:
@@ -325,6 +341,8 @@ def _matrix(args: argparse.Namespace) -> int:
     try:  # options that cannot go together, before anything heavy is imported
         shard = Shard.parse(args.shard) if args.shard is not None else None
         _matrix_mode(args)
+        if args.html is not None:
+            _check_writable(args.html)
         scripts = [] if args.merge or args.resume else _matrix_scripts(args)
     except _USER_ERRORS as exc:
         print(f"ckpt-harness matrix: error: {exc}", file=sys.stderr)
@@ -346,6 +364,7 @@ def _matrix(args: argparse.Namespace) -> int:
             _check_writable(args.write_baseline)
         if args.resume:
             previous = load(args.resume)
+            _gather_timelines([_matrix_dir(args.resume)], out)
             # the catalogue a baseline's entries are looked up in: the built-in one and the matrix's own
             catalogue = [*builtin_catalogue(), *previous.scenarios]
             matrix = resume(previous, workdir=args.workdir, keep=args.workdir is not None, progress=progress,
@@ -376,11 +395,19 @@ def _matrix(args: argparse.Namespace) -> int:
 def _matrix_done(args: argparse.Namespace, matrix, out: Path, baseline, catalogue) -> int:
     """Write the matrix, print it, gate the exit code on it."""
     try:
+        matrix = matrix.with_timelines(out)
         md, js = matrix.write(out)
     except OSError as exc:
         raise UsageError(f"cannot write the matrix to {out}: {exc.strerror or exc}") from None
     print(matrix.markdown())
     print(f"wrote {md} and {js}")
+    if args.html is not None:
+        from ckpt_harness.present import html
+
+        started = time.monotonic()
+        html.write(html.matrix_page(matrix, out), args.html)
+        print(f"HTML report: {args.html} ({args.html.stat().st_size / 2**20:.1f} MB in "
+              f"{time.monotonic() - started:.1f} s)")
     gated = _gate_matrix(args, matrix, baseline, catalogue)
     return _matrix_exit(matrix, args.fail_on) if gated is None else gated
 
@@ -389,6 +416,7 @@ def _matrix_stopped(stop, out: Path) -> int:
     """SIGINT or SIGTERM stopped the matrix: write what finished, say how to finish it."""
     matrix = stop.matrix
     try:
+        matrix = matrix.with_timelines(out)
         md, js = matrix.write(out)
     except OSError as exc:
         print(f"\nckpt-harness: interrupted; cannot write the matrix to {out}: {exc.strerror or exc}",
@@ -413,10 +441,24 @@ def _merge(args: argparse.Namespace) -> int:
         if args.write_baseline:
             _check_writable(args.write_baseline)
         matrix = merge([(str(path), load(path)) for path in args.merge])
+        _gather_timelines([_matrix_dir(path) for path in args.merge], out)
     except _USER_ERRORS as exc:
         print(f"ckpt-harness matrix: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     return _matrix_done(args, matrix, out, baseline, [*builtin_catalogue(), *matrix.scenarios])
+
+
+def _gather_timelines(sources: Sequence[Path], out: Path) -> None:
+    """The timeline files of matrices being merged or resumed, into `out`'s
+    (each names its row and scenario: the shards' folders do not overlap)."""
+    from ckpt_harness.catalogue.matrix import TIMELINES
+
+    for source in sources:
+        if (source / TIMELINES).is_dir() and source.resolve() != out.resolve():
+            try:
+                shutil.copytree(source / TIMELINES, out / TIMELINES, dirs_exist_ok=True)
+            except OSError as exc:
+                raise UsageError(f"cannot copy the timelines of {source} into {out}: {exc}") from None
 
 
 def _matrix_dir(path: Path) -> Path:
@@ -630,6 +672,12 @@ def _trace(args: argparse.Namespace) -> int:
     from ckpt_harness.inject.trace import describe_phase
     from ckpt_harness.pipeline.workdir import prepare_workdir
 
+    if args.timeline is not None:
+        try:
+            _check_writable(args.timeline)
+        except UsageError as exc:
+            print(f"ckpt-harness: error: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
     try:
         from ckpt_harness import oracle
@@ -643,6 +691,11 @@ def _trace(args: argparse.Namespace) -> int:
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         _discard(args, workdir)
         return EXIT_USAGE
+    if args.timeline is not None:
+        from ckpt_harness.present.from_runs import of_runs
+
+        of_runs("trace", [run]).write(args.timeline)
+        print(f"timeline of the run: {args.timeline} (open in ui.perfetto.dev)")
     problem = oracle.health(run)
     if phase is None:
         print(f"the {target.noun} {target.name} made no save whose step the harness could tell")
@@ -702,8 +755,11 @@ def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report
     baseline = None
     try:  # a workdir, output path or baseline that cannot be used is refused before anything starts
         workdir = prepare_workdir(args.workdir)
-        if args.json is not None:
-            _check_writable(args.json)
+        for path in (args.json, args.html):
+            if path is not None:
+                _check_writable(path)
+        if args.timeline_dir is not None:
+            _check_writable(args.timeline_dir, directory=True)
         if gate_cases:
             baseline = _load_baseline(args)
             if args.write_baseline:
@@ -729,14 +785,41 @@ def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report
     finally:
         if progress is not None:
             progress.close()
+    report, wrote = _timelines(args, report, workdir)
     print(report.explain(every=True) if getattr(args, "all_failures", False) else report.explain())
     if args.json is not None:
         _write_json(args.json, as_report(report).to_json())
+    if args.html is not None:
+        _write_html(args.html, as_report(report))
     code = exit_code(report.verdict)
     if gate_cases:
         gated = _gate_cases(args, report, baseline)
         code = code if gated is None else gated
-    return _kept(args, workdir, code)
+    return _kept(args, workdir, code, keep_anyway=wrote)
+
+
+def _timelines(args: argparse.Namespace, report, workdir: Path):
+    """The report with its cases' timelines written (--timeline-dir, or the
+    work directory's timelines/ unless --keep none removes it), and whether
+    any went into the work directory (which is then kept)."""
+    directory = args.timeline_dir
+    if directory is None:
+        if args.workdir is None and getattr(args, "keep", "failed") == "none":
+            return report, False
+        directory = workdir / "timelines"
+    written = report.with_timelines(directory)
+    return written, args.timeline_dir is None and directory.is_dir()
+
+
+def _write_html(path: Path, report) -> None:
+    from ckpt_harness.present import html
+
+    try:
+        html.write(html.report_page(report), path)
+    except OSError as exc:  # checked before the runs; the report above stands
+        print(f"ckpt-harness: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
+        return
+    print(f"HTML report: {path}")
 
 
 def _check_writable(path: Path, directory: bool = False) -> None:
@@ -775,10 +858,11 @@ def _keep_option(p: argparse.ArgumentParser) -> None:
                         "(failed, the default), always (all) or never (none); --workdir keeps everything")
 
 
-def _kept(args: argparse.Namespace, workdir: Path, code: int) -> int:
-    """Remove the temporary directory or say where it is and what it holds."""
+def _kept(args: argparse.Namespace, workdir: Path, code: int, keep_anyway: bool = False) -> int:
+    """Remove the temporary directory or say where it is and what it holds
+    (`keep_anyway`: the report named files in it)."""
     keep = getattr(args, "keep", "failed")
-    if args.workdir is None and (keep == "none" or (keep == "failed" and code == EXIT_OK)):
+    if args.workdir is None and not keep_anyway and (keep == "none" or (keep == "failed" and code == EXIT_OK)):
         _discard(args, workdir)
         return code
     size = sum(p.stat().st_size for p in workdir.rglob("*") if p.is_file() and not p.is_symlink())

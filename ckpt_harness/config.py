@@ -172,6 +172,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
                               "system (torchrun --nnodes)", low=1, high=MAX_WORLD_SIZE),
     Setting("max_restarts", int, 0, "script mode: times torchrun's agents restart the group after a "
                                     "worker fails (torchrun --max-restarts)", low=0),
+    Setting("timelines", str, "failed", "which cases keep a timeline of their runs, rank by rank, for "
+                                        "--timelines and --html: those that did not pass, or all",
+            choices=("failed", "all"), replayed=False),
     Setting("share_resumes", bool, True, "resume each distinct post-fault directory once: cases that leave "
                                          "the same one are judged against one resume", replayed=False),
 )}
@@ -300,6 +303,7 @@ class ExplorePlan:
     parallel: int = setting("parallel")
     derive_states: bool = setting("derive_states")
     share_resumes: bool = setting("share_resumes")
+    timelines: str = setting("timelines")
 
     def __post_init__(self) -> None:
         for name, s in settings_of(type(self)).items():

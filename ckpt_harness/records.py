@@ -15,7 +15,7 @@ import functools
 import pickle
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional, Sequence
 
 from ckpt_harness import phase as phases
 from ckpt_harness.inject import trace
@@ -25,7 +25,8 @@ from ckpt_harness.inject.trace import Event, EventKind
 from ckpt_harness.launch import GroupOutcome, RankOutcome, RankStatus
 from ckpt_harness.launch.layout import PathLike, child_trace_paths, data_path, records_path, trace_path
 from ckpt_harness.state import Record
-from ckpt_harness.verdict import Breakdown
+from ckpt_harness.present.from_runs import Note, attach
+from ckpt_harness.verdict import Breakdown, CaseResult
 
 
 # -- the files of a run directory, read back ------------------------------------------------
@@ -319,16 +320,20 @@ class CaseClock:
     launchers before the judging is the harness's part. Cheap: two clock
     reads per case and the phase events its runs read back anyway."""
 
-    def __init__(self) -> None:
+    def __init__(self, context: Sequence[Run] = ()) -> None:
         self.started = time.monotonic()
         self.runs = Breakdown()
         self.judged_from: Optional[float] = None
+        #: The runs the case is about, in the order they ran: those it builds
+        #: on (`context`: the golden run) and those it timed (`run`).
+        self.seen: list[Run] = list(context)
 
     def run(self, make: Callable[[], Run], broken: Optional[int] = None, resume: bool = False) -> Run:
         """`make()`, a run of this case, timed: the run with its faults (or the
         one it stops, overwrites, stalls), whose save `broken` is the one
         broken, or with `resume` the resume from what that run left."""
         run = make()
+        self.seen.append(run)
         split = run_breakdown(run, broken)
         if split is not None:
             self.runs += dataclasses.replace(split, **{"resume_run" if resume else "fault_run": split.wall})
@@ -343,3 +348,8 @@ class CaseClock:
         judging = now - self.judged_from if self.judged_from is not None else 0.0
         wall = now - self.started
         return dataclasses.replace(self.runs, harness=wall - self.runs.wall - judging, judging=judging, wall=wall)
+
+    def stamp(self, result: CaseResult, notes: Iterable[Note] = (), every: bool = False) -> CaseResult:
+        """`result` with where its seconds went (`done`) and the timeline of
+        the case's runs (`timeline.attach`)."""
+        return attach(dataclasses.replace(result, timings=self.done()), self.seen, notes, every)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import platform
 import re
+from pathlib import Path
 from typing import Any, Iterable
 
 from ckpt_harness.verdict import CaseResult, Verdict, fold
@@ -85,6 +86,12 @@ class Report:
         return "\n\n".join(parts)
 
 
+    def with_timelines(self, directory: Path) -> "Report":
+        """This report, its cases' timelines written into `directory` (`timeline.write_all`)."""
+        from ckpt_harness.present.from_runs import write_all
+
+        return dataclasses.replace(self, results=write_all(self.results, directory))
+
     def assert_ok(self) -> None:
         """Fail the calling test with the verdict table if any case did not pass."""
         if not self.ok:
@@ -113,6 +120,7 @@ class Report:
                 {"case": r.case, "check": r.check, "verdict": r.verdict.value, "summary": r.summary,
                  "details": r.details, "repro": r.repro, "shares_resume_with": r.shares,
                  "timings": r.timings.to_json() if r.timings is not None else None,
+                 "timeline": r.timeline_file, "differences": [d.to_json() for d in r.differences],
                  "also": [{"check": a.check, "verdict": a.verdict.value, "summary": a.summary} for a in r.also],
                  **({"row": dict(zip(EXPLORE_COLUMNS, r.cells))} if r.cells else {})}
                 for r in self.results

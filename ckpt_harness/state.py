@@ -123,6 +123,8 @@ class Difference:
     #: For floating-point values: `max_abs` relative to the largest expected
     #: magnitude; tells last-bit noise (~1e-7 for float32) from a real change.
     max_rel: Optional[float] = None
+    #: For tensors whose values differ: the index of the first differing element.
+    first: Optional[tuple[int, ...]] = None
 
     def __str__(self) -> str:
         return f"{self.key}: {self.detail}"
@@ -191,7 +193,7 @@ def _tensor_values_differ(key: str, expected: TensorLeaf, actual: TensorLeaf) ->
     return Difference(key, (
         f"{unequal.size} of {a.size} elements differ; first at index {index}: "
         f"{b[first].item()!r}, expected {a[first].item()!r}; max abs diff {worst:.6g}"
-    ), "values", worst, rel)
+    ), "values", worst, rel, tuple(index))
 
 
 #: torch dtype name -> numpy dtype for diffs; others are compared as bytes.

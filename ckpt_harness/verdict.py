@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from typing import Any, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Iterable, Optional
+
+if TYPE_CHECKING:
+    from ckpt_harness.present.timeline import Timeline
 
 
 class Verdict(str, enum.Enum):
@@ -138,6 +141,26 @@ class Breakdown:
 
 
 @dataclasses.dataclass(frozen=True)
+class StateDiff:
+    """One key of one rank whose state differs from what was expected: a row
+    of the HTML report's diff table (the text report folds them, `oracle.diffs`)."""
+
+    key: str
+    rank: int
+    #: What differs, as the text report says it.
+    what: str
+    #: "missing", "unexpected", "dtype", "shape" or "values".
+    kind: str
+    first_index: Optional[tuple[int, ...]] = None
+    max_abs: Optional[float] = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"key": self.key, "rank": self.rank, "what": self.what, "kind": self.kind,
+                "first_index": list(self.first_index) if self.first_index is not None else None,
+                "max_abs": self.max_abs}
+
+
+@dataclasses.dataclass(frozen=True)
 class CaseResult:
     """One judgement of one case, as the oracle gives it."""
 
@@ -161,6 +184,13 @@ class CaseResult:
     #: The same case judged under other properties, this one being the worst
     #: (`oracle.judge_fault`): each lands in its own property's matrix cell.
     also: tuple["CaseResult", ...] = ()
+    #: The case's runs, rank by rank (`records.CaseClock.stamp`): for a case
+    #: that did not pass, or every case when asked; None where no run was timed.
+    timeline: Optional["Timeline"] = dataclasses.field(default=None, compare=False, repr=False)
+    #: Where `timeline` was written as a trace file (`present.timeline.write_all`).
+    timeline_file: Optional[str] = dataclasses.field(default=None, compare=False)
+    #: The state differences behind a FAIL of a state comparison, key by key.
+    differences: tuple[StateDiff, ...] = dataclasses.field(default=(), compare=False, repr=False)
 
     def judgments(self) -> tuple["CaseResult", ...]:
         """This judgment and those riding along, one per property."""
@@ -172,4 +202,6 @@ class CaseResult:
             block.append(self.details.rstrip())
         if self.repro:
             block.append(f"repro: {self.repro}")
+        if self.timeline_file:
+            block.append(f"timeline: {self.timeline_file} (open in ui.perfetto.dev)")
         return "\n".join(block)

@@ -207,6 +207,9 @@ class Checked:
     def explain(self) -> str:
         return f"{self.result.explain()}\n\n{self.gating.explain()}"
 
+    def with_timelines(self, directory: Path) -> "Checked":
+        return dataclasses.replace(self, result=self.result.with_timelines(directory))
+
 
 @dataclasses.dataclass(frozen=True)
 class Expectations:

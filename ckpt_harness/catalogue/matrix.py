@@ -20,6 +20,7 @@ import concurrent.futures
 import dataclasses
 import datetime
 import json
+import re
 import shutil
 import signal
 import tempfile
@@ -278,12 +279,28 @@ class Matrix:
             raise UsageError(f"{source}: not a matrix.json written by `ckpt-harness matrix` ({type(exc).__name__}: "
                              f"{exc})") from None
 
+    def with_timelines(self, out: Path) -> "Matrix":
+        """This matrix, the timelines of its cases written under `out`/timelines, a folder per row and
+        scenario, and named relative to `out` (where matrix.json is): a sharded matrix merges to the
+        same matrix.json as the whole, and the folder can be moved with it."""
+        results = [r.with_timelines(out / TIMELINES / _folder(r.job) / r.scenario, base=out) for r in self.results]
+        return dataclasses.replace(self, results=results)
+
     def write(self, out: Path) -> tuple[Path, Path]:
         out.mkdir(parents=True, exist_ok=True)
         md, js = out / "matrix.md", out / "matrix.json"
         md.write_text(self.markdown())
         js.write_text(json.dumps(self.to_json(), indent=1) + "\n")
         return md, js
+
+
+#: The folder of a matrix's --out that holds its cases' timelines.
+TIMELINES = "timelines"
+
+
+def _folder(row: str) -> str:
+    """A row's name as a folder name ("planted.jobs:Job" -> "planted.jobs_Job")."""
+    return re.sub(r"[^\w.-]+", "_", row)
 
 
 def _md(text: str, limit: int = 400) -> str:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.errors import ConfigError, ScenarioError
 from ckpt_harness.oracle.properties import SIDE_PROPERTIES
-from ckpt_harness.verdict import CaseResult, Verdict, fold
+from ckpt_harness.verdict import CaseResult, StateDiff, Verdict, fold
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -141,21 +141,36 @@ class ScenarioResult:
         return Report(self.job, world_size, list(cases), self.elapsed, "scenario",
                       f"{self.scenario} [{self.property}]", dict(settings))
 
+    def with_timelines(self, directory: Path, base: Optional[Path] = None) -> "ScenarioResult":
+        """This result, its cases' timelines written into `directory` (named relative to `base` if
+        given: `from_runs.write_all`), its details naming them."""
+        from ckpt_harness.present.from_runs import write_all
+
+        if not any(r.timeline is not None for r in self.results):
+            return self
+        results = tuple(write_all(self.results, directory, base))
+        return dataclasses.replace(self, results=results, details=_details(results),
+                                   by_property=tuple(p.with_timelines(directory, base) for p in self.by_property))
+
     def to_json(self) -> dict[str, Any]:
-        """Every field but its cases' results (the entries of matrix.json's "scenarios"); `by_property`
-        only when it says more than the scenario's own verdict, without the parts' details."""
+        """Every field (the entries of matrix.json's "scenarios"), its cases' results as `case_json`
+        says them; `by_property` only when it says more than the scenario's own verdict, without the
+        parts' details or cases."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
                if f.name not in ("results", "by_property")} | {"verdict": self.verdict.value}
+        out["results"] = [case_json(r) for r in self.results]
         if self.by_property:
-            out["by_property"] = [{**part.to_json(), "details": ""} for part in self.by_property]
+            out["by_property"] = [{**part.to_json(), "details": "", "results": []} for part in self.by_property]
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "ScenarioResult":
-        """Back from `to_json`: without its cases' results, which matrix.json does not keep. A
-        matrix.json older than `by_property` gives a scenario that speaks for its own property only."""
+        """Back from `to_json`, its cases without what matrix.json does not keep (timings, timelines but
+        their files). A matrix.json older than `by_property` gives a scenario that speaks for its own
+        property only; one older than `results`, a scenario without its cases."""
         names = {f.name for f in dataclasses.fields(cls)} - {"results", "by_property"}
         return cls(**{**{k: v for k, v in data.items() if k in names}, "verdict": Verdict(data["verdict"]),
+                      "results": tuple(case_from_json(r) for r in data.get("results", ())),
                       "by_property": tuple(cls.from_json(part) for part in data.get("by_property", ()))})
 
     def explain(self) -> str:
@@ -191,10 +206,9 @@ def _fold(job: str, name: str, prop: str, results: Sequence[CaseResult], flat: S
     first = behind[0] if behind else None
 
     def make(reason: str) -> ScenarioResult:
-        shown = [r for r in results if not r.verdict.ok]
         return ScenarioResult(name, job, prop, verdict, reason,
                               first.repro if first is not None and not verdict.ok else None,
-                              "\n\n".join(r.explain() for r in shown), cases, results=tuple(results))
+                              _details(results), cases, results=tuple(results))
 
     if first is None:
         return make(f"no {unit} to run")
@@ -213,6 +227,30 @@ def _fold(job: str, name: str, prop: str, results: Sequence[CaseResult], flat: S
     if (cases <= 2 and unit == "cases") or len(results) == 1:  # few enough to say what happened
         return make("; ".join(f"{r.case}: {r.summary}" for r in results))
     return make(f"{cases} {unit} pass")
+
+
+def _details(results: Sequence[CaseResult]) -> str:
+    """Every case that did not pass, in full."""
+    return "\n\n".join(r.explain() for r in results if not r.verdict.ok)
+
+
+def case_json(r: CaseResult) -> dict[str, Any]:
+    """A case as matrix.json keeps it: what the HTML report shows of it (the
+    details of the cases that did not pass only, to keep the file small)."""
+    return {"case": r.case, "check": r.check, "verdict": r.verdict.value, "summary": r.summary,
+            "details": r.details if not r.verdict.ok else "", "repro": r.repro, "cells": list(r.cells),
+            "timeline": r.timeline_file, "differences": [d.to_json() for d in r.differences],
+            "also": [case_json(a) for a in r.also]}
+
+
+def case_from_json(data: Mapping[str, Any]) -> CaseResult:
+    return CaseResult(
+        str(data["case"]), str(data["check"]), Verdict(data["verdict"]), str(data.get("summary", "")),
+        str(data.get("details", "")), data.get("repro"), tuple(data.get("cells", ())),
+        also=tuple(case_from_json(a) for a in data.get("also", ())), timeline_file=data.get("timeline"),
+        differences=tuple(StateDiff(d["key"], int(d["rank"]), d["what"], d["kind"],
+                                    tuple(d["first_index"]) if d.get("first_index") is not None else None,
+                                    d.get("max_abs")) for d in data.get("differences", ())))
 
 
 def not_applicable(job: str, scenario: Scenario, reason: str) -> ScenarioResult:

@@ -15,6 +15,7 @@ import math
 from typing import Mapping, Sequence
 
 from ckpt_harness.state import Difference, Record, diff
+from ckpt_harness.verdict import StateDiff
 
 #: Keys of one group and kind listed one by one up to this many; more fold into one line.
 FOLD_AT = 3
@@ -102,6 +103,16 @@ def listing(problems: Sequence[tuple[int, Sequence[Difference]]]) -> str:
         if len(block.lines) > MAX_LISTED:
             out.append(f"  ... and {len(block.lines) - MAX_LISTED} more")
     return "\n".join(out)
+
+
+#: State differences a case keeps key by key (`rows`): enough for a table, bounded for a matrix.
+MAX_ROWS = 200
+
+
+def rows(problems: Sequence[tuple[int, Sequence[Difference]]]) -> tuple[StateDiff, ...]:
+    """Every difference as a row of its own, rank by rank, up to MAX_ROWS."""
+    out = [StateDiff(d.key, rank, d.detail, d.kind, d.first, d.max_abs) for rank, ds in problems for d in ds]
+    return tuple(out[:MAX_ROWS])
 
 
 def ranks_label(ranks: Sequence[int]) -> str:

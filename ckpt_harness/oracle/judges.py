@@ -94,7 +94,8 @@ def judge_same_state(case: str, check: str, expected_states: Optional[States], a
     if not problems:
         keys = len(next(iter(expected_states.values()), {}))
         return CaseResult(case, check, Verdict.PASS, f"bitwise equal on every rank ({keys} keys each)")
-    return CaseResult(case, check, Verdict.FAIL, f"{what} differs: {_first(problems)}", _list(problems), repro)
+    return CaseResult(case, check, Verdict.FAIL, f"{what} differs: {_first(problems)}", _list(problems), repro,
+                      differences=diffs.rows(problems))
 
 
 def harness_error(case: str, check: str, error: BaseException, repro: Optional[str] = None,

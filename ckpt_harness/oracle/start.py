@@ -160,7 +160,7 @@ def judge_later_saves(case: str, golden: Run, resumed: Run, step: int, repro: Op
         if problems:
             return CaseResult(case, "saves after resume", Verdict.FAIL,
                               f"save {s} differs from the uninterrupted run's: {diffs.summary(problems)}",
-                              diffs.listing(problems), repro)
+                              diffs.listing(problems), repro, differences=diffs.rows(problems))
     listed = ", ".join(map(str, sorted(expected)))
     return CaseResult(case, "saves after resume", Verdict.PASS,
                       f"save{'s' if len(expected) > 1 else ''} {listed} bitwise equal on every rank that saved")

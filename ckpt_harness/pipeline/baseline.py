@@ -21,6 +21,7 @@ from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import OPS
 from ckpt_harness.inject.trace import Event, EventKind, fields, unseen_writes
 from ckpt_harness.pipeline.resumes import Resumes
+from ckpt_harness.present.from_runs import attach
 from ckpt_harness.records import Kind, Run, data_reader
 from ckpt_harness.targets import RunRequest, Target
 from ckpt_harness.verdict import CaseResult, Verdict
@@ -225,7 +226,7 @@ def golden_run(target: Target, plan: ExplorePlan, root: Path) -> Run:
     golden = target.run(RunRequest("golden", log_data=True), root / "golden" / "ckpt", root / "golden" / "run")
     live = oracle.judge_golden("golden", golden, target.repro("explore", plan.values, "golden"))
     if live.verdict is not Verdict.PASS:
-        raise BaselineFailed(live)
+        raise BaselineFailed(attach(live, [golden]))
     unnamed = oracle.judge_named_steps("golden", golden)
     if unnamed is not None or not oracle.save_steps(golden):
         raise BaselineFailed(unnamed or oracle.cannot_judge(

@@ -27,6 +27,7 @@ from ckpt_harness.inject.trace import Event, EventKind, fields
 from ckpt_harness.pipeline.baseline import Baseline, Point
 from ckpt_harness.pipeline.resumes import DirState
 from ckpt_harness.pipeline.workdir import fresh_dir
+from ckpt_harness.present.from_runs import Note
 from ckpt_harness.records import CaseClock, Run, data_reader
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
@@ -127,9 +128,10 @@ def plan_of(baseline: Baseline, name: str) -> Case:
 def run_case(baseline: Baseline, case: Case) -> CaseResult:
     """Run one case against `baseline` and judge it, with where its seconds
     went (`CaseResult.timings`); a harness error is this case's ERROR."""
-    clock = CaseClock()
+    clock = CaseClock(context=(baseline.golden,))
+    notes: list[Note] = []
     try:
-        result = _run_case(baseline, case, fresh_dir(baseline.root / "cases", case.name), clock)
+        result = _run_case(baseline, case, fresh_dir(baseline.root / "cases", case.name), clock, notes)
     except durability.DurabilityError as exc:  # a trace the model will not guess at: no statement about the job
         result = oracle.cannot_judge(
             case.name, oracle.property_for(case.kind),
@@ -139,7 +141,7 @@ def run_case(baseline: Baseline, case: Case) -> CaseResult:
     except Exception as exc:  # noqa: BLE001 - this case is an ERROR; the other cases go on
         result = oracle.harness_error(case.name, oracle.property_for(case.kind), exc, baseline.repro(case.name),
                                       row=case.row)
-    return dataclasses.replace(result, timings=clock.done())
+    return clock.stamp(result, notes, every=baseline.plan.timelines == "all")
 
 
 def run_cases(baseline: Baseline, cases: Sequence[Case],
@@ -162,7 +164,8 @@ def run_cases(baseline: Baseline, cases: Sequence[Case],
         return list(pool.map(one, cases))
 
 
-def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock) -> CaseResult:
+def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock, notes: list[Note]) -> CaseResult:
+    """The case's verdict; `notes` gets what its timeline must show that its runs' traces do not."""
     plan, target = baseline.plan, baseline.target
     ckpt = case_dir / "ckpt"
     save_returned = True
@@ -173,10 +176,12 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock) 
     if case.path is not None:  # corruption of the committed save
         shutil.copytree(baseline.committed, ckpt)
         detail = f"{case.path} {corrupt.CORRUPTIONS[case.kind](ckpt / case.path, canary)}"
+        notes.append(Note("resumed run", f"before the resume: {detail}", "corruption"))
     else:
         derived = _derived(baseline, case, ckpt) if plan.derive_states and not baseline.replay_gap else None
         if derived is not None:
             save_returned, lost = derived
+            notes.extend(_derived_notes(baseline, case))
         else:
             faulted, lost = _faulted_run(baseline, case, ckpt, case_dir / "fault", clock)
             save_returned = faulted.saved_steps()[-1:] == [baseline.k]
@@ -202,7 +207,28 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock) 
     if notes:
         note = "\n".join(notes)
         result = dataclasses.replace(result, details=f"{note}\n\n{result.details}" if result.details else note)
+    if lost is not None and lost.losses:
+        moment = next((e.t for e in (faulted.events() if faulted is not None else ()) if e.fault), None)
+        notes.append(Note(faulted.name if faulted is not None else baseline.golden.name,
+                          f"power loss dropped {len(lost.losses)}", "power-loss", moment,
+                          args={"lost": [str(loss) for loss in lost.losses]}))
     return _explain_power_loss(result, lost, plan.durability)
+
+
+def _derived_notes(baseline: Baseline, case: Case) -> list[Note]:
+    """Where the golden run was cut to derive the case's directory: its fault
+    marked at the golden operation it stands before (after, for crash-after)."""
+    if not case.faults:  # a power loss right after save k: each rank as it parked
+        return [Note(baseline.golden.name, "power loss (derived): every rank as save "
+                     f"{baseline.k} returned", "fault", rank=None)]
+    notes = []
+    for f in case.faults:
+        events = next((r.events for r in baseline.golden.ranks if r.rank == f.rank), [])
+        at = next((e.t for e in events if e.phase == f.phase and e.point is not None
+                   and e.point <= f.index < e.point + e.count), None)
+        notes.append(Note(baseline.golden.name, f"fault: {f.kind} (derived from this run)", "fault", at, f.rank,
+                          {"phase": f.phase, "before operation": f.index}))
+    return notes
 
 
 _DERIVED_WHY = {**{k.name: k.derivable for k in FAULT_KINDS if k.derivable},

@@ -25,6 +25,7 @@ from ckpt_harness.config import ScriptConfig, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.launch.layout import crash_marker
 from ckpt_harness.pipeline.workdir import prepare_workdir
+from ckpt_harness.present.from_runs import attach
 from ckpt_harness.records import CaseClock, Kind, Run
 from ckpt_harness.report import Report
 from ckpt_harness.targets import RunRequest, Stop, Target
@@ -102,7 +103,7 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
     if golden is None:
         golden = target.run(RunRequest("golden", trace_files=keep_last is not None), root / "golden" / "ckpt",
                             root / "golden" / "run")
-    results = [oracle.judge_golden("golden", golden, line)]
+    results = [attach(oracle.judge_golden("golden", golden, line), [golden])]
     if results[0].verdict is Verdict.PASS:  # else there is nothing to compare against
         known = target.knowing(golden)
         steps = known.save_steps() or []
@@ -113,8 +114,9 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
         unnamed = oracle.judge_named_steps("golden", golden)
         results += [unnamed] if unnamed else []
         if keep_last is not None:
-            results.append(oracle.judge_retention("golden", golden, keep_last, line,
-                                                  background=known.saves_in_background() and known.caps.reports))
+            results.append(attach(oracle.judge_retention(
+                "golden", golden, keep_last, line, background=known.saves_in_background() and known.caps.reports),
+                [golden]))
         _check_names(known, cases, steps)
         every, default = case_names(known, steps, stop)
         nondeterminism: dict[int, Optional[CaseResult]] = {}
@@ -136,10 +138,11 @@ def resume_case(target: Target, root: Path, case: str, golden: Run,
     `nondeterminism` holds, per step, whether two identical runs differed at
     that save: a restart case has no second run of its own to tell it.
     Every result of the case carries where its seconds went."""
-    clock = CaseClock()
+    clock = CaseClock(context=(golden,))
     results = _resume_case(target, root, case, golden, nondeterminism, clock)
-    timings = clock.done()
-    return [dataclasses.replace(r, timings=timings) for r in results]
+    stamped = [clock.stamp(r) for r in results]  # one timeline for all of them, if any failed
+    timeline = next((r.timeline for r in stamped if r.timeline is not None), None)
+    return [dataclasses.replace(r, timings=stamped[0].timings, timeline=timeline) for r in stamped]
 
 
 def _resume_case(target: Target, root: Path, case: str, golden: Run,

@@ -82,6 +82,7 @@ LAYERS: dict[str, int] = {
     "ckpt_harness.launch._proc": 0,
     "ckpt_harness.launch._wire": 0,
     "ckpt_harness.launch.layout": 0,
+    "ckpt_harness.present.timeline": 0,
     # 1 the process mechanism: fork server, groups, torchrun agents, worker bootstrap
     "ckpt_harness.launch.*": 1,
     # 2 probes, faults and the models of what they record
@@ -89,6 +90,7 @@ LAYERS: dict[str, int] = {
     # 3 code that runs in ranks/workers, and the rank<->harness records contract
     "ckpt_harness.rankside.*": 3,
     "ckpt_harness.records": 3,
+    "ckpt_harness.present.from_runs": 3,
     # 4 what is under test and how it is started (run.py becomes targets/)
     "ckpt_harness.config": 4,
     "ckpt_harness.targets.*": 4,
@@ -104,6 +106,7 @@ LAYERS: dict[str, int] = {
     # 8 surfaces
     "ckpt_harness.cli": 8,
     "ckpt_harness.plugin": 8,
+    "ckpt_harness.present.*": 8,
     "ckpt_harness": 8,
 }
 

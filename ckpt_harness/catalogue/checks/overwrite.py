@@ -124,7 +124,7 @@ def _snapshot(root: Path) -> dict[str, str]:
 def _case(bench, scenario, base, earlier: Earlier, template: Path, flag: bool, case: str) -> CaseResult:
     clock = CaseClock()
     result = _overwrite(bench, scenario, base, earlier, template, flag, case, clock)
-    return dataclasses.replace(result, timings=clock.done())
+    return clock.stamp(result)
 
 
 def _overwrite(bench, scenario, base, earlier: Earlier, template: Path, flag: bool, case: str,

@@ -8,7 +8,6 @@ run must also train to the end at M.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness import oracle
@@ -50,13 +49,13 @@ class Reshard:
             root / "save"), broken=k)
         failed = oracle.judge_reshard_save(case, scenario.property, saved, k, n, repro)
         if failed is not None:
-            return [dataclasses.replace(failed, timings=clock.done())]
+            return [clock.stamp(failed)]
         resumed = clock.run(lambda: saver.replace(world_size=m).run(
             RunRequest("resumed run", trace_files=False, full_state=True, failure_grace=PROPAGATION), root / "ckpt",
             root / "resume"), resume=True)
         clock.judging()
         judged = oracle.judge_reshard(case, scenario.property, saved, resumed, k, n, m, repro)
-        return [dataclasses.replace(judged, timings=clock.done())]
+        return [clock.stamp(judged)]
 
 
 CHECK = Reshard()

@@ -18,7 +18,6 @@ helper threads is caught.
 from __future__ import annotations
 
 import concurrent.futures
-import dataclasses
 from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness import oracle
@@ -68,9 +67,9 @@ class Stall:
 
 
 def _stalled(bench, scenario, base, case) -> CaseResult:
-    clock = CaseClock()
+    clock = CaseClock(context=(base.golden,))
     result = _stall(bench, scenario, base, case, clock)
-    return dataclasses.replace(result, timings=clock.done())
+    return clock.stamp(result, every=base.plan.timelines == "all")
 
 
 def _stall(bench, scenario, base, case, clock: CaseClock) -> CaseResult:

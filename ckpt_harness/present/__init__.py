@@ -1,0 +1,1 @@
+"""What a person looks at: a case's timeline, the HTML report."""

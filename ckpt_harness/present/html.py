@@ -1,0 +1,205 @@
+"""The HTML report: one self-contained file a person clicks through.
+
+A matrix page opens on its grid (a job per row, a property per column, each
+cell coloured by its verdict); a cell lists the scenarios behind it, a
+scenario its cases, a case its verdict, reason, fault plan, repro line,
+state differences, stacks and timeline. A report of one command (run,
+explore, scenario) is the same page without the grid. Pages are sections of
+one file, shown one at a time by their `#id`, so the file works offline and
+a link to a case can be shared; a case's timeline is drawn when it is opened,
+from the data the Chrome-trace file holds (`timeline.Timeline`), so a
+1,700-case matrix opens as fast as its text.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from ckpt_harness.present.timeline import Timeline
+from ckpt_harness.verdict import CaseResult, Verdict
+
+if TYPE_CHECKING:
+    from ckpt_harness.catalogue.matrix import Matrix
+    from ckpt_harness.catalogue.scenario import ScenarioResult
+    from ckpt_harness.report import Report
+
+_HERE = Path(__file__).parent / "templates"
+
+
+@dataclasses.dataclass(frozen=True)
+class CaseView:
+    id: str
+    result: CaseResult
+    #: Where it came from, for the case page's heading ("torch_save · crash-every-phase").
+    where: str
+    #: Back link: the scenario (or report) page that lists it.
+    parent: str
+    timeline: Optional[str]
+
+    @property
+    def verdict(self) -> str:
+        return self.result.verdict.value
+
+    @property
+    def opens(self) -> bool:
+        """Worth a page of its own: not a plain pass."""
+        return not self.result.verdict.ok or bool(self.result.details) or self.timeline is not None
+
+
+@dataclasses.dataclass(frozen=True)
+class ScenarioView:
+    id: str
+    result: "ScenarioResult"
+    cases: tuple[CaseView, ...]
+    parent: str
+
+    @property
+    def verdict(self) -> str:
+        return self.result.verdict.value
+
+
+@dataclasses.dataclass(frozen=True)
+class CellView:
+    id: str
+    job: str
+    property: str
+    verdict: str
+    reason: str
+    scenarios: tuple[tuple[ScenarioView, "ScenarioResult"], ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Page:
+    title: str
+    subtitle: str
+    kind: str
+    verdict: str
+    columns: tuple[str, ...] = ()
+    rows: tuple[tuple[str, tuple[CellView, ...]], ...] = ()
+    scenarios: tuple[ScenarioView, ...] = ()
+    #: Cases of a report that has no scenarios (run, explore).
+    cases: tuple[CaseView, ...] = ()
+    facts: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def all_cases(self) -> list[CaseView]:
+        return [*self.cases, *(c for s in self.scenarios for c in s.cases)]
+
+
+# -- building the page -------------------------------------------------------------------
+class _Ids:
+    """Element ids: readable, unique, valid in a URL fragment."""
+
+    def __init__(self) -> None:
+        self.used: set[str] = set()
+
+    def __call__(self, *parts: str) -> str:
+        base = "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", p).strip("_") for p in parts)
+        name, n = base, 1
+        while name in self.used:
+            n += 1
+            name = f"{base}-{n}"
+        self.used.add(name)
+        return name
+
+
+def _case_views(ids: _Ids, results: Sequence[CaseResult], where: str, parent: str, prefix: str,
+                base: Path) -> tuple[CaseView, ...]:
+    return tuple(CaseView(ids("case", prefix, r.case, r.check), r, where, parent, _timeline_data(r, base))
+                 for r in results)
+
+
+def _scenario_view(ids: _Ids, s: "ScenarioResult", parent: str, base: Path) -> ScenarioView:
+    sid = ids("scenario", s.job, s.scenario)
+    return ScenarioView(sid, s, _case_views(ids, s.results, f"{s.job} · {s.scenario}", sid,
+                                            f"{s.job}.{s.scenario}", base), parent)
+
+
+def matrix_page(matrix: "Matrix", base: Path = Path(".")) -> Page:
+    """The grid of `matrix`, each cell opening the scenarios it folds
+    (`Matrix.cells`, `ScenarioResult.under`): its own property's first, then
+    failures of it that another property's scenarios found. `base`: where
+    its matrix.json is (its timeline files are named relative to it)."""
+    ids = _Ids()
+    done = {(r.job, r.scenario): r for r in matrix.results}
+    views = {key: _scenario_view(ids, r, "top", base) for key, r in done.items()}
+    by_cell = {(c.job, c.property): c for c in matrix.cells()}
+    rows = []
+    for job in matrix.jobs:
+        mine = [r for r in matrix.results if r.job == job]
+        cells = []
+        for prop in matrix.properties:
+            c = by_cell[job, prop]
+            ordered = sorted(mine, key=lambda r: r.property != prop)
+            shown = tuple((views[job, r.scenario], part) for r in ordered if (part := r.under(prop)) is not None)
+            cells.append(CellView(ids("cell", job, prop), job, prop, c.shown.replace(" ", ""), c.reason, shown))
+        rows.append((job, tuple(cells)))
+    # a scenario's back link goes to the cell of its own property
+    cell_of = {(c.job, c.property): c.id for _, cells in rows for c in cells}
+    scenario_views = tuple(dataclasses.replace(v, parent=cell_of.get((v.result.job, v.result.property), "top"))
+                           for v in views.values())
+    facts = (("world size", str(matrix.world_size)), ("elapsed", f"{matrix.elapsed / 60:.1f} min"),
+             ("scenarios run", str(len(matrix.results))), ("cases", str(sum(r.cases for r in matrix.results))),
+             ("date", matrix.date), *matrix.versions.items())
+    return Page("ckpt_harness matrix", f"{len(matrix.jobs)} rows × {len(matrix.properties)} properties", "matrix",
+                matrix.verdict.value, tuple(matrix.properties), tuple(rows), scenario_views, facts=facts)
+
+
+def report_page(report: "Report") -> Page:
+    ids = _Ids()
+    title = f"ckpt_harness {report.kind}: {report.noun} {report.job}"
+    facts = (("world size", str(report.world_size)), ("elapsed", f"{report.elapsed:.1f} s"),
+             ("cases", str(len({r.case for r in report.results}))),
+             *(("warning", w) for w in report.warnings))
+    return Page(title, report.note, report.kind, report.verdict.value,
+                cases=_case_views(ids, report.results, report.job, "top", report.job, Path(".")), facts=facts)
+
+
+# -- timelines, as the page draws them ------------------------------------------------------
+def _timeline_data(result: CaseResult, base: Path) -> Optional[str]:
+    """The case's timeline as the page's script draws it: the same slices and
+    marks as its trace file, in arrays (a tenth of the size), as JSON that is
+    safe inside a <script> element."""
+    t: Optional[Timeline] = result.timeline
+    if t is None and result.timeline_file:  # a matrix read back from its matrix.json
+        try:
+            t = Timeline.read(base / result.timeline_file)
+        except (OSError, ValueError, KeyError):
+            return None
+    if t is None:
+        return None
+    data = {
+        "runs": [[r.name, _ms(r.start), _ms(r.end), r.ended] for r in t.runs],
+        "tracks": [{"label": track.label, "run": track.run,
+                    "lanes": [{"thread": lane.thread,
+                               "slices": [[s.name, s.category, _ms(s.start), _ms(s.end)] for s in lane.slices],
+                               "marks": [[m.name, m.category, _ms(m.at)] for m in lane.marks]}
+                              for lane in track.lanes]}
+                   for track in t.tracks],
+    }
+    return json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1e3, 3)
+
+
+# -- rendering ---------------------------------------------------------------------------
+def render(page: Page) -> str:
+    import jinja2
+
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(_HERE), autoescape=True,
+                             trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+    return env.get_template("report.html.j2").render(
+        page=page, style=(_HERE / "report.css").read_text(), script=(_HERE / "report.js").read_text(),
+        marks={**{v.value.replace("/", ""): v.value.upper() for v in Verdict}, "notrun": "not run"})
+
+
+def write(page: Page, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(render(page))
+    return path
