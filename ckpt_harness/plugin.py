@@ -37,6 +37,9 @@ for every run, including runs that never touch a checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import re
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
@@ -95,6 +98,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "target's items together where the costs allow); other tests are not sharded")
     group.addoption("--ckpt-costs", default=None, metavar="MATRIX_JSON",
                     help="with --ckpt-shard: balance the parts by the seconds each scenario took in this matrix.json")
+    group.addoption("--ckpt-html", default=None, metavar="PATH",
+                    help="write the ckpt items' results as one HTML page here (a grid per target and property, "
+                         "each scenario's cases, each failing case's timeline), as `ckpt-harness matrix --html`")
+    group.addoption("--ckpt-timeline-dir", default=None, metavar="DIR",
+                    help="where the timelines of failing cases go, one Chrome trace file each for ui.perfetto.dev "
+                         "(default: ckpt-timelines/ in pytest's base temporary directory); JUnit XML names them "
+                         "(property ckpt_timeline), as pytest-html's extras do")
     parser.addini("ckpt_baseline", f"{baseline} (path relative to the ini file)", default=None)
 
 
@@ -299,6 +309,7 @@ class ScriptItem(pytest.Item):
         except Unavailable as exc:
             pytest.skip(str(exc))
         self.user_properties.append(("ckpt_verdict", report.verdict.value))
+        report = _outputs(self, report)
         if not report.ok:
             raise ScenarioFailed(report.explain())
 
@@ -440,6 +451,8 @@ class ScenarioItem(pytest.Item):
         except Unavailable as exc:
             pytest.skip(str(exc))
         self.user_properties.append(("ckpt_verdict", result.verdict.value))
+        result = _outputs(self, result)
+        _results(self.config).append((self, result))
         gated = _gate(self.config, result)
         if result.verdict is Verdict.NA:
             pytest.skip(f"n/a: {result.reason}")
@@ -455,6 +468,113 @@ class ScenarioItem(pytest.Item):
     def reportinfo(self) -> tuple[str, Optional[int], str]:
         return (self.scenario.source, None,
                 f"{self.scenario.name} [{self.scenario.property}] {self.job} ws{self.world_size}")
+
+
+# -- what a failing item leaves for people: timelines, repro lines, the HTML page ------------
+_RESULTS = pytest.StashKey[list]()
+#: What an item's failure carries for pytest-html: (name, repro line or timeline file).
+_EXTRAS = pytest.StashKey[list]()
+
+
+def _timeline_dir(config: pytest.Config) -> Path:
+    given = config.getoption("ckpt_timeline_dir")
+    if given:
+        return Path(config.invocation_params.dir) / given
+    return Path(config._tmp_path_factory.getbasetemp()) / "ckpt-timelines"  # type: ignore[attr-defined]
+
+
+def _outputs(item: pytest.Item, result: Any) -> Any:
+    """`result` (a report or a scenario's result) with the timelines of its
+    failing cases written (`--ckpt-timeline-dir`), and what JUnit XML and
+    pytest-html carry of it: the repro line and each timeline's file."""
+    written = result.with_timelines(_timeline_dir(item.config) / re.sub(r"[^\w.=+-]+", "_", item.nodeid))
+    extras = item.stash.setdefault(_EXTRAS, [])
+    for case, file in dict.fromkeys((r.case, r.timeline_file) for r in written.results if r.timeline_file):
+        item.user_properties.append(("ckpt_timeline", file))
+        extras.append((f"timeline of {case}", file))
+    repro = getattr(written, "repro", None) or next((r.repro for r in written.results if r.repro and
+                                                     not r.verdict.ok), None)
+    if repro:
+        item.user_properties.append(("ckpt_repro", repro))
+        extras.insert(0, ("repro", repro))
+    return written
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
+    """A failing ckpt item's report carries its repro line and timelines as
+    pytest-html extras, when pytest-html is installed."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.when == "call" and report.failed and item.stash.get(_EXTRAS, None):
+        try:
+            from pytest_html import extras as html_extras
+        except ImportError:
+            return
+        found = list(getattr(report, "extras", []))
+        for name, value in item.stash[_EXTRAS]:
+            if name == "repro":
+                found.append(html_extras.text(value, name="repro"))
+            else:
+                try:
+                    found.append(html_extras.json(json.loads(Path(value).read_text()), name=name))
+                except (OSError, ValueError):
+                    found.append(html_extras.url(Path(value).resolve().as_uri(), name=name))
+        report.extras = found
+
+
+def _results(config: pytest.Config) -> list:
+    """The session's catalogue items with their results (for --ckpt-html)."""
+    return config.stash.setdefault(_RESULTS, [])
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """--ckpt-html: in an xdist worker, hand the results to the controller;
+    elsewhere, write the page of every item's results, the workers' too."""
+    config = session.config
+    path = config.getoption("ckpt_html")
+    if not path:
+        return
+    mine = [(item.world_size, item.scenario.to_json(), result.to_json()) for item, result in _results(config)]
+    if hasattr(config, "workeroutput"):
+        config.workeroutput["ckpt_results"] = mine  # type: ignore[attr-defined]
+        return
+    _write_html(config, Path(path), mine + config.stash.get(_FROM_WORKERS, []))
+
+
+_FROM_WORKERS = pytest.StashKey[list]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """An xdist worker's results for --ckpt-html."""
+    found = getattr(node, "workeroutput", {}).get("ckpt_results")
+    if found:
+        node.config.stash.setdefault(_FROM_WORKERS, []).extend(found)
+
+
+def _write_html(config: pytest.Config, path: Path, results: list) -> None:
+    """The page of the ckpt items' results: a row per target (and world size, when several ran)."""
+    from ckpt_harness.catalogue.matrix import Matrix
+    from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult
+    from ckpt_harness.present import html
+    from ckpt_harness.report import versions
+
+    if not results:
+        return
+    sizes = {ws for ws, _, _ in results}
+    rows, scenarios, done = [], {}, []
+    for ws, scenario, data in results:
+        result = ScenarioResult.from_json(data)
+        row = result.job if len(sizes) == 1 else f"{result.job} ws{ws}"
+        rows.append(row)
+        scenarios.setdefault(scenario["name"], Scenario.from_json(scenario))
+        done.append(dataclasses.replace(result, job=row))
+    matrix = Matrix(world_size=min(sizes), jobs=list(dict.fromkeys(rows)), results=done,
+                    scenarios=list(scenarios.values()), versions=versions(),
+                    elapsed=sum(r.elapsed for r in done))
+    html.write(html.matrix_page(matrix), path)
+    config.get_terminal_writer().line(f"ckpt_harness HTML report: {path}")
 
 
 class ScenarioFailed(AssertionError):

@@ -405,3 +405,33 @@ def test_loadgroup_keeps_a_targets_items_on_one_worker_and_its_golden_run_made_o
     assert len(workers) == 1, result.stdout.str()
     benches = sorted(p.name for p in (pytester.path / "base").glob("popen-gw*/ckpt-ws*") if not p.is_symlink())
     assert benches == ["ckpt-ws20"], benches  # one bench: the golden runs made once
+
+
+def test_a_failing_item_carries_its_repro_and_timelines_to_junit_pytest_html_and_a_page(pytester, importable):
+    """What CI keeps of a failing catalogue item: JUnit XML names its repro
+    line and its timelines' files, pytest-html shows both as extras, and
+    --ckpt-html writes the page of every item (a grid as `matrix --html`)."""
+    import json
+    import xml.etree.ElementTree as ET
+
+    pytest.importorskip("pytest_html", reason="pytest-html is not installed (pip install '.[dev]')")
+    pytester.makepyfile("def test_nothing(): pass")
+    bad = pytester.runpytest_inprocess("--ckpt-job=tests.planted.jobs:NoOptimizerState",
+                                        "--ckpt-scenarios=resume-every-save", "-p", "no:cacheprovider",
+                                        "--junitxml=junit.xml", "--html=pytest.html", "--self-contained-html",
+                                        "--ckpt-html=ckpt.html", "--ckpt-timeline-dir=timelines")
+    bad.assert_outcomes(passed=1, failed=1)
+    case = next(c for c in ET.parse(pytester.path / "junit.xml").iter("testcase") if c.find("failure") is not None)
+    properties = [(p.get("name"), p.get("value")) for p in case.iter("property")]
+    repro = [v for n, v in properties if n == "ckpt_repro"]
+    timelines = [v for n, v in properties if n == "ckpt_timeline"]
+    assert repro and "ckpt-harness run --job tests.planted.jobs:NoOptimizerState" in repro[0], properties
+    assert timelines and all(Path(t).is_file() and Path(t).is_relative_to(pytester.path / "timelines")
+                             for t in timelines), timelines
+    assert {"traceEvents", "otherData"} <= json.loads(Path(timelines[0]).read_text()).keys()
+
+    page = (pytester.path / "pytest.html").read_text()
+    assert "repro" in page and "timeline of resume@" in page, "no extras in pytest-html's report"
+    ours = (pytester.path / "ckpt.html").read_text()
+    assert 'class="cell v-fail"' in ours and "resume-every-save" in ours and "timeline-data" in ours
+    bad.stdout.fnmatch_lines(["*ckpt_harness HTML report: ckpt.html*"])

@@ -84,6 +84,8 @@ class Page:
     #: Cases of a report that has no scenarios (run, explore).
     cases: tuple[CaseView, ...] = ()
     facts: tuple[tuple[str, str], ...] = ()
+    #: (id, JSON) of the timeline parts the cases' timelines are made of (`_timeline_data`).
+    parts: tuple[tuple[str, str], ...] = ()
 
     @property
     def all_cases(self) -> list[CaseView]:
@@ -92,10 +94,21 @@ class Page:
 
 # -- building the page -------------------------------------------------------------------
 class _Ids:
-    """Element ids: readable, unique, valid in a URL fragment."""
+    """Element ids: readable, unique, valid in a URL fragment; and the
+    timeline parts the page holds once however many cases draw them."""
 
     def __init__(self) -> None:
         self.used: set[str] = set()
+        #: JSON of one run's tracks -> the id of the element that holds it.
+        self.parts: dict[str, str] = {}
+
+    def part(self, text: str) -> str:
+        """The id of the element holding `text`: one per distinct text (every
+        case of a scenario draws the same golden run)."""
+        found = self.parts.get(text)
+        if found is None:
+            found = self.parts[text] = f"tl-{len(self.parts) + 1}"
+        return found
 
     def __call__(self, *parts: str) -> str:
         base = "-".join(re.sub(r"[^A-Za-z0-9_.]+", "_", p).strip("_") for p in parts)
@@ -109,7 +122,7 @@ class _Ids:
 
 def _case_views(ids: _Ids, results: Sequence[CaseResult], where: str, parent: str, prefix: str,
                 base: Path) -> tuple[CaseView, ...]:
-    return tuple(CaseView(ids("case", prefix, r.case, r.check), r, where, parent, _timeline_data(r, base))
+    return tuple(CaseView(ids("case", prefix, r.case, r.check), r, where, parent, _timeline_data(r, base, ids))
                  for r in results)
 
 
@@ -146,7 +159,8 @@ def matrix_page(matrix: "Matrix", base: Path = Path(".")) -> Page:
              ("scenarios run", str(len(matrix.results))), ("cases", str(sum(r.cases for r in matrix.results))),
              ("date", matrix.date), *matrix.versions.items())
     return Page("ckpt_harness matrix", f"{len(matrix.jobs)} rows × {len(matrix.properties)} properties", "matrix",
-                matrix.verdict.value, tuple(matrix.properties), tuple(rows), scenario_views, facts=facts)
+                matrix.verdict.value, tuple(matrix.properties), tuple(rows), scenario_views, facts=facts,
+                parts=_parts(ids))
 
 
 def report_page(report: "Report") -> Page:
@@ -156,14 +170,16 @@ def report_page(report: "Report") -> Page:
              ("cases", str(len({r.case for r in report.results}))),
              *(("warning", w) for w in report.warnings))
     return Page(title, report.note, report.kind, report.verdict.value,
-                cases=_case_views(ids, report.results, report.job, "top", report.job, Path(".")), facts=facts)
+                cases=_case_views(ids, report.results, report.job, "top", report.job, Path(".")), facts=facts,
+                parts=_parts(ids))
 
 
 # -- timelines, as the page draws them ------------------------------------------------------
-def _timeline_data(result: CaseResult, base: Path) -> Optional[str]:
+def _timeline_data(result: CaseResult, base: Path, ids: _Ids) -> Optional[str]:
     """The case's timeline as the page's script draws it: the same slices and
-    marks as its trace file, in arrays (a tenth of the size), as JSON that is
-    safe inside a <script> element."""
+    marks as its trace file, in arrays, its runs' tracks held once per page
+    (`_Ids.part`: a golden run is drawn by every case of its scenario), as
+    JSON that is safe inside a <script> element."""
     t: Optional[Timeline] = result.timeline
     if t is None and result.timeline_file:  # a matrix read back from its matrix.json
         try:
@@ -172,16 +188,24 @@ def _timeline_data(result: CaseResult, base: Path) -> Optional[str]:
             return None
     if t is None:
         return None
-    data = {
-        "runs": [[r.name, _ms(r.start), _ms(r.end), r.ended] for r in t.runs],
-        "tracks": [{"label": track.label, "run": track.run,
-                    "lanes": [{"thread": lane.thread,
-                               "slices": [[s.name, s.category, _ms(s.start), _ms(s.end)] for s in lane.slices],
-                               "marks": [[m.name, m.category, _ms(m.at)] for m in lane.marks]}
-                              for lane in track.lanes]}
-                   for track in t.tracks],
-    }
-    return json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
+    parts = []
+    for run in t.runs:
+        tracks = [{"label": track.label, "run": track.run,
+                   "lanes": [{"thread": lane.thread,
+                              "slices": [[s.name, s.category, _ms(s.start), _ms(s.end)] for s in lane.slices],
+                              "marks": [[m.name, m.category, _ms(m.at)] for m in lane.marks]}
+                             for lane in track.lanes]}
+                  for track in t.tracks if track.run == run.name]
+        parts.append(ids.part(_script_json(tracks)))
+    return _script_json({"runs": [[r.name, _ms(r.start), _ms(r.end), r.ended] for r in t.runs], "parts": parts})
+
+
+def _script_json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":")).replace("</", "<\\/")
+
+
+def _parts(ids: _Ids) -> tuple[tuple[str, str], ...]:
+    return tuple((name, text) for text, name in ids.parts.items())
 
 
 def _ms(seconds: float) -> float:

@@ -36,6 +36,7 @@ BAD = {
     "ops": ({"open"}, ("teleport",)),
     "after": ("yes", ...),
     "durability": (True, "lazy"),
+    "timelines": (True, "some"),
     "delay": ([0.5], -0.5),
     "hang_timeout": (None, 0),
     "parallel": (2.0, 0),

@@ -14,6 +14,8 @@
     const box = target.querySelector(".timeline");
     if (box && !box.firstChild) {
       const data = JSON.parse(target.querySelector("script.timeline-data").textContent);
+      // each run's tracks are held once in the page, however many cases draw them
+      data.tracks = data.parts.flatMap(id => JSON.parse(document.getElementById(id).textContent));
       const zoom = document.createElement("div");
       zoom.className = "zoom";
       const views = [["whole case", 0, Math.max(...data.runs.map(r => r[2]))], ...data.runs.map(r => [r[0], r[1], r[2]])];
