@@ -196,10 +196,12 @@ def _ckpt_world_size() -> Optional[int]:
 class CkptFixture:
     """What the ``ckpt`` fixture gives a test; defaults come from marker and options."""
 
-    def __init__(self, defaults: dict, tmp_path: Path):
+    def __init__(self, defaults: dict, tmp_path: Path, item: Optional[pytest.Item] = None):
         self.defaults = defaults
         self.tmp_path = tmp_path
         self._runs = 0
+        #: The test using it: a failing report's repro line and timelines go to its JUnit and pytest-html report.
+        self.item = item
 
     @property
     def world_size(self) -> int:
@@ -254,9 +256,10 @@ class CkptFixture:
         self._runs += 1
         kwargs.setdefault("workdir", self.tmp_path / f"ckpt-{self._runs}")
         try:
-            return fn(job, **kwargs)
+            report = fn(job, **kwargs)
         except Unavailable as exc:
             pytest.skip(str(exc))
+        return _outputs(self.item, report) if self.item is not None and not report.ok else report
 
 
 @pytest.fixture
@@ -266,7 +269,7 @@ def ckpt(request: pytest.FixtureRequest, tmp_path: Path, _ckpt_world_size: Optio
     defaults = {**_script_options(request.config), "timeout": request.config.getoption("--ckpt-timeout"),
                 **_launcher(request.config), **_marker_kwargs(request.node)}
     defaults["world_size"] = _ckpt_world_size or defaults.get("world_size") or SETTINGS["world_size"].default
-    return CkptFixture(defaults, tmp_path)
+    return CkptFixture(defaults, tmp_path, request.node)
 
 
 def _script_options(config: pytest.Config) -> dict:

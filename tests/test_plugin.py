@@ -68,7 +68,8 @@ def test_a_failing_job_fails_the_test_with_the_verdict_table(pytester, importabl
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(
-        ["*case*check*verdict*detail*", "*resume@2*state after load*FAIL*rng/*", "*repro: PYTHONPATH=*--case resume@2*"]
+        ["*case*check*verdict*detail*", "*resume@2*state after load*FAIL*rng/*", "*repro: PYTHONPATH=*--case resume@2*",
+         "*timeline: */ckpt-timelines/*resume@2.json (open in ui.perfetto.dev)*"]
     )
 
 

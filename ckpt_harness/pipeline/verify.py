@@ -25,7 +25,7 @@ from ckpt_harness.config import ScriptConfig, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.launch.layout import crash_marker
 from ckpt_harness.pipeline.workdir import prepare_workdir
-from ckpt_harness.present.from_runs import attach
+from ckpt_harness.present.from_runs import attach, of_runs
 from ckpt_harness.records import CaseClock, Kind, Run
 from ckpt_harness.report import Report
 from ckpt_harness.targets import RunRequest, Stop, Target
@@ -140,9 +140,10 @@ def resume_case(target: Target, root: Path, case: str, golden: Run,
     Every result of the case carries where its seconds went."""
     clock = CaseClock(context=(golden,))
     results = _resume_case(target, root, case, golden, nondeterminism, clock)
-    stamped = [clock.stamp(r) for r in results]  # one timeline for all of them, if any failed
-    timeline = next((r.timeline for r in stamped if r.timeline is not None), None)
-    return [dataclasses.replace(r, timings=stamped[0].timings, timeline=timeline) for r in stamped]
+    # one timeline for all of them, when one did not pass
+    timeline = of_runs(case, clock.seen) if any(not r.verdict.ok for r in results) else None
+    timings = clock.done()
+    return [dataclasses.replace(r, timings=timings, timeline=timeline) for r in results]
 
 
 def _resume_case(target: Target, root: Path, case: str, golden: Run,

@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
-from ckpt_harness.inject.trace import Event, EventKind
+from ckpt_harness.inject.trace import Event, EventKind, pending_collective
 from ckpt_harness.present.timeline import (
     BLOCKED, CUT, END, FAULT, FILE, Lane, Mark, RunSpan, Slice, Timeline, Track, file_name,
 )
@@ -204,9 +204,32 @@ def _nested(slices: list[Slice]) -> tuple[Slice, ...]:
     return tuple(sorted(out, key=lambda s: (s.start, -(s.end - s.start))))
 
 
+#: Operations that change a file's bytes: a run of them on one file is one mark.
+_WRITES = (EventKind.WRITE, EventKind.BUFFERED_WRITE)
+
+
 def _marks(events: Sequence[Event]) -> list[Mark]:
-    out = []
+    """Faults and file operations, in order; the writes to one file in a row
+    are one mark ("write f": how many operations, the bytes the job wrote and
+    those the kernel got, until when), as `ckpt-harness trace` says them: a
+    save that writes a file in 4 KiB pieces is thousands of operations, and
+    a person looks for the order of files, opens, fsyncs and renames."""
+    out: list[Mark] = []
+    run: Optional[dict[str, Any]] = None  # the args of the write mark being extended
     for e in events:
+        if e.kind in _WRITES and e.point is not None:
+            if run is not None and run["path"] == e.path and run["phase"] == e.phase:
+                run["operations"] += e.count
+            else:
+                run = {"phase": e.phase, "operation": e.point, "path": e.path, "operations": e.count,
+                       "bytes": 0, "buffered bytes": 0}
+                out.append(Mark(f"write {e.path}", FILE, e.t, run))
+            run["bytes" if e.kind is EventKind.WRITE else "buffered bytes"] += e.fields.get("n", 0)
+            run["until"] = e.t
+            continue
+        if e.kind is EventKind.CLOSE:
+            continue  # not an operation point; the writes before it stay one mark
+        run = None
         if e.kind is EventKind.FAULT:
             out.append(Mark(f"fault: {e.fault}", FAULT, e.t,
                             {"phase": e.phase, "before operation": e.fields.get("index")}))
@@ -214,8 +237,6 @@ def _marks(events: Sequence[Event]) -> list[Mark]:
             args: dict[str, Any] = {"phase": e.phase, "operation": e.point}
             if e.count > 1:
                 args["operations"] = e.count
-            if "n" in e.fields:
-                args["bytes"] = e.fields["n"]
             out.append(Mark(f"{e.kind.value} {e.target}".rstrip(), FILE, e.t, args))
     return out
 
@@ -224,8 +245,8 @@ def _endings(run: "Run", r: "RankRun", end: float) -> list[Mark]:
     """How the rank ended, and where it waited when it was blocked."""
     out = []
     if r.recording is not None and r.recording.blocked is not None:
-        pending = [e for e in r.events if e.entering]
-        at = pending[-1].t if pending else end
+        pending = pending_collective(r.events)
+        at = pending.t if pending is not None else end
         out.append(Mark(f"blocked in {r.recording.blocked.label}", BLOCKED, at, {"where": r.where()}))
     status = r.outcome.describe()
     if r.error is not None:

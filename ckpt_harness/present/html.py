@@ -97,17 +97,21 @@ class _Ids:
     """Element ids: readable, unique, valid in a URL fragment; and the
     timeline parts the page holds once however many cases draw them."""
 
-    def __init__(self) -> None:
+    def __init__(self, share: bool = True) -> None:
         self.used: set[str] = set()
-        #: JSON of one run's tracks -> the id of the element that holds it.
-        self.parts: dict[str, str] = {}
+        #: (id, JSON of one run's tracks) of every part the page holds.
+        self.parts: list[tuple[str, str]] = []
+        self.held: dict[str, str] = {}
+        #: Hold a text once however many cases draw it (off: the naive page, `ci/bench_report.py`).
+        self.share = share
 
     def part(self, text: str) -> str:
         """The id of the element holding `text`: one per distinct text (every
         case of a scenario draws the same golden run)."""
-        found = self.parts.get(text)
+        found = self.held.get(text) if self.share else None
         if found is None:
-            found = self.parts[text] = f"tl-{len(self.parts) + 1}"
+            found = self.held[text] = f"tl-{len(self.parts) + 1}"
+            self.parts.append((found, text))
         return found
 
     def __call__(self, *parts: str) -> str:
@@ -132,12 +136,13 @@ def _scenario_view(ids: _Ids, s: "ScenarioResult", parent: str, base: Path) -> S
                                             f"{s.job}.{s.scenario}", base), parent)
 
 
-def matrix_page(matrix: "Matrix", base: Path = Path(".")) -> Page:
+def matrix_page(matrix: "Matrix", base: Path = Path("."), share: bool = True) -> Page:
     """The grid of `matrix`, each cell opening the scenarios it folds
     (`Matrix.cells`, `ScenarioResult.under`): its own property's first, then
     failures of it that another property's scenarios found. `base`: where
-    its matrix.json is (its timeline files are named relative to it)."""
-    ids = _Ids()
+    its matrix.json is (its timeline files are named relative to it).
+    `share` off: every case holds its runs' tracks itself (the naive page)."""
+    ids = _Ids(share)
     done = {(r.job, r.scenario): r for r in matrix.results}
     views = {key: _scenario_view(ids, r, "top", base) for key, r in done.items()}
     by_cell = {(c.job, c.property): c for c in matrix.cells()}
@@ -205,7 +210,7 @@ def _script_json(value: object) -> str:
 
 
 def _parts(ids: _Ids) -> tuple[tuple[str, str], ...]:
-    return tuple((name, text) for text, name in ids.parts.items())
+    return tuple(ids.parts)
 
 
 def _ms(seconds: float) -> float:
