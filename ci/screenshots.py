@@ -47,7 +47,7 @@ def harness(args: list[str], cwd: Path) -> None:
         sys.exit(f"ckpt-harness {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
 
 
-def shoot(page: Path, fragment: str, out: Path, case_text: str = "") -> None:
+def shoot(page: Path, fragment: str, out: Path, case_text: str = "", height: int = 0) -> None:
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
     from selenium.webdriver.common.by import By
@@ -66,8 +66,9 @@ def shoot(page: Path, fragment: str, out: Path, case_text: str = "") -> None:
         elif fragment:
             browser.get(page.as_uri() + "#" + fragment)
         time.sleep(0.5)
-        height = browser.execute_script("return document.querySelector('section.shown').scrollHeight") + 80
-        browser.set_window_size(1400, min(max(height, 600), 1600))
+        height = height or browser.execute_script("return document.documentElement.scrollHeight") + 150
+        browser.set_window_size(1400, min(max(height, 500), 1400))
+        time.sleep(0.3)
         browser.save_screenshot(str(out))
     finally:
         browser.quit()
@@ -84,7 +85,7 @@ def main() -> None:
         if matrix is None:
             harness([*SMALL_MATRIX, "--out", "out", "--html", "matrix.html"], work)
             matrix = work / "matrix.html"
-        shoot(matrix, "top", DOCS / "report-matrix.png")
+        shoot(matrix, "top", DOCS / "report-matrix.png", height=640)
         harness([*POWER_LOSS, "--html", "power.html", "--keep", "none", "--timeline-dir", "tl"], work)
         shoot(work / "power.html", "", DOCS / "report-power-loss.png", case_text="power-loss@")
         harness([*HANG, "--html", "hang.html", "--keep", "none", "--timeline-dir", "tl"], work)

@@ -145,6 +145,7 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="verify that a job (or, with --script, a script under torchrun) resumes "
                                      "bitwise from every save")
     _target_options(run, "run")
+    add_arguments(run, ExploreConfig, only=("timelines",))  # a setting of how cases run, as for scenario
     run.add_argument("--case", action="append",
                      help="only this case (golden, resume@K; restart@K with --max-restarts); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
@@ -223,7 +224,7 @@ def _parser() -> argparse.ArgumentParser:
     _target_options(scenario, "run", only=BENCH_TARGET_SETTINGS)
     scenario.add_argument("--file", action="append", type=Path,
                           help="scenario file or directory to use instead of the built-in catalogue; repeatable")
-    add_arguments(scenario, ExploreConfig, only=("parallel",))
+    add_arguments(scenario, ExploreConfig, only=("parallel", "timelines"))
     scenario.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
     scenario.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     _keep_option(scenario)
@@ -554,7 +555,8 @@ def _scenario(args: argparse.Namespace) -> int:
         target = targets.of(config())
         made.append(target)
         target.warm(parallel)
-        bench = Bench(target, workdir, parallel=parallel, progress=progress)
+        bench = Bench(target, workdir, parallel=parallel, progress=progress,
+                      timelines=getattr(args, "timelines", SETTINGS["timelines"].default))
         result = bench.run(scenario, args.case)
         if baseline is None:
             return result
@@ -726,6 +728,7 @@ def _trace(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ckpt_harness import targets
+    from ckpt_harness.config import SETTINGS
     from ckpt_harness.pipeline.verify import run_verification
     from ckpt_harness.progress import Progress
 
@@ -739,7 +742,8 @@ def _run(args: argparse.Namespace) -> int:
     def produce(workdir: Path):
         target = targets.of(config())
         target.warm(1)
-        return run_verification(target, workdir, args.case, progress=progress)
+        return run_verification(target, workdir, args.case, progress=progress,
+                                timelines=getattr(args, "timelines", SETTINGS["timelines"].default))
 
     return _report_or_error(args, produce, progress, gate_cases=True)
 

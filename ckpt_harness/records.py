@@ -155,6 +155,13 @@ class RankRun:
             return self.error.phase
         return self.events[-1].phase if self.events else None
 
+    @property
+    def stopped_after(self) -> Optional[int]:
+        """The save after which the harness stopped this rank, as a preemption
+        would (`RunRequest.stop_after_save`), if it did."""
+        found = self.find(Kind.STOPPED)
+        return None if found is None else found.get("step")
+
     def fired(self) -> bool:
         """Did a fault armed in this rank fire?"""
         return any(e.fault for e in self.events)

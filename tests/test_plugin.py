@@ -429,7 +429,13 @@ def test_a_failing_item_carries_its_repro_and_timelines_to_junit_pytest_html_and
     assert repro and "ckpt-harness run --job tests.planted.jobs:NoOptimizerState" in repro[0], properties
     assert timelines and all(Path(t).is_file() and Path(t).is_relative_to(pytester.path / "timelines")
                              for t in timelines), timelines
-    assert {"traceEvents", "otherData"} <= json.loads(Path(timelines[0]).read_text()).keys()
+    trace = json.loads(Path(timelines[0]).read_text())
+    runs = [r["name"] for r in trace["otherData"]["runs"]]
+    assert runs == ["golden", "stopped run", "resumed run"], runs
+    stopped = {e["pid"] for e in trace["traceEvents"] if e["ph"] == "M" and e["name"] == "process_name"
+               and e["args"]["name"].startswith("stopped run")}
+    stops = [e for e in trace["traceEvents"] if e["ph"] == "i" and e["cat"] == "stop"]
+    assert {e["pid"] for e in stops} == stopped and "stopped after save" in stops[0]["name"], stops
 
     page = (pytester.path / "pytest.html").read_text()
     assert "repro" in page and "timeline of resume@" in page, "no extras in pytest-html's report"

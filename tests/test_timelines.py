@@ -101,3 +101,24 @@ def test_a_power_loss_case_of_a_script_is_read_by_chrome_devtools(tmp_path):
     assert resumes  # a resume ran (the one this case shares, at least)
     faults = first.timeline.marks("fault")
     assert faults and faults[0][0].run == "golden" and "power-loss" in faults[0][1].name, faults
+
+
+def test_run_and_scenario_keep_every_case_s_timeline_when_asked(tmp_path):
+    """`--timelines all`: every case's timeline, passing ones too; by default those that did not pass only."""
+    from tests.clirun import cli
+
+    done = cli("run", "--job", "torch_save", "--steps", "4", "--timelines", "all", "--timeline-dir", "every",
+               "--json", "run.json", "--keep", "none", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    cases = json.loads((tmp_path / "run.json").read_text())["cases"]
+    assert {Path(c["timeline"]).name for c in cases} == {"golden.json", "resume@2.json", "resume@4.json"}, cases
+    assert all((tmp_path / c["timeline"]).is_file() for c in cases)
+    done = cli("run", "--job", "torch_save", "--steps", "4", "--timeline-dir", "failed", "--keep", "none",
+               "--quiet", cwd=tmp_path)
+    assert done.returncode == 0 and not (tmp_path / "failed").exists(), done.stdout  # nothing failed
+
+    done = cli("scenario", "resume-every-save", "--job", "torch_save", "--timelines", "all", "--timeline-dir",
+               "scenario", "--keep", "none", "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    files = sorted(p.name for p in (tmp_path / "scenario").iterdir())
+    assert "golden.json" in files and any(f.startswith("resume@") for f in files), files

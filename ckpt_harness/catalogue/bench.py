@@ -42,7 +42,7 @@ class Bench:
 
     def __init__(self, target: Target, root: Path, *, parallel: int = SETTINGS["parallel"].default,
                  progress: Optional[Callable[[int, int, CaseResult], None]] = None, reduce: bool = True,
-                 name: Optional[str] = None):
+                 name: Optional[str] = None, timelines: str = SETTINGS["timelines"].default):
         self.target = target
         #: The row its results are filed under (a matrix tells apart rows their targets do not).
         self.name = name or target.row
@@ -52,6 +52,8 @@ class Bench:
         #: False runs every case's faulted save and resume (`derive_states`,
         #: `share_resumes` off): the naive catalogue, to compare against.
         self.reduce = reduce
+        #: Which cases keep a timeline of their runs (the setting of that name).
+        self.timelines = SETTINGS["timelines"].check(timelines)
         self._memo: dict[Any, _Once] = {}
         self._numbers = itertools.count()
         self._targets = itertools.count()
@@ -76,7 +78,7 @@ class Bench:
         takes = settings_of(ExplorePlan)
         values = {k: v for k, v in {**params, **changes}.items() if k in takes}
         values.update(self.target.plan_defaults(), parallel=self.parallel, derive_states=self.reduce,
-                      share_resumes=self.reduce)
+                      share_resumes=self.reduce, timelines=self.timelines)
         return ExplorePlan(**values)
 
     def golden(self, target: Target) -> Run:

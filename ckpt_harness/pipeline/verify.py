@@ -25,7 +25,7 @@ from ckpt_harness.config import ScriptConfig, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.launch.layout import crash_marker
 from ckpt_harness.pipeline.workdir import prepare_workdir
-from ckpt_harness.present.from_runs import attach, of_runs
+from ckpt_harness.present.from_runs import of_runs
 from ckpt_harness.records import CaseClock, Kind, Run
 from ckpt_harness.report import Report
 from ckpt_harness.targets import RunRequest, Stop, Target
@@ -88,11 +88,13 @@ def _check_names(target: Target, names: Optional[Sequence[str]], steps: Sequence
 
 def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] = None, stop: str = "graceful", *,
                      golden: Optional[Run] = None,
-                     progress: Optional[Callable[[int, int, CaseResult], None]] = None) -> Report:
+                     progress: Optional[Callable[[int, int, CaseResult], None]] = None,
+                     timelines: str = "failed") -> Report:
     """`golden`: a finished golden run of the same target to judge against
     instead of launching one (a matrix row shares its explorations' one).
     `progress(done, total, result)` as the golden run and each case finish
-    (a script's cases are known only once its golden run showed its saves)."""
+    (a script's cases are known only once its golden run showed its saves).
+    `timelines`: which cases keep a timeline of their runs (the setting of that name)."""
     started = time.monotonic()
     steps = target.save_steps()
     if steps is not None:  # known up front: a bad case name is refused before any run
@@ -103,7 +105,7 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
     if golden is None:
         golden = target.run(RunRequest("golden", trace_files=keep_last is not None), root / "golden" / "ckpt",
                             root / "golden" / "run")
-    results = [attach(oracle.judge_golden("golden", golden, line), [golden])]
+    results = [oracle.judge_golden("golden", golden, line)]
     if results[0].verdict is Verdict.PASS:  # else there is nothing to compare against
         known = target.knowing(golden)
         steps = known.save_steps() or []
@@ -114,26 +116,36 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
         unnamed = oracle.judge_named_steps("golden", golden)
         results += [unnamed] if unnamed else []
         if keep_last is not None:
-            results.append(attach(oracle.judge_retention(
-                "golden", golden, keep_last, line, background=known.saves_in_background() and known.caps.reports),
-                [golden]))
+            results.append(oracle.judge_retention(
+                "golden", golden, keep_last, line, background=known.saves_in_background() and known.caps.reports))
         _check_names(known, cases, steps)
+        results = _golden_timeline(results, golden, timelines)
         every, default = case_names(known, steps, stop)
         nondeterminism: dict[int, Optional[CaseResult]] = {}
         chosen = [case for case in (every if cases else default) if not cases or case in cases]
         if progress is not None:
             progress(1, 1 + len(chosen), results[0])
         for done, case in enumerate(chosen, 2):
-            found = resume_case(known, root / case, case, golden, nondeterminism)
+            found = resume_case(known, root / case, case, golden, nondeterminism, every=timelines == "all")
             results += found
             if progress is not None and found:
                 progress(done, 1 + len(chosen), min(found, key=lambda r: PRECEDENCE.index(r.verdict)))
+    if results[0].verdict is not Verdict.PASS:
+        results = _golden_timeline(results, golden, timelines)
     return Report(target.name, target.world_size, results, time.monotonic() - started, settings=target.values,
                   noun=target.noun)
 
 
+def _golden_timeline(results: list[CaseResult], golden: Run, timelines: str) -> list[CaseResult]:
+    """The golden run's checks with its timeline, one for all of them, when one did not pass (or for all)."""
+    if timelines != "all" and all(r.verdict.ok for r in results):
+        return results
+    timeline = of_runs("golden", [golden])
+    return [dataclasses.replace(r, timeline=timeline) for r in results]
+
+
 def resume_case(target: Target, root: Path, case: str, golden: Run,
-                nondeterminism: dict[int, Optional[CaseResult]]) -> list[CaseResult]:
+                nondeterminism: dict[int, Optional[CaseResult]], every: bool = False) -> list[CaseResult]:
     """Stop right after save k (as the case's kind says), resume, judge.
     `nondeterminism` holds, per step, whether two identical runs differed at
     that save: a restart case has no second run of its own to tell it.
@@ -141,7 +153,7 @@ def resume_case(target: Target, root: Path, case: str, golden: Run,
     clock = CaseClock(context=(golden,))
     results = _resume_case(target, root, case, golden, nondeterminism, clock)
     # one timeline for all of them, when one did not pass
-    timeline = of_runs(case, clock.seen) if any(not r.verdict.ok for r in results) else None
+    timeline = of_runs(case, clock.seen) if every or any(not r.verdict.ok for r in results) else None
     timings = clock.done()
     return [dataclasses.replace(r, timings=timings, timeline=timeline) for r in results]
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from ckpt_harness.inject.trace import Event, EventKind, pending_collective
 from ckpt_harness.present.timeline import (
-    BLOCKED, CUT, END, FAULT, FILE, Lane, Mark, RunSpan, Slice, Timeline, Track, file_name,
+    BLOCKED, CUT, END, FAULT, FILE, STOP, Lane, Mark, RunSpan, Slice, Timeline, Track, file_name,
 )
 
 if TYPE_CHECKING:
@@ -248,6 +248,8 @@ def _endings(run: "Run", r: "RankRun", end: float) -> list[Mark]:
         pending = pending_collective(r.events)
         at = pending.t if pending is not None else end
         out.append(Mark(f"blocked in {r.recording.blocked.label}", BLOCKED, at, {"where": r.where()}))
+    if r.stopped_after is not None:
+        out.append(Mark(f"stopped after save {r.stopped_after}, as a preemption would", STOP, end))
     status = r.outcome.describe()
     if r.error is not None:
         status = f"raised {r.error}"

@@ -40,7 +40,7 @@ class Mark:
 
 
 #: Categories of marks a person looks for first (the HTML draws them over the lanes).
-FAULT, BLOCKED, CUT, END, FILE = "fault", "blocked", "cut", "end", "file"
+FAULT, BLOCKED, CUT, STOP, END, FILE = "fault", "blocked", "cut", "stop", "end", "file"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -124,7 +124,7 @@ def _snapshot(root: Path) -> dict[str, str]:
 def _case(bench, scenario, base, earlier: Earlier, template: Path, flag: bool, case: str) -> CaseResult:
     clock = CaseClock()
     result = _overwrite(bench, scenario, base, earlier, template, flag, case, clock)
-    return clock.stamp(result)
+    return clock.stamp(result, every=bench.timelines == "all")
 
 
 def _overwrite(bench, scenario, base, earlier: Earlier, template: Path, flag: bool, case: str,

@@ -49,13 +49,13 @@ class Reshard:
             root / "save"), broken=k)
         failed = oracle.judge_reshard_save(case, scenario.property, saved, k, n, repro)
         if failed is not None:
-            return [clock.stamp(failed)]
+            return [clock.stamp(failed, every=bench.timelines == "all")]
         resumed = clock.run(lambda: saver.replace(world_size=m).run(
             RunRequest("resumed run", trace_files=False, full_state=True, failure_grace=PROPAGATION), root / "ckpt",
             root / "resume"), resume=True)
         clock.judging()
         judged = oracle.judge_reshard(case, scenario.property, saved, resumed, k, n, m, repro)
-        return [clock.stamp(judged)]
+        return [clock.stamp(judged, every=bench.timelines == "all")]
 
 
 CHECK = Reshard()

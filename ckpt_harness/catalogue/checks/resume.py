@@ -38,7 +38,8 @@ class Resume:
             raise NotApplicable(target.caps.lacks["hard_stop"])
         root = prepare_workdir(bench.root / scenario.name)
         # judged against the golden run its bench's explorations of the same target share
-        return run_verification(target, root, only, stop, golden=bench.golden(target)).results
+        return run_verification(target, root, only, stop, golden=bench.golden(target),
+                                timelines=bench.timelines).results
 
 
 CHECK = Resume()

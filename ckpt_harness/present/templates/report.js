@@ -3,9 +3,9 @@
   "use strict";
   const SVG = "http://www.w3.org/2000/svg";
   const COLORS = { phase: "#ddf4ff", save: "#b6e3ff", collective: "#fb8f44", file: "#57606a",
-                   fault: "#cf222e", blocked: "#8250df", cut: "#1f2328", end: "#1f2328",
+                   fault: "#cf222e", blocked: "#8250df", cut: "#1f2328", stop: "#0969da", end: "#1f2328",
                    corruption: "#cf222e", "power-loss": "#cf222e" };
-  const LOUD = new Set(["fault", "cut", "corruption", "power-loss"]);
+  const LOUD = new Set(["fault", "cut", "stop", "corruption", "power-loss"]);
 
   function show() {
     const id = decodeURIComponent(location.hash.slice(1)) || "top";
@@ -50,7 +50,10 @@
     // the runs, as bands with their names and how they ended
     data.runs.forEach(([name, start, stop, ended], i) => {
       svg.appendChild(el("rect", { x: x(start), y: 0, width: Math.max(1, x(stop) - x(start)), height, fill: i % 2 ? "#f6f8fa" : "#fff", class: "run" }, name + ": " + ended));
-      const label = el("text", { x: x(start) + 3, y: 14, class: "run-label" });
+      // a run near the right edge is labelled leftwards from its end
+      const late = x(start) > left + width - 170;
+      const label = el("text", { x: late ? Math.min(x(stop), left + width) - 3 : x(start) + 3, y: 14, class: "run-label",
+                                 "text-anchor": late ? "end" : "start" });
       label.textContent = name + " (" + (stop - start).toFixed(0) + " ms)";
       svg.appendChild(label);
     });
@@ -73,7 +76,7 @@
           svg.appendChild(el("line", { x1: cx, x2: cx, y1: y + 3, y2: y + 8, stroke: COLORS.file, class: "mark mark-file" }, name));
         } else if (LOUD.has(cat)) {
           const g = el("g", { class: "mark mark-" + cat }, name);
-          g.appendChild(el("line", { x1: cx, x2: cx, y1: y, y2: y + rowH, stroke: COLORS[cat], "stroke-width": 2, "stroke-dasharray": cat === "cut" ? "4 2" : "" }));
+          g.appendChild(el("line", { x1: cx, x2: cx, y1: y, y2: y + rowH, stroke: COLORS[cat], "stroke-width": 2, "stroke-dasharray": cat === "cut" || cat === "stop" ? "4 2" : "" }));
           g.appendChild(el("path", { d: `M${cx - 5},${y} L${cx + 5},${y} L${cx},${y + 7} Z`, fill: COLORS[cat] }));
           const t = el("text", { x: cx + 6, y: y + rowH - 4, fill: COLORS[cat] });
           t.textContent = name.length > 48 ? name.slice(0, 47) + "…" : name;
@@ -92,7 +95,7 @@
     const legend = document.createElement("div");
     legend.className = "legend";
     legend.innerHTML = [["save phase", COLORS.save], ["other phase", COLORS.phase], ["collective", COLORS.collective],
-                        ["file operation", COLORS.file], ["fault", COLORS.fault], ["blocked", COLORS.blocked], ["rank ended / cut", COLORS.cut]]
+                        ["file operation", COLORS.file], ["fault", COLORS.fault], ["blocked", COLORS.blocked], ["stopped after a save", COLORS.stop], ["rank ended / cut", COLORS.cut]]
       .map(([n, c]) => `<span><i style="background:${c}"></i>${n}</span>`).join("") + "<span>hover for names and times</span>";
     box.after(legend);
   }
