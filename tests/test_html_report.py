@@ -137,6 +137,11 @@ def test_a_failing_case_of_an_exploration_opens_with_its_timeline_and_repro(brow
     failing = [c for c in data["cases"] if c["verdict"] == "fail"]
     assert failing and all(c["timeline"] for c in failing), data["cases"]
     assert all((explored / c["timeline"]).is_file() and c["timeline"].startswith("timelines/") for c in failing)
+    shared = [c for c in failing if c["shares_resume_with"]]
+    assert shared, "no case judged against another's resume"  # its timeline still shows that resume
+    for c in shared:
+        runs = [r["name"] for r in json.loads((explored / c["timeline"]).read_text())["otherData"]["runs"]]
+        assert runs[-1] == "resumed run", (c["case"], runs)
     url = (explored / "report.html").as_uri()
     opened, problems = walk(browser, url)
     assert opened == len(failing) and not problems, problems

@@ -187,6 +187,8 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock, 
             save_returned = faulted.saved_steps()[-1:] == [baseline.k]
         detail = case.describe()
     resumed, shares = _resume(baseline, case, ckpt, case_dir / "resume", clock)
+    if all(run is not resumed for run in clock.seen):  # another case's resume: this case's timeline shows it too
+        clock.seen.append(resumed)
     undelayed = _undelayed(baseline, case) if faulted is not None and case.delays_only else None
     clock.judging()
     # Only a target that says when a background save was published may have an unpublished one taken back.
