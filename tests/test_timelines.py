@@ -101,6 +101,10 @@ def test_a_power_loss_case_of_a_script_is_read_by_chrome_devtools(tmp_path):
     assert resumes  # a resume ran (the one this case shares, at least)
     faults = first.timeline.marks("fault")
     assert faults and faults[0][0].run == "golden" and "power-loss" in faults[0][1].name, faults
+    # what the power loss dropped, at the same moment, as the text report says it
+    dropped = first.timeline.marks("power-loss")
+    assert dropped and dropped[0][1].at == faults[0][1].at and dropped[0][1].args["lost"], dropped
+    assert all(loss in first.details for loss in dropped[0][1].args["lost"])
 
 
 def test_run_and_scenario_keep_every_case_s_timeline_when_asked(tmp_path):

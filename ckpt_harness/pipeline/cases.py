@@ -129,9 +129,9 @@ def run_case(baseline: Baseline, case: Case) -> CaseResult:
     """Run one case against `baseline` and judge it, with where its seconds
     went (`CaseResult.timings`); a harness error is this case's ERROR."""
     clock = CaseClock(context=(baseline.golden,))
-    notes: list[Note] = []
+    marks: list[Note] = []
     try:
-        result = _run_case(baseline, case, fresh_dir(baseline.root / "cases", case.name), clock, notes)
+        result = _run_case(baseline, case, fresh_dir(baseline.root / "cases", case.name), clock, marks)
     except durability.DurabilityError as exc:  # a trace the model will not guess at: no statement about the job
         result = oracle.cannot_judge(
             case.name, oracle.property_for(case.kind),
@@ -141,7 +141,7 @@ def run_case(baseline: Baseline, case: Case) -> CaseResult:
     except Exception as exc:  # noqa: BLE001 - this case is an ERROR; the other cases go on
         result = oracle.harness_error(case.name, oracle.property_for(case.kind), exc, baseline.repro(case.name),
                                       row=case.row)
-    return clock.stamp(result, notes, every=baseline.plan.timelines == "all")
+    return clock.stamp(result, marks, every=baseline.plan.timelines == "all")
 
 
 def run_cases(baseline: Baseline, cases: Sequence[Case],
@@ -164,8 +164,8 @@ def run_cases(baseline: Baseline, cases: Sequence[Case],
         return list(pool.map(one, cases))
 
 
-def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock, notes: list[Note]) -> CaseResult:
-    """The case's verdict; `notes` gets what its timeline must show that its runs' traces do not."""
+def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock, marks: list[Note]) -> CaseResult:
+    """The case's verdict; `marks` gets what its timeline must show that its runs' traces do not."""
     plan, target = baseline.plan, baseline.target
     ckpt = case_dir / "ckpt"
     save_returned = True
@@ -176,12 +176,12 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock, 
     if case.path is not None:  # corruption of the committed save
         shutil.copytree(baseline.committed, ckpt)
         detail = f"{case.path} {corrupt.CORRUPTIONS[case.kind](ckpt / case.path, canary)}"
-        notes.append(Note("resumed run", f"before the resume: {detail}", "corruption"))
+        marks.append(Note("resumed run", f"before the resume: {detail}", "corruption"))
     else:
         derived = _derived(baseline, case, ckpt) if plan.derive_states and not baseline.replay_gap else None
         if derived is not None:
             save_returned, lost = derived
-            notes.extend(_derived_notes(baseline, case))
+            marks.extend(_derived_marks(baseline, case))
         else:
             faulted, lost = _faulted_run(baseline, case, ckpt, case_dir / "fault", clock)
             save_returned = faulted.saved_steps()[-1:] == [baseline.k]
@@ -210,19 +210,22 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock, 
         note = "\n".join(notes)
         result = dataclasses.replace(result, details=f"{note}\n\n{result.details}" if result.details else note)
     if lost is not None and lost.losses:
-        moment = next((e.t for e in (faulted.events() if faulted is not None else ()) if e.fault), None)
-        notes.append(Note(faulted.name if faulted is not None else baseline.golden.name,
+        # at the power loss: in the faulted run, or where the golden run was cut
+        moment = (next((e.t for e in faulted.events() if e.fault), None) if faulted is not None else
+                  next((m.at for m in marks if m.category == "fault"), None))
+        marks.append(Note(faulted.name if faulted is not None else baseline.golden.name,
                           f"power loss dropped {len(lost.losses)}", "power-loss", moment,
                           args={"lost": [str(loss) for loss in lost.losses]}))
     return _explain_power_loss(result, lost, plan.durability)
 
 
-def _derived_notes(baseline: Baseline, case: Case) -> list[Note]:
+def _derived_marks(baseline: Baseline, case: Case) -> list[Note]:
     """Where the golden run was cut to derive the case's directory: its fault
     marked at the golden operation it stands before (after, for crash-after)."""
     if not case.faults:  # a power loss right after save k: each rank as it parked
-        return [Note(baseline.golden.name, "power loss (derived): every rank as save "
-                     f"{baseline.k} returned", "fault", rank=None)]
+        ended = max((e.t for r in baseline.golden.ranks for e in r.events if e.phase == baseline.phase), default=None)
+        return [Note(baseline.golden.name, f"power loss (derived): right after save {baseline.k} returned", "fault",
+                     ended)]
     notes = []
     for f in case.faults:
         events = next((r.events for r in baseline.golden.ranks if r.rank == f.rank), [])
