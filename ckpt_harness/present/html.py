@@ -230,5 +230,5 @@ def render(page: Page) -> str:
 
 def write(page: Page, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render(page))
+    path.write_text(render(page), encoding="utf-8")  # whatever the locale: the page says it is UTF-8
     return path
