@@ -15,7 +15,7 @@ import dataclasses
 import json
 from typing import Mapping, Optional
 
-from ckpt_harness.inject.tracer import frame_name, is_job_code
+from ckpt_harness.inject.tracer import frame_name, is_job_code, is_library
 
 #: Libraries that issue collectives on a job's behalf, by a path in their
 #: frames (innermost first wins).
@@ -50,8 +50,14 @@ class Collective:
 
     @property
     def caller(self) -> Optional[str]:
-        """The job's own frame that led to it ("train.py:40 in train_step()")."""
-        return next((frame_name(*f) for f in self.frames if is_job_code(f[0])), None)
+        """The job's own frame that led to it ("train.py:40 in train_step()"):
+        the innermost outside torch, the harness and installed packages (the
+        line of the script that asked, not a library's wrapper around the
+        call), else the innermost outside torch and the harness (a job that
+        is itself an installed package)."""
+        own = [f for f in self.frames if is_job_code(f[0])]
+        found = next((f for f in own if not is_library(f[0])), own[0] if own else None)
+        return frame_name(*found) if found is not None else None
 
     @property
     def library(self) -> Optional[str]:

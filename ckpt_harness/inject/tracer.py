@@ -232,6 +232,15 @@ def is_job_code(filename: str) -> bool:
     )
 
 
+def is_library(filename: str) -> bool:
+    """Whether a frame's file is installed code (site-packages, the standard
+    library): a job's own frame that is not is where it asked, and a
+    library's decorator around the call is not (DeepSpeed's collectives are
+    wrapped in `typing_extensions`)."""
+    return (f"{os.sep}site-packages{os.sep}" in filename or f"{os.sep}dist-packages{os.sep}" in filename
+            or filename.startswith(_STDLIB))
+
+
 def frame_name(filename: str, line: int, function: str) -> str:
     return f"{os.path.basename(filename)}:{line} in {function}()"
 

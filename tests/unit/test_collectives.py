@@ -36,6 +36,19 @@ def test_origin_names_the_library_and_the_jobs_frame():
     assert c(4, "barrier").origin == "" and c(4, "barrier", group="7").label == "barrier #4 of group 7"
 
 
+def test_the_jobs_frame_is_the_scripts_line_not_a_librarys_wrapper():
+    """DeepSpeed wraps its collectives in typing_extensions' decorator: the
+    line to name is the script's that asked (issue 23), and a job that is an
+    installed package still gets its own frame."""
+    site = "/venv/lib/python3.11/site-packages"
+    wrapped = ((f"{TORCH}/distributed/distributed_c10d.py", 5, "all_gather"),
+               (f"{site}/deepspeed/comm/torch.py", 20, "all_gather"), (f"{site}/typing_extensions.py", 3140, "wrapper"),
+               (f"{site}/deepspeed/runtime/zero/stage3.py", 99, "_gather"), ("/home/me/train.py", 77, "main"))
+    assert c(84, "all_gather", frames=wrapped).origin == "DeepSpeed, from train.py:77 in main()"
+    installed = ((f"{TORCH}/distributed/distributed_c10d.py", 5, "barrier"), (f"{site}/mypkg/jobs.py", 12, "save"))
+    assert c(9, "barrier", frames=installed).origin == "from jobs.py:12 in save()"
+
+
 def test_blocked_is_the_oldest_collective_not_completed():
     assert rec(c(1, "broadcast"), c(2, "all_reduce", False), c(3, "all_reduce", False)).blocked.seq == 2
     assert rec(c(1, "broadcast")).blocked is None
