@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from ckpt_harness.inject.trace import Event, EventKind, pending_collective
+from ckpt_harness.launch import RankStatus
 from ckpt_harness.present.timeline import (
     BLOCKED, CUT, END, FAULT, FILE, STOP, Lane, Mark, RunSpan, Slice, Timeline, Track, file_name,
 )
@@ -114,7 +115,7 @@ def _ended(run: "Run") -> str:
 def _rank_end(run: "Run", r: "RankRun", last: float) -> float:
     """When the harness stopped following this rank: the cut for one still
     running then, else its last event."""
-    if run.outcome.stopped_at is not None and r.status.value in ("hung", "running"):
+    if run.outcome.stopped_at is not None and r.status in (RankStatus.HUNG, RankStatus.RUNNING):
         return run.outcome.stopped_at
     return max((e.t for e in r.events), default=last)
 
@@ -211,7 +212,7 @@ _WRITES = (EventKind.WRITE, EventKind.BUFFERED_WRITE)
 def _marks(events: Sequence[Event]) -> list[Mark]:
     """Faults and file operations, in order; the writes to one file in a row
     are one mark ("write f": how many operations, the bytes the job wrote and
-    those the kernel got, until when), as `ckpt-harness trace` says them: a
+    those the kernel got), as `ckpt-harness trace` says them: a
     save that writes a file in 4 KiB pieces is thousands of operations, and
     a person looks for the order of files, opens, fsyncs and renames."""
     out: list[Mark] = []
@@ -225,7 +226,6 @@ def _marks(events: Sequence[Event]) -> list[Mark]:
                        "bytes": 0, "buffered bytes": 0}
                 out.append(Mark(f"write {e.path}", FILE, e.t, run))
             run["bytes" if e.kind is EventKind.WRITE else "buffered bytes"] += e.fields.get("n", 0)
-            run["until"] = e.t
             continue
         if e.kind is EventKind.CLOSE:
             continue  # not an operation point; the writes before it stay one mark
@@ -253,7 +253,7 @@ def _endings(run: "Run", r: "RankRun", end: float) -> list[Mark]:
     status = r.outcome.describe()
     if r.error is not None:
         status = f"raised {r.error}"
-    elif r.status.value == "hung":
+    elif r.status is RankStatus.HUNG:
         status = f"still running at the cut: {r.where()}"
     out.append(Mark(status, END, end, {"status": r.status.value}))
     o = run.outcome

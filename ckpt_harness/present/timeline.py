@@ -82,10 +82,6 @@ class Timeline:
     runs: tuple[RunSpan, ...]
     tracks: tuple[Track, ...]
 
-    @property
-    def end(self) -> float:
-        return max((r.end for r in self.runs), default=0.0)
-
     def marks(self, category: str) -> list[tuple[Track, Mark]]:
         return [(t, m) for t in self.tracks for lane in t.lanes for m in lane.marks if m.category == category]
 
