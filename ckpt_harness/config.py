@@ -146,7 +146,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "accelerate launch and mp.spawn end the group when a worker exits with an error) or plain (nothing "
             "ends the peers: srun without --kill-on-bad-exit, a launcher of your own)", choices=LAUNCHERS),
     Setting("save", str, "second", "the save to break: first, second, last or its step number", rule=_save_rule),
-    Setting("faults", tuple, DEFAULT_FAULTS, "fault kinds injected at every point of the save", choices=tuple(KINDS)),
+    Setting("faults", tuple, DEFAULT_FAULTS, "fault kinds injected at every point of the save (by default, after "
+            "the last save also a delay: its bugs are races between ranks)", choices=tuple(KINDS)),
     Setting("corruptions", tuple, DEFAULT_CORRUPTIONS, "damage done to each file of the committed save "
             f"({UNSAFE_PICKLE}: replace it by a pickle that runs code when loaded)",
             choices=tuple(CORRUPTIONS)),

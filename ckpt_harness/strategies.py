@@ -53,8 +53,8 @@ def skews(base: Baseline, delays: Sequence[float] = (0.05, 0.3)) -> st.SearchStr
 
 def _fault(point, kind: str, delays: Sequence[float]) -> st.SearchStrategy[Fault]:
     if kind != "delay":
-        return st.just(Fault(kind, point.rank, point.phase, point.index))
-    return st.sampled_from(list(delays)).map(lambda s: Fault(kind, point.rank, point.phase, point.index, seconds=s))
+        return st.just(point.fault(kind))
+    return st.sampled_from(list(delays)).map(lambda s: point.fault(kind, s))
 
 
 def check(base: Baseline, plan: tuple[Fault, ...]) -> CaseResult:

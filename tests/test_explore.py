@@ -87,7 +87,7 @@ def test_an_error_on_one_rank_is_a_hang_only_where_nothing_ends_the_group(tmp_pa
     judged either way: the previous checkpoint survived."""
     report = explore(job, world_size=2, workdir=tmp_path, faults=("error",), corruptions=(), ops=("mkdir",),
                      launcher=launcher, after=False, steps=6, timeout=pace(10.0))
-    case = next(r for r in report.results if r.case == "error@r0:save4#1")
+    case = next(r for r in report.results if r.case == "error@r0:save4/mkdir(step_000004)")
     live = next(j for j in case.judgments() if j.check == "live")
     assert live.verdict is verdict and words in live.summary, report.explain()
     assert [(j.check, j.verdict) for j in case.judgments() if j.check == "preserving"] == [
@@ -137,12 +137,15 @@ def test_trace_prints_the_phases_of_a_save_per_rank(tmp_path):
 
 
 def test_trace_of_the_last_save_shows_the_work_after_it(tmp_path):
-    """explore breaks and delays `after_save N` too; trace shows what is there to break."""
+    """explore breaks and delays `after_save N` too; trace shows what is there to
+    break, the looks at the directory included: rank 1 checks what rank 0 deleted."""
     out = cli("trace", "--job", "tests.planted.jobs:EveryRankDeletesOldCheckpoints", "--save", "last", cwd=tmp_path,
               env_extra={"PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stdout + out.stderr
     after = out.stdout.split("after_save 4, the work after the last save")[1].splitlines()
-    assert after[1] == "rank 0: rmtree step_000002" and after[2] == "rank 1: (nothing)", out.stdout
+    looks = "stat latest → stat step_000004 → stat . → list ."
+    assert after[1] == f"rank 0: {looks} → stat step_000002 → rmtree step_000002", out.stdout
+    assert after[2] == f"rank 1: {looks}", out.stdout
 
 
 # -- beyond single faults ------------------------------------------------------------
@@ -165,9 +168,10 @@ def test_a_fault_whose_point_an_earlier_fault_led_past_never_fires(reference):
     hypothesis found under load)."""
     from ckpt_harness.pipeline.cases import plan_of
 
-    plan = "error@r0:save4#112+error@r0:save4#113"
-    assert [p.op for p in reference.points if (p.rank, p.phase, p.index) in ((0, "save 4", 112), (0, "save 4", 113))] \
-        == ["rename", "fsync"]  # the golden run's operations at the two points
+    mine = [p for p in reference.points if (p.rank, p.phase) == (0, "save 4")]
+    commit = next(i for i, p in enumerate(mine) if p.op == "rename")
+    assert mine[commit + 1].op == "fsync"  # the golden run's operation right after the rename
+    plan = f"error@r0:save4/{mine[commit].at}+error@r0:save4/{mine[commit + 1].at}"
     result = check(reference, plan_of(reference, plan).faults)
     assert result.verdict is Verdict.PASS
 
@@ -242,7 +246,8 @@ def test_work_after_the_last_save_is_delayed_and_crashed_too(tmp_path, job, ok):
     rank 0 late there exposes two ranks removing the same directory."""
     report = explore(f"tests.planted.jobs:{job}", world_size=2, workdir=tmp_path, faults=("crash", "delay"),
                      ops=("rmtree",), corruptions=())
-    assert {r.case for r in report.results} == {"crash@r0:after_save4#0", "delay@r0:after_save4#0"}, report.explain()
+    assert {r.case for r in report.results} == {"crash@r0:after_save4/rmtree(step_000002)",
+                                                "delay@r0:after_save4/rmtree(step_000002)"}, report.explain()
     assert report.ok is ok, report.explain()
     if not ok:
         (failed,) = [r for r in report.results if r.verdict is Verdict.FAIL]
@@ -258,9 +263,9 @@ def test_a_delay_is_judged_against_the_same_run_without_it(tmp_path):
     report = explore("tests.planted.jobs:KeepsOnlyTheBestAtEnd", world_size=2, workdir=tmp_path, faults=("delay",),
                      corruptions=(), save="last", ops=("rename", "rmtree"))
     assert report.ok, report.explain()
-    at_end = [r for r in report.results if ":after_save4#" in r.case]
+    at_end = [r for r in report.results if ":after_save4/" in r.case]
     assert at_end and all(r.cells[-1] == "S_prev" for r in at_end), report.table()
-    assert any(r.cells[-1] == "S_k" for r in report.results if ":save4#" in r.case), report.table()
+    assert any(r.cells[-1] == "S_k" for r in report.results if ":save4/" in r.case), report.table()
 
 
 def test_power_loss_says_which_fsync_was_missing(tmp_path):

@@ -63,7 +63,7 @@ STALL = {"description": "d", "property": "live", "check": "stall", "mode": "froz
 
 def frozen_at_final_save(job, tmp_path, rank):
     """The catalogue's frozen-rank-at-save, for `rank`'s cases only (the other rank's are alike)."""
-    cases = [f"{kind}@r{rank}:save6#0" for kind in FROZEN]
+    cases = [f"{kind}@r{rank}:save6/barrier" for kind in FROZEN]
     return Bench(targets.job(job, world_size=2, timeout=30), tmp_path).run(parse("s", STALL), cases)
 
 
@@ -72,7 +72,7 @@ def test_frozen_rank_at_save_flags_peers_that_wait_forever(tmp_path):
     assert result.verdict == "fail" and result.cases == 2, result.explain()
     assert "rank 1 stopped by the injected SIGSTOP before collective barrier of save 6: hang:" in result.details
     assert "rank 1 holding the GIL in a C loop (injected gil fault) before collective barrier" in result.details
-    assert "--case 'gil@r1:save6#0'" in result.details
+    assert "--case gil@r1:save6/barrier" in result.details
 
 
 def test_frozen_rank_at_save_passes_a_job_whose_peers_time_out(tmp_path):

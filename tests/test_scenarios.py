@@ -207,7 +207,7 @@ def test_a_blocked_ranks_peers_get_the_hang_timeout_from_the_block_however_long_
     hang_timeout = 3.0
     assert SlowTimedBarrier.RUN_UP > hang_timeout > SlowTimedBarrier.timeout
     result = _run(f"tests.planted.scenario_jobs:{job}", {**STALL, "mode": "block", "hang_timeout": hang_timeout},
-                  tmp_path, cases=["hang@r0:save6#0"])
+                  tmp_path, cases=["hang@r0:save6/barrier"])
     assert result.verdict == verdict and result.cases == 1, result.explain()
 
 

@@ -58,14 +58,14 @@ def check_against_records(timeline_file: Path, runs: dict[str, Path], world_size
 
 
 def test_a_hang_case_of_a_built_in_job_is_read_by_chrome_devtools(tmp_path):
-    case = "hang@r0:save4#2"  # rank 0 blocked before its fsync of the checkpoint directory's parent
+    case = "hang@r0:save4/fsync(.)"  # rank 0 blocked before its fsync of the checkpoint directory's parent
     report = explore("torch_save", steps=4, faults=("hang",), corruptions=(), cases=[case], timelines="all",
                      workdir=tmp_path / "work")
     hang = next(r for r in report.results if r.case == case)
     assert hang.verdict is Verdict.PASS and hang.timeline is not None, report.explain()
     path = hang.timeline.write(tmp_path / "hang.json")
 
-    case_dir = next((tmp_path / "work" / "cases").glob("hang_r0_save4_2-*"))
+    case_dir = next((tmp_path / "work" / "cases").glob("hang_r0_save4_fsync_._-*"))
     parsed = check_against_records(path, {"golden": tmp_path / "work" / "golden" / "run",
                                           "faulted run": case_dir / "fault", "resumed run": case_dir / "resume"}, 2)
     # the hang: rank 1 waits in a collective that never returns, to the cut

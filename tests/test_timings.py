@@ -13,8 +13,8 @@ from ckpt_harness.targets import PROPAGATION
 from ckpt_harness.verdict import Breakdown
 
 #: torch_save's rank 1 waits in the save's barrier for a rank 0 that raised before it: the failure grace
-#: (PROPAGATION in a case) cuts the run. Operation #1 of save 4 is its directory's mkdir on rank 0.
-ERROR, HANG = "error@r0:save4#1", "hang@r0:save4#1"
+#: (PROPAGATION in a case) cuts the run, at its directory's mkdir on rank 0.
+ERROR, HANG = "error@r0:save4/mkdir(step_000004)", "hang@r0:save4/mkdir(step_000004)"
 HANG_TIMEOUT = 1.5
 
 

@@ -104,7 +104,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Optional
 
 from ckpt_harness.errors import ModelError
-from ckpt_harness.inject.faults import FAULT_KINDS
+from ckpt_harness.inject.faults import FAULT_KINDS, LOOKS
 
 #: Durability modes; see the module docstring.
 MODES = ("strict", "ordered")
@@ -123,8 +123,9 @@ FIELDS: dict[str, tuple[str, ...]] = {
 }
 FS_KINDS = tuple(FIELDS)
 #: Recorded operations with no file-system effect of their own: the job's
-#: write() into its buffer; its bytes reach the file, if ever, as a later "write".
-NO_EFFECT = ("buffered-write",)
+#: write() into its buffer (its bytes reach the file, if ever, as a later
+#: "write"), and looks at the directory.
+NO_EFFECT = ("buffered-write", *LOOKS)
 
 #: Fault kinds (trace "fault" events) after which the faulted operation, recorded
 #: right after the fault, still takes place (as recorded: a torn write records

@@ -1,10 +1,14 @@
 """Fault kinds, where each applies, and what arming one does inside a rank.
 
-A fault is armed at a *point*: the n-th operation (collective or file
-operation) that one rank performs during one phase ("save 4"). Points are
-counted per rank and phase, so they are stable from the traced clean run to
-the faulted one as long as the job is deterministic, whatever happened in
-the phases before.
+A fault is armed at a *point*: one operation (collective, file operation,
+look at the directory) of one rank during one phase ("save 4"), named by
+what it acts on and how many of its namesakes came before it in the phase
+(`address`: "the second barrier", "the rename of latest.tmp"). So a name
+denotes the same operation in the traced clean run and the faulted one
+whatever happened in the phases before, and whatever order the rank's
+other operations take (one rank deleting a checkpoint before or after its
+peer). Points also keep their position in the phase (`index`), which is
+what a case derived from the golden trace cuts it at.
 
 What the harness knows of a kind is one row of `FAULT_KINDS`, so that adding
 a kind cannot leave a table elsewhere silently behind: the oracle, the
@@ -35,7 +39,17 @@ from ckpt_harness import phase
 #: (see `inject.files`); the kinds below that name "write" act on the bytes
 #: that reach the file.
 FILE_OPS = ("open", "buffered-write", "write", "fsync", "rename", "unlink", "mkdir", "rmdir", "rmtree")
-OPS = ("collective", *FILE_OPS)
+#: Looks at the checkpoint directory: `os.stat` (so `os.path.exists`,
+#: `Path.exists`, `isdir`) and listings (`os.listdir`, `os.scandir`, so
+#: `glob` and `Path.iterdir`). They change nothing, so only a delay there is a
+#: case of its own: it opens the gap between a rank's check and its act (it
+#: sees a checkpoint, then deletes it after a peer did). A crash or hang
+#: before a look is the same case as before the rank's next operation.
+LOOKS = ("stat", "list")
+#: Operations that change something or wait on a peer: what every kind but delay is armed at.
+ACTS = ("collective", *FILE_OPS)
+#: Every fault point.
+OPS = (*ACTS, *LOOKS)
 DEFAULT_DELAY = 0.5
 
 
@@ -156,9 +170,9 @@ _NO_PEER_WAITS = "no peer waits on the crashed rank, so each ends its save as in
 
 #: Every fault kind, in the order `ckpt-harness list` and `--help` show them.
 FAULT_KINDS: tuple[FaultKind, ...] = (
-    FaultKind("crash", "SIGKILL the rank just before the operation", OPS, Family.CRASH,
+    FaultKind("crash", "SIGKILL the rank just before the operation", ACTS, Family.CRASH,
               performed=False, severity=1, before=_crash, derivable=_NO_PEER_WAITS, default=0),
-    FaultKind("crash-after", "SIGKILL the rank right after the operation", OPS, Family.CRASH,
+    FaultKind("crash-after", "SIGKILL the rank right after the operation", ACTS, Family.CRASH,
               performed=True, severity=3, derivable=_NO_PEER_WAITS),
     FaultKind("crash-mid", "SIGKILL the rank halfway through a kernel write: a prefix stays on disk", ("write",),
               Family.CRASH, performed=True, severity=2, default=1),
@@ -173,19 +187,19 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
               performed=False, severity=9, before=_raise_os(errno.ENOSPC), default=5),
     FaultKind("torn", "only a prefix of the write lands, the call reports success", ("write",), Family.DAMAGE,
               performed=True, severity=10, default=2),
-    FaultKind("hang", "block forever before the operation", OPS, Family.CRASH,
+    FaultKind("hang", "block forever before the operation", ACTS, Family.CRASH,
               performed=False, severity=4, before=_block(lambda: None), blocks="blocked by the injected hang"),
     FaultKind("sigstop", "stop the rank with SIGSTOP before the operation: neither dead nor raising, its sockets "
-                         "open, none of its threads running", OPS, Family.CRASH,
+                         "open, none of its threads running", ACTS, Family.CRASH,
               performed=False, severity=5, before=_block(_sigstop), blocks="stopped by the injected SIGSTOP"),
     FaultKind("gil", "hold the GIL in a C loop before the operation: no Python code of the rank runs again, "
-                     "its signal handlers and helper threads included", OPS, Family.CRASH,
+                     "its signal handlers and helper threads included", ACTS, Family.CRASH,
               performed=False, severity=6, before=_block(lambda: hold_gil()),  # looked up late: a test stands in
               blocks="holding the GIL in a C loop (injected gil fault)"),
     FaultKind("delay", "sleep before the operation (rank skew), then go on", OPS, Family.DELAY,
               performed=True, severity=11, before=_sleep),
     FaultKind("power-loss", "the machine loses power before the operation: every rank stops and the "
-                            "checkpoint directory keeps only what was durable", OPS, Family.CRASH,
+                            "checkpoint directory keeps only what was durable", ACTS, Family.CRASH,
               performed=False, severity=0, before=_crash, derivable="every rank stops at once", default=6),
 )
 BY_NAME: dict[str, FaultKind] = {k.name: k for k in FAULT_KINDS}
@@ -216,27 +230,61 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {k.name: (k.ops, k.help) for k i
 BLOCKING: dict[str, str] = {k.name: k.blocks for k in FAULT_KINDS if k.blocks is not None}
 
 
+def address(op: str, target: str) -> str:
+    """How a point is named whatever the order of the run around it: a
+    collective by its name ("barrier"), a file operation by what it acts on
+    ("rename(latest.tmp->latest)", "write(step_4/model.pt)"). With its phase,
+    rank and the count of its earlier namesakes there, it denotes one
+    operation that a run reaches wherever its peers are, so a case named by it
+    replays when the next run deletes in another order (`Fault.at`)."""
+    if op == "collective":
+        return target
+    return f"{op}({target.replace(' -> ', '->')})"
+
+
 @dataclasses.dataclass(frozen=True)
 class Fault:
     kind: str
     rank: int
     phase: str
-    #: 0-based index of the operation within `phase` on `rank`.
-    index: int
+    #: 0-based index of the operation within `phase` on `rank` in the golden
+    #: run; None for a fault named by `at` whose point that run did not reach.
+    #: What the cases derived from the golden trace cut it at.
+    index: Optional[int]
     seconds: float = DEFAULT_DELAY
+    #: The operation's `address`: where the fault fires, whatever ran before it in the phase.
+    at: Optional[str] = None
+    #: Which of the operations with that address in the phase (1: the first).
+    nth: int = 1
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise ValueError(f"unknown fault kind {self.kind!r}: choose from {', '.join(KINDS)}")
+        if self.index is None and self.at is None:
+            raise ValueError("a fault needs the index or the address of its operation")
 
     def applies_to(self, op: str) -> bool:
         return op in BY_NAME[self.kind].ops
 
     @property
+    def op(self) -> Optional[str]:
+        """The operation its address names, when it has one."""
+        if self.at is None:
+            return None
+        return self.at.split("(", 1)[0] if "(" in self.at else "collective"
+
+    @property
     def label(self) -> str:
-        """`kind@r<rank>:<phase>#<index>`, e.g. `crash@r0:save4#7`, and `~seconds`
-        for a delay of other than the default length; `parse` reads it back."""
-        label = f"{self.kind}@r{self.rank}:{phase.compact(self.phase)}#{self.index}"
+        """`kind@r<rank>:<phase>/<address>[#nth]`, e.g.
+        `crash@r0:save4/rename(latest.tmp->latest)` or `hang@r1:save4/barrier#3`
+        (the third barrier of rank 1 in save 4); `kind@r<rank>:<phase>#<index>`
+        for a fault known only by its position. `~seconds` follows for a
+        delay of other than the default length; `parse` reads both back."""
+        where = f"{self.kind}@r{self.rank}:{phase.compact(self.phase)}"
+        if self.at is not None:
+            label = f"{where}/{self.at}" + (f"#{self.nth}" if self.nth != 1 else "")
+        else:
+            label = f"{where}#{self.index}"
         if self.kind == "delay" and self.seconds != DEFAULT_DELAY:
             label += f"~{self.seconds:g}"
         return label
@@ -245,12 +293,20 @@ class Fault:
     def parse(cls, label: str) -> "Fault":
         match = _LABEL.fullmatch(label)
         if match is None:
-            raise ValueError(f"not a fault label: {label!r} (expected e.g. crash@r0:save4#7)")
-        kind, rank, where, index, seconds = match.groups()
-        return cls(kind, int(rank), phase.expand(where), int(index), float(seconds) if seconds else DEFAULT_DELAY)
+            raise ValueError(f"not a fault label: {label!r} (expected e.g. crash@r0:save4/barrier#2, "
+                             "crash@r0:save4/rename(latest.tmp->latest) or crash@r0:save4#7)")
+        kind, rank, where, index, at, nth, seconds = match.groups()
+        return cls(kind, int(rank), phase.expand(where), int(index) if index is not None else None,
+                   float(seconds) if seconds else DEFAULT_DELAY, at, int(nth) if nth else 1)
+
+    def placed(self, index: int, at: str, nth: int) -> "Fault":
+        """This fault at a point of the golden run, known both ways."""
+        return dataclasses.replace(self, index=index, at=at, nth=nth)
 
 
-_LABEL = re.compile(r"([a-z-]+)@r(\d+):([a-z_]+?\d*)#(\d+)(?:~([0-9.]+))?")
+_LABEL = re.compile(r"([a-z-]+)@r(\d+):([a-z_]+?\d*)(?:#(\d+)|/([a-z_-]+(?:\(.*\))?)(?:#(\d+))?)(?:~([0-9.]+))?")
+#: Where one fault's label ends and the next one's begins in a plan ("+" may be in a path).
+_NEXT = re.compile(r"\+(?=[a-z-]+@r\d+:)")
 
 
 def plan_label(faults: "tuple[Fault, ...]") -> str:
@@ -258,8 +314,8 @@ def plan_label(faults: "tuple[Fault, ...]") -> str:
 
 
 def parse_plan(name: str) -> "tuple[Fault, ...]":
-    """The faults of a case name such as `crash@r0:save4#7+delay@r1:save4#2`."""
-    return tuple(Fault.parse(part) for part in name.split("+"))
+    """The faults of a case name such as `crash@r0:save4/barrier#2+delay@r1:save4/barrier#2`."""
+    return tuple(Fault.parse(part) for part in _NEXT.split(name))
 
 
 def applicable_kinds(op: str, kinds: tuple[str, ...]) -> list[str]:
@@ -271,12 +327,18 @@ class Injector:
 
     def __init__(self, rank: int, faults: "tuple[Fault, ...]", emit, on_block: Callable[[], None] = lambda: None):
         self.rank = rank
-        self.pending = {(f.phase, f.index): f for f in faults if f.rank == rank}
+        #: Faults still to fire, by where: (phase, address, nth) for one named
+        #: by its address, (phase, index) for one known only by its position.
+        self.pending: dict[tuple, Fault] = {
+            (f.phase, f.at, f.nth) if f.at is not None else (f.phase, f.index): f for f in faults if f.rank == rank}
+        self.by_address = any(f.at is not None for f in self.pending.values())
         self.emit = emit
         #: Called right before a fault blocks the process for good: the
         #: launcher starts the peers' grace then (`launch.rank.report_blocked`).
         self.on_block = on_block
         self.counts: dict[str, int] = {}
+        #: (phase, address) -> operations of it so far, counted while a fault is pending.
+        self.seen: dict[tuple[str, str], int] = {}
 
     def point(self, phase: str) -> int:
         """Number the next operation of `phase`; call exactly once per operation."""
@@ -284,8 +346,16 @@ class Injector:
         self.counts[phase] = index + 1
         return index
 
-    def armed(self, phase: str, index: int, op: str) -> Optional[Fault]:
-        f = self.pending.pop((phase, index), None) if self.pending else None
+    def armed(self, phase: str, index: int, op: str, target: str) -> Optional[Fault]:
+        """The fault armed at this operation, if any; call once per operation
+        numbered by `point`, with what it acts on (`address`)."""
+        if not self.pending:
+            return None
+        f = self.pending.pop((phase, index), None)
+        if self.by_address:
+            at = address(op, target)
+            nth = self.seen[(phase, at)] = self.seen.get((phase, at), 0) + 1
+            f = f or self.pending.pop((phase, at, nth), None)
         if f is None:
             return None
         if not f.applies_to(op):

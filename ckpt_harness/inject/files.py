@@ -20,7 +20,9 @@ Also wrapped: `os.fsync`/`os.fdatasync` of any descriptor under the
 checkpoint directory (a directory, or a file opened only to read is found
 where it is now through `/proc/self/fd`), `os.rename`/`os.replace` (so
 `Path.rename` and `Path.replace`), `os.unlink`/`os.remove`, `os.mkdir` (so
-`os.makedirs` and `Path.mkdir`), `os.rmdir`, `shutil.rmtree`.
+`os.makedirs` and `Path.mkdir`), `os.rmdir`, `shutil.rmtree`; and the
+looks that change nothing, `os.stat` and the listings `os.listdir` and
+`os.scandir` (so `os.path.exists`, `glob`, `Path.exists`, `Path.iterdir`).
 
 The savers that write from native code are routed through a probed Python
 file of their native buffer size (8 KiB), so every byte is seen:
@@ -141,7 +143,7 @@ class _Handle:
         with tracer.lock:
             where = tracer.current()
             index = tracer.injector.point(where)
-            fault = tracer.injector.armed(where, index, _WRITE)
+            fault = tracer.injector.armed(where, index, _WRITE, self.rel)
         lands = n // 2 if fault is not None and fault.kind in ("crash-mid", "torn") else n
         tracer.record_write(_WRITE, {"point": index, "fid": self.fid, "path": self.rel, "offset": offset,
                                      "n": lands, "data": files.log_data(view[:lands])}, batch=False)
@@ -167,7 +169,7 @@ class _Handle:
         with tracer.lock:
             where = tracer.current()
             index = tracer.injector.point(where)
-            fault = tracer.injector.armed(where, index, _BUFFERED_WRITE)
+            fault = tracer.injector.armed(where, index, _BUFFERED_WRITE, self.rel)
         tracer.record_write(_BUFFERED_WRITE, {"point": index, "fid": self.fid, "path": self.rel, "n": n},
                             batch=False)
         if fault is not None and fault.kind != "crash-after":
@@ -300,6 +302,24 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str =
 
         return probe
 
+    def look_op(op: str, original: Callable) -> Callable:
+        """A look at the directory (`faults.LOOKS`): recorded where it happens,
+        so that a delay can open the gap between a rank's check and its act.
+        Its result and its exceptions are the original's, untouched."""
+        @functools.wraps(original)
+        def probe(path: Any = ".", *args: Any, **kwargs: Any) -> Any:
+            rel = None if tracer.nested() or kwargs.get("dir_fd") is not None else files.rel(path)
+            if rel is None:
+                return original(path, *args, **kwargs)
+            return tracer.operation(op, rel, lambda fault: original(path, *args, **kwargs), path=rel)
+
+        return probe
+
+    # `os.path.exists`, `isdir`, `Path.exists`, `Path.is_dir` all call `os.stat`;
+    # `glob` and `Path.glob` list with `os.scandir`, `Path.iterdir` with `os.listdir`.
+    os.stat = look_op("stat", os.stat)
+    os.listdir = look_op("list", os.listdir)
+    os.scandir = look_op("list", os.scandir)
     os.rename = path_op("rename", os.rename, argnames=("src", "dst"))
     os.replace = path_op("rename", os.replace, argnames=("src", "dst"))
     os.unlink = path_op("unlink", os.unlink, argnames=("path",))

@@ -39,6 +39,9 @@ class EventKind(str, enum.Enum):
     MKDIR = "mkdir"
     RMDIR = "rmdir"
     RMTREE = "rmtree"
+    #: Looks that change nothing (`faults.LOOKS`): `os.stat` and a listing.
+    STAT = "stat"
+    LIST = "list"
     #: An armed fault fired (before the operation it is armed at).
     FAULT = "fault"
 

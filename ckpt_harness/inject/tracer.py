@@ -121,7 +121,7 @@ class Tracer:
         with self.lock:
             where = self.current()
             index = self.injector.point(where)
-            fault = self.injector.armed(where, index, op)
+            fault = self.injector.armed(where, index, op, what)
         self.emit(op, point=index, **fields)
         if fault is not None:
             self.injector.before(fault, op, what)

@@ -163,5 +163,11 @@ _FILE_NAME = re.compile(r"\w\.\w|(?:^|[\s'\"`(])\.\w")
 
 
 def _one(text: str, limit: int = 200) -> str:
-    text = " ".join(text.split())
+    text = _LONG_PATH.sub(lambda m: "…/" + "/".join(m.group().split("/")[-3:]), " ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+#: An absolute path long enough to push the rest of a one-line message out:
+#: its last three parts say which file of which checkpoint (the work
+#: directory before them is in the rank's log, whole).
+_LONG_PATH = re.compile(r"/[^\s'\"`:]{60,}")

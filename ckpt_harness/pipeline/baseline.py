@@ -18,7 +18,7 @@ from ckpt_harness import oracle, phase
 from ckpt_harness.config import ExplorePlan, save_before
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.inject import corrupt, durability
-from ckpt_harness.inject.faults import OPS
+from ckpt_harness.inject.faults import DEFAULT_DELAY, OPS, Fault, address
 from ckpt_harness.inject.trace import Event, EventKind, fields, unseen_writes
 from ckpt_harness.pipeline.resumes import Resumes
 from ckpt_harness.present.from_runs import attach
@@ -38,6 +38,13 @@ class Point:
     #: The file (relative to the checkpoint dir) or the collective's name.
     target: str
     caller: str = ""
+    #: Its name whatever the order around it (`faults.address`), and which of its namesakes in the phase it is.
+    at: str = ""
+    nth: int = 1
+
+    def fault(self, kind: str, seconds: float = DEFAULT_DELAY) -> Fault:
+        """`kind` armed here, named by address."""
+        return Fault(kind, self.rank, self.phase, self.index, seconds, self.at or None, self.nth)
 
     def describe(self) -> str:
         target = self.target + (f" from {self.caller}" if self.caller else "")
@@ -86,14 +93,37 @@ def broken_events(events_by_rank: Mapping[int, Sequence[Event]], k: int, last: b
     return out
 
 
-def fault_points(events_by_rank: Mapping[int, Sequence[Event]], where: Union[str, Collection[str]]) -> list[Point]:
-    """Every operation of phase(s) `where` on every rank, writes sampled per file.
+def addresses(events_by_rank: Mapping[int, Sequence[Event]]) -> dict[tuple[int, str, int], tuple[str, int]]:
+    """(rank, phase, index) -> (address, nth) of every point, counted from
+    the start of its phase in its process as the rank's injector counts
+    them (`faults.Injector.armed`): give it every event of the run, since
+    a script's "run" phase starts long before the save it breaks."""
+    names = {}
+    for rank, events in events_by_rank.items():
+        seen: dict[tuple, int] = {}
+        for e in events:
+            if e.point is None or e.kind.value not in OPS:
+                continue
+            for i, op in enumerate(e.ops):
+                at = address(op, e.target)
+                key = (e.fields.get("process", ""), e.phase, at)
+                seen[key] = seen.get(key, 0) + 1
+                names[(rank, e.phase, e.point + i)] = (at, seen[key])
+    return names
+
+
+def fault_points(events_by_rank: Mapping[int, Sequence[Event]], where: Union[str, Collection[str]],
+                 names: Optional[Mapping[tuple[int, str, int], tuple[str, int]]] = None) -> list[Point]:
+    """Every operation of phase(s) `where` on every rank, writes sampled per
+    file, each named by `names` (`addresses` of the whole run; by default of
+    these events).
 
     Of each run of consecutive writes to one file, the first, the middle and
     the last of the job's buffered writes and of the kernel writes are
     points: torch.save alone issues hundreds of small writes per file, and a
     crash between two of them differs only in how much of the file is left.
     """
+    names = addresses(events_by_rank) if names is None else names
     phases = {where} if isinstance(where, str) else set(where)
     points = []
     for rank, events in sorted(events_by_rank.items()):
@@ -111,7 +141,8 @@ def fault_points(events_by_rank: Mapping[int, Sequence[Event]], where: Union[str
             chosen = run if run[0][2] not in _WRITES else sorted(
                 {i: (e, i, op) for kind in _WRITES for same in [[w for w in run if w[2] == kind]] if same
                  for e, i, op in (same[0], same[len(same) // 2], same[-1])}.values(), key=lambda w: w[1])
-            points += [Point(rank, e.phase, i, op, e.target, e.caller) for e, i, op in chosen]
+            points += [Point(rank, e.phase, i, op, e.target, e.caller, *names[(rank, e.phase, i)])
+                       for e, i, op in chosen]
     return points
 
 
@@ -248,7 +279,7 @@ def from_golden(target: Target, plan: ExplorePlan, root: Path, golden: Run, *, c
     where = phase.save(k)
     events = {r.rank: r.events for r in golden.ranks}
     last = k == steps[-1]
-    points = fault_points(broken_events(events, k, last), broken_phases(events, k, last))
+    points = fault_points(broken_events(events, k, last), broken_phases(events, k, last), addresses(events))
     gap = _replay_gap(golden, Path(golden.run_dir).parent / "ckpt", target.saves_in_background())  # golden_run's layout
     committed = root / "committed" / "ckpt"
     files: tuple[str, ...] = ()

@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from ckpt_harness import oracle, phase
-from ckpt_harness.config import ends_group
+from ckpt_harness.config import DEFAULT_FAULTS, ends_group
 from ckpt_harness.errors import UsageError
 from ckpt_harness.inject import corrupt, durability, payload
-from ckpt_harness.inject.faults import BLOCKING, BY_NAME, FAULT_KINDS, Fault, applicable_kinds, parse_plan, plan_label
+from ckpt_harness.inject.faults import (BLOCKING, BY_NAME, FAULT_KINDS, OPS, Fault, applicable_kinds, parse_plan,
+                                       plan_label)
 from ckpt_harness.inject.trace import Event, EventKind, fields
 from ckpt_harness.pipeline.baseline import Baseline, Point
 from ckpt_harness.pipeline.resumes import DirState
@@ -35,6 +36,10 @@ from ckpt_harness.verdict import CaseResult
 #: The kind of a multi-fault plan whose property is judged, most severe first.
 SEVERITY = tuple(k.name for k in sorted(FAULT_KINDS, key=lambda k: k.severity))
 POWER_LOSS_AFTER = "power-loss-after"
+#: How many more times a faulted run is made when it went on quietly without
+#: reaching its fault's point: its ranks took another order than the golden
+#: run's (which one deletes a checkpoint first), and the next run may take it.
+NEVER_FIRED_RETRIES = 2
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,8 +57,8 @@ class Case:
     @classmethod
     def of(cls, faults: tuple[Fault, ...], points: Sequence[Point]) -> "Case":
         """A case of one or more faults; `points` describe where they fire."""
-        where = {(p.rank, p.phase, p.index): p for p in points}
-        chosen = tuple(where[(f.rank, f.phase, f.index)] for f in faults if (f.rank, f.phase, f.index) in where)
+        where = {_place(p): p for p in points}
+        chosen = tuple(where[_place(f)] for f in faults if _place(f) in where)
         return cls(plan_label(faults), dominant(faults), chosen, faults)
 
     @property
@@ -73,6 +78,10 @@ class Case:
 
     def row(self, outcome: oracle.Outcome) -> tuple[str, ...]:
         """The case's cells in an exploration table (`report.EXPLORE_COLUMNS`)."""
+        if not self.points and self.faults:  # named by address, at a point the golden run did not reach
+            first = self.faults[0]
+            return (str(first.rank), "", first.op or "-", first.at or "", "not in the golden run",
+                    "+".join(dict.fromkeys(f.kind for f in self.faults)), outcome.kind.value)
         if not self.points:
             return ("*", "", "corrupt" if self.path else "-", self.path or "", "", self.kind, outcome.kind.value)
         join = lambda values: "+".join(dict.fromkeys(values))  # noqa: E731
@@ -80,6 +89,11 @@ class Case:
         return (join(str(p.rank) for p in ps), join(str(p.index) for p in ps), join(p.op for p in ps),
                 join(p.target for p in ps), join(p.caller for p in ps), join(f.kind for f in self.faults),
                 outcome.kind.value)
+
+
+def _place(at) -> tuple:
+    """Where a point or a placed fault is: by address, whatever the order."""
+    return (at.rank, at.phase, at.at, at.nth)
 
 
 def dominant(faults: Sequence[Fault]) -> str:
@@ -92,12 +106,25 @@ def plan_cases(baseline: Baseline, points: Optional[Iterable[Point]] = None) -> 
     corruption of each committed file."""
     plan = baseline.plan
     chosen = [p for p in (baseline.points if points is None else points) if not plan.ops or p.op in plan.ops]
-    cases = [Case.of((Fault(kind, p.rank, p.phase, p.index, plan.delay),), [p])
-             for p in chosen for kind in applicable_kinds(p.op, plan.faults)]
+    cases = [Case.of((p.fault(kind, plan.delay),), [p])
+             for p in chosen for kind in applicable_kinds(p.op, _kinds_at(baseline, p))]
     if plan.power_loss_after:
         cases.append(Case(POWER_LOSS_AFTER, POWER_LOSS_AFTER))
     cases += [Case(f"{kind}:{path}", kind, path=path) for path in baseline.committed_files for kind in plan.corruptions]
     return cases
+
+
+def _kinds_at(baseline: Baseline, point: Point) -> tuple[str, ...]:
+    """The kinds armed at `point`. The default kinds gain a delay after the
+    last save: what the ranks do there (delete the checkpoints they no longer
+    keep, move `latest`, gather the final model) is done by every rank
+    without a save's barriers around it, and its bugs are races between
+    them, which only a late rank shows (a rank that checked a checkpoint
+    exists, then deletes it after its peer did)."""
+    kinds = baseline.plan.faults
+    if kinds == DEFAULT_FAULTS and phase.foreground(point.phase) != baseline.phase:
+        return (*kinds, "delay")
+    return kinds
 
 
 def named(baseline: Baseline, names: Sequence[str], planned: Sequence[Case]) -> list[Case]:
@@ -107,21 +134,30 @@ def named(baseline: Baseline, names: Sequence[str], planned: Sequence[Case]) -> 
 
 
 def plan_of(baseline: Baseline, name: str) -> Case:
-    """The case a fault plan denotes, also one no enumeration lists."""
+    """The case a fault plan denotes, also one no enumeration lists. A fault
+    named by address that the golden run did not reach is armed all the
+    same: the run it replays may take another order (a peer deleted first)."""
     try:
         faults = parse_plan(name)
-    except ValueError:
+    except ValueError as exc:
         raise UsageError(
             f"no case named {name!r} in this exploration: give a name from its table or repro "
-            "lines, or a fault plan like crash@r0:save4#3+delay@r1:save4#0"
+            f"lines, or a fault plan ({exc})"
         ) from None
+    placed = []
     for f in faults:
-        point = next((p for p in baseline.points if (p.rank, p.phase, p.index) == (f.rank, f.phase, f.index)), None)
-        if point is None:
+        point = next((p for p in baseline.points if (p.rank, p.phase) == (f.rank, f.phase)
+                      and ((p.at, p.nth) == (f.at, f.nth) if f.at else p.index == f.index)), None)
+        if point is None and f.at is None:
             raise UsageError(f"{f.label}: rank {f.rank} has no operation #{f.index} in {f.phase}")
-        if not f.applies_to(point.op):
-            raise UsageError(f"{f.label}: {f.kind} does not apply to {point.op} ({point.describe()})")
-    return Case.of(faults, baseline.points)
+        op = point.op if point is not None else f.op
+        if op not in OPS:
+            raise UsageError(f"{f.label}: {op} is not an operation the probes see (one of {', '.join(OPS)})")
+        if not f.applies_to(op):
+            where = point.describe() if point is not None else f.at
+            raise UsageError(f"{f.label}: {f.kind} does not apply to {op} ({where})")
+        placed.append(f.placed(point.index, point.at, point.nth) if point is not None else f)
+    return Case.of(tuple(placed), baseline.points)
 
 
 # -- running -----------------------------------------------------------------------------
@@ -172,6 +208,7 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock, 
     faulted: Optional[Run] = None
     lost: Optional[durability.PowerLoss] = None
     derived = None
+    retried = 0  # the faulted run's attempt, when the first ones never reached the fault's point
     canary = case_dir / "canary"  # outside the checkpoint: where a planted payload leaves its trace
     if case.path is not None:  # corruption of the committed save
         shutil.copytree(baseline.committed, ckpt)
@@ -184,6 +221,12 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock, 
             marks.extend(_derived_marks(baseline, case))
         else:
             faulted, lost = _faulted_run(baseline, case, ckpt, case_dir / "fault", clock)
+            for attempt in range(2, 2 + NEVER_FIRED_RETRIES):
+                if faulted.fired() or not faulted.ok:  # a failed run is judged as it is (`oracle.judge_fault`)
+                    break
+                shutil.rmtree(ckpt, ignore_errors=True)
+                faulted, lost = _faulted_run(baseline, case, ckpt, case_dir / f"fault{attempt}", clock)
+                retried = attempt
             save_returned = faulted.saved_steps()[-1:] == [baseline.k]
         detail = case.describe()
     resumed, shares = _resume(baseline, case, ckpt, case_dir / "resume", clock)
@@ -200,6 +243,11 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock, 
                                  row=case.row, ran=payload.ran(canary), background=background,
                                  ends_group=ends_group(target.values), undelayed=undelayed)
     notes = []
+    if retried:
+        notes.append(f"the faulted run was made {retried} times: "
+                     + ("the fault fired in the last" if faulted.fired() else "its point was reached in none")
+                     + " (a run that takes another path than the golden one, its ranks in another order, goes on "
+                       "quietly past a point it never reaches)")
     if derived is not None:
         notes.append("the directory this case leaves is derived from the golden run's trace, cut at this point "
                      f"({_DERIVED_WHY[case.kind]}; --no-derive-states runs the faulted save instead)")
@@ -250,6 +298,8 @@ def _derived(baseline: Baseline, case: Case, ckpt: Path) -> Optional[tuple[bool,
     other than the golden trace cut at the save's end after a crash, or
     before a power loss right after the save: those cases run."""
     if not baseline.target.caps.parks and case.kind in ("crash", "crash-after", POWER_LOSS_AFTER):
+        return None
+    if any(f.index is None for f in case.faults):  # a point the golden run did not reach: no trace to cut
         return None
     if case.kind == "crash" or case.kind == "crash-after":
         returned = _derived_crash(baseline, case, ckpt)

@@ -324,7 +324,8 @@ class EveryRankDeletesOldCheckpoints(OwnLoop):
     """transformers 4.25.1: at the end of `train()` every process, not only the
     main one, lists the checkpoints it no longer needs and deletes them. On a
     shared filesystem a rank that listed a directory its peer then removed
-    fails with FileNotFoundError. The other ranks first shut their data
+    fails with FileNotFoundError, also when it checked that the directory
+    exists right before deleting it. The other ranks first shut their data
     loader workers down, so in an undisturbed run rank 0 is done before they
     list anything, and the race shows only when rank 0 is late."""
 
@@ -350,7 +351,8 @@ class EveryRankDeletesOldCheckpoints(OwnLoop):
     def delete_old_checkpoints(self, ctx: RankContext) -> None:
         newest = read_latest(ctx.ckpt_dir)
         for path in [p for p in sorted(ctx.ckpt_dir.glob("step_*")) if newest is None or p != newest[1]]:
-            shutil.rmtree(path)
+            if path.exists():  # checked, then acted on: a peer may delete it in between
+                shutil.rmtree(path)
 
 
 class MainRankDeletesOldCheckpoints(EveryRankDeletesOldCheckpoints):

@@ -23,7 +23,7 @@ from typing import Any, Mapping, Optional, Sequence
 from ckpt_harness import oracle
 from ckpt_harness.catalogue.checks import run_settings
 from ckpt_harness.config import Setting
-from ckpt_harness.inject.faults import BLOCKING, Fault
+from ckpt_harness.inject.faults import BLOCKING, applicable_kinds
 from ckpt_harness.records import CaseClock
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
@@ -57,8 +57,10 @@ class Stall:
         cases = []
         for rank in sorted({pt.rank for pt in base.points}):
             mine = [pt for pt in base.points if pt.rank == rank]
-            point = next((pt for pt in mine if pt.op == "collective"), mine[0])
-            cases += [Case.of((Fault(kind, rank, point.phase, point.index, p["delay"]),), [point])
+            kinds = MODES[p["mode"]]
+            able = [pt for pt in mine if applicable_kinds(pt.op, kinds) == list(kinds)]  # not a look (faults.LOOKS)
+            point = next((pt for pt in able if pt.op == "collective"), able[0])
+            cases += [Case.of((point.fault(kind, p["delay"]),), [point])
                       for kind in MODES[p["mode"]]]
         if only:
             cases = [c for c in cases if c.name in only] or [plan_of(base, name) for name in only]
