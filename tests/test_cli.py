@@ -339,19 +339,20 @@ def test_run_and_explore_are_gated_case_by_case_against_a_baseline(tmp_path):
     first = cli(*explore, "--write-baseline", "expect.toml", cwd=tmp_path, env_extra=env)
     assert first.returncode == 1, first.stdout + first.stderr
     written = (tmp_path / "expect.toml").read_text()
-    assert 'case = "delay@r0:after_save4/rmtree(step_000002)"\nverdict = "fail"\nreason = "skew-safe: delay at rank 0' in written
+    late, crash = "delay@r0:after_save4/rmtree(step_000002)", "crash@r0:after_save4/rmtree(step_000002)"
+    job = "tests.planted.jobs:EveryRankDeletesOldCheckpoints"
+    assert f'case = "{late}"\nverdict = "fail"\nreason = "skew-safe: delay at rank 0' in written
     known = cli(*explore, "--baseline", "expect.toml", cwd=tmp_path, env_extra=env)
     assert known.returncode == 0, known.stdout + known.stderr
-    assert "expected tests.planted.jobs:EveryRankDeletesOldCheckpoints · delay@r0:after_save4/rmtree(step_000002): fail" in known.stdout
+    assert f"expected {job} · {late}: fail" in known.stdout
     assert "no new failure, 1 expected, 0 fixed, 0 stale" in known.stdout
 
     (tmp_path / "other.toml").write_text('[[expect]]\njob = "tests.planted.*"\ncase = "crash@*"\n'
                                          'verdict = "fail"\nreason = "issue #9"\n')
     new = cli(*explore, "--baseline", "other.toml", cwd=tmp_path, env_extra=env)
     assert new.returncode == 1, new.stdout + new.stderr
-    assert "NEW      tests.planted.jobs:EveryRankDeletesOldCheckpoints · delay@r0:after_save4/rmtree(step_000002): fail" in new.stdout
-    assert ("fixed    tests.planted.jobs:EveryRankDeletesOldCheckpoints · crash@r0:after_save4/rmtree(step_000002): pass, the "
-            "baseline expects fail (other.toml:1)") in new.stdout  # the crash case passes: the entry is out of date
+    assert f"NEW      {job} · {late}: fail" in new.stdout
+    assert f"fixed    {job} · {crash}: pass, the baseline expects fail (other.toml:1)" in new.stdout  # the crash case passes: the entry is out of date
     assert "1 new failure, 0 expected, 1 fixed, 0 stale" in new.stdout
 
     (tmp_path / "both.toml").write_text('[[expect]]\njob = "x"\ncase = "c"\nscenario = "s"\n'
