@@ -352,7 +352,8 @@ def test_run_and_explore_are_gated_case_by_case_against_a_baseline(tmp_path):
     new = cli(*explore, "--baseline", "other.toml", cwd=tmp_path, env_extra=env)
     assert new.returncode == 1, new.stdout + new.stderr
     assert f"NEW      {job} · {late}: fail" in new.stdout
-    assert f"fixed    {job} · {crash}: pass, the baseline expects fail (other.toml:1)" in new.stdout  # the crash case passes: the entry is out of date
+    # the crash case passes: the entry is out of date
+    assert f"fixed    {job} · {crash}: pass, the baseline expects fail (other.toml:1)" in new.stdout
     assert "1 new failure, 0 expected, 1 fixed, 0 stale" in new.stdout
 
     (tmp_path / "both.toml").write_text('[[expect]]\njob = "x"\ncase = "c"\nscenario = "s"\n'
