@@ -4,11 +4,10 @@ an fsync before the buffer is flushed, and a crash while bytes the job wrote
 are still in its buffer. Each planted bug is flagged, its fixed twin passes.
 """
 
-import re
 
 from ckpt_harness.pipeline.cases import Case, run_case
 from ckpt_harness.pipeline.explore import baseline, explore
-from ckpt_harness.inject.faults import Fault
+from ckpt_harness.pipeline.workdir import dir_prefix
 from ckpt_harness.verdict import Verdict
 
 PLANTED = "tests.planted.checkpointers:"
@@ -18,8 +17,8 @@ AT_THE_COMMIT = dict(faults=("crash", "crash-after"), ops=("rename",), corruptio
 
 
 def case_dir(workdir, case):
-    """Where exploration ran `case` (`run.fresh_dir` names it)."""
-    (found,) = (workdir / "cases").glob(re.sub(r"[^A-Za-z0-9._=-]", "_", case) + "-*")
+    """Where exploration ran `case` (`workdir.fresh_dir` names it)."""
+    (found,) = (workdir / "cases").glob(dir_prefix(case) + "-*")
     return found
 
 
@@ -88,7 +87,7 @@ def test_a_crash_after_a_buffered_write_is_judged_on_the_shorter_file(tmp_path):
     (point,) = [p for p in base.points if (p.rank, p.op, p.target) == (0, "buffered-write", "current/scheduler.pt")]
     written = (tmp_path / "committed" / "ckpt" / "current" / "scheduler.pt").stat().st_size
     assert 0 < written < 4096  # a buffer is at least a 4 KiB block
-    result = run_case(base, Case.of((Fault("crash-after", 0, point.phase, point.index),), base.points))
+    result = run_case(base, Case.of((point.fault("crash-after"),), base.points))
     assert (result.check, result.verdict) == ("atomic", Verdict.FAIL), result.summary
     assert "EOFError: Ran out of input" in result.summary, result.summary
     crashed = case_dir(tmp_path, result.case) / "ckpt" / "current"

@@ -301,3 +301,21 @@ def test_a_hard_preemption_of_a_job_that_saves_synchronously_is_not_applicable(t
     (hard,) = select(builtin_catalogue(), ["hard-preemption"])
     result = Bench(targets.job("torch_save", world_size=2), tmp_path).run(hard)
     assert result.verdict is Verdict.NA and "the job saves synchronously" in result.reason, result.reason
+
+
+@pytest.mark.parametrize("job, verdict", [("EveryRankDeletesOldCheckpoints", "fail"),
+                                          ("MainRankDeletesOldCheckpoints", "pass")])
+def test_the_catalogue_delays_a_rank_between_its_check_and_its_deletion_after_the_last_save(tmp_path, job, verdict):
+    """transformers 4.25's end of `train()` as planted: every rank checks that an
+    old checkpoint exists, then deletes it. Undisturbed, rank 0 is done before
+    its peer looks; end-of-training-skew delays rank 0 between its check and
+    its deletion, its peer deletes first, and rank 0's rmtree fails. The fix
+    (rank 0 deletes, then a barrier) passes every delay, the looks included."""
+    (scenario,) = select(builtin_catalogue(), ["end-of-training-skew"])
+    result = Bench(targets.job(f"tests.planted.jobs:{job}", world_size=2, timeout=30), tmp_path).run(scenario)
+    assert result.verdict == verdict, result.explain()
+    if verdict == "fail":
+        # rank 0 late at either of its two deletions; late anywhere else (its looks, rank 1), nothing breaks
+        assert result.reason.startswith("2 of ") and "delay@r0:after_save6/rmtree(step_00000" in result.reason, \
+            result.explain()
+        assert "FileNotFoundError" in result.reason + result.details, result.explain()

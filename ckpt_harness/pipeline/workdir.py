@@ -55,5 +55,10 @@ def fresh_dir(parent: Path, name: str) -> Path:
     """A new directory under `parent` whose name starts with `name`, unique
     without a counter (cases running in parallel each get their own)."""
     parent.mkdir(parents=True, exist_ok=True)
-    safe = "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)[:32]  # in every path a report quotes
-    return Path(tempfile.mkdtemp(prefix=f"{safe}-", dir=parent))
+    return Path(tempfile.mkdtemp(prefix=f"{dir_prefix(name)}-", dir=parent))
+
+
+def dir_prefix(name: str) -> str:
+    """How `fresh_dir` starts a directory named after `name`: file-name
+    characters only, and short, since it is in every path a report quotes."""
+    return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)[:32]
