@@ -34,7 +34,7 @@ from tests.test_html_report import FLAGS  # noqa: E402  (the flags the browser t
 POWER_LOSS = ["explore", "--job", "tests.planted.dcp_jobs:SmallDcpAlone", "--faults", "power-loss", "--corruptions",
               "", "--ops", "rename", "--no-derive-states", "--no-after"]
 HANG = ["explore", "--job", "torch_save", "--steps", "4", "--faults", "hang", "--corruptions", "", "--case",
-        "hang@r0:save4#2", "--timelines", "all"]
+        "hang@r0:save4/fsync(.)", "--timelines", "all"]
 SMALL_MATRIX = ["matrix", "--job", "torch_save", "--job", "dcp", "--scenarios",
                 "crash-every-phase,missing-shard,power-loss-after-save,unsafe-load,resume-every-save"]
 

@@ -51,6 +51,7 @@ import itertools
 import os
 import shutil
 import stat
+import sys
 import warnings
 from typing import Any, Callable, Optional
 
@@ -309,7 +310,7 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str =
         @functools.wraps(original)
         def probe(path: Any = ".", *args: Any, **kwargs: Any) -> Any:
             rel = None if tracer.nested() or kwargs.get("dir_fd") is not None else files.rel(path)
-            if rel is None:
+            if rel is None or _in_makedirs(sys._getframe(1)):
                 return original(path, *args, **kwargs)
             return tracer.operation(op, rel, lambda fault: original(path, *args, **kwargs), path=rel)
 
@@ -395,6 +396,23 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str =
     os.fsync = sync_op(os.fsync)
     os.fdatasync = sync_op(os.fdatasync)
     _route_native_savers(files)
+
+
+def _in_makedirs(frame: Any) -> bool:
+    """Whether a look is `os.makedirs` checking its way (its `exists` of the
+    parent, its `isdir` after a mkdir that found the directory there): which
+    of those it makes depends on which rank made the directory first, so as
+    points they would come and go from run to run; its mkdirs are the points."""
+    for _ in range(3):
+        if frame is None:
+            return False
+        if frame.f_code is _MAKEDIRS:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_MAKEDIRS = os.makedirs.__code__
 
 
 def _route_native_savers(files: _Files) -> None:

@@ -37,8 +37,8 @@ def explore(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None
     `settings` are those of `ExploreConfig` (`faults`, `corruptions`, `ops`,
     `durability`, `keep_last`, `nodes`, ...). `cases` replays only the named
     cases (the names the report prints, or any fault plan such as
-    `crash@r0:save4#3+delay@r1:save4#0`). `progress(done, total, result)` is
-    called after each case. `job` may also be a target of any kind
+    `crash@r0:save4/rename(latest.tmp->latest)+delay@r1:save4/barrier#2`).
+    `progress(done, total, result)` is called after each case. `job` may also be a target of any kind
     (`ckpt_harness.targets`), ready made; `settings` are then the plan's.
     """
     target, plan = targets.resolve(job, "explore", settings)

@@ -151,5 +151,5 @@ def _us(seconds: float) -> float:
 
 
 def file_name(case: str) -> str:
-    """A case's timeline file name ("crash@r0:save4#3" -> "crash@r0_save4#3.json")."""
+    """A case's timeline file name ("hang@r1:save4/barrier#3" -> "hang@r1_save4_barrier#3.json")."""
     return re.sub(r"[^\w.@#=+-]+", "_", case).strip("_") + ".json"
