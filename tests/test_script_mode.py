@@ -143,6 +143,9 @@ def test_a_staging_rename_on_every_node_passes_on_one_node(tmp_path):
     report = verify_script(script("--staging", "--bug", "rename-per-node"), workdir=tmp_path, cases=["golden"],
                            nproc_per_node=2)
     assert report.verdict is Verdict.PASS, report.explain()
+    bare = verify_script(script("--staging", "--no-marker", "--bug", "rename-per-node"), workdir=tmp_path / "bare",
+                         cases=["golden"], nproc_per_node=2)
+    assert bare.verdict is Verdict.PASS, bare.explain()
     # `ckpt_harness.saving(step)` made the whole block one save on every rank, rank 1 included.
     assert [r["step"] for r in read_records(tmp_path / "golden" / "run", 1) if r["event"] == Kind.SAVED] == [2, 4]
 
@@ -186,8 +189,12 @@ def test_a_script_run_is_recorded_and_traced_like_a_job_run(tmp_path):
 def test_staging_renamed_on_every_node_fails_across_nodes_through_the_cli(tmp_path):
     """Every node's local rank 0 renames the staging directory: the second
     rename finds none (the LLaMA-Factory multi-node report). Through the CLI's
-    `run --script`: its report, its JSON and the line that replays the case."""
-    out = cli("run", "--script", script("--staging", "--bug", "rename-per-node"), "--nnodes", "2",
+    `run --script`: its report, its JSON and the line that replays the case.
+    The script never heard of the harness (no `ckpt_harness.saving`): its
+    save is rank 0's `torch.save`, and the routine around it, the rename
+    included, belongs to that save until the script trains again, so the
+    failure is the checkpointing's (FAIL), not a broken job (ERROR)."""
+    out = cli("run", "--script", script("--staging", "--no-marker", "--bug", "rename-per-node"), "--nnodes", "2",
               "--workdir", str(tmp_path / "work"), "--json", str(tmp_path / "report.json"), cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "FileNotFoundError in save 2" in out.stdout, out.stdout
@@ -195,6 +202,27 @@ def test_staging_renamed_on_every_node_fails_across_nodes_through_the_cli(tmp_pa
     assert repro.endswith("--nnodes 2 --case golden") and "--script" in repro
     found = {(c["case"], c["check"]): c for c in json.loads((tmp_path / "report.json").read_text())["cases"]}
     assert {k: c["verdict"] for k, c in found.items()} == {("golden", "live"): "fail"}
+
+
+def test_a_peer_left_waiting_in_a_save_routine_is_a_hang_of_the_checkpointing(tmp_path, pace):
+    """Rank 0 leaves its save routine without the barrier after the rename;
+    rank 1, which writes nothing there, waits in it while rank 0 trains on:
+    a hang (live FAIL), since rank 1 waits in the function the script's
+    checkpoint I/O happens in (`save()`), whatever phase the harness gave it.
+    Its twin without the bug passes (`test_a_staging_rename_on_every_node...`)."""
+    report = verify_script(script("--staging", "--no-marker", "--bug", "skip-barrier"), workdir=tmp_path,
+                           cases=["golden"], nproc_per_node=2, timeout=pace(25.0))
+    (live,) = [r for r in report.results if r.check == "live"]
+    assert live.verdict is Verdict.FAIL and live.summary.startswith("golden: hang:"), report.explain()
+    assert "rank 1 waiting in barrier" in live.summary and "in save()" in live.summary, live.summary
+
+
+def test_a_script_that_fails_before_its_first_save_is_an_error_saying_so(tmp_path):
+    """A training bug (here: a script given a step count it cannot parse) is
+    not the checkpointing's: ERROR, with the words that it never reached a save."""
+    out = cli("run", "--script", f"{RESUMABLE} {{ckpt_dir}} --steps four", "--nproc-per-node", "2", cwd=tmp_path)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "before its first save" in out.stdout, out.stdout
 
 
 def test_a_script_that_never_saves_is_an_error_not_a_pass(tmp_path):

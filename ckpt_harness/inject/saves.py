@@ -80,13 +80,24 @@ class Save:
 class Saves:
     """One worker's save boundaries; `began` and `ended` are the runner's hooks."""
 
-    def __init__(self, ckpt_dir: str, began: Callable[[int], None], ended: Callable[[Save], None]):
+    def __init__(self, ckpt_dir: str, began: Callable[[int], None], ended: Callable[[Save], None],
+                 trains: Callable[[], None] = lambda: None):
         self.root = os.path.abspath(ckpt_dir)
         self.real_root = os.path.realpath(ckpt_dir)
-        self.began, self.ended = began, ended
+        self.began, self.ended, self.trains = began, ended, trains
         self.current: Optional[Save] = None
         self.last_step = 0
         self.observers: list[Callable[[], Mapping[str, Any]]] = []
+        #: Whether the main thread made an optimizer step yet: then a save
+        #: lasts until training goes on (`training`), not until its entry point returned.
+        self.trained = False
+        #: A save whose entry points returned, while the script's own save
+        #: routine goes on around them (renames it into place, waits in a
+        #: barrier, writes `latest`, deletes old checkpoints, gathers the final model).
+        self.pending: Optional[Save] = None
+        self._forward_hook: Any = None
+        #: The script's functions recorded so far, by event kind (`_note`).
+        self.noted: dict[str, set[str]] = {"trains": set(), "saves": set()}
 
     def rel(self, path: Any) -> Optional[str]:
         """`path` relative to the checkpoint directory, or None if it is not a path under it."""
@@ -114,16 +125,71 @@ class Saves:
             return
         if step is None:
             step, source = self.last_step + 1, "count"
+        if self.pending is not None and self.pending.step != step:
+            self.flush()  # the routine of the previous save ended where this one begins
         save = self.current = Save(step, source, collects=obj is None, background=background)
         if obj is not None:
             save.add(name, obj)
+        self._note("saves", every=False)
         try:
             self.began(step)
             yield
         finally:
             self.current = None
         self.last_step = max(self.last_step, step)
-        self.ended(save)  # only once the save returned
+        if self.pending is not None:  # another piece of the same save (each file of a step is a torch.save)
+            self.pending.handed += save.handed
+            self.pending.background = self.pending.background or save.background
+        elif self.trained:
+            self.pending = save
+            self._watch_forward()
+        else:  # no optimizer step seen: nothing says when the routine ends, so it ends here
+            self.ended(save)
+
+    # -- where a save's routine ends ------------------------------------------------------------------
+    def training(self) -> None:
+        """The main thread is training again (an optimizer step, a module's
+        forward): the save before is over, and the script's routine around
+        its entry points with it."""
+        if threading.current_thread() is not threading.main_thread() or self.current is not None:
+            return
+        self.trained = True
+        self.flush()
+        self._note("trains", every=True)
+        self.trains()
+
+    def _note(self, kind: str, every: bool) -> None:
+        """Record, once each, the script's functions that train (`trains`:
+        every one on the stack, the loop and `main`) or call a save entry
+        point (`saves`: the innermost, its save routine). The oracle knows a
+        script's save routine by them: where its checkpoint I/O happens, but
+        not around an optimizer step (`oracle.problems.save_routines`)."""
+        from ckpt_harness.inject.tracer import job_functions, tracer
+
+        here = tracer()
+        found = job_functions(sys._getframe(2))
+        new = [f for f in (found if every else found[:1]) if f not in self.noted[kind]]
+        if here is not None and new:
+            self.noted[kind].update(new)
+            here.emit(kind, functions=new)
+
+    def flush(self) -> None:
+        """End the save in progress, if any: at the next training, the next save, or the script's return."""
+        save, self.pending = self.pending, None
+        if self._forward_hook is not None:
+            self._forward_hook.remove()
+            self._forward_hook = None
+        if save is not None:
+            self.ended(save)
+
+    def _watch_forward(self) -> None:
+        """A module's forward also ends the routine: the next step's forward
+        comes before its optimizer step, and a failure there is training.
+        The global hook is there only until that first forward: it takes
+        `Module.__call__` off its fast path, for that one call."""
+        import torch.nn.modules.module as module
+
+        self._forward_hook = module.register_module_forward_pre_hook(lambda _module, _args: self.training())
 
     def observed(self) -> dict[str, Any]:
         """What the script's observers expose now (`observe`), one mapping."""
@@ -275,6 +341,15 @@ def _torch(module: Any) -> None:
     make = _to_path(_require, 1, "f", 0)
     _wrap(module, "save", make)
     sys.modules["torch.serialization"].save = module.save
+    global _steps_hooked
+    if not _steps_hooked:  # an optimizer step is training: a save before it has ended (`Saves.training`)
+        import torch.optim.optimizer as optimizer
+
+        optimizer.register_optimizer_step_pre_hook(lambda _optimizer, _args, _kwargs: _require().training())
+        _steps_hooked = True
+
+
+_steps_hooked = False
 
 
 def _safetensors(module: Any) -> None:

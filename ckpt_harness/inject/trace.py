@@ -44,6 +44,10 @@ class EventKind(str, enum.Enum):
     LIST = "list"
     #: An armed fault fired (before the operation it is armed at).
     FAULT = "fault"
+    #: A script's functions first seen around an optimizer step, or calling a
+    #: save entry point (`saves.Saves._note`).
+    TRAINS = "trains"
+    SAVES = "saves"
 
 
 #: Operations that create a path (so a save "wrote" it).

@@ -122,6 +122,8 @@ class Tracer:
             where = self.current()
             index = self.injector.point(where)
             fault = self.injector.armed(where, index, op, what)
+        if op != "collective":  # a collective names its `caller`
+            fields["routine"] = routine()
         self.emit(op, point=index, **fields)
         if fault is not None:
             self.injector.before(fault, op, what)
@@ -258,6 +260,26 @@ def caller() -> str:
     if name:
         return f"thread {name}"
     return _tracer.process if _tracer is not None and _tracer.process else "?"
+
+
+def job_functions(frame: Any) -> list[str]:
+    """Every function of the job's own code on the stack from `frame` out,
+    innermost first, as "file:function" (what a traceback line names)."""
+    out = []
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if is_job_code(name) and not is_library(name):
+            out.append(f"{name}:{frame.f_code.co_name}")
+        frame = frame.f_back
+    return out
+
+
+def routine() -> str:
+    """The job's own function a file operation was made in ("" if none):
+    a script's save routine is known by the functions its checkpoint I/O
+    happens in (`oracle.problems`)."""
+    found = job_functions(sys._getframe(2))
+    return found[0] if found else ""
 
 
 _STDLIB = os.path.dirname(threading.__file__) + os.sep

@@ -45,9 +45,11 @@ def judge_golden(case: str, run: Run, repro: Optional[str]) -> CaseResult:
     problem = health(run)
     if problem is None or problem.checkpointing:
         return judge_live(case, run, repro)
+    where = ("before its first save" if not any(rec["event"] == Kind.SAVED for r in run.ranks for rec in r.records)
+             else "outside its saves and loads")
     return CaseResult(
         case, "live", Verdict.ERROR,
-        f"{run.name}: the job fails with no fault armed, outside its saves and loads ({problem.summary}); "
+        f"{run.name}: the job fails with no fault armed, {where} ({problem.summary}); "
         "nothing can be judged until it runs: fix the job, or give it a longer timeout if it was only slow",
         problem.details, repro)
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import re
 import signal
 from typing import Optional
 
 from ckpt_harness import phase
 from ckpt_harness.inject.collectives import first_disagreement
+from ckpt_harness.inject.trace import EventKind
 from ckpt_harness.launch import RankStatus
 from ckpt_harness.launch.group import STACK_GRACE, Cut
 from ckpt_harness.records import RankRun, Run
@@ -72,7 +74,7 @@ def health(run: Run) -> Optional[Problem]:
             details.append(f"rank {r.rank} {rank_state(r)}:\n{(error.traceback if error else '') or o.log_tail()}")
         if o.status is not RankStatus.OK:
             details.append(f"rank {r.rank} log: {o.log}")
-    return Problem(summary, "\n\n".join(details), _in_checkpointing(ranks))
+    return Problem(summary, "\n\n".join(details), _in_checkpointing(ranks, save_routines(run)))
 
 
 def _cause_first(ranks: list[RankRun]) -> list[RankRun]:
@@ -89,14 +91,40 @@ def _cause_first(ranks: list[RankRun]) -> list[RankRun]:
     return sorted(ranks, key=key)
 
 
-def _in_checkpointing(ranks: list[RankRun]) -> bool:
+def _in_checkpointing(ranks: list[RankRun], routines: set[str]) -> bool:
     """Did the run go wrong in a save or a load? The ranks that raised or
     died say where; peers only wait for them (rank 0 in `load`'s collective
     because rank 1 raised in `setup` is a setup failure). Only when no rank
-    failed do the hung ranks' phases say it."""
+    failed do the hung ranks' phases say it. Where is told by the phase,
+    or by the stack: a rank in a save routine of the job's own (`routines`)
+    is checkpointing whatever its phase (rank 1 waiting in the barrier of
+    a save only rank 0 writes, a rename of the staging directory)."""
     failed = [r for r in ranks if r.status.ended_badly and not r.outcome.ended_by_launcher]
     blamed = failed or [r for r in ranks if r.status is not RankStatus.OK]
-    return any(r.phase is not None and phase.checkpointing(r.phase) for r in blamed)
+    return any((r.phase is not None and phase.checkpointing(r.phase)) or bool(routines & _functions(r))
+               for r in blamed)
+
+
+def save_routines(run: Run) -> set[str]:
+    """The job's own functions its checkpoint I/O happened in, on any rank,
+    but those that also train (the loop, `main`): a script's save routine,
+    its barriers and the ranks that write nothing in it included. From the
+    run's trace (`tracer.routine`, the `trains` events); empty without one."""
+    events = run.events()
+    made = {e.fields["routine"] for e in events if e.fields.get("routine")}
+    made |= {f for e in events if e.kind is EventKind.SAVES for f in e.fields.get("functions", ())}
+    trains = {f for e in events if e.kind is EventKind.TRAINS for f in e.fields.get("functions", ())}
+    return made - trains
+
+
+def _functions(r: RankRun) -> set[str]:
+    """The functions on the rank's stack where it stopped or raised, as "file:function"."""
+    text = (r.outcome.stack or "") + "\n" + (r.error.traceback if r.error is not None else "")
+    return {f"{path}:{function}" for path, function in _FRAME.findall(text)}
+
+
+#: A frame of a traceback ('File "x.py", line 3, in f') or of faulthandler's dump ('File "x.py", line 3 in f').
+_FRAME = re.compile(r'File "([^"]+)", line \d+,? in (\S+)')
 
 
 def rank_state(r: RankRun) -> str:

@@ -44,7 +44,9 @@ def infer_start(run: Run, save_steps: Sequence[int]) -> Inferred:
     if trained:
         first = min(trained)
         return Inferred(first - 1, f"its first train step was step {first}")
-    saves = sorted({rec["step"] for r in run.ranks for rec in r.records if rec["event"] == Kind.SAVED})
+    # A save numbered by a count of this process's saves (`inject.saves`) restarts at 1 in every run: no evidence.
+    saves = sorted({rec["step"] for r in run.ranks for rec in r.records
+                    if rec["event"] == Kind.SAVED and rec.get("source") != "count"})
     if saves:
         start = max((s for s in save_steps if s < saves[0]), default=0)
         return Inferred(start, f"its first save was step {saves[0]}")

@@ -14,11 +14,22 @@ There is no LOADED record: a script resumes by its own logic and does not
 say from where; its first save after the resume says it (see
 `oracle.start`).
 
-A run told to stop after save k stops each rank that made save k at the
-start of its next save (of another step) or where it would otherwise
-return: everything belonging to save k (more files of the same step, a
-rename into place, rotation of old checkpoints) is done by then, and
-nothing of the next save is. A rank that made save k and then waits in a
+A save is more than its entry points: once the script trains (an
+optimizer step seen), a save lasts from its first entry point until the
+script trains again (its next optimizer step or module forward), saves
+another step, or returns. The script's own routine around the entry
+points (writing more files of the step, a barrier, the rename into place,
+`latest`, rotation of old checkpoints, the final gather) is part of the
+save: its operations are fault points of the save, a failure or hang there
+is the checkpointing's (`phase.checkpointing`), and the save has returned
+(SAVED) only once the routine is over, so no case expects S_k of a rank
+still renaming. A script that saves before it ever trained gets the entry
+points alone, since nothing would say where its routine ends.
+
+A run told to stop after save k stops each rank that made save k where it
+trains again, at the start of its next save (of another step) or where it
+would otherwise return: everything belonging to save k is done by then,
+and nothing of the next save is. A rank that made save k and then waits in a
 collective outside any save while a peer already stopped counts as
 stopped there (`STUCK_AFTER_PEER`): the peer will never join it (rank 0
 stops at its final save while rank 1 waits in the barrier after it). The harness tears the group down once every
@@ -93,7 +104,7 @@ class ScriptRank:
         records_path(run_dir, rank).unlink(missing_ok=True)
         self.recorder = Recorder(records_path(run_dir, rank))
         self.run_dir = run_dir
-        self.saves = saves.Saves(plan.ckpt_dir, self._began, self._ended)
+        self.saves = saves.Saves(plan.ckpt_dir, self._began, self._ended, self._trains)
         #: The step of this rank's last save and its state (saves of one step merged).
         self.last: Optional[tuple[int, dict[str, Any]]] = None
         self._watch: Optional[threading.Thread] = None
@@ -120,6 +131,12 @@ class ScriptRank:
         if save.step == self.plan.stop_after_save and not self.plan.crash and self._watch is None:
             self._watch = threading.Thread(target=self._stop_if_stuck, name="ckpt-harness stop watch", daemon=True)
             self._watch.start()
+
+    def _trains(self) -> None:
+        """Training goes on: past save k, this rank stops here (its save's routine is over)."""
+        if self.plan.stop_after_save is not None and self.last is not None \
+                and self.last[0] == self.plan.stop_after_save:
+            self._stop()
 
     def _stop_if_stuck(self) -> None:
         """Stop (from this thread) once the main thread, past the save to stop
@@ -162,6 +179,7 @@ class ScriptRank:
 
     def finished(self) -> None:
         """The script returned: its final state is its last save's, with what it observes now."""
+        self.saves.flush()
         if self.plan.stop_after_save is not None and self.last is not None \
                 and self.last[0] == self.plan.stop_after_save:
             self._stop()

@@ -18,10 +18,18 @@ harness wraps sees the rename. Bugs, each one a real one:
 * forget-optimizer: the checkpoint lacks the optimizer's state;
 * from-scratch: the checkpoint is never looked for;
 * rename-per-node: every node's local rank 0 renames the staging directory
-  (the LLaMA-Factory multi-node "No such file" report), not rank 0 alone.
+  (the LLaMA-Factory multi-node "No such file" report), not rank 0 alone;
+* skip-barrier: rank 0 leaves the save without the barrier after the
+  rename, while its peer waits there.
+
+--no-marker leaves ``ckpt_harness.saving`` out, as a script that was never
+told of the harness: its save is then the `torch.save` rank 0 makes, and
+the routine around it (the barriers, the rename) is known as the function
+the checkpoint I/O happens in.
 """
 
 import argparse
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -37,7 +45,8 @@ parser.add_argument("out", type=Path)
 parser.add_argument("--steps", type=int, default=6)
 parser.add_argument("--save-every", type=int, default=2)
 parser.add_argument("--staging", action="store_true")
-parser.add_argument("--bug", choices=("forget-optimizer", "from-scratch", "rename-per-node"))
+parser.add_argument("--bug", choices=("forget-optimizer", "from-scratch", "rename-per-node", "skip-barrier"))
+parser.add_argument("--no-marker", action="store_true")
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
@@ -65,7 +74,7 @@ def save(step):
             torch.save(state, args.out / f"step_{step}" / "state.pt")
         dist.barrier()
         return
-    with ckpt_harness.saving(step):
+    with contextlib.nullcontext() if args.no_marker else ckpt_harness.saving(step):
         staging = args.out / f"tmp-checkpoint-{step}"
         if rank == 0:
             staging.mkdir(exist_ok=True)
@@ -73,7 +82,8 @@ def save(step):
         dist.barrier()
         if rank == 0 or (args.bug == "rename-per-node" and local_rank == 0):
             os.rename(staging, args.out / f"checkpoint-{step}")
-        dist.barrier()
+        if not (args.bug == "skip-barrier" and rank == 0):
+            dist.barrier()
 
 
 start = 0
