@@ -36,7 +36,7 @@ def test_probes_record_file_operations_relative_to_the_checkpoint_dir(tmp_path):
     assert rank.status == "ok" and result == {"written": 1000, "finished": True}
     ops = [(e["kind"], e.get("path") or f"{e['src']} -> {e['dst']}") for e in events if "point" in e]
     assert ops[:6] == [
-        ("mkdir", "step"),  # os.makedirs: its mkdir is the point, not its looks on the way (`files._in_makedirs`)
+        ("mkdir", "step"),  # os.makedirs: its mkdir is the point, not its looks on the way (`files._in_mkdir`)
         ("open", "step/blob.tmp"),
         ("buffered-write", "step/blob.tmp"),  # the job's write(), into its buffer
         ("write", "step/blob.tmp"),  # the flush: the bytes reach the kernel

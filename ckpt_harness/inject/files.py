@@ -49,6 +49,7 @@ import functools
 import io
 import itertools
 import os
+import pathlib
 import shutil
 import stat
 import sys
@@ -310,7 +311,7 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str =
         @functools.wraps(original)
         def probe(path: Any = ".", *args: Any, **kwargs: Any) -> Any:
             rel = None if tracer.nested() or kwargs.get("dir_fd") is not None else files.rel(path)
-            if rel is None or _in_makedirs(sys._getframe(1)):
+            if rel is None or _in_mkdir(sys._getframe(1)):
                 return original(path, *args, **kwargs)
             return tracer.operation(op, rel, lambda fault: original(path, *args, **kwargs), path=rel)
 
@@ -398,21 +399,22 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str =
     _route_native_savers(files)
 
 
-def _in_makedirs(frame: Any) -> bool:
-    """Whether a look is `os.makedirs` checking its way (its `exists` of the
-    parent, its `isdir` after a mkdir that found the directory there): which
-    of those it makes depends on which rank made the directory first, so as
-    points they would come and go from run to run; its mkdirs are the points."""
+def _in_mkdir(frame: Any) -> bool:
+    """Whether a look is `os.makedirs` or `Path.mkdir` checking its way (the
+    `exists` of a parent, the `isdir` after a mkdir that found the directory
+    there): which of those it makes depends on which rank made the
+    directory first, so as points they would come and go from run to run
+    (a delay armed there never fired in some runs); its mkdirs are the points."""
     for _ in range(3):
         if frame is None:
             return False
-        if frame.f_code is _MAKEDIRS:
+        if frame.f_code in _MKDIRS:
             return True
         frame = frame.f_back
     return False
 
 
-_MAKEDIRS = os.makedirs.__code__
+_MKDIRS = (os.makedirs.__code__, pathlib.Path.mkdir.__code__)
 
 
 def _route_native_savers(files: _Files) -> None:
