@@ -49,3 +49,16 @@ def test_a_checkpoint_committed_by_a_rename_resumes_the_previous_one(tmp_path):
     assert cases and report.verdict is Verdict.PASS, report.explain()
     for r in cases:  # the staging directory was never renamed: the resume took checkpoint-2 and saved 4 again
         assert "tmp-checkpoint-4/state.pt" in r.summary and "S_prev (step 2)" in r.summary, r.summary
+
+
+def test_the_rename_of_a_script_that_never_heard_of_the_harness_is_a_point_of_its_save(tmp_path):
+    """No `ckpt_harness.saving` around the staging routine: its save is rank 0's
+    `torch.save`, and it lasts until the script trains again, so the rename
+    into place after it is an operation of save 4 (before, it was outside
+    every save, and `--ops rename` found no case), and a crash there
+    resumes the previous checkpoint, not an S_k the save never published."""
+    report = explore_script(script("--staging", "--no-marker"), workdir=tmp_path,
+                            **{**TARGETED, "ops": ("rename",)})
+    cases = [r for r in report.results if r.case != "golden"]
+    assert [r.case for r in cases] == ["crash@r0:save4/rename(tmp-checkpoint-4->checkpoint-4)"], report.explain()
+    assert report.verdict is Verdict.PASS and "S_prev (step 2)" in cases[0].summary, report.explain()

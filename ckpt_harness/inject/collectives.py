@@ -112,6 +112,14 @@ def first_disagreement(recordings: Mapping[int, Recording]) -> Optional[str]:
     """Where the ranks' collective sequences first differ, in one clause
     ("collectives part at #9: rank 0 all_reduce, rank 1 barrier"), or None.
 
+    When the same collective was called from different lines before that
+    number, the clause says where first ("their call sites part earlier, at
+    #7: rank 0 barrier from train.py:86, rank 1 barrier from train.py:82"):
+    a rank that skips one barrier of two meets its peer's first barrier with
+    its second, and the counts part only at the collective after them, while
+    the line that is the bug is where the call sites first differ (or a
+    rank-dependent path the job means; the clause says which lines, not why).
+
     Only numbers every rank still remembers are compared (the recorder is a
     ring); a rank that never got to a number says where it stopped.
     """
@@ -124,13 +132,18 @@ def first_disagreement(recordings: Mapping[int, Recording]) -> Optional[str]:
             continue
         start = max(min(s) for s in streams.values() if s)
         end = max(max(s) for s in streams.values() if s)
+        where = "" if group == _DEFAULT_GROUP else f" of group {group}"
+        sites = None  # the first number the same collective was called from different lines
         for seq in range(start, end + 1):
             found = {rank: s.get(seq) for rank, s in streams.items()}
             if len({c.op if c else None for c in found.values()}) > 1:
-                where = "" if group == _DEFAULT_GROUP else f" of group {group}"
                 return f"collectives part at #{seq}{where}: " + ", ".join(
                     f"rank {rank} {c.op}" if c else f"rank {rank} {_stopped(streams[rank])}"
-                    for rank, c in found.items())
+                    for rank, c in found.items()) + (sites or "")
+            callers = {c.caller for c in found.values() if c is not None}
+            if sites is None and None not in callers and len(callers) > 1:
+                sites = f"; their call sites part earlier, at #{seq}: " + ", ".join(
+                    f"rank {rank} {c.op} from {c.caller}" for rank, c in found.items() if c is not None)
     return None
 
 

@@ -65,6 +65,22 @@ def test_ranks_part_at_the_first_number_whose_ops_differ():
     assert first_disagreement({0: rec(*same), 1: rec(*same)}) is None
 
 
+def test_where_the_call_sites_part_before_the_collectives_do_is_said():
+    """Rank 0 skipped the first of two barriers in a row: its second meets rank
+    1's first, and the counts part only at the all_reduce after; the line
+    where the ranks' code parted comes along. Without a parting, no clause."""
+    def at(line: int) -> tuple:
+        return (("/home/me/train.py", line, "save"),)
+
+    r0 = rec(c(1, "broadcast"), c(2, "barrier", frames=at(86)), c(3, "all_reduce", False))
+    r1 = rec(c(1, "broadcast"), c(2, "barrier", frames=at(82)), c(3, "barrier", False))
+    assert first_disagreement({0: r0, 1: r1}) == (
+        "collectives part at #3: rank 0 all_reduce, rank 1 barrier; their call sites part earlier, at #2: "
+        "rank 0 barrier from train.py:86 in save(), rank 1 barrier from train.py:82 in save()")
+    r1 = rec(c(1, "broadcast"), c(2, "barrier", frames=at(86)), c(3, "barrier", False))
+    assert first_disagreement({0: r0, 1: r1}) == "collectives part at #3: rank 0 all_reduce, rank 1 barrier"
+
+
 def test_numbers_a_rank_no_longer_remembers_are_not_compared():
     """The recorder is a ring: rank 1 dropped #1-#2, which differ on rank 0 only in what it kept."""
     assert first_disagreement({0: rec(c(1, "x"), c(2, "y"), c(3, "all_reduce", False)),
