@@ -55,7 +55,8 @@ def health(run: Run) -> Optional[Problem]:
         head = "failure, and peers stuck after it"
     else:
         head = "hang" if run.outcome.timed_out else "failure"
-    summary = f"{head}: " + "; ".join(f"rank {r.rank} {rank_state(r)}" for r in _cause_first(ranks))
+    routines = save_routines(run)
+    summary = f"{head}: " + "; ".join(f"rank {r.rank} {rank_state(r, routines)}" for r in _cause_first(ranks))
     if run.outcome.ended_early:
         summary += f" (ended at once: {STALLED})"
     parted = first_disagreement({r.rank: r.recording for r in ranks if r.recording is not None})
@@ -65,16 +66,17 @@ def health(run: Run) -> Optional[Problem]:
     for r in ranks:
         o = r.outcome
         if o.stack is not None:
-            details.append(f"rank {r.rank} stack when the run was stopped ({rank_state(r)}):\n"
+            details.append(f"rank {r.rank} stack when the run was stopped ({rank_state(r, routines)}):\n"
                            f"{_unseen(r)}{_job_frames(o.stack)}")
         details += [f"rank {r.rank}'s {child} stack when the run was stopped:\n{_job_frames(stack)}"
                     for child, stack in o.children.items()]
         if o.status.ended_badly:
             error = r.error
-            details.append(f"rank {r.rank} {rank_state(r)}:\n{(error.traceback if error else '') or o.log_tail()}")
+            details.append(f"rank {r.rank} {rank_state(r, routines)}:\n"
+                           f"{(error.traceback if error else '') or o.log_tail()}")
         if o.status is not RankStatus.OK:
             details.append(f"rank {r.rank} log: {o.log}")
-    return Problem(summary, "\n\n".join(details), _in_checkpointing(ranks, save_routines(run)))
+    return Problem(summary, "\n\n".join(details), _in_checkpointing(ranks, routines))
 
 
 def _cause_first(ranks: list[RankRun]) -> list[RankRun]:
@@ -117,6 +119,16 @@ def save_routines(run: Run) -> set[str]:
     return made - trains
 
 
+def _inside(r: RankRun, routines: frozenset[str] | set[str]) -> Optional[str]:
+    """The innermost of `routines` on the rank's stack, by its function's name."""
+    text = (r.outcome.stack or "") + "\n" + (r.error.traceback if r.error is not None else "")
+    # A traceback lists the innermost frame last, a faulthandler dump first: the stack, when there is one, says.
+    frames = [f"{path}:{function}" for path, function in _FRAME.findall(text)]
+    if r.outcome.stack is None:
+        frames.reverse()
+    return next((f.rpartition(":")[2] for f in frames if f in routines), None)
+
+
 def _functions(r: RankRun) -> set[str]:
     """The functions on the rank's stack where it stopped or raised, as "file:function"."""
     text = (r.outcome.stack or "") + "\n" + (r.error.traceback if r.error is not None else "")
@@ -127,19 +139,25 @@ def _functions(r: RankRun) -> set[str]:
 _FRAME = re.compile(r'File "([^"]+)", line \d+,? in (\S+)')
 
 
-def rank_state(r: RankRun) -> str:
-    """One rank's end, in a few words."""
+def rank_state(r: RankRun, routines: frozenset[str] | set[str] = frozenset()) -> str:
+    """One rank's end, in a few words; in one of the job's save `routines`
+    outside any save phase, it says so (a script's rank that writes nothing
+    in the routine, waiting or failing there)."""
     o = r.outcome
+    inside = ""
+    if routines and not (r.phase is not None and phase.checkpointing(r.phase)):
+        found = _inside(r, routines)
+        inside = f", in the save routine {found}()" if found else ""
     if o.status is RankStatus.HUNG:
         stopped = o.stopped and r.blocked_by != "sigstop"  # else its where says it
-        return f"stopped (SIGSTOP or SIGTSTP), {r.where()}" if stopped else r.where()
+        return (f"stopped (SIGSTOP or SIGTSTP), {r.where()}" if stopped else r.where()) + inside
     if o.status is RankStatus.FAILED:
         error = r.error
         if o.ended_by_launcher:
             return "stopped by torchrun (SIGTERM to every worker) when another worker failed"
         if error is None:
             return "failed before the job started (see its log)"
-        return f"raised {error.name} in {error.phase}: {error.message}"
+        return f"raised {error.name} in {error.phase}{inside}: {error.message}"
     if o.status is RankStatus.CRASHED:
         how = f"signal {signal.Signals(o.signal).name}" if o.signal else f"exit code {o.exit_code}"
         return f"died ({how}) {r.where()}"

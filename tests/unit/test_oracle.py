@@ -521,3 +521,31 @@ def test_a_saves_own_checkpoint_is_found_at_any_depth(created, own):
     from ckpt_harness.oracle.retention import own_roots
 
     assert own_roots(created) == own
+
+
+def _renamed_twice(routine: str, trains: str):
+    """Two ranks rename one staging directory (the LLaMA-Factory race); rank 1,
+    which saved nothing and so had no save open, raises in the second rename."""
+    tb = ('Traceback (most recent call last):\n  File "/job/train.py", line 103, in <module>\n    save(step)\n'
+          '  File "/job/train.py", line 84, in save\n    os.rename(staging, final)\nFileNotFoundError: gone\n')
+    r0 = (rank(0).event("trains", "run", functions=[trains]).event("saves", "run", functions=[routine])
+          .event("rename", "save 2", point=3, src="tmp-2", dst="checkpoint-2", routine=routine).final())
+    r1 = rank(1).event("trains", "run", functions=[trains]).failed("run", "gone", "builtins.FileNotFoundError", tb)
+    return run(r0, r1, name="golden")
+
+
+def test_a_rank_in_a_save_routine_is_in_the_checkpointing_whatever_its_phase():
+    """The function the job's checkpoint I/O happened in (on any rank) is a save
+    routine: a rank that raised inside it, with no save of its own open, is in
+    the checkpointing, and the report says where. A function that also trains
+    (the loop, `main`) is no save routine: the same failure there is the job's."""
+    from ckpt_harness.oracle.judges import judge_golden
+
+    problem = health(_renamed_twice("/job/train.py:save", "/job/train.py:<module>"))
+    assert problem.checkpointing, problem.summary
+    assert "rank 1 raised FileNotFoundError in run, in the save routine save(): gone" in problem.summary
+    assert judge_golden("golden", _renamed_twice("/job/train.py:save", "/job/train.py:<module>"), None).verdict \
+        is V.FAIL
+    trains_too = _renamed_twice("/job/train.py:save", "/job/train.py:save")
+    assert not health(trains_too).checkpointing and "save routine" not in health(trains_too).summary
+    assert judge_golden("golden", trains_too, None).verdict is V.ERROR

@@ -48,6 +48,11 @@ class Faults:
                 raise NotApplicable(f"with keep_last={target.values.get('keep_last')} save {base.k} deleted "
                                     f"nothing: the {target.noun} does not rotate its checkpoints")
         cases = plan_cases(base)
+        if not cases and not only:
+            kinds = ", ".join(base.plan.faults or base.plan.corruptions)
+            after = " or the work after it" if base.plan.save == "last" else ""
+            raise NotApplicable(f"save {base.k}{after} made no {', '.join(base.plan.ops or ('operation',))}: "
+                                f"nothing for {kinds} to act on")
         if only:
             cases = named(base, only, cases)
         missing = base.nothing_to_corrupt()
