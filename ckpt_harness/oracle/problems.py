@@ -103,7 +103,7 @@ def _in_checkpointing(ranks: list[RankRun], routines: set[str]) -> bool:
     a save only rank 0 writes, a rename of the staging directory)."""
     failed = [r for r in ranks if r.status.ended_badly and not r.outcome.ended_by_launcher]
     blamed = failed or [r for r in ranks if r.status is not RankStatus.OK]
-    return any((r.phase is not None and phase.checkpointing(r.phase)) or bool(routines & _functions(r))
+    return any((r.phase is not None and phase.checkpointing(r.phase)) or bool(routines.intersection(_frames(r)))
                for r in blamed)
 
 
@@ -121,18 +121,16 @@ def save_routines(run: Run) -> set[str]:
 
 def _inside(r: RankRun, routines: frozenset[str] | set[str]) -> Optional[str]:
     """The innermost of `routines` on the rank's stack, by its function's name."""
+    return next((f.rpartition(":")[2] for f in _frames(r) if f in routines), None)
+
+
+def _frames(r: RankRun) -> list[str]:
+    """The functions on the rank's stack where it stopped or raised, as
+    "file:function", innermost first: a faulthandler dump lists it first,
+    a traceback last, and the stack, when there is one, says."""
     text = (r.outcome.stack or "") + "\n" + (r.error.traceback if r.error is not None else "")
-    # A traceback lists the innermost frame last, a faulthandler dump first: the stack, when there is one, says.
     frames = [f"{path}:{function}" for path, function in _FRAME.findall(text)]
-    if r.outcome.stack is None:
-        frames.reverse()
-    return next((f.rpartition(":")[2] for f in frames if f in routines), None)
-
-
-def _functions(r: RankRun) -> set[str]:
-    """The functions on the rank's stack where it stopped or raised, as "file:function"."""
-    text = (r.outcome.stack or "") + "\n" + (r.error.traceback if r.error is not None else "")
-    return {f"{path}:{function}" for path, function in _FRAME.findall(text)}
+    return frames if r.outcome.stack is not None else frames[::-1]
 
 
 #: A frame of a traceback ('File "x.py", line 3, in f') or of faulthandler's dump ('File "x.py", line 3 in f').
