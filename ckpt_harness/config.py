@@ -69,7 +69,8 @@ class Setting:
         if self.low is not None:
             limits.append(f"{self.low:g}..{self.high:g}" if self.high is not None else f"at least {self.low:g}")
         if self.kind is tuple:
-            limits.append(f"comma-separated, of {','.join(map(str, self.choices))}")
+            limits.append(f"comma-separated, of {','.join(map(str, self.choices))}" if self.choices
+                          else "comma-separated")
         if "(default:" not in self.help:
             shown = ",".join(map(str, self.default)) or "none" if isinstance(self.default, tuple) else self.default
             limits.append(f"default: {'unset' if shown is None else shown}")
@@ -126,6 +127,31 @@ def _save_rule(value: Any) -> Optional[str]:
     return f"must be one of {', '.join(SAVES)} or a save step number"
 
 
+#: The Job settings a script can be told through its own arguments (`script_args`).
+SCRIPT_ARGS = ("keep_last", "overwrite", "seed", "steps", "save_every")
+
+
+def _script_args_rule(value: Any) -> Optional[str]:
+    if not isinstance(value, tuple) or not all(isinstance(v, str) for v in value):
+        return "must be a list of NAME=ARGS"
+    for item in value:
+        name, eq, args = item.partition("=")
+        if not eq or not args.strip():
+            return f"takes NAME=ARGS ({item!r} has no ARGS after '='), e.g. 'keep_last=--save_total_limit {{}}'"
+        if name.strip() not in SCRIPT_ARGS:
+            return f"names {name.strip()!r}, which a script cannot be told: choose from {', '.join(SCRIPT_ARGS)}"
+        if name.strip() != "overwrite" and "{}" not in args:
+            return f"needs {{}} where the value of {name.strip()} goes in {args.strip()!r}"
+    names = [item.partition("=")[0].strip() for item in value]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    return f"names {', '.join(twice)} twice" if twice else None
+
+
+def script_args(value: Sequence[str]) -> dict[str, str]:
+    """`script_args` as setting name -> its arguments' template."""
+    return {name.strip(): args.strip() for name, _, args in (item.partition("=") for item in value)}
+
+
 def _after_rule(value: Any) -> Optional[str]:
     return None if value is None or isinstance(value, bool) else "must be true, false or unset"
 
@@ -158,7 +184,7 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("delay", float, 0.5, "seconds of a delay fault", positive=True),
     Setting("hang_timeout", float, 3.0,
             f"seconds the peers of a rank blocked for good by a fault ({', '.join(BLOCKING)}) get to fail, "
-            "from the moment it blocked (a torchrun script's run: from its start)", positive=True),
+            "from the moment it blocked", positive=True),
     Setting("parallel", int, 2, "cases run at once", low=1, replayed=False),
     Setting("derive_states", bool, True, "take the directory a power loss, or a crash no peer notices, leaves "
                                          "from the golden run's trace instead of running the faulted save",
@@ -167,6 +193,11 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
                                  "with {ckpt_dir} where the run's checkpoint directory goes (e.g. "
                                  "'train.py --output_dir {ckpt_dir}'); run under torchrun instead of a job",
             optional=True),
+    Setting("script_args", tuple, (), "script mode: how the script is told a setting a scenario sets, as "
+            "NAME=ARGS with {} where the value goes (e.g. 'keep_last=--save_total_limit {},"
+            "overwrite=--overwrite_output_dir'); a scenario's unset or false value adds nothing, a flag without {} "
+            f"is added when true; NAME one of {', '.join(SCRIPT_ARGS)}; without one, a scenario that sets it is n/a",
+            rule=_script_args_rule),
     Setting("nproc_per_node", int, 1, "script mode: workers per node (torchrun --nproc-per-node)",
             low=1, high=MAX_WORLD_SIZE),
     Setting("nnodes", int, 1, "script mode: torchrun agents on this machine, each a node sharing its file "
@@ -256,6 +287,7 @@ class ScriptConfig:
     """An unmodified script under torchrun: what defines its runs (script mode)."""
 
     script: str = setting("script")
+    script_args: tuple[str, ...] = setting("script_args")
     nproc_per_node: int = setting("nproc_per_node")
     nnodes: int = setting("nnodes")
     max_restarts: int = setting("max_restarts")
@@ -347,7 +379,7 @@ def plus_plan(**defaults: Any) -> Callable[[type], type]:
     return make
 
 
-@plus_plan(hang_timeout=60.0)  # a torchrun run starts fresh interpreters: seconds before the save is reached
+@plus_plan()
 class ScriptExploreConfig(ScriptConfig):
     """A script whose save `save` is broken at every point (`explore --script`).
 

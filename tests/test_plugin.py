@@ -343,9 +343,10 @@ def test_ckpt_script_verifies_an_unmodified_script_under_torchrun(pytester, impo
 
 def test_ckpt_script_with_ckpt_scenarios_runs_the_catalogue_against_the_script(pytester, importable):
     """--ckpt-scenarios with --ckpt-script: an item per scenario against the
-    script (`matrix --script`'s row). Only scenarios a Job alone honours are run
-    here (they are n/a, saying why, and start nothing): the verdicts of the
-    ones that run are tests/test_script_matrix.py's."""
+    script (`matrix --script`'s row). Only scenarios that set what the script
+    was not told how to take are run here (they are n/a, saying what to give,
+    and start nothing): the verdicts of the ones that run are
+    tests/test_script_matrix.py's and tests/test_script_settings.py's."""
     resumable = ROOT / "tests" / "scripts" / "resumable.py"
     pytester.makepyfile("def test_nothing(): pass")
     result = pytester.runpytest_inprocess(
@@ -353,8 +354,8 @@ def test_ckpt_script_with_ckpt_scenarios_runs_the_catalogue_against_the_script(p
         f"{resumable} {{ckpt_dir}}", "--ckpt-scenarios", "overwrite-complete,rotation-crash")
     result.assert_outcomes(skipped=2)
     result.stdout.fnmatch_lines(["*ckpt-script::overwrite-complete SKIPPED*", "*ckpt-script::rotation-crash SKIPPED*",
-                                 "*n/a: the harness cannot set a script's overwrite flag*",
-                                 "*n/a: it sets keep_last = 1*"])
+                                 "*n/a: the script takes overwrite by its own arguments, and --script-args does not*",
+                                 "*n/a: it sets keep_last = 1: the script takes keep_last by its own arguments*"])
     restarts = pytester.runpytest_inprocess("-p", "no:cacheprovider", "--ckpt-script", f"{resumable} {{ckpt_dir}}",
                                              "--ckpt-scenarios", "resume-every-save", "--ckpt-max-restarts", "1")
     assert restarts.ret == pytest.ExitCode.USAGE_ERROR

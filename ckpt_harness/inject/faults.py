@@ -155,8 +155,7 @@ class FaultKind:
     #: operation itself (half a write, the moment after it): the probes carry those out.
     before: Optional[Action] = None
     #: For a kind after which the rank never goes on by itself: how a report says where it
-    #: is. A run with one is cut `hang_timeout` after it fired (under torchrun, whose workers
-    #: cannot report it, `hang_timeout` after the start).
+    #: is. A run with one is cut `hang_timeout` after it fired (`launch.rank.report_blocked`).
     blocks: Optional[str] = None
     #: Why the directory its case leaves may be derived from the golden run's trace instead
     #: of running the faulted save (`cases._derived` decides when); None: never derived.

@@ -51,3 +51,17 @@ def redirect_output(path: "str | os.PathLike[str]") -> None:
     os.close(fd)
     sys.stdout = open(1, "w", buffering=1, closefd=False)
     sys.stderr = open(2, "w", buffering=1, closefd=False)
+
+
+def state(pid: int) -> str:
+    """The process's state letter in /proc ("R", "S", "T", "Z"...); "" if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def is_stopped(pid: int) -> bool:
+    """Is the process stopped (SIGSTOP, SIGTSTP, or a tracer's stop)?"""
+    return state(pid) in ("T", "t")

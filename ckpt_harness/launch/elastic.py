@@ -136,6 +136,9 @@ class ScriptSpec:
     #: Once a worker of the last attempt failed or died, how long the
     #: others get to end too (see `GroupSpec.failure_grace`).
     failure_grace: float = 5.0
+    #: Once a worker reports it is blocked for good (`WorkerRecord.blocked`),
+    #: how long the others get to fail (`GroupSpec.blocked_grace`); None: the deadline.
+    blocked_grace: Optional[float] = None
     #: A preempted run: once each of these ranks has stopped (parked, its
     #: record says "stopped"), the group is torn down where it is. The
     #: other ranks count as finished: the harness stopped them.
@@ -151,6 +154,8 @@ class ScriptSpec:
             raise ConfigError(f"deadline must be positive, got {self.deadline}")
         if self.max_restarts < 0:
             raise ConfigError(f"max_restarts must be 0 or more, got {self.max_restarts}")
+        if self.blocked_grace is not None and self.blocked_grace <= 0:
+            raise ConfigError(f"blocked_grace must be positive, got {self.blocked_grace}")
 
     @property
     def world_size(self) -> int:
@@ -227,6 +232,8 @@ class _ElasticRun:
         self.stack_offsets: dict[int, int] = {}
         #: The watch ended because every rank of `spec.stop_ranks` stopped.
         self.preempted = False
+        #: When the watch ends at the latest, and why (`Cut`): the deadline unless a grace came first.
+        self.bound_at, self.bound = float("inf"), Cut.DEADLINE
 
     def run(self) -> ScriptOutcome:
         spec = self.spec
@@ -287,7 +294,8 @@ class _ElasticRun:
     def _watch(self, until: float) -> bool:
         """Follow the run until the agents ended or every worker exited for
         good (finished, or failed with no restart left); False at the
-        deadline or when a failed worker's peers outstay the failure grace.
+        deadline, or when a failed worker's peers outstay the failure grace
+        or a blocked one's the blocked grace.
 
         Agents whose workers all finished only wait for each other and tear
         torch down (seconds of a fresh interpreter's exit under load): they
@@ -297,6 +305,7 @@ class _ElasticRun:
         """
         graced = False
         ended: Optional[float] = None
+        self.bound_at, self.bound = until, Cut.DEADLINE
         while any(a.poll() is None for a in self.agents):
             if cancelled():  # the harness is stopping: `run`'s teardown takes every process down
                 raise Cancelled()
@@ -306,7 +315,7 @@ class _ElasticRun:
                     return True
                 time.sleep(POLL)
                 continue
-            if now >= until:
+            if now >= self.bound_at:
                 return False
             last = self._last_attempt()
             # A worker that raised has ended, also while its interpreter is still on its way out
@@ -324,9 +333,18 @@ class _ElasticRun:
                 self.preempted = True
                 return True
             if not graced and any(self._failed_for_good(r) for r in last.values()):
-                until, graced = min(until, now + self.spec.failure_grace), True
+                graced = True
+                self._bound(now + self.spec.failure_grace, Cut.FAILURE)
+            blocked = [r.blocked for r in last.values() if r.blocked is not None]
+            if self.spec.blocked_grace is not None and blocked and self.bound is not Cut.BLOCKED:
+                self._bound(min(blocked) + self.spec.blocked_grace, Cut.BLOCKED)
             time.sleep(POLL)
         return True
+
+    def _bound(self, at: float, cut: Cut) -> None:
+        """End the watch at `at` at the latest, for `cut`'s reason."""
+        if at < self.bound_at:
+            self.bound_at, self.bound = at, cut
 
     def _stopped(self, last: dict[int, WorkerRecord]) -> bool:
         """Every rank the run is to stop at has stopped (or finished)."""
@@ -358,8 +376,11 @@ class _ElasticRun:
         for r in alive:
             flight_path(self.run_dir, r.rank).unlink(missing_ok=True)
             try:
+                stopped = _proc.is_stopped(r.pid)
                 os.kill(r.pid, flight.DUMP_SIGNAL)
                 os.kill(r.pid, STACK_SIGNAL)
+                if stopped:  # an injected SIGSTOP: the signals above wait for it (it blocks again after)
+                    os.kill(r.pid, signal.SIGCONT)
             except ProcessLookupError:
                 pass
         until = time.monotonic() + STACK_GRACE
@@ -407,12 +428,15 @@ class _ElasticRun:
             for o in stopped:
                 o.status, o.signal, o.exit_code, o.ended_by_launcher = RankStatus.FAILED, None, None, True
                 o.stack = self._stack(o.rank, 0) or "(no stack: the worker replaced the SIGTERM handler)"
-        stuck = any(o.status is RankStatus.HUNG for o in ranks) and (
+        hung = any(o.status is RankStatus.HUNG for o in ranks)
+        # Cut by the failure grace, the peers were stuck then, also one that raised only as the failed
+        # worker's interpreter finally exited and closed its sockets ("Connection closed by peer").
+        stuck = (timed_out and self.bound is Cut.FAILURE) or hung and self.bound is not Cut.BLOCKED and (
             not timed_out or (stopped_at or 0) - start < self.spec.deadline)
+        cut = Cut.FAILURE if stuck else (self.bound if timed_out else None)
         return ScriptOutcome(
             ranks=ranks, timed_out=timed_out or stuck, elapsed=time.monotonic() - start,
-            stuck_after_failure=stuck, stopped_at=stopped_at,
-            cut=Cut.FAILURE if stuck else Cut.DEADLINE if timed_out else None,
+            stuck_after_failure=stuck, stopped_at=stopped_at, cut=cut,
             restarts=_restarts(WorkerRecord.read_all(self.run_dir)), agent_logs=self.agent_logs,
         )
 

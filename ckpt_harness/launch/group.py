@@ -513,7 +513,7 @@ class _Dump:
     def request(self) -> None:
         self.offset = self.size = _size(self.file)
         self.grew = time.monotonic()
-        self.stopped = _is_stopped(self.pid)
+        self.stopped = _proc.is_stopped(self.pid)
         if self.child is None:
             self.rank.stopped = self.stopped
         try:
@@ -556,23 +556,9 @@ def _answers(pid: int, rank_pid: int) -> bool:
     """Can a rank's child answer a stack request: alive (not a zombie its rank
     has not reaped) and still in the rank's process group (not a reused pid)?"""
     try:
-        return os.getpgid(pid) == rank_pid and _state(pid) not in ("Z", "X", "")
+        return os.getpgid(pid) == rank_pid and _proc.state(pid) not in ("Z", "X", "")
     except OSError:
         return False
-
-
-def _state(pid: int) -> str:
-    """The process's state letter in /proc ("R", "S", "T", "Z"...); "" if it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(")")[2].split()[0]
-    except (OSError, IndexError):
-        return ""
-
-
-def _is_stopped(pid: int) -> bool:
-    """Is the process stopped (SIGSTOP, SIGTSTP, or a tracer's stop)?"""
-    return _state(pid) in ("T", "t")
 
 
 def _signal(pid: int, sig: int) -> None:

@@ -21,7 +21,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from ckpt_harness.launch import _proc, beacon, flight
 
@@ -101,6 +101,16 @@ def park(failed: bool = False) -> None:
         signal.pause()
 
 
+#: How a process another launcher started (a torchrun worker, `worker.py`) reports a block: it has no status pipe.
+_on_blocked: Optional[Callable[[], None]] = None
+
+
+def report_blocked_through(hook: Callable[[], None]) -> None:
+    """Have `report_blocked` call `hook` (a torchrun worker's own record)."""
+    global _on_blocked
+    _on_blocked = hook
+
+
 def report_blocked() -> None:
     """Tell the harness this process blocks for good from now on (an injected
     hang or freeze, right before it): the group's watch then gives its peers
@@ -111,6 +121,8 @@ def report_blocked() -> None:
     slot = beacon.mine()
     if slot is not None:
         slot.block()
+    if _on_blocked is not None:
+        _on_blocked()
     if _status_fd is None:
         return
     try:

@@ -13,8 +13,9 @@ control the bootstrap gives the worker what `rank.py` gives a Job rank:
 * the kernel's parent-death signal tied to the agent, which starts workers
   in their own sessions and so, SIGKILLed, would leave them behind;
 * a record (`WorkerRecord`) the harness reads: which pid is which global
-  rank in which attempt, and whether the script returned or raised, which
-  an exit code cannot tell apart from a crash.
+  rank in which attempt, whether the script returned or raised, which an
+  exit code cannot tell apart from a crash, and when an injected fault
+  blocked it for good (what a Job rank tells through its status pipe).
 
 Then the script runs as ``python train.py args...`` would run it:
 ``sys.argv``, ``sys.path[0]`` and ``__main__`` are the script's.
@@ -41,7 +42,7 @@ from ckpt_harness.launch.layout import (
     worker_record_path,
     worker_record_paths,
 )
-from ckpt_harness.launch.rank import STACK_SIGNAL, resolve
+from ckpt_harness.launch.rank import STACK_SIGNAL, report_blocked_through, resolve
 
 #: Set by the harness in every agent's environment, inherited by the workers
 #: and anything they start: teardown finds every process of a run by it.
@@ -103,6 +104,9 @@ class WorkerRecord:
     end: Optional[str] = None
     exit_code: Optional[int] = None
     finished: Optional[float] = None
+    #: When an injected fault blocked it for good (`rank.report_blocked`): its
+    #: peers' grace counts from here (`ScriptSpec.blocked_grace`).
+    blocked: Optional[float] = None
 
     def write(self, run_dir: Path) -> None:
         path = worker_record_path(run_dir, self.pid)
@@ -159,6 +163,7 @@ def main(argv: list[str]) -> None:
     record = WorkerRecord(rank=worker.rank, pid=os.getpid(), restart=worker.restart,
                           max_restarts=worker.max_restarts, started=time.monotonic())
     record.write(run_dir)
+    report_blocked_through(lambda: dataclasses.replace(record, blocked=time.monotonic()).write(run_dir))
     _default_timeouts()
 
     def park() -> None:

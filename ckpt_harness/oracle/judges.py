@@ -128,6 +128,19 @@ class Reference:
     k: int
     prev: Optional[int]
     final: Optional[States]
+    #: The final state is the job's live state at its end (a Job), not its
+    #: last save's (a script: `Capabilities.live_state`).
+    live_state: bool = True
+
+    def final_after(self, step: Optional[int]) -> Optional[States]:
+        """The final state a run resumed from save `step` is judged against.
+        Where a rank's final state is its last save's, only the ranks that
+        saved after `step` have one the resume makes again: a rank whose
+        last save was `step` saves nothing once resumed there."""
+        if self.final is None or self.live_state or step is None:
+            return self.final
+        later = {rank for s, states in self.saved.items() if s > step for rank in states}
+        return {rank: state for rank, state in self.final.items() if rank in later}
 
 
 def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], resumed: Run, *,
@@ -228,8 +241,9 @@ def _judge_resume(result: Callable[..., CaseResult], prop: str, kind: str, ref: 
         return [result(prop, Verdict.FAIL, "expected " + expected(prop, save_returned, ref.prev is not None))]
     judged = [result(prop, Verdict.PASS)]
     if outcome.kind.resumed:
-        faithful = judge_finished(case, ref.final, resumed, "final state vs. uninterrupted run")
-        faithful = float_noise(faithful, ref.final, resumed.states(Kind.FINAL),
+        final = ref.final_after(outcome.step)
+        faithful = judge_finished(case, final, resumed, "final state vs. uninterrupted run")
+        faithful = float_noise(faithful, final, _ranks_of(resumed.states(Kind.FINAL), final),
                                loaded_bitwise=resumed.states(Kind.LOADED) is not None)
         if faithful.verdict is not Verdict.PASS:
             judged.append(result("faithful", faithful.verdict, faithful.summary, faithful.details))
@@ -278,12 +292,20 @@ def _unsurfaced(kind: str, faulted: Optional[Run]) -> str:
 
 
 def judge_finished(case: str, final: Optional[States], run: Run, what: str) -> CaseResult:
-    """The run finished on every rank, bitwise equal to `final` (`faithful`)."""
+    """The run finished on every rank, bitwise equal to `final` on the ranks
+    it has (`Reference.final_after`: all, unless a rank's end is its last
+    save's) (`faithful`)."""
     problem = health(run)
     if problem is not None:
         return CaseResult(case, "faithful", Verdict.FAIL, f"the resumed run did not finish: {problem.summary}",
                           problem.details)
-    return judge_same_state(case, "faithful", final, run.states(Kind.FINAL), what, None)
+    return judge_same_state(case, "faithful", final, _ranks_of(run.states(Kind.FINAL), final), what, None)
+
+
+def _ranks_of(states: Optional[States], like: Optional[States]) -> Optional[States]:
+    if states is None or like is None:
+        return states
+    return {rank: state for rank, state in states.items() if rank in like}
 
 
 # -- float noise after a bitwise resume -----------------------------------------------------

@@ -12,6 +12,7 @@ from typing import Mapping, Optional
 from ckpt_harness.oracle.judges import Reference, States, judge_finished, judge_same_state
 from ckpt_harness.oracle.outcomes import OutcomeKind, classify_resume, failure_outcome, group_ended
 from ckpt_harness.oracle.problems import health, never_fired
+from ckpt_harness.oracle.start import infer_start
 from ckpt_harness.launch import RankStatus
 from ckpt_harness.records import Kind, Run
 from ckpt_harness.verdict import CaseResult, Verdict
@@ -32,7 +33,7 @@ def _result(case: str, check: str, label: str, repro: Optional[str]):
 def judge_overwriting_save(case: str, check: str, run: Run, *, label: str, state: str, flag: bool,
                            earlier_saved: Optional[States], before: Snapshot, after: Snapshot,
                            committed: Snapshot, tops: list[str], repro: Optional[str],
-                           ends_group: bool = True) -> Optional[CaseResult]:
+                           ends_group: bool = True, ref: Optional[Reference] = None) -> Optional[CaseResult]:
     """A save into a directory an earlier run left (`before`, now `after`).
     `ends_group`: a refusal that ended some ranks while the rest waited for
     them is a refusal of the whole under an elastic launcher (`failure_outcome`).
@@ -40,10 +41,22 @@ def judge_overwriting_save(case: str, check: str, run: Run, *, label: str, state
     Accepted: a refusal on every rank that changed no file (unless overwrite
     was asked of a complete directory: the flag ignored), a resume of a
     complete directory as found, or a replacement with no file of the earlier
-    run left, which returns None: its resume is judged next."""
+    run left, which returns None: its resume is judged next. A target that
+    reports no load (a script) resumed if its saves say so (`infer_start`
+    over `ref`'s save steps); then only its end is compared, with `ref`'s."""
     result = _result(case, check, label, repro)
     complete = state == "complete"
     loaded = {s for s in run.loaded_steps().values() if s is not None}
+    inferred = infer_start(run, sorted(ref.saved)) if ref is not None and not run.loaded_steps() else None
+    if inferred is not None and inferred.step:
+        if complete and health(run) is None:
+            final = judge_finished(case, ref.final_after(inferred.step), run, "final state vs. uninterrupted run")
+            if final.verdict is Verdict.PASS:
+                return result(Verdict.PASS, f"resumed the complete checkpoint it found instead of writing over it "
+                                            f"({inferred.evidence}), and ended bitwise")
+            return result(Verdict.FAIL, f"resumed the checkpoint it found ({inferred.evidence}), then "
+                                        f"{final.summary}", final.details)
+        return result(Verdict.FAIL, f"resumed from the {state} directory an earlier run left ({inferred.evidence})")
     if loaded:
         if complete and earlier_saved is not None and health(run) is None:
             same = judge_same_state(case, check, earlier_saved, run.states(Kind.LOADED),
@@ -83,7 +96,7 @@ def judge_replaced(case: str, check: str, resumed: Run, ref: Reference, *, label
     if outcome.kind is not OutcomeKind.S_K:
         problem = health(resumed)
         return result(Verdict.FAIL, f"replaced, but the resume gave {outcome}", problem.details if problem else "")
-    final = judge_finished(case, ref.final, resumed, "final state vs. uninterrupted run")
+    final = judge_finished(case, ref.final_after(ref.k), resumed, "final state vs. uninterrupted run")
     if final.verdict is not Verdict.PASS:
         return result(Verdict.FAIL, f"replaced and resumed, then {final.summary}", final.details)
     return result(Verdict.PASS, "replaced with no stale file; resumed bitwise")

@@ -74,8 +74,12 @@ def broken_events(events_by_rank: Mapping[int, Sequence[Event]], k: int, last: b
     A phase may span the whole run (a script's "run" is everything outside
     its saves), so "after" is told by position, not by phase name: after the
     rank's own last event of the save or, for a rank that had no part in it
-    (a script whose rank 0 alone saves), after the save ended on the ranks
-    that made it (the golden run's clock: one machine's monotonic time)."""
+    (a script whose rank 0 alone saves), from its first collective the save
+    took part in (by number, as every rank counts them: the barrier a peer
+    waits in while rank 0 writes), else after the save ended on the ranks
+    that made it (the golden run's clock: one machine's monotonic time). The
+    collective's number, unlike a time, is the same in every run, and so are
+    the cases."""
     if not last:
         return {rank: list(events) for rank, events in events_by_rank.items()}
     where = phase.save(k)
@@ -83,11 +87,18 @@ def broken_events(events_by_rank: Mapping[int, Sequence[Event]], k: int, last: b
     ends = {rank: max((i for i, e in enumerate(events) if e.phase == where), default=None)
             for rank, events in events_by_rank.items()}
     ended = max((events_by_rank[rank][i].t for rank, i in ends.items() if i is not None), default=None)
+    joined = min((e.fields["n"] for events in events_by_rank.values() for e in events
+                  if e.phase in own and e.entering and e.fields.get("n") is not None), default=None)
     out = {}
     for rank, events in events_by_rank.items():
         end = ends[rank]
         if end is not None:
             out[rank] = [e for i, e in enumerate(events) if e.phase in own or i > end]
+            continue
+        start = next((i for i, e in enumerate(events) if e.entering and e.fields.get("n", -1) >= joined), None) \
+            if joined is not None else None
+        if start is not None:
+            out[rank] = list(events[start:])
         else:
             out[rank] = [e for e in events if e.phase in own or (ended is not None and e.t > ended)]
     return out
@@ -275,7 +286,8 @@ def from_golden(target: Target, plan: ExplorePlan, root: Path, golden: Run, *, c
     byte already shows there are none."""
     steps = target.save_steps() or []
     k = broken(target, plan)
-    reference = oracle.Reference(oracle.saves_by_step(golden), k, save_before(steps, k), golden.states(Kind.FINAL))
+    reference = oracle.Reference(oracle.saves_by_step(golden), k, save_before(steps, k), golden.states(Kind.FINAL),
+                                 live_state=target.caps.live_state)
     where = phase.save(k)
     events = {r.rank: r.events for r in golden.ranks}
     last = k == steps[-1]

@@ -4,7 +4,9 @@ traces and ERROR records cannot drift apart: the oracle reads both the same.
 
 from __future__ import annotations
 
+import os
 import traceback
+from pathlib import Path
 from typing import Any
 
 from ckpt_harness.inject import probes
@@ -34,3 +36,12 @@ def write_error(recorder: Recorder, exc: BaseException) -> None:
         Kind.ERROR, phase=probes.current_phase(), type=f"{type(exc).__module__}.{type(exc).__qualname__}",
         message=str(exc), traceback="".join(traceback.format_exception(exc)),
     )
+
+
+def entries(root: Path) -> list[str]:
+    """Every file and directory under `root`, relative, as the trace names them."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel = Path(dirpath).relative_to(root)
+        out += [(rel / name).as_posix() for name in dirnames + filenames]
+    return sorted(out)

@@ -29,7 +29,6 @@ fault only for saves not yet published (`oracle.judges.judge_fault`).
 from __future__ import annotations
 
 import dataclasses
-import os
 import random
 from pathlib import Path
 from typing import Optional
@@ -43,7 +42,7 @@ from ckpt_harness.jobref import JobRef, load
 from ckpt_harness.launch import rank as launch_rank
 from ckpt_harness.launch.layout import data_path, records_path, trace_path
 from ckpt_harness.launch.rank import RankInfo
-from ckpt_harness.rankside.common import install_probes, write_error
+from ckpt_harness.rankside.common import entries, install_probes, write_error
 from ckpt_harness.records import Kind, Recorder
 
 
@@ -107,8 +106,8 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
         saved.append(step)
         probes.set_phase(phase.state_after_save(step))
         # With rotation on, what the directory holds now: the retention check's evidence.
-        entries = _entries(ckpt_dir) if plan.keep_last is not None else None
-        recorder.write(Kind.SAVED, step=step, state=state_mod.capture(job.state(ctx)), entries=entries)
+        listed = entries(ckpt_dir) if plan.keep_last is not None else None
+        recorder.write(Kind.SAVED, step=step, state=state_mod.capture(job.state(ctx)), entries=listed)
         if plan.full_state:
             recorder.write(Kind.SAVED_FULL, step=step, state=state_mod.capture(job.full_state(ctx)))
         if plan.stop_after_save == step:
@@ -131,7 +130,7 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
         if step not in published:
             published.append(step)
             # A job that saves in the background rotates as it publishes: the retention check's evidence.
-            recorder.write(Kind.PUBLISHED, step=step, entries=_entries(ckpt_dir) if plan.keep_last is not None
+            recorder.write(Kind.PUBLISHED, step=step, entries=entries(ckpt_dir) if plan.keep_last is not None
                            else None)
 
     def wait_for_saves() -> None:
@@ -203,14 +202,6 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
     job.teardown(ctx)
     recorder.write(Kind.FINISHED)
 
-
-def _entries(root: Path) -> list[str]:
-    """Every file and directory under `root`, relative, as the trace names them."""
-    out = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel = Path(dirpath).relative_to(root)
-        out += [(rel / name).as_posix() for name in dirnames + filenames]
-    return sorted(out)
 
 
 def _seed_everything(seed: int) -> None:

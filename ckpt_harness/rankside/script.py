@@ -54,7 +54,7 @@ from ckpt_harness import state as state_mod
 from ckpt_harness.inject import probes, saves
 from ckpt_harness.inject.faults import Fault, parse_plan, plan_label
 from ckpt_harness.launch.layout import crash_marker, records_path
-from ckpt_harness.rankside.common import install_probes, write_error
+from ckpt_harness.rankside.common import entries, install_probes, write_error
 from ckpt_harness.records import Kind, Recorder
 
 #: The plan, as JSON; set only by the harness.
@@ -77,6 +77,8 @@ class ScriptPlan:
     faults: tuple[Fault, ...] = ()
     log_data: bool = False
     trace_files: bool = True
+    #: List the checkpoint directory as each save ends: the script rotates its checkpoints.
+    list_entries: bool = False
 
     def to_env(self) -> str:
         return json.dumps({**dataclasses.asdict(self), "faults": plan_label(self.faults)})
@@ -116,19 +118,26 @@ class ScriptRank:
         if stop is not None and step != stop and self.last is not None and self.last[0] == stop:
             self._stop()
         probes.set_phase(phase.save(step))
+        if step == stop:
+            self._watch_for_stopped_peer()
 
     def _ended(self, save: saves.Save) -> None:
         probes.set_phase(phase.state_after_save(save.step))
         state = {**save.state(), **self._observed()}
         self.recorder.write(Kind.SAVED, step=save.step, source=save.source, state=state_mod.capture(state),
-                            **({"background": True} if save.background else {}))
+                            **({"background": True} if save.background else {}),
+                            **({"entries": entries(Path(self.plan.ckpt_dir))} if self.plan.list_entries else {}))
         if self.last is not None and self.last[0] == save.step:
             state = {**self.last[1], **state}
         elif save.source != "count":  # a count is this process's own, not the run's
             state = {"step": save.step, **state}
         self.last = (save.step, state)
         probes.set_phase(phase.RUN)
-        if save.step == self.plan.stop_after_save and not self.plan.crash and self._watch is None:
+        if save.step == self.plan.stop_after_save:
+            self._watch_for_stopped_peer()
+
+    def _watch_for_stopped_peer(self) -> None:
+        if not self.plan.crash and self._watch is None:
             self._watch = threading.Thread(target=self._stop_if_stuck, name="ckpt-harness stop watch", daemon=True)
             self._watch.start()
 
@@ -139,22 +148,28 @@ class ScriptRank:
             self._stop()
 
     def _stop_if_stuck(self) -> None:
-        """Stop (from this thread) once the main thread, past the save to stop
-        after, has waited `STUCK_AFTER_PEER` in one collective outside any save
-        while a peer is stopped: that collective cannot complete, so this rank
-        is as far as it gets. Should it complete after all, the main thread
+        """Stop (from this thread) once the main thread, in or past the save to
+        stop after, has waited `STUCK_AFTER_PEER` in one collective while a
+        peer is stopped: that collective cannot complete, so this rank is as
+        far as it gets. A peer stops only once its own save k is over (its
+        routine's collectives passed), so a save k still open here is over
+        too, waiting only for what comes after it (the script's last
+        barrier, with no training after the save to close it): it is closed
+        first. Should the collective complete after all, the main thread
         stops at its next save or its return, as always."""
         seen, since = None, 0.0
+        during = (phase.RUN, phase.save(self.plan.stop_after_save))
         while True:
             time.sleep(_POLL)
             tracer = probes.tracer()
             waiting = tracer.waiting if tracer is not None else None
-            if waiting is None or probes.current_phase() != phase.RUN or not self._peer_stopped():
+            if waiting is None or probes.current_phase() not in during or not self._peer_stopped():
                 seen = None
                 continue
             if waiting != seen:
                 seen, since = waiting, time.monotonic()
             elif time.monotonic() - since >= STUCK_AFTER_PEER:
+                self.saves.flush()
                 self.recorder.write(Kind.STOPPED, step=self.plan.stop_after_save)
                 self.park()  # this thread waits for good; the harness tears the group down
 

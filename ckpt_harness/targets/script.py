@@ -18,49 +18,63 @@ import shlex
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
-from ckpt_harness.config import ScriptConfig, ScriptExploreConfig, cli_args, settings_of
+from ckpt_harness.config import ScriptConfig, ScriptExploreConfig, cli_args, script_args, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.records import Kind, Run, save_steps, savers
 from ckpt_harness.targets.base import Capabilities, NotApplicable, RunRequest, Stop, TargetKind, repro_line
 
 PLACEHOLDER = "{ckpt_dir}"
-#: A Job run's shape, which a script's own arguments set: a scenario's values are not used.
+#: A Job run's shape, which a script's own arguments set: ignored unless `script_args` says how to pass it.
 SHAPE = ("steps", "save_every", "seed")
+#: An example of `script_args` for each setting, for the reasons that ask for one.
+TELL = {"keep_last": "'keep_last=--save_total_limit {}'", "overwrite": "overwrite=--overwrite_output_dir",
+        "seed": "'seed=--seed {}'", "steps": "'steps=--max_steps {}'", "save_every": "'save_every=--save_steps {}'"}
 #: Why a Job setting a scenario sets makes it n/a for a script (others: generic).
 JOB_ONLY = {
-    "keep_last": "a script keeps its checkpoints by its own arguments, which a scenario cannot set "
-                 "(give them in --script)",
-    "rotates": "it needs a save that rotates out the previous one through keep_last, a Job's setting",
-    "nodes": "simulated nodes are a Job's; a script gets real ones from --nnodes",
-    "overwrite": "the harness cannot set a script's overwrite flag",
     "backend": "a script picks its own backend in init_process_group",
     "launcher": "a script runs under torchrun, whose agent ends the group when a worker exits with an error "
                 "(launcher = elastic)",
 }
+
+
+def untold(name: str) -> str:
+    """Why a setting a script was not told how to take makes a scenario n/a: what to give."""
+    return (f"the script takes {name} by its own arguments, and --script-args does not say how: give e.g. "
+            f"--script-args {TELL[name]}")
+
+
 #: What a script cannot do, and why (`Capabilities.lacks`).
 LACKS = {
     "hard_stop": "a script's run stops where a save returns, and script mode cannot tell a background save from "
                  "a synchronous one: give the job as a Job for a hard stop",
     "full_state": "a script exposes no state that is the same at every world size (Job.full_state: the unsharded "
                   "model and optimizer, compared between world sizes)",
-    "overwrite_flag": "the harness cannot set a script's overwrite flag, the job's ctx.overwrite this saves with on "
-                      "and off (pass it in --script and run `run --script` on an output directory that holds a "
-                      "checkpoint)",
-    "blocked_report": "a torchrun worker cannot report the moment it blocked (no status pipe), from which its peers "
-                      "get hang_timeout seconds, so it would count from the start, and a torchrun run spends longer "
-                      "starting fresh interpreters (use `explore --script --save last --faults hang`, whose deadline "
-                      "is a script's)",
-    **{name: why for name, why in (("keep_last", JOB_ONLY["keep_last"]), ("simulated_nodes", JOB_ONLY["nodes"]),
-                                   ("backend", JOB_ONLY["backend"]))},
+    "backend": JOB_ONLY["backend"],
 }
 #: The longest row name before it is cut.
 NAME_LENGTH = 80
 
 
-def command(script: str, ckpt_dir: Path) -> tuple[str, ...]:
-    """The script's path and arguments with the checkpoint directory in place."""
-    words = _words(script)
-    return tuple(w.replace(PLACEHOLDER, str(ckpt_dir)) for w in words)
+def command(script: str, ckpt_dir: Path, told: Mapping[str, str] = {},
+            given: Mapping[str, Any] = {}) -> tuple[str, ...]:
+    """The script's path and arguments with the checkpoint directory in
+    place, then the arguments that tell it the settings `given`, as `told`
+    (`config.script_args`) spells them: last, so they win over the script's own."""
+    words = [w.replace(PLACEHOLDER, str(ckpt_dir)) for w in _words(script)]
+    for name, value in given.items():
+        words += told_args(told[name], value)
+    return tuple(words)
+
+
+def told_args(template: str, value: Any) -> list[str]:
+    """The arguments `template` makes of `value`: none for unset, {} filled
+    in, a flag without {} given when true only."""
+    if value is None:
+        return []
+    if "{}" not in template:
+        return shlex.split(template) if value else []
+    shown = str(value).lower() if isinstance(value, bool) else str(value)
+    return [word.replace("{}", shown) for word in shlex.split(template)]
 
 
 def _words(script: str) -> list[str]:
@@ -98,6 +112,8 @@ class ScriptTarget:
     background: bool = False
     #: The golden run told the above.
     known: bool = False
+    #: The settings a scenario set that the script is told by `config.script_args`, by name.
+    given: tuple[tuple[str, Any], ...] = ()
     COMMANDS: ClassVar[Mapping[str, type]] = {"run": ScriptConfig, "explore": ScriptExploreConfig}
     noun: ClassVar[str] = "script"
 
@@ -120,13 +136,23 @@ class ScriptTarget:
     @property
     def caps(self) -> Capabilities:
         lacks = dict(LACKS)
+        for capability, name in (("overwrite_flag", "overwrite"), ("keep_last", "keep_last")):
+            if name not in self.told:
+                lacks[capability] = untold(name)
         if not self.config.max_restarts:
             lacks["launcher_restart"] = "torchrun restarts the group only with --max-restarts 1 or more"
         return Capabilities(reports=False, steps_known=False, live_state=False, parks=False, lacks=lacks)
 
     @property
     def values(self) -> dict[str, Any]:
-        return self.config.values
+        return {**self.config.values, **dict(self.given)}
+
+    @property
+    def told(self) -> dict[str, str]:
+        return script_args(self.config.script_args)
+
+    def argv(self, ckpt_dir: Path) -> tuple[str, ...]:
+        return command(self.config.script, ckpt_dir, self.told, dict(self.given))
 
     def preflight(self) -> None:
         """Refuse a script that is not there, before any run: else every case
@@ -145,9 +171,8 @@ class ScriptTarget:
         """One torchrun run on `ckpt_dir`. A run stopped after save k stops the
         ranks that made it in the golden run; with `Stop.CRASH` the first rank
         there dies instead and the run goes on under torchrun's restarts (the
-        records are the last attempt's). torchrun's workers have no status
-        pipe to report a block through: a blocked grace counts from the
-        group's start, as a deadline."""
+        records are the last attempt's). A worker an injected fault blocks
+        says when in its record, and its peers' grace counts from then."""
         from ckpt_harness.launch.elastic import ScriptSpec, run_elastic
         from ckpt_harness.rankside.script import CKPT_DIR_ENV, PLAN_ENV, ScriptPlan
 
@@ -157,11 +182,12 @@ class ScriptTarget:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         ckpt = ckpt_dir.resolve()
         plan = ScriptPlan(ckpt_dir=str(ckpt), stop_after_save=request.stop_after_save, crash=crash,
-                          faults=request.faults, log_data=request.log_data, trace_files=request.trace_files)
+                          faults=request.faults, log_data=request.log_data, trace_files=request.trace_files,
+                          list_entries=self.values.get("keep_last") is not None)
         stop_ranks = self.savers(request.stop_after_save) if request.stop_after_save is not None else None
         spec = ScriptSpec(
-            command=command(self.config.script, ckpt), run_dir=run_dir,
-            deadline=request.deadline or request.blocked_grace or self.config.timeout,
+            command=self.argv(ckpt), run_dir=run_dir,
+            deadline=request.deadline or self.config.timeout, blocked_grace=request.blocked_grace,
             nproc_per_node=self.config.nproc_per_node, nnodes=self.config.nnodes,
             max_restarts=self.config.max_restarts, env={PLAN_ENV: plan.to_env(), CKPT_DIR_ENV: str(ckpt)},
             failure_grace=request.failure_grace, stop_ranks=None if crash else stop_ranks,
@@ -185,29 +211,49 @@ class ScriptTarget:
         return self.background
 
     def with_settings(self, params: Mapping[str, Any]) -> "ScriptTarget":
-        """The script's own arguments set its shape (`SHAPE`, ignored); any
-        other Job setting a scenario sets to other than its default is n/a."""
+        """A scenario's settings, as the script takes them: those `script_args`
+        tells it, through its arguments; simulated nodes as torchrun's real
+        ones; its shape, untold, is its own (ignored). Any other setting
+        given other than its default is n/a, saying what to give."""
         from ckpt_harness.config import SETTINGS
 
-        job_only = [name for name, value in params.items()
-                    if name in JOB_ONLY and name in SETTINGS and value != SETTINGS[name].default
-                    or name == "rotates" and value]
-        if job_only:
-            given = ", ".join(f"{name} = {_toml(params[name])}" for name in job_only)
-            reasons = "; ".join(dict.fromkeys(JOB_ONLY[name] for name in job_only))
-            raise NotApplicable(f"it sets {given}, which only a Job takes: {reasons}")
-        return self
+        told = self.told
+        changes = {name: value for name, value in params.items() if name in told or name == "nodes"}
+        if params.get("rotates") and "keep_last" not in told:
+            raise NotApplicable(f"it needs a save that rotates out the previous one: {untold('keep_last')}")
+        for name, value in params.items():
+            if name in changes or name in SHAPE or name not in SETTINGS or value == SETTINGS[name].default:
+                continue
+            if name in JOB_ONLY:
+                raise NotApplicable(f"it sets {name} = {_toml(value)}: {JOB_ONLY[name]}")
+            if name in TELL:
+                raise NotApplicable(f"it sets {name} = {_toml(value)}: {untold(name)}")
+        return self.replace(**changes)
 
     def replace(self, **changes: Any) -> "ScriptTarget":
-        takes = settings_of(ScriptConfig)
-        other = sorted(set(changes) - set(takes))
-        if other:
-            raise NotApplicable(f"a script's {', '.join(other)} are its own arguments, which the harness cannot set")
-        return dataclasses.replace(self, config=dataclasses.replace(self.config, **changes)) if changes else self
+        """The same script with settings changed: those it is told through
+        `script_args`, its world size and nodes through torchrun's layout."""
+        told, config = self.told, self.config
+        given = dict(self.given)
+        for name, value in changes.items():
+            if name in told:
+                given[name] = value
+            elif name == "world_size" and value != config.world_size:
+                config = dataclasses.replace(config, nproc_per_node=_share(value, config.nnodes, "world size"))
+            elif name == "nodes" and value not in (1, config.nnodes):
+                config = dataclasses.replace(config, nnodes=value,
+                                             nproc_per_node=_share(config.world_size, value, "world size"))
+            elif name in TELL:
+                raise NotApplicable(untold(name))
+            elif name not in ("world_size", "nodes"):
+                raise NotApplicable(f"a script's {name} is its own argument, which the harness cannot set")
+        given_now = tuple(sorted(given.items()))
+        if (config, given_now) == (self.config, self.given):
+            return self
+        return dataclasses.replace(self, config=config, given=given_now)
 
     def plan_defaults(self) -> Mapping[str, Any]:
-        # A torchrun run starts fresh interpreters: seconds before the save is reached.
-        return {"hang_timeout": settings_of(ScriptExploreConfig)["hang_timeout"].default}
+        return {}
 
     def cli_args(self, command: str, plan: Mapping[str, Any] = {}) -> list[str]:
         return cli_args({**self.values, **plan}, settings_of(self.COMMANDS.get(command, ScriptConfig)))
@@ -222,6 +268,13 @@ class ScriptTarget:
     def shell(self, args: list[str]) -> str:
         """`ckpt-harness ARGS` as a shell line (the script's path is in its own --script)."""
         return shlex.join(["ckpt-harness", *args])
+
+
+def _share(world: int, nodes: int, what: str) -> int:
+    """Workers per node for `world` ranks over `nodes` torchrun agents."""
+    if world % nodes:
+        raise NotApplicable(f"a {what} of {world} cannot be spread evenly over {nodes} torchrun nodes")
+    return world // nodes
 
 
 def _toml(value: Any) -> str:

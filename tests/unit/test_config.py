@@ -43,6 +43,7 @@ BAD = {
     "share_resumes": ("no", ...),
     "derive_states": (0, ...),
     "script": (["train.py"], ...),
+    "script_args": ("keep_last=--keep {}", ("backend=--backend {}",)),
     "nproc_per_node": ("2", 0),
     "nnodes": (1.0, MAX_WORLD_SIZE + 1),
     "max_restarts": (None, -1),

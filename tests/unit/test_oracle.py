@@ -549,3 +549,17 @@ def test_a_rank_in_a_save_routine_is_in_the_checkpointing_whatever_its_phase():
     trains_too = _renamed_twice("/job/train.py:save", "/job/train.py:save")
     assert not health(trains_too).checkpointing and "save routine" not in health(trains_too).summary
     assert judge_golden("golden", trains_too, None).verdict is V.ERROR
+
+
+def test_a_scripts_final_state_is_judged_on_the_ranks_that_save_after_the_resume():
+    """A script's final state is its last save's: resumed after rank 1's last
+    save, rank 1 saves nothing again, and its end cannot be the golden one's."""
+    from ckpt_harness.oracle.judges import Reference
+
+    saved = {2: {0: {"a": 1}, 1: {"b": 1}}, 4: {0: {"a": 2}}}
+    final = {0: {"last save": 4}, 1: {"last save": 2}}
+    script = Reference(saved, 4, 2, final, live_state=False)
+    assert script.final_after(2) == {0: {"last save": 4}}
+    assert script.final_after(4) == {}
+    job = Reference(saved, 4, 2, final)
+    assert job.final_after(2) == job.final_after(4) == final

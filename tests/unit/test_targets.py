@@ -1,6 +1,8 @@
 """The seam between what is under test and the pipelines: picked in one place,
 replayed by one repro builder, n/a for what a target cannot do, in its words."""
 
+from pathlib import Path
+
 import pytest
 
 from ckpt_harness import targets
@@ -31,7 +33,8 @@ def test_each_kind_is_picked_by_its_option_and_makes_its_own_target():
     assert isinstance(target, JobTarget) and plan.save == "last" and target.save_steps() == [2, 4, 6]
     target, plan = targets.split(targets.made(script, "explore", {"script": SCRIPT, "nproc_per_node": 2}))
     assert isinstance(target, ScriptTarget) and target.world_size == 2 and target.save_steps() is None
-    assert plan.hang_timeout == ScriptExploreConfig.__dataclass_fields__["hang_timeout"].default == 60.0
+    # A worker says when a fault blocked it, as a Job rank does: its peers get the same grace from then.
+    assert plan.hang_timeout == ScriptExploreConfig.__dataclass_fields__["hang_timeout"].default == 3.0
 
 
 def test_one_repro_builder_leaves_out_each_commands_defaults():
@@ -49,13 +52,51 @@ def test_one_repro_builder_leaves_out_each_commands_defaults():
 def test_what_a_script_cannot_take_is_not_applicable_and_its_shape_is_its_own():
     script = targets.script(SCRIPT)
     assert script.with_settings({"steps": 6, "save_every": 3, "seed": 1, "keep_last": None}) is script
-    with pytest.raises(NotApplicable, match="it sets keep_last = 1, which only a Job takes"):
+    with pytest.raises(NotApplicable, match="it sets keep_last = 1: the script takes keep_last by its own "
+                                            "arguments, and --script-args does not say how: give e.g. --script-args "
+                                            "'keep_last=--save_total_limit {}'"):
         script.with_settings({"keep_last": 1})
+    with pytest.raises(NotApplicable, match="it sets backend = 'nccl': a script picks its own backend"):
+        script.with_settings({"backend": "nccl"})
     caps = script.caps
     assert not caps.reports and not caps.steps_known and not caps.parks
-    assert {"full_state", "overwrite_flag", "keep_last", "blocked_report", "hard_stop", "launcher_restart"} \
-        <= set(caps.lacks)
+    assert {"full_state", "overwrite_flag", "keep_last", "hard_stop", "launcher_restart"} <= set(caps.lacks)
+    assert caps.has("blocked_report")  # a worker's record says when a fault blocked it
     assert targets.script(SCRIPT, max_restarts=1).caps.has("launcher_restart")
+
+
+def test_a_script_is_told_a_scenarios_settings_through_its_own_arguments():
+    told = targets.script(SCRIPT, nproc_per_node=2, script_args=(
+        "keep_last=--save_total_limit {}", "overwrite=--overwrite_output_dir", "seed=--seed={}"))
+    assert told.caps.has("overwrite_flag") and told.caps.has("keep_last") and "full_state" in told.caps.lacks
+    rotating = told.with_settings({"keep_last": 2, "overwrite": False, "steps": 6, "nodes": 1})
+    assert rotating.argv(Path("/c"))[-2:] == ("--save_total_limit", "2")  # unset, false and untold: nothing
+    assert rotating.values["keep_last"] == 2 and rotating != told
+    assert rotating.replace(overwrite=True, seed=1).argv(Path("/c"))[-4:] == \
+        ("--save_total_limit", "2", "--overwrite_output_dir", "--seed=1")
+    assert told.with_settings({"keep_last": None}).argv(Path("/c")) == told.argv(Path("/c"))
+    # Simulated nodes are torchrun's real ones, a world size its workers per node.
+    nodes = told.with_settings({"nodes": 2})
+    assert (nodes.config.nnodes, nodes.config.nproc_per_node, nodes.world_size) == (2, 1, 2)
+    assert told.replace(world_size=4).config.nproc_per_node == 4
+    with pytest.raises(NotApplicable, match="cannot be spread evenly over 2 torchrun nodes"):
+        nodes.replace(world_size=3)
+    with pytest.raises(NotApplicable, match="--script-args 'steps=--max_steps {}'"):
+        targets.script(SCRIPT).replace(steps=4)
+
+
+@pytest.mark.parametrize("given, says", [
+    (("keep_last",), "has no ARGS"),
+    (("keep_last=--keep",), "needs {} where the value of keep_last goes"),
+    (("lr=--lr {}",), "names 'lr', which a script cannot be told"),
+    (("seed=--seed {}", "seed=--s {}"), "names seed twice"),
+])
+def test_script_args_refuse_what_cannot_be_passed_saying_what_to_give(given, says):
+    from ckpt_harness.config import ScriptConfig
+    from ckpt_harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=says):
+        ScriptConfig(script=SCRIPT, script_args=given)
 
 
 def test_what_a_job_cannot_do_follows_from_its_class():
@@ -68,6 +109,6 @@ def test_what_a_job_cannot_do_follows_from_its_class():
 def test_a_ready_made_target_takes_only_the_plan():
     target = targets.script(SCRIPT)
     same, plan = targets.resolve(target, "explore", {"faults": ("crash",)})
-    assert same is target and plan.faults == ("crash",) and plan.hang_timeout == 60.0
+    assert same is target and plan.faults == ("crash",) and plan.hang_timeout == 3.0
     with pytest.raises(UsageError, match="a target carries its own settings"):
         targets.resolve(target, "run", {"world_size": 2})

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness import oracle, phase
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
-from ckpt_harness.config import Setting, ends_group
+from ckpt_harness.config import SETTINGS, Setting, ends_group
 from ckpt_harness.records import CaseClock, Kind
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
@@ -72,9 +72,12 @@ class Overwrite:
         world = bench.world_size * (2 if p["state"] == "larger-world" else 1)
         if world > MAX_WORLD_SIZE:
             raise NotApplicable(f"needs an earlier run at world size {world} (at most {MAX_WORLD_SIZE})")
-        seed = base.target.values["seed"] + (p["state"] != "complete")
+        # A seed of its own, so that a file of the earlier run left in place shows (a complete one is as the
+        # target would write it). A script is told the seed through its arguments (script_args), or is n/a.
+        seed = None if p["state"] == "complete" else base.target.values.get("seed", SETTINGS["seed"].default) + 1
+        earlier_target = base.target.replace(world_size=world, **({} if seed is None else {"seed": seed}))
         earlier = bench.memo(("earlier run", base.runs, world, seed),
-                             lambda: _earlier_run(bench, base, world, seed))
+                             lambda: _earlier_run(bench, base, earlier_target, seed))
         if isinstance(earlier, CaseResult):
             return [earlier]
         template = bench.root / scenario.name / "template"
@@ -90,9 +93,9 @@ class Overwrite:
         return results
 
 
-def _earlier_run(bench, base, world: int, seed: int) -> Union[Earlier, CaseResult]:
-    target = base.target.replace(world_size=world, seed=seed)
-    root = bench.root / f"earlier-ws{world}-seed{seed}"
+def _earlier_run(bench, base, target, seed: Optional[int]) -> Union[Earlier, CaseResult]:
+    world = target.world_size
+    root = bench.root / (f"earlier-ws{world}" + ("" if seed is None else f"-seed{seed}"))
     run = target.run(RunRequest("earlier run", stop_after_save=base.k), root / "ckpt", root / "run")
     problem = oracle.health(run)
     if problem is not None:
@@ -142,7 +145,7 @@ def _overwrite(bench, scenario, base, earlier: Earlier, template: Path, flag: bo
     decided = oracle.judge_overwriting_save(
         case, scenario.property, run, label=label, state=state, flag=flag, earlier_saved=earlier.saved,
         before=before, after=_snapshot(ckpt), committed=_snapshot(base.committed), tops=earlier.tops, repro=repro,
-        ends_group=ends_group(target.values))
+        ends_group=ends_group(target.values), ref=base.reference)
     if decided is not None:
         return decided
     resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False, failure_grace=PROPAGATION),

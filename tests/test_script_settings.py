@@ -1,0 +1,84 @@
+"""The catalogue's rotation, overwrite and stall scenarios against unmodified scripts under real torchrun.
+
+A scenario that sets keep-last, overwrite or the run's shape reaches a script
+through the script's own arguments, as `--script-args` spells them; a rank
+an injected fault blocks says when, so its peers' grace counts from then.
+One matrix over tests/scripts/resumable.py (staged saves renamed into place,
+every rank's RNG state in a file of its own): a correct row, and a broken
+one carrying a bug for each scenario, which must flag it:
+
+* retention-order (keep-last 3 over 13 saves): the correct script deletes
+  by step number; `rotate-by-name` deletes by name (checkpoint-10 before
+  checkpoint-9) and keeps the wrong three;
+* overwrite-larger-world (the step directory holds a save of a run at four
+  ranks), with the overwrite flag on: the correct script replaces it whole;
+  `overwrite-in-place` moves its files in and leaves the earlier run's
+  rng_2.pt and rng_3.pt;
+* final-save-blocked (a rank blocked for good before the final save's
+  first collective): with --pg-timeout its peers raise within 5 s of the
+  block; the broken row sets no timeout, so its peer waits: a hang,
+  reported as such, seconds after the block (not at the 120 s deadline).
+"""
+
+import dataclasses
+
+import pytest
+
+from ckpt_harness.catalogue.matrix import Matrix, run_matrix
+from ckpt_harness.catalogue.scenario import builtin_catalogue, select
+from ckpt_harness.config import ScriptConfig
+from ckpt_harness.targets.script import row_name
+from ckpt_harness.verdict import Verdict
+
+from tests.test_script_matrix import RESUMABLE
+
+TOLD = ("keep_last=--keep-last {}", "overwrite=--overwrite", "seed=--seed {}", "steps=--steps {}",
+        "save_every=--save-every {}")
+BASE = f"{RESUMABLE} {{ckpt_dir}} --staging --rng-files"
+CORRECT = f"{BASE} --pg-timeout 2"
+BROKEN = f"{BASE} --bug rotate-by-name --bug overwrite-in-place"
+SCENARIOS = {"retention-order": "rotation-safe", "overwrite-larger-world": "overwrite-safe",
+             "final-save-blocked": "live"}
+
+
+@pytest.fixture(scope="module")
+def matrix(tmp_path_factory) -> Matrix:
+    # Both rows save with the overwrite flag on (the bug acts then; off, both refuse alike).
+    scenarios = [dataclasses.replace(s, params={**s.params, "overwrite": (True,)}) if s.check == "overwrite" else s
+                 for s in select(builtin_catalogue(), list(SCENARIOS))]
+    scripts = [ScriptConfig(script=s, script_args=TOLD, nproc_per_node=2, timeout=120.0) for s in (CORRECT, BROKEN)]
+    return run_matrix((), scenarios, scripts=scripts, workdir=tmp_path_factory.mktemp("script-settings"))
+
+
+def found(m: Matrix, script: str, scenario: str):
+    return next(r for r in m.results if r.job == row_name(script) and r.scenario == scenario)
+
+
+def explain(m: Matrix) -> str:
+    return "\n".join(f"{r.job} · {r.scenario}: {r.verdict.value} {r.reason}" for r in m.results)
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_the_correct_script_passes_and_its_twin_fails_under_the_scenarios_property(matrix, scenario):
+    good = found(matrix, CORRECT, scenario)
+    bad = found(matrix, BROKEN, scenario)
+    assert good.verdict is Verdict.PASS, explain(matrix)
+    assert bad.verdict is Verdict.FAIL, explain(matrix)
+    assert bad.property == good.property == SCENARIOS[scenario]
+
+
+def test_each_verdict_says_what_the_script_did(matrix):
+    assert "kept the wrong checkpoints" in found(matrix, BROKEN, "retention-order").reason
+    stale = found(matrix, BROKEN, "overwrite-larger-world").reason
+    assert "stale files of the earlier run" in stale and "rng_2.pt" in stale, stale
+    hang = found(matrix, BROKEN, "final-save-blocked").reason
+    assert "hang" in hang and "blocked by the injected hang" in hang, hang
+    (replaced,) = found(matrix, CORRECT, "overwrite-larger-world").results
+    assert "replaced with no stale file; resumed bitwise" in replaced.summary, replaced
+
+
+def test_a_blocked_ranks_peers_are_cut_from_the_block_not_the_scripts_deadline(matrix):
+    """A stalled run of a script is cut 5 s (the scenario's hang_timeout) after
+    the block: far below the 120 s deadline the scripts were given."""
+    hang = found(matrix, BROKEN, "final-save-blocked")
+    assert hang.results and all(c.timings is not None and c.timings.wall < 60 for c in hang.results), hang
