@@ -87,7 +87,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for name in script_mode_settings():
         setting = SETTINGS[name]
         group.addoption(_script_option(name), dest=f"ckpt_{name}", default=None, type=option_type(setting),
-                        metavar="'TRAIN.PY ARGS'" if name == "script" else "N",
+                        metavar={"script": "'TRAIN.PY ARGS'", "script_args": "NAME=ARGS,..."}.get(name, "N"),
                         help=setting.describe() + ("; adds the item ckpt-script::verify, which verifies the script"
                                                    if name == "script" else "") + " (marker: script mode's keys)")
     baseline = ("a previous matrix.json or an expectations .toml: scenario failures it expects are xfail, "
