@@ -431,8 +431,8 @@ class _ElasticRun:
         hung = any(o.status is RankStatus.HUNG for o in ranks)
         # Cut by the failure grace, the peers were stuck then, also one that raised only as the failed
         # worker's interpreter finally exited and closed its sockets ("Connection closed by peer").
-        stuck = (timed_out and self.bound is Cut.FAILURE) or hung and self.bound is not Cut.BLOCKED and (
-            not timed_out or (stopped_at or 0) - start < self.spec.deadline)
+        stuck = (timed_out and self.bound is Cut.FAILURE) or (hung and self.bound is not Cut.BLOCKED and (
+            not timed_out or (stopped_at or 0) - start < self.spec.deadline))
         cut = Cut.FAILURE if stuck else (self.bound if timed_out else None)
         return ScriptOutcome(
             ranks=ranks, timed_out=timed_out or stuck, elapsed=time.monotonic() - start,

@@ -232,7 +232,8 @@ class ScriptTarget:
 
     def replace(self, **changes: Any) -> "ScriptTarget":
         """The same script with settings changed: those it is told through
-        `script_args`, its world size and nodes through torchrun's layout."""
+        `script_args`, its world size and nodes through torchrun's layout,
+        its own (`ScriptConfig`: timeout...) as they are."""
         told, config = self.told, self.config
         given = dict(self.given)
         for name, value in changes.items():
@@ -243,6 +244,8 @@ class ScriptTarget:
             elif name == "nodes" and value not in (1, config.nnodes):
                 config = dataclasses.replace(config, nnodes=value,
                                              nproc_per_node=_share(config.world_size, value, "world size"))
+            elif name in settings_of(ScriptConfig):
+                config = dataclasses.replace(config, **{name: value})
             elif name in TELL:
                 raise NotApplicable(untold(name))
             elif name not in ("world_size", "nodes"):

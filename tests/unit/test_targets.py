@@ -79,6 +79,7 @@ def test_a_script_is_told_a_scenarios_settings_through_its_own_arguments():
     nodes = told.with_settings({"nodes": 2})
     assert (nodes.config.nnodes, nodes.config.nproc_per_node, nodes.world_size) == (2, 1, 2)
     assert told.replace(world_size=4).config.nproc_per_node == 4
+    assert told.replace(timeout=30.0).timeout == 30.0
     with pytest.raises(NotApplicable, match="cannot be spread evenly over 2 torchrun nodes"):
         nodes.replace(world_size=3)
     with pytest.raises(NotApplicable, match="--script-args 'steps=--max_steps {}'"):
