@@ -15,7 +15,7 @@ import functools
 import pickle
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from ckpt_harness import phase as phases
 from ckpt_harness.inject import trace
@@ -248,6 +248,21 @@ def saves_by_step(run: Run) -> dict[int, dict[int, Record]]:
             if record["event"] == Kind.SAVED and record.get("source") != "count":
                 out.setdefault(record["step"], {}).setdefault(r.rank, {}).update(record["state"])
     return out
+
+
+def save_steps_by_rank(run: Run) -> dict[int, tuple[int, ...]]:
+    """rank -> the step of each save it made, in order, those numbered by a
+    count of saves too (a script's final save of its model)."""
+    return {r.rank: tuple(rec["step"] for rec in r.records if rec["event"] == Kind.SAVED) for r in run.ranks}
+
+
+def saving_after(steps_by_rank: Mapping[int, Sequence[int]], step: int) -> frozenset[int]:
+    """The ranks that saved after save `step` (`save_steps_by_rank`). Where a
+    rank's final state is its last save's (a script), only theirs tells
+    anything about a resume from `step`: a rank whose last save was `step`
+    itself, or earlier, saves nothing once resumed there (resumable.py
+    --staging's rank 1 after its last save)."""
+    return frozenset(rank for rank, steps in steps_by_rank.items() if any(s > step for s in steps))
 
 
 def save_steps(run: Run) -> list[int]:

@@ -20,7 +20,7 @@ from ckpt_harness.oracle.properties import (ERRORS, Background, accepted, accept
                                             expected_background, property_for)
 from ckpt_harness.errors import HarnessError
 from ckpt_harness.launch import RankStatus
-from ckpt_harness.records import Kind, Run
+from ckpt_harness.records import Kind, Run, saving_after
 from ckpt_harness.state import Record
 from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict
 
@@ -128,18 +128,18 @@ class Reference:
     k: int
     prev: Optional[int]
     final: Optional[States]
-    #: The final state is the job's live state at its end (a Job), not its
-    #: last save's (a script: `Capabilities.live_state`).
-    live_state: bool = True
+    #: Where a rank's final state is its last save's (a script, not
+    #: `Capabilities.live_state`): each rank's save steps
+    #: (`records.save_steps_by_rank`); None: the job's live state at its end.
+    final_savers: Optional[Mapping[int, Sequence[int]]] = None
 
     def final_after(self, step: Optional[int]) -> Optional[States]:
-        """The final state a run resumed from save `step` is judged against.
-        Where a rank's final state is its last save's, only the ranks that
-        saved after `step` have one the resume makes again: a rank whose
-        last save was `step` saves nothing once resumed there."""
-        if self.final is None or self.live_state or step is None:
+        """The final state a run resumed from save `step` is judged against:
+        on the ranks that save after `step` (`records.saving_after`) where a
+        rank's final state is its last save's, else all of it."""
+        if self.final is None or self.final_savers is None or step is None:
             return self.final
-        later = {rank for s, states in self.saved.items() if s > step for rank in states}
+        later = saving_after(self.final_savers, step)
         return {rank: state for rank, state in self.final.items() if rank in later}
 
 

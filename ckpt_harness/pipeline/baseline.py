@@ -22,7 +22,7 @@ from ckpt_harness.inject.faults import DEFAULT_DELAY, OPS, Fault, address
 from ckpt_harness.inject.trace import Event, EventKind, fields, unseen_writes
 from ckpt_harness.pipeline.resumes import Resumes
 from ckpt_harness.present.from_runs import attach
-from ckpt_harness.records import Kind, Run, data_reader
+from ckpt_harness.records import Kind, Run, data_reader, save_steps_by_rank
 from ckpt_harness.targets import RunRequest, Target
 from ckpt_harness.verdict import CaseResult, Verdict
 
@@ -287,7 +287,7 @@ def from_golden(target: Target, plan: ExplorePlan, root: Path, golden: Run, *, c
     steps = target.save_steps() or []
     k = broken(target, plan)
     reference = oracle.Reference(oracle.saves_by_step(golden), k, save_before(steps, k), golden.states(Kind.FINAL),
-                                 live_state=target.caps.live_state)
+                                 final_savers=None if target.caps.live_state else save_steps_by_rank(golden))
     where = phase.save(k)
     events = {r.rank: r.events for r in golden.ranks}
     last = k == steps[-1]

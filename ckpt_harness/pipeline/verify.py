@@ -26,7 +26,7 @@ from ckpt_harness.errors import UsageError
 from ckpt_harness.launch.layout import crash_marker
 from ckpt_harness.pipeline.workdir import prepare_workdir
 from ckpt_harness.present.from_runs import of_runs
-from ckpt_harness.records import CaseClock, Kind, Run
+from ckpt_harness.records import CaseClock, Kind, Run, save_steps_by_rank, saving_after
 from ckpt_harness.report import Report
 from ckpt_harness.targets import RunRequest, Stop, Target
 from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict
@@ -235,7 +235,8 @@ def judge_resumed(target: Target, case: str, golden: Run, stopped: Optional[Run]
                                     line),
         ]
     # A target whose final state is its last save's: only the ranks that save after `step` tell anything.
-    ranks = frozenset(r.rank for r in golden.ranks) if target.caps.live_state else saving_after(golden, step)
+    ranks = frozenset(r.rank for r in golden.ranks) if target.caps.live_state else \
+        saving_after(save_steps_by_rank(golden), step)
     if live.verdict is Verdict.PASS and ranks:
         expected, actual = _of(golden.states(Kind.FINAL), ranks), _of(resumed.states(Kind.FINAL), ranks)
         what = "final state vs. uninterrupted run" if target.caps.live_state else \
@@ -245,15 +246,6 @@ def judge_resumed(target: Target, case: str, golden: Run, stopped: Optional[Run]
         final = oracle.float_noise(final, expected, actual, loaded_bitwise=bitwise)
         results.append(oracle.undecided_if(nondeterminism, final))
     return results
-
-
-def saving_after(golden: Run, step: int) -> frozenset[int]:
-    """The ranks that saved after save `step` in the golden run: only their
-    final state (their last save) tells anything about a resume from it. A
-    rank whose last save was `step` itself, or earlier, saves nothing once
-    resumed there (resumable.py --staging's rank 1 after its last save)."""
-    return frozenset(r.rank for r in golden.ranks
-                     if any(rec["event"] == Kind.SAVED and rec["step"] > step for rec in r.records))
 
 
 def _of(states: Optional[dict[int, Any]], ranks: frozenset[int]) -> Optional[dict[int, Any]]:

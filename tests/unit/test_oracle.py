@@ -558,7 +558,7 @@ def test_a_scripts_final_state_is_judged_on_the_ranks_that_save_after_the_resume
 
     saved = {2: {0: {"a": 1}, 1: {"b": 1}}, 4: {0: {"a": 2}}}
     final = {0: {"last save": 4}, 1: {"last save": 2}}
-    script = Reference(saved, 4, 2, final, live_state=False)
+    script = Reference(saved, 4, 2, final, final_savers={0: (2, 4), 1: (2,)})
     assert script.final_after(2) == {0: {"last save": 4}}
     assert script.final_after(4) == {}
     job = Reference(saved, 4, 2, final)
