@@ -141,7 +141,8 @@ def test_a_target_kind_from_a_package_runs_through_the_plugin(pytester, target):
         from ckpt_example_target import CallableConfig, CallableTarget
 
         def verified(ckpt, function):
-            target = CallableTarget.of(CallableConfig(callable=function, nproc_per_node=2))
+            # one worker: the fixture's route is what is tested (the CLI test runs two)
+            target = CallableTarget.of(CallableConfig(callable=function, nproc_per_node=1))
             return ckpt.verify(target, cases=["resume@2"])
 
         def test_correct(ckpt):
@@ -156,5 +157,5 @@ def test_a_target_kind_from_a_package_runs_through_the_plugin(pytester, target):
     with pytest.MonkeyPatch.context() as mp:
         for name, value in env.items():
             mp.setenv(name, value)
-        result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--ckpt-world-sizes", "2")
+        result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)

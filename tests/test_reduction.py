@@ -21,7 +21,7 @@ from ckpt_harness.catalogue.scenario import builtin_catalogue
 FULL = os.environ.get("CKPT_HARNESS_FULL_CATALOGUE") == "1"
 SAMPLE = {
     "torch_save": ("rotation-crash", "power-loss-during-save", "power-loss-after-save"),
-    "dcp": ("power-loss-during-save", "power-loss-after-save"),
+    "dcp": ("power-loss-during-save",),
 }
 
 
