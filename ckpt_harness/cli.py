@@ -876,6 +876,7 @@ def _kept(args: argparse.Namespace, workdir: Path, code: int, keep_anyway: bool 
 
 
 def _list(args: argparse.Namespace) -> int:
+    from ckpt_harness import conversions
     from ckpt_harness.catalogue.checks import registry as checks
     from ckpt_harness.inject.faults import KINDS
     from ckpt_harness.oracle import PROPERTIES
@@ -889,6 +890,11 @@ def _list(args: argparse.Namespace) -> int:
     print("checks:")
     for name, target in checks().items():
         print(f"  {name.ljust(width)}  {target}")
+    print("conversions (the convert check; layout: what they read):")
+    for name in conversions.registry():
+        conversion = conversions.get(name)
+        print(f"  {name.ljust(width)}  {conversion.reads}: {conversion.writes}"
+              + (f"; drops {', '.join(conversion.drops)}" if conversion.drops else ""))
     print("fault kinds:")
     for name, (_, what) in KINDS.items():
         print(f"  {name.ljust(width)}  {what}")

@@ -128,6 +128,11 @@ class Job:
     #: sharding propagation) are paid once instead of in every run. Only for
     #: jobs whose `setup` starts no thread or process and writes nothing.
     warm_start: ClassVar[bool] = False
+    #: The layout of its checkpoints ("torch_save", "dcp", "deepspeed",
+    #: "hf_trainer", or a user's own): the conversions that read it
+    #: (`ckpt_harness.conversions`) are run on its saves by the `convert`
+    #: check. None: no conversion is claimed.
+    checkpoint_layout: ClassVar[Optional[str]] = None
 
     # -- driven form -------------------------------------------------------
     def setup(self, ctx: RankContext) -> None:

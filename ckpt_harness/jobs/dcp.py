@@ -49,6 +49,7 @@ class DcpJob(TinyJob):
     """FSDP2 over gloo with DCP checkpoints and a `latest` pointer."""
 
     warm_start = True
+    checkpoint_layout = "dcp"
     #: Whether the commit fsyncs the files DCP wrote (False: trust DCP's own
     #: fsyncs, which a power loss can prove wrong).
     sync_files = True

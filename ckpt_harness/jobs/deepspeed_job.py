@@ -245,6 +245,7 @@ class DeepSpeedJob(TinyJob):
 
     #: ZeRO stage (0–3).
     stage: ClassVar[int] = 1
+    checkpoint_layout = "deepspeed"
     requires = {"deepspeed": "ckpt-harness[deepspeed]"}
 
     @classmethod

@@ -202,6 +202,7 @@ class HFTrainerJob(Job):
     #: an epoch boundary; a multiple of `save_every` makes every resume land
     #: on an epoch boundary instead.
     steps_per_epoch: int = 3
+    checkpoint_layout = "hf_trainer"
 
     trainer: Any = None
     resumed_from: Optional[int] = None

@@ -37,6 +37,7 @@ class TorchSaveJob(TinyJob):
 
     #: Whether the last load came from a checkpoint of another world size.
     resharded = False
+    checkpoint_layout = "torch_save"
     preload = ("numpy", "torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", __name__)
 
     def setup(self, ctx: RankContext) -> None:

@@ -37,6 +37,7 @@ from ckpt_harness.oracle.start import (
     judge_stopped,
 )
 from ckpt_harness.records import save_steps, savers, saves_by_step
+from ckpt_harness.oracle.conversions import judge_conversion
 from ckpt_harness.oracle.scenarios import (
     judge_blocked,
     judge_late,
@@ -49,7 +50,8 @@ from ckpt_harness.oracle.scenarios import (
 __all__ = [
     "PROPERTIES", "Background", "Outcome", "OutcomeKind", "Problem", "Reference", "accepted", "cannot_judge",
     "classify_resume", "expected",
-    "float_noise", "harness_error", "health", "judge_blocked", "judge_deterministic", "judge_fault", "judge_finished",
+    "float_noise", "harness_error", "health", "judge_blocked", "judge_conversion", "judge_deterministic",
+    "judge_fault", "judge_finished",
     "judge_fresh_start", "judge_golden", "judge_hard_stop", "judge_late", "judge_live", "judge_load_step",
     "judge_overwriting_save",
     "judge_replaced",

@@ -81,7 +81,9 @@ def fold_keys(differences: Sequence[Difference]) -> tuple[Line, ...]:
         if len(rest) <= FOLD_AT:
             lines += [Line(str(d), (d.key,)) for d in rest]
         else:
-            lines.append(Line(f"{top}* ({len(rest)} keys): {_what(kind, rest)}", tuple(d.key for d in rest)))
+            leaves = {_leaf(d.key) for d in rest}  # one leaf name: say which ("optim/*/step", not "optim/*")
+            name = f"{top}*{leaves.pop()}" if len(leaves) == 1 else f"{top}*"
+            lines.append(Line(f"{name} ({len(rest)} keys): {_what(kind, rest)}", tuple(d.key for d in rest)))
     return tuple(lines)
 
 

@@ -23,6 +23,8 @@ PROPERTIES = {
                      "and the newest is resumed",
     "reshardable": "a checkpoint saved at N ranks resumes at M ranks with the full state bitwise equal",
     "safe-loading": "loading a checkpoint never runs code its files carry (a malicious pickle is refused or ignored)",
+    "convertible": "the framework's conversions of a save (to another format, a weights export) keep every bit "
+                   "of it but what they document to drop, or refuse",
 }
 
 #: What every run is also judged on, whatever a scenario aims at: a hang or an

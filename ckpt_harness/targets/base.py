@@ -74,7 +74,7 @@ class Capabilities:
 
     Names of capabilities a target may lack: "hard_stop", "launcher_restart",
     "full_state", "overwrite_flag", "keep_last", "simulated_nodes",
-    "backend", "blocked_report". A check declares the ones it needs
+    "backend", "blocked_report", "conversions". A check declares the ones it needs
     (`requires`) and is n/a, with the reason here, on a target lacking one.
     """
 
@@ -93,6 +93,9 @@ class Capabilities:
     #: their next save until the group is torn down).
     parks: bool
     lacks: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: The layout of its checkpoints, which conversions read (`Job.checkpoint_layout`);
+    #: None when it names none (capability "conversions" lacking, with why).
+    layout: Optional[str] = None
 
     def has(self, capability: str) -> bool:
         return capability not in self.lacks

@@ -63,7 +63,11 @@ class JobTarget:
                                   "is the graceful one (resume-every-save)")
         if not cls.reshardable():
             lacks["full_state"] = "the job defines no full_state(ctx), so it claims no world-size change"
-        return Capabilities(reports=True, steps_known=True, live_state=True, parks=True, lacks=lacks)
+        if cls.checkpoint_layout is None:
+            lacks["conversions"] = ("the job names no checkpoint_layout, so no conversion claims to read its "
+                                    "checkpoints (set Job.checkpoint_layout; `ckpt-harness list` shows them)")
+        return Capabilities(reports=True, steps_known=True, live_state=True, parks=True, lacks=lacks,
+                            layout=cls.checkpoint_layout)
 
     @property
     def values(self) -> dict[str, Any]:

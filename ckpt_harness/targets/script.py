@@ -50,6 +50,8 @@ LACKS = {
     "full_state": "a script exposes no state that is the same at every world size (Job.full_state: the unsharded "
                   "model and optimizer, compared between world sizes)",
     "backend": JOB_ONLY["backend"],
+    "conversions": "a script names no checkpoint layout that a conversion reads, and a conversion is judged "
+                   "against the full state (Job.full_state) a script does not expose",
 }
 #: The longest row name before it is cut.
 NAME_LENGTH = 80

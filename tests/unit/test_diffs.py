@@ -107,5 +107,5 @@ def test_keys_of_one_leaf_name_that_differ_alike_keep_their_own_line():
     (block,) = diffs.fold([(0, diff(adam(4.0, 0.0), adam(5.0, 0.5)))])
     assert [line.text for line in block.lines] == [
         "optim/*/step (6 keys): 1 of 1 elements differ; first at index [0]: 5.0, expected 4.0; max abs diff 1",
-        "optim/* (6 keys): values differ, max abs diff 0.5",
+        "optim/*/exp_avg (6 keys): values differ, max abs diff 0.5",  # the rest: one leaf name too
     ]

@@ -85,6 +85,8 @@ LAYERS: dict[str, int] = {
     "ckpt_harness.present.timeline": 0,
     # 1 the process mechanism: fork server, groups, torchrun agents, worker bootstrap
     "ckpt_harness.launch.*": 1,
+    # conversions of a saved checkpoint: framework adapters, each run in a process of its own
+    "ckpt_harness.conversions.*": 1,
     # 2 probes, faults and the models of what they record
     "ckpt_harness.inject.*": 2,
     # 3 code that runs in ranks/workers, and the rank<->harness records contract

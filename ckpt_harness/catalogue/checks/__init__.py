@@ -44,6 +44,7 @@ BUILTIN_CHECKS = {
     "reshard": "ckpt_harness.catalogue.checks.reshard:CHECK",
     "stall": "ckpt_harness.catalogue.checks.stall:CHECK",
     "retention": "ckpt_harness.catalogue.checks.retention:CHECK",
+    "convert": "ckpt_harness.catalogue.checks.convert:CHECK",
 }
 
 

@@ -1,0 +1,115 @@
+"""Conversions: what a checkpoint becomes after it was saved, as a table.
+
+A checkpoint rarely stays in the format it was written in: ZeRO shards are
+consolidated to fp32 weights, DCP directories become one `torch.save` file,
+a trainer's checkpoint is exported with `save_pretrained`. Each is a place
+where a tensor, a dtype, a tied weight, an optimizer moment or the step
+silently goes missing. The `convert` check runs every conversion that reads
+a target's checkpoint layout on its committed save k and compares what the
+converted checkpoint holds, read the way its consumers load it, with the
+state the job had when save k returned (`Job.full_state`), key by key.
+
+A conversion is a function from directory to directory plus the reader of
+what it wrote (`Conversion`). It names the layout it reads (a job names
+its own: `Job.checkpoint_layout`) and what it is documented to leave out
+(`drops`: a weights-only export drops the optimizer), so that a documented
+loss is not a failure and an undocumented one is.
+
+Other packages add conversions under the entry-point group
+`ckpt_harness.conversions`:
+
+    [project.entry-points."ckpt_harness.conversions"]
+    my-export = "my_package.export:CONVERSION"    # an object satisfying `Conversion`
+
+Importing this module is cheap: a conversion's framework is imported by its
+own module, which is imported in the process that runs it (`run`), never in
+the harness.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import functools
+import importlib
+from pathlib import Path
+from typing import Any, Mapping, Optional, Protocol, runtime_checkable
+
+from ckpt_harness.errors import ScenarioError
+from ckpt_harness.extensions import with_entry_points
+
+__all__ = ["BUILTIN_CONVERSIONS", "Conversion", "dropped", "for_layout", "get", "registry"]
+
+ENTRY_POINT_GROUP = "ckpt_harness.conversions"
+
+BUILTIN_CONVERSIONS = {
+    "dcp-to-torch-save": "ckpt_harness.conversions.dcp:TO_TORCH_SAVE",
+    "dcp-round-trip": "ckpt_harness.conversions.dcp:ROUND_TRIP",
+    "torch-save-to-safetensors": "ckpt_harness.conversions.torch_save:TO_SAFETENSORS",
+    "zero-to-fp32": "ckpt_harness.conversions.deepspeed:ZERO_TO_FP32",
+    "save-pretrained": "ckpt_harness.conversions.hf:SAVE_PRETRAINED",
+}
+
+
+@runtime_checkable
+class Conversion(Protocol):
+    #: The checkpoint layout it reads (`Job.checkpoint_layout`: "torch_save", "dcp", ...).
+    reads: str
+    #: What it writes, in a reader's words ("one torch.save file").
+    writes: str
+    #: Keys of the full state it is documented to leave out (`fnmatch`
+    #: patterns, "optim/*"), and why, in a user's words; a key it keeps
+    #: anyway is compared like any other.
+    drops: tuple[str, ...]
+    why_dropped: str
+    #: Modules it cannot run without, each with what installs it.
+    requires: Mapping[str, str]
+
+    def applies(self, ckpt_dir: Path, step: int) -> Optional[str]:
+        """Why it does not apply to save `step` under `ckpt_dir` (a tool its
+        framework does not ship for this kind of checkpoint), or None.
+        Cheap: run in the harness process, with no framework imported."""
+
+    def convert(self, ckpt_dir: Path, step: int, out: Path) -> None:
+        """Convert save `step` under `ckpt_dir` into the directory `out`
+        (created, empty). Raising is a refusal: the conversion said it
+        cannot, which is allowed; writing something wrong is not."""
+
+    def read(self, out: Path) -> Mapping[str, Any]:
+        """What `out` holds, loaded the way its consumers load it, under the
+        keys of the job's `full_state` ("model/<name>", "optim/<name>/<key>",
+        "scheduler/<key>", "step")."""
+
+
+@functools.lru_cache(maxsize=None)
+def registry() -> dict[str, str]:
+    """Every conversion by name -> "module:attribute": built-in, then installed packages'."""
+    return with_entry_points(ENTRY_POINT_GROUP, BUILTIN_CONVERSIONS)
+
+
+def get(name: str) -> Conversion:
+    """The conversion `name` (a registered name, or "module:attribute" as a
+    job is given), imported."""
+    target = registry().get(name) or (name if ":" in name else None)
+    if target is None:
+        raise ScenarioError(f"unknown conversion {name!r}; choose from {', '.join(registry())}, or give "
+                            "module:attribute")
+    module, _, attribute = target.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise ScenarioError(f"conversion {name!r} ({target}) cannot be loaded: {exc}") from exc
+    if not isinstance(found, Conversion):
+        raise ScenarioError(f"conversion {name!r} ({target}) lacks reads, writes, drops, why_dropped, requires, "
+                            "applies(), convert() or read(): see ckpt_harness.conversions.Conversion")
+    return found
+
+
+def for_layout(layout: str) -> list[str]:
+    """The names of the conversions that read `layout`, in registry order.
+    Importing a conversion's module imports no framework (they are imported
+    inside `convert`/`read`), so this is cheap in the harness process."""
+    return [name for name in registry() if get(name).reads == layout]
+
+
+def dropped(conversion: Conversion, key: str) -> bool:
+    return any(fnmatch.fnmatchcase(key, pattern) for pattern in conversion.drops)

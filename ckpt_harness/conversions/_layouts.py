@@ -1,0 +1,88 @@
+"""The built-in jobs' checkpoints read back under the keys of their `full_state`.
+
+A conversion's output is compared with the state the job had when the save
+returned, so its reader must say where each piece of a framework's state
+dict lives in the job's own vocabulary. These are the vocabularies of the
+state dicts the built-in jobs hand their frameworks; the frameworks' tensors
+and values are passed through untouched (no cast, no copy that could hide a
+difference). Imported only in the process that runs a conversion.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any, Mapping
+
+
+def from_optimizer(optim: Mapping[str, Any], names: Mapping[Any, str]) -> dict[str, Any]:
+    """An optimizer's `state_dict()` (`names` maps its parameter ids, or
+    FQNs as `get_optimizer_state_dict` writes them, to parameter names)."""
+    out: dict[str, Any] = {}
+    for pid, entries in optim["state"].items():
+        for key, value in entries.items():
+            out[f"optim/{names[pid]}/{key}"] = value
+    for i, group in enumerate(optim["param_groups"]):
+        for key, value in group.items():
+            if key != "params":
+                out[f"optim/param_groups/{i}/{key}"] = value
+    return out
+
+
+def from_scheduler(scheduler: Mapping[str, Any]) -> dict[str, Any]:
+    return {f"scheduler/{k}": list(v) if isinstance(v, list) else v for k, v in scheduler.items()}
+
+
+def dcp_job(state_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """The state dict `jobs.dcp.DcpJob` hands `dcp.save` (nested, as
+    `dcp_to_torch_save` and an empty load plan give it back): model and
+    optimizer by FQN, and each rank's extras as a `torch.save` blob, whose
+    scheduler and step are the same on every rank (rank 0's is read)."""
+    import torch
+
+    out = {f"model/{k}": v for k, v in state_dict["model"].items()}
+    optim = state_dict["optim"]
+    out.update(from_optimizer(optim, {name: name for name in optim["state"]}))
+    extra = torch.load(io.BytesIO(_bytes(state_dict["extra"]["rank0"])), map_location="cpu", weights_only=True)
+    out.update(from_scheduler(extra["scheduler"]))
+    out["step"] = extra["step"]
+    return out
+
+
+def torch_save_job(path: Path) -> dict[str, Any]:
+    """A step directory of `jobs.torch_save.TorchSaveJob`, loaded as its
+    `load` does: the optimizer's parameter ids are the model's parameters in
+    order, and a tensor that shares its storage with an earlier one (a tied
+    weight) is that parameter, listed once, as `named_parameters` lists it."""
+    import torch
+
+    def read(name: str) -> Any:
+        return torch.load(path / name, map_location="cpu", weights_only=True)
+
+    model = read("model.pt")
+    names = distinct(model)
+    optim = read("optimizer.pt")
+    ids = [pid for group in optim["param_groups"] for pid in group["params"]]
+    if len(ids) != len(names):
+        raise ValueError(f"{path / 'optimizer.pt'} has {len(ids)} parameters, {path / 'model.pt'} {len(names)}")
+    out = {f"model/{name}": model[name] for name in names}
+    out.update(from_optimizer(optim, dict(zip(ids, names))))
+    out.update(from_scheduler(read("scheduler.pt")))
+    out["step"] = read("rng_rank0.pt")["step"]
+    return out
+
+
+def distinct(tensors: Mapping[str, Any]) -> list[str]:
+    """The keys whose tensor shares its storage with no earlier key's."""
+    seen: set[int] = set()
+    names = []
+    for name, tensor in tensors.items():
+        pointer = tensor.untyped_storage().data_ptr()
+        if pointer not in seen:
+            seen.add(pointer)
+            names.append(name)
+    return names
+
+
+def _bytes(value: Any) -> bytes:
+    return value.getvalue() if isinstance(value, io.BytesIO) else value

@@ -1,0 +1,56 @@
+"""DCP's own conversions (`torch.distributed.checkpoint.format_utils`): a DCP
+directory to one `torch.save` file, and back.
+
+Both keep everything: model and optimizer tensors at full size (DCP
+assembles the shards), the per-rank extras as they were saved."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from ckpt_harness.conversions import _layouts
+
+
+class ToTorchSave:
+    reads = "dcp"
+    writes = "one torch.save file (format_utils.dcp_to_torch_save)"
+    drops: tuple[str, ...] = ()
+    why_dropped = ""
+    requires: Mapping[str, str] = {}
+
+    def applies(self, ckpt_dir: Path, step: int) -> Optional[str]:
+        return None
+
+    def convert(self, ckpt_dir: Path, step: int, out: Path) -> None:
+        from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
+
+        from ckpt_harness.jobs._common import step_dir
+
+        dcp_to_torch_save(step_dir(ckpt_dir, step), out / "checkpoint.pt")
+
+    def read(self, out: Path) -> Mapping[str, Any]:
+        import torch
+
+        return _layouts.dcp_job(torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=True))
+
+
+class RoundTrip(ToTorchSave):
+    writes = "a DCP directory again (dcp_to_torch_save, then torch_save_to_dcp)"
+
+    def convert(self, ckpt_dir: Path, step: int, out: Path) -> None:
+        from torch.distributed.checkpoint.format_utils import torch_save_to_dcp
+
+        super().convert(ckpt_dir, step, out)
+        torch_save_to_dcp(out / "checkpoint.pt", out / "dcp")
+        (out / "checkpoint.pt").unlink()
+
+    def read(self, out: Path) -> Mapping[str, Any]:
+        # What a DCP user without a template loads: every key, full tensors.
+        from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+        return _layouts.dcp_job(_load_state_dict_from_keys(checkpoint_id=out / "dcp"))
+
+
+TO_TORCH_SAVE = ToTorchSave()
+ROUND_TRIP = RoundTrip()

@@ -1,0 +1,36 @@
+"""DeepSpeed's `zero_to_fp32`: a ZeRO checkpoint's partitions consolidated
+into one fp32 state dict of the model, the file a ZeRO run is shipped as."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+
+class ZeroToFp32:
+    reads = "deepspeed"
+    writes = "pytorch_model.bin (zero_to_fp32.convert_zero_checkpoint_to_fp32_state_dict)"
+    drops = ("optim/*", "scheduler/*", "step", "engine/*")
+    why_dropped = "a weights export: the fp32 model, without optimizer, schedule or counters"
+    requires: Mapping[str, str] = {"deepspeed": "ckpt-harness[deepspeed]"}
+
+    def applies(self, ckpt_dir: Path, step: int) -> Optional[str]:
+        # DeepSpeed copies the script into the checkpoints it is for (ZeRO 1-3).
+        if not (Path(ckpt_dir) / f"global_step{step}" / "zero_to_fp32.py").exists():
+            return ("DeepSpeed ships zero_to_fp32.py with ZeRO stage 1-3 checkpoints only, and this one has none "
+                    "(stage 0 keeps the whole model in mp_rank_00_model_states.pt)")
+        return None
+
+    def convert(self, ckpt_dir: Path, step: int, out: Path) -> None:
+        from deepspeed.utils.zero_to_fp32 import convert_zero_checkpoint_to_fp32_state_dict
+
+        convert_zero_checkpoint_to_fp32_state_dict(str(ckpt_dir), str(out), tag=f"global_step{step}")
+
+    def read(self, out: Path) -> Mapping[str, Any]:
+        import torch
+
+        return {f"model/{k}": v
+                for k, v in torch.load(out / "pytorch_model.bin", map_location="cpu", weights_only=True).items()}
+
+
+ZERO_TO_FP32 = ZeroToFp32()

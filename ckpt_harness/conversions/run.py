@@ -1,0 +1,88 @@
+"""One conversion, run in a process of its own with a deadline.
+
+A conversion imports its framework (DeepSpeed, transformers: seconds) and
+may hang or crash like any code under test, so it runs in a fresh
+interpreter, in its own session: the harness stays light, a deadline kills
+it and whatever it started, and a hang leaves every thread's stack
+(`faulthandler`, a second before the deadline) in its log. The child writes
+what it found to a result file: the converted state captured
+(`state.capture`), or the refusal or failure it met, with the traceback.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+from ckpt_harness.launch import _proc
+from ckpt_harness.state import Record
+
+#: How the conversion's process exits when the harness's part of it failed.
+HARNESS_EXIT = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Converted:
+    """What one conversion of save k gave; exactly one of the first five is set."""
+
+    #: The converted checkpoint, read back, captured.
+    state: Optional[Record] = None
+    #: The conversion raised: it refused (allowed), in its words.
+    refused: Optional[str] = None
+    #: It wrote something its reader could not load.
+    unreadable: Optional[str] = None
+    #: It did not finish, or its process died: what is known, and the log's tail (stacks).
+    broken: Optional[str] = None
+    #: It never ran: it could not import what it needs, or the harness failed
+    #: around it (`HARNESS_EXIT`). Nothing was judged.
+    error: Optional[str] = None
+    details: str = ""
+    seconds: float = 0.0
+
+
+def run_conversion(name: str, ckpt_dir: Path, step: int, workdir: Path, deadline: float) -> Converted:
+    """Run conversion `name` of save `step` into `workdir/out`."""
+    out, result, log_path = workdir / "out", workdir / "result.pkl", workdir / "conversion.log"
+    out.mkdir(parents=True)
+    started = time.monotonic()
+    # Our import path, the current directory ("") spelled out: the child runs in `workdir`.
+    path = os.pathsep.join(p or os.getcwd() for p in sys.path)
+    child_env = {**os.environ, "PYTHONPATH": path}
+    argv = [sys.executable, "-m", "ckpt_harness.conversions", name, str(ckpt_dir), str(step), str(out),
+            str(result), str(deadline)]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(argv, env=child_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=workdir, start_new_session=True,
+                                preexec_fn=functools.partial(_proc.die_with_parent, os.getpid()))
+        try:
+            proc.wait(timeout=deadline)
+        except BaseException:  # the deadline, or Ctrl-C: the conversion and what it started go
+            _proc.kill_group(proc.pid)
+            proc.wait()
+            if not isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
+                raise
+    seconds = time.monotonic() - started
+    tail = log_path.read_text(errors="replace")[-4000:]
+    if proc.returncode is not None and proc.returncode < 0 and not result.exists():
+        if seconds >= deadline:
+            return Converted(broken=f"the conversion did not finish in {deadline:.0f}s", details=tail,
+                             seconds=seconds)
+        return Converted(broken=f"the conversion's process died by signal {-proc.returncode}", details=tail,
+                         seconds=seconds)
+    if not result.exists() and proc.returncode == HARNESS_EXIT:
+        last = tail.strip().splitlines()[-1] if tail.strip() else f"exit {HARNESS_EXIT}"
+        return Converted(error=f"the harness failed in the conversion's process: {last}", details=tail,
+                         seconds=seconds)
+    if not result.exists():
+        return Converted(broken=f"the conversion's process exited {proc.returncode} without a result",
+                         details=tail, seconds=seconds)
+    with open(result, "rb") as f:
+        found = pickle.load(f)
+    return dataclasses.replace(found, seconds=seconds)

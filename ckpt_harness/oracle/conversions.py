@@ -1,0 +1,51 @@
+"""Judging a conversion of save k: the converted checkpoint, read back, against the state at save k.
+
+What a conversion is documented to leave out is taken out of the expected
+state (a weights-only export holds no optimizer), but a key it keeps anyway
+is compared like any other: a documented loss is not a failure, an
+undocumented one is, and every difference is named (key, dtype, shape,
+first differing index, max abs diff). A refusal is allowed: a conversion
+that says it cannot convert this checkpoint has lost nothing.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import Optional, Sequence
+
+from ckpt_harness.conversions.run import Converted
+from ckpt_harness.oracle import diffs
+from ckpt_harness.state import Record, diff
+from ckpt_harness.verdict import CaseResult, Verdict
+
+
+def judge_conversion(case: str, check: str, step: int, expected: Record, converted: Converted, *, writes: str,
+                     drops: Sequence[str], why_dropped: str, repro: Optional[str]) -> CaseResult:
+    def result(verdict: Verdict, summary: str, details: str = "", **kw) -> CaseResult:
+        return CaseResult(case, check, verdict, summary, details,
+                          repro if verdict is not Verdict.PASS else None, **kw)
+
+    if converted.error is not None:
+        return result(Verdict.ERROR, f"the conversion never ran: {converted.error}", converted.details)
+    if converted.refused is not None:
+        return result(Verdict.PASS, f"refused save {step}, converting nothing: {converted.refused}",
+                      converted.details)
+    if converted.broken is not None:
+        return result(Verdict.FAIL, converted.broken, converted.details)
+    if converted.unreadable is not None:
+        return result(Verdict.FAIL, f"wrote {writes}, which does not load: {converted.unreadable}",
+                      converted.details)
+    actual = converted.state
+    assert actual is not None
+    documented = [k for k in expected if k not in actual and any(fnmatch.fnmatchcase(k, p) for p in drops)]
+    kept = {k: v for k, v in expected.items() if k not in documented}
+    differences = diff(kept, actual)
+    if differences:
+        lines = diffs.fold_keys(differences)
+        more = len(differences) - len(lines[0].keys)
+        return result(Verdict.FAIL, f"the converted checkpoint is not save {step}: {lines[0].text}"
+                                    + (f" (and {more} more keys)" if more else ""),
+                      "\n".join(line.text for line in lines[:diffs.MAX_LISTED]),
+                      differences=diffs.rows([(0, differences)]))
+    dropped = f"; {len(documented)} keys left out as documented ({why_dropped})" if documented else ""
+    return result(Verdict.PASS, f"{len(kept)} keys bitwise equal to save {step}{dropped}")
