@@ -15,8 +15,8 @@ class ZeroToFp32:
     requires: Mapping[str, str] = {"deepspeed": "ckpt-harness[deepspeed]"}
 
     def applies(self, ckpt_dir: Path, step: int) -> Optional[str]:
-        # DeepSpeed copies the script into the checkpoints it is for (ZeRO 1-3).
-        if not (Path(ckpt_dir) / f"global_step{step}" / "zero_to_fp32.py").exists():
+        # DeepSpeed copies the script next to the checkpoints it is for (ZeRO 1-3).
+        if not (Path(ckpt_dir) / "zero_to_fp32.py").exists():
             return ("DeepSpeed ships zero_to_fp32.py with ZeRO stage 1-3 checkpoints only, and this one has none "
                     "(stage 0 keeps the whole model in mp_rank_00_model_states.pt)")
         return None
