@@ -63,7 +63,6 @@ class Convert:
         missing = {n: _missing(conversions.get(n)) for n in names}
         if names and all(missing.values()):
             raise NotApplicable("; ".join(f"{n} needs {m}" for n, m in missing.items()))
-        names = [n for n in names if not missing[n]]
         if not names:
             return []
         steps = target.save_steps() or []
@@ -83,7 +82,7 @@ class Convert:
             # conversion's own seconds are outside any run: the harness's part.
             case_clock = clock if not results else CaseClock(context=[saved])
             conversion = conversions.get(name)
-            reason = conversion.applies(root / "ckpt", k)
+            reason = f"needs {missing[name]}" if missing[name] else conversion.applies(root / "ckpt", k)
             if reason is not None:
                 results.append(case_clock.stamp(CaseResult(name, scenario.property, Verdict.NA, reason)))
                 continue
