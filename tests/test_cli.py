@@ -39,9 +39,11 @@ def test_list_names_jobs_fault_kinds_and_properties(tmp_path):
         "torch_save", "dcp", "dcp_async", "dcp_async_process", "deepspeed_zero0", "deepspeed", "deepspeed_zero2",
         "deepspeed_zero3", "hf_trainer",
     ]
-    assert sections["checks"] == ["resume", "faults", "overwrite", "reshard", "stall", "retention", "convert"]
+    assert sections["checks"] == ["resume", "faults", "overwrite", "reshard", "stall", "retention", "convert",
+                                  "confuse"]
     assert sections["conversions (the convert check; layout: what they read)"] == [
-        "dcp-to-torch-save", "dcp-round-trip", "torch-save-to-safetensors", "zero-to-fp32", "save-pretrained"]
+        "dcp-to-torch-save", "dcp-round-trip", "torch-save-to-safetensors", "torch-save-to-dcp", "zero-to-fp32",
+        "save-pretrained"]
     assert {"crash", "torn", "power-loss", "enospc"} <= set(sections["fault kinds"])
     assert sections["properties"] == ["atomic", "durable", "preserving", "live", "detecting", "faithful", "skew-safe",
                                       "overwrite-safe", "rotation-safe", "reshardable", "safe-loading", "convertible"]

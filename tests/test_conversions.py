@@ -1,13 +1,19 @@
 """The `convert` check (property "convertible"): a conversion of a committed
 save, read back as its consumers load it, must be the job's full state at
 that save key for key, bitwise, but for what the conversion documents it
-drops; or the conversion refuses.
+drops; or the conversion refuses. A round trip, put where the save was,
+must be resumed by the job's own loader. And the `confuse` check
+(format-confusion, "detecting"): the save in another layout of the same
+job, handed to its resume, is refused on every rank naming what it found,
+or loaded correctly.
 
 Both ways on one saving run of a job with a tied weight
 (`tests.planted.conversions`): a converter that saves every file again
 passes; four that each lose what real converters have lost are flagged,
-each naming the key. The built-in conversions of DCP run as users run
-them (`dcp_to_torch_save`, and back with `torch_save_to_dcp`)."""
+each naming the key, and their resumes fail too. The built-in conversions
+of DCP run as users run them (`dcp_to_torch_save`, and back with
+`torch_save_to_dcp`); a plain optimizer state_dict through
+`torch_save_to_dcp` is DCP's own finding (docs/findings.md)."""
 
 import pytest
 
@@ -45,11 +51,13 @@ def planted(tmp_path_factory):
 @pytest.mark.parametrize("name", list(CONVERTERS))
 def test_a_faithful_conversion_passes_and_each_lossy_one_is_flagged_naming_the_key(planted, name):
     cases, result = planted
-    case = cases[name]
+    case, resumed = cases[name], cases[f"{name} resumed"]
     if CONVERTERS[name] is None:
         assert case.verdict is Verdict.PASS, result.explain()
         assert "keys bitwise equal to save 4" in case.summary
+        assert resumed.verdict is Verdict.PASS and "the job's own loader resumed it: bitwise equal" in resumed.summary
         return
+    assert resumed.verdict is Verdict.FAIL, result.explain()  # what the loader made of it: not save 4
     assert case.verdict is Verdict.FAIL, result.explain()
     assert case.summary.startswith("the converted checkpoint is not save 4"), case.summary
     named = case.summary + case.details + " ".join(f"{d.key}: {d.what}" for d in case.differences)
@@ -65,20 +73,54 @@ def test_each_difference_is_a_row_with_its_key_and_where(planted):
     assert cast == {"dtype"}
 
 
-def test_dcps_own_conversions_keep_every_bit_and_a_weights_export_drops_only_what_it_says(tmp_path):
+def test_dcps_own_conversions_keep_every_bit_and_a_round_trip_resumes(tmp_path):
     dcp = Bench(targets.job("dcp", world_size=2, timeout=60), tmp_path / "dcp").run(scenario())
     assert dcp.verdict is Verdict.PASS, dcp.explain()
-    assert {r.case for r in dcp.results} == {"dcp-to-torch-save", "dcp-round-trip"}
-    assert all("45 keys bitwise equal to save 4" == r.summary for r in dcp.results), dcp.explain()
-    export = Bench(targets.job("torch_save", world_size=2, timeout=60), tmp_path / "ts").run(scenario())
-    assert export.verdict is Verdict.PASS, export.explain()
-    (case,) = export.results
-    assert "6 keys bitwise equal" in case.summary and "keys left out as documented" in case.summary
+    found = {r.case: r.summary for r in dcp.results}
+    assert found.keys() == {"dcp-to-torch-save", "dcp-round-trip", "dcp-round-trip resumed"}
+    assert found["dcp-to-torch-save"] == found["dcp-round-trip"] == "45 keys bitwise equal to save 4", found
+    assert found["dcp-round-trip resumed"].startswith("the job's own loader resumed it: bitwise equal"), found
+
+
+def test_a_weights_export_drops_only_what_it_says_and_a_plain_optimizer_through_dcp_is_flagged(tmp_path):
+    """torch_save_to_dcp keys a plain optimizer state_dict's state by "0",
+    "1", ... while its param_groups still list 0, 1, ...: loaded back,
+    Optimizer.load_state_dict restores none of the moments, silently."""
+    result = Bench(targets.job("torch_save", world_size=2, timeout=60), tmp_path).run(scenario())
+    found = {r.case: r for r in result.results}
+    export = found["torch-save-to-safetensors"]
+    assert export.verdict is Verdict.PASS, result.explain()
+    assert "6 keys bitwise equal" in export.summary and "39 keys left out as documented" in export.summary
+    dcp = found["torch-save-to-dcp"]
+    assert dcp.verdict is Verdict.FAIL, result.explain()
+    assert "the optimizer's state is keyed by '0', '1', '2', ... (str), its param_groups list 0, 1, 2, ... (int)" \
+        in dcp.summary
+
+
+#: job -> what format-confusion must find when its save is handed over as one torch.save file.
+LOADERS = {
+    "dcp": (Verdict.PASS, "→ refused: FileNotFoundError"),
+    f"{PLANTED}:ChecksLayout": (Verdict.PASS, "→ refused: ValueError: "),
+    f"{PLANTED}:GuessesLayout": (Verdict.FAIL, "→ partial (step 4): "),
+}
+
+
+@pytest.mark.parametrize("job", list(LOADERS))
+def test_a_save_in_another_layout_is_refused_naming_it_or_flagged_when_loaded_partially(tmp_path, job):
+    confusion = parse("format-confusion", {"description": "d", "property": "detecting", "check": "confuse"})
+    result = Bench(targets.job(job, world_size=2, timeout=60), tmp_path).run(confusion)
+    verdict, says = LOADERS[job]
+    (case,) = result.results
+    assert case.case == "dcp-to-torch-save" and case.verdict is verdict, result.explain()
+    assert "save 4 handed to the resume as one torch.save file, checkpoint.pt" in case.summary
+    assert says in case.summary, case.summary
+    if verdict is Verdict.PASS:
+        assert "step_000004" in case.summary  # it named what it found
 
 
 def test_a_conversion_that_reads_another_layout_or_no_such_name_is_said_so(tmp_path):
     other = Bench(targets.job("torch_save", world_size=2), tmp_path).run(scenario(conversions=["dcp-round-trip"]))
-    assert other.verdict is Verdict.NA and "no conversion reads the torch_save layout among dcp-round-trip" \
+    assert other.verdict is Verdict.NA and "no conversion among dcp-round-trip reads the torch_save layout" \
         in other.reason
     with pytest.raises(ScenarioError, match="has unknown nope: choose from .*dcp-to-torch-save.*module:attribute"):
         scenario(conversions=["nope"])

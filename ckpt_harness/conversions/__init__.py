@@ -45,6 +45,7 @@ BUILTIN_CONVERSIONS = {
     "dcp-to-torch-save": "ckpt_harness.conversions.dcp:TO_TORCH_SAVE",
     "dcp-round-trip": "ckpt_harness.conversions.dcp:ROUND_TRIP",
     "torch-save-to-safetensors": "ckpt_harness.conversions.torch_save:TO_SAFETENSORS",
+    "torch-save-to-dcp": "ckpt_harness.conversions.torch_save:TO_DCP",
     "zero-to-fp32": "ckpt_harness.conversions.deepspeed:ZERO_TO_FP32",
     "save-pretrained": "ckpt_harness.conversions.hf:SAVE_PRETRAINED",
 }
@@ -54,6 +55,10 @@ BUILTIN_CONVERSIONS = {
 class Conversion(Protocol):
     #: The checkpoint layout it reads (`Job.checkpoint_layout`: "torch_save", "dcp", ...).
     reads: str
+    #: The layout of what it writes: `reads` again for a round trip, which
+    #: the job's own loader must then resume from; another one, complete
+    #: (nothing dropped), is what `format-confusion` hands that loader.
+    gives: str
     #: What it writes, in a reader's words ("one torch.save file").
     writes: str
     #: Keys of the full state it is documented to leave out (`fnmatch`
@@ -64,15 +69,20 @@ class Conversion(Protocol):
     #: Modules it cannot run without, each with what installs it.
     requires: Mapping[str, str]
 
-    def applies(self, ckpt_dir: Path, step: int) -> Optional[str]:
-        """Why it does not apply to save `step` under `ckpt_dir` (a tool its
-        framework does not ship for this kind of checkpoint), or None.
-        Cheap: run in the harness process, with no framework imported."""
+    def source(self, ckpt_dir: Path, step: int) -> Path:
+        """The directory of save `step` under `ckpt_dir`: what it converts,
+        and where a converted checkpoint is put for a loader to find it."""
 
-    def convert(self, ckpt_dir: Path, step: int, out: Path) -> None:
-        """Convert save `step` under `ckpt_dir` into the directory `out`
-        (created, empty). Raising is a refusal: the conversion said it
-        cannot, which is allowed; writing something wrong is not."""
+    def applies(self, source: Path) -> Optional[str]:
+        """Why it does not apply to this save (a tool its framework does not
+        ship for this kind of checkpoint), or None. Cheap: run in the
+        harness process, with no framework imported."""
+
+    def convert(self, source: Path, out: Path) -> None:
+        """Convert the save in `source` into the directory `out` (created,
+        empty), laid out as a save of layout `gives` is in its directory.
+        Raising is a refusal: the conversion said it cannot, which is
+        allowed; writing something wrong is not."""
 
     def read(self, out: Path) -> Mapping[str, Any]:
         """What `out` holds, loaded the way its consumers load it, under the
@@ -99,8 +109,9 @@ def get(name: str) -> Conversion:
     except (ImportError, AttributeError) as exc:
         raise ScenarioError(f"conversion {name!r} ({target}) cannot be loaded: {exc}") from exc
     if not isinstance(found, Conversion):
-        raise ScenarioError(f"conversion {name!r} ({target}) lacks reads, writes, drops, why_dropped, requires, "
-                            "applies(), convert() or read(): see ckpt_harness.conversions.Conversion")
+        raise ScenarioError(f"conversion {name!r} ({target}) lacks reads, gives, writes, drops, why_dropped, "
+                            "requires, source(), applies(), convert() or read(): "
+                            "see ckpt_harness.conversions.Conversion")
     return found
 
 

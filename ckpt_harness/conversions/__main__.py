@@ -16,11 +16,11 @@ def main(argv: list[str]) -> int:
 
     from ckpt_harness import conversions, state
 
-    name, ckpt_dir, step, out, result, deadline = argv
+    name, source, out, result, deadline = argv
     faulthandler.dump_traceback_later(max(1.0, float(deadline) - 1.0), exit=False)
     conversion = conversions.get(name)
     try:
-        conversion.convert(Path(ckpt_dir), int(step), Path(out))
+        conversion.convert(Path(source), Path(out))
     except ImportError as exc:  # not a refusal: the conversion never ran
         found = Converted(error=f"{type(exc).__name__}: {exc}", details=traceback.format_exc())
     except Exception as exc:  # a refusal, in its words

@@ -19,6 +19,10 @@ def from_optimizer(optim: Mapping[str, Any], names: Mapping[Any, str]) -> dict[s
     """An optimizer's `state_dict()` (`names` maps its parameter ids, or
     FQNs as `get_optimizer_state_dict` writes them, to parameter names)."""
     out: dict[str, Any] = {}
+    strangers = [pid for pid in optim["state"] if pid not in names]
+    if strangers:  # `Optimizer.load_state_dict` would keep them aside, restoring none
+        raise ValueError(f"the optimizer's state is keyed by {_ids(strangers)}, its param_groups list "
+                         f"{_ids(list(names))}: Optimizer.load_state_dict restores none of that state")
     for pid, entries in optim["state"].items():
         for key, value in entries.items():
             out[f"optim/{names[pid]}/{key}"] = value
@@ -50,25 +54,29 @@ def dcp_job(state_dict: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def torch_save_job(path: Path) -> dict[str, Any]:
-    """A step directory of `jobs.torch_save.TorchSaveJob`, loaded as its
-    `load` does: the optimizer's parameter ids are the model's parameters in
-    order, and a tensor that shares its storage with an earlier one (a tied
-    weight) is that parameter, listed once, as `named_parameters` lists it."""
+    """A step directory of `jobs.torch_save.TorchSaveJob`, each file loaded as its `load` does."""
     import torch
 
-    def read(name: str) -> Any:
-        return torch.load(path / name, map_location="cpu", weights_only=True)
+    return torch_save_files({p.stem: torch.load(p, map_location="cpu", weights_only=True)
+                             for p in sorted(path.glob("*.pt"))}, str(path))
 
-    model = read("model.pt")
+
+def torch_save_files(files: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """The files of a `TorchSaveJob` save by name ("model", "optimizer",
+    "scheduler", "rng_rank0", ...): the optimizer's parameter ids are the
+    model's parameters in order, and a tensor that shares its storage with
+    an earlier one (a tied weight) is that parameter, listed once, as
+    `named_parameters` lists it."""
+    model = files["model"]
     names = distinct(model)
-    optim = read("optimizer.pt")
+    optim = files["optimizer"]
     ids = [pid for group in optim["param_groups"] for pid in group["params"]]
     if len(ids) != len(names):
-        raise ValueError(f"{path / 'optimizer.pt'} has {len(ids)} parameters, {path / 'model.pt'} {len(names)}")
+        raise ValueError(f"{where}: the optimizer has {len(ids)} parameters, the model {len(names)}")
     out = {f"model/{name}": model[name] for name in names}
     out.update(from_optimizer(optim, dict(zip(ids, names))))
-    out.update(from_scheduler(read("scheduler.pt")))
-    out["step"] = read("rng_rank0.pt")["step"]
+    out.update(from_scheduler(files["scheduler"]))
+    out["step"] = files["rng_rank0"]["step"]
     return out
 
 
@@ -86,3 +94,8 @@ def distinct(tensors: Mapping[str, Any]) -> list[str]:
 
 def _bytes(value: Any) -> bytes:
     return value.getvalue() if isinstance(value, io.BytesIO) else value
+
+
+def _ids(ids: list[Any]) -> str:
+    shown = ", ".join(repr(i) for i in ids[:3]) + (", ..." if len(ids) > 3 else "")
+    return f"{shown} ({', '.join(sorted({type(i).__name__ for i in ids}))})"

@@ -14,20 +14,22 @@ from ckpt_harness.conversions import _layouts
 
 class ToTorchSave:
     reads = "dcp"
-    writes = "one torch.save file (format_utils.dcp_to_torch_save)"
+    gives = "torch_save_file"
+    writes = "one torch.save file, checkpoint.pt (format_utils.dcp_to_torch_save)"
     drops: tuple[str, ...] = ()
     why_dropped = ""
     requires: Mapping[str, str] = {}
 
-    def applies(self, ckpt_dir: Path, step: int) -> Optional[str]:
+    def source(self, ckpt_dir: Path, step: int) -> Path:
+        return Path(ckpt_dir) / f"step_{step:06d}"  # jobs._common.step_dir
+
+    def applies(self, source: Path) -> Optional[str]:
         return None
 
-    def convert(self, ckpt_dir: Path, step: int, out: Path) -> None:
+    def convert(self, source: Path, out: Path) -> None:
         from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
 
-        from ckpt_harness.jobs._common import step_dir
-
-        dcp_to_torch_save(step_dir(ckpt_dir, step), out / "checkpoint.pt")
+        dcp_to_torch_save(source, out / "checkpoint.pt")
 
     def read(self, out: Path) -> Mapping[str, Any]:
         import torch
@@ -36,20 +38,21 @@ class ToTorchSave:
 
 
 class RoundTrip(ToTorchSave):
+    gives = "dcp"
     writes = "a DCP directory again (dcp_to_torch_save, then torch_save_to_dcp)"
 
-    def convert(self, ckpt_dir: Path, step: int, out: Path) -> None:
+    def convert(self, source: Path, out: Path) -> None:
         from torch.distributed.checkpoint.format_utils import torch_save_to_dcp
 
-        super().convert(ckpt_dir, step, out)
-        torch_save_to_dcp(out / "checkpoint.pt", out / "dcp")
+        super().convert(source, out)
+        torch_save_to_dcp(out / "checkpoint.pt", out)
         (out / "checkpoint.pt").unlink()
 
     def read(self, out: Path) -> Mapping[str, Any]:
         # What a DCP user without a template loads: every key, full tensors.
         from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
 
-        return _layouts.dcp_job(_load_state_dict_from_keys(checkpoint_id=out / "dcp"))
+        return _layouts.dcp_job(_load_state_dict_from_keys(checkpoint_id=out))
 
 
 TO_TORCH_SAVE = ToTorchSave()

@@ -9,22 +9,26 @@ from typing import Any, Mapping, Optional
 
 class ZeroToFp32:
     reads = "deepspeed"
+    gives = "fp32_state_dict"
     writes = "pytorch_model.bin (zero_to_fp32.convert_zero_checkpoint_to_fp32_state_dict)"
     drops = ("optim/*", "scheduler/*", "step", "engine/*")
     why_dropped = "a weights export: the fp32 model, without optimizer, schedule or counters"
     requires: Mapping[str, str] = {"deepspeed": "ckpt-harness[deepspeed]"}
 
-    def applies(self, ckpt_dir: Path, step: int) -> Optional[str]:
+    def source(self, ckpt_dir: Path, step: int) -> Path:
+        return Path(ckpt_dir) / f"global_step{step}"  # the tag DeepSpeedJob saves under
+
+    def applies(self, source: Path) -> Optional[str]:
         # DeepSpeed copies the script next to the checkpoints it is for (ZeRO 1-3).
-        if not (Path(ckpt_dir) / "zero_to_fp32.py").exists():
+        if not (source.parent / "zero_to_fp32.py").exists():
             return ("DeepSpeed ships zero_to_fp32.py with ZeRO stage 1-3 checkpoints only, and this one has none "
                     "(stage 0 keeps the whole model in mp_rank_00_model_states.pt)")
         return None
 
-    def convert(self, ckpt_dir: Path, step: int, out: Path) -> None:
+    def convert(self, source: Path, out: Path) -> None:
         from deepspeed.utils.zero_to_fp32 import convert_zero_checkpoint_to_fp32_state_dict
 
-        convert_zero_checkpoint_to_fp32_state_dict(str(ckpt_dir), str(out), tag=f"global_step{step}")
+        convert_zero_checkpoint_to_fp32_state_dict(str(source.parent), str(out), tag=source.name)
 
     def read(self, out: Path) -> Mapping[str, Any]:
         import torch

@@ -9,18 +9,22 @@ from typing import Any, Mapping, Optional
 
 class SavePretrained:
     reads = "hf_trainer"
+    gives = "hf_pretrained"
     writes = "a save_pretrained directory (config.json, model.safetensors)"
     drops = ("optim/*", "scheduler/*", "step")
     why_dropped = "a weights export: the model, without the Trainer's optimizer, schedule or step"
     requires: Mapping[str, str] = {"transformers": "ckpt-harness[hf]", "safetensors": "ckpt-harness[hf]"}
 
-    def applies(self, ckpt_dir: Path, step: int) -> Optional[str]:
+    def source(self, ckpt_dir: Path, step: int) -> Path:
+        return Path(ckpt_dir) / f"checkpoint-{step}"  # the Trainer's own name
+
+    def applies(self, source: Path) -> Optional[str]:
         return None
 
-    def convert(self, ckpt_dir: Path, step: int, out: Path) -> None:
+    def convert(self, source: Path, out: Path) -> None:
         from transformers import AutoModelForCausalLM
 
-        AutoModelForCausalLM.from_pretrained(Path(ckpt_dir) / f"checkpoint-{step}").save_pretrained(out)
+        AutoModelForCausalLM.from_pretrained(source).save_pretrained(out)
 
     def read(self, out: Path) -> Mapping[str, Any]:
         from transformers import AutoModelForCausalLM

@@ -47,16 +47,16 @@ class Converted:
     seconds: float = 0.0
 
 
-def run_conversion(name: str, ckpt_dir: Path, step: int, workdir: Path, deadline: float) -> Converted:
-    """Run conversion `name` of save `step` into `workdir/out`."""
+def run_conversion(name: str, source: Path, workdir: Path, deadline: float) -> Converted:
+    """Run conversion `name` of the save in `source` into `workdir/out`."""
     out, result, log_path = workdir / "out", workdir / "result.pkl", workdir / "conversion.log"
     out.mkdir(parents=True)
     started = time.monotonic()
     # Our import path, the current directory ("") spelled out: the child runs in `workdir`.
     path = os.pathsep.join(p or os.getcwd() for p in sys.path)
     child_env = {**os.environ, "PYTHONPATH": path}
-    argv = [sys.executable, "-m", "ckpt_harness.conversions", name, str(ckpt_dir), str(step), str(out),
-            str(result), str(deadline)]
+    argv = [sys.executable, "-m", "ckpt_harness.conversions", name, str(source), str(out), str(result),
+            str(deadline)]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, env=child_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=workdir, start_new_session=True,

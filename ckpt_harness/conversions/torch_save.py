@@ -1,30 +1,38 @@
-"""A `torch.save` checkpoint's model exported to safetensors, the format
-model hubs and inference servers take: weights only."""
+"""Conversions of a `torch.save` checkpoint directory: its model exported to
+safetensors (what model hubs and inference servers take: weights only), and
+the whole save as one DCP checkpoint (`format_utils.torch_save_to_dcp`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from ckpt_harness.conversions import _layouts
 
-class ToSafetensors:
+
+class _FromTorchSave:
     reads = "torch_save"
+    requires: Mapping[str, str] = {}
+
+    def source(self, ckpt_dir: Path, step: int) -> Path:
+        return Path(ckpt_dir) / f"step_{step:06d}"  # jobs._common.step_dir
+
+    def applies(self, source: Path) -> Optional[str]:
+        return None
+
+
+class ToSafetensors(_FromTorchSave):
+    gives = "safetensors"
     writes = "model.safetensors (safetensors.torch.save_file of the model's state dict)"
     drops = ("optim/*", "scheduler/*", "step")
     why_dropped = "a weights export: safetensors holds the model's tensors only"
     requires: Mapping[str, str] = {"safetensors": "pip install safetensors (or ckpt-harness[hf])"}
 
-    def applies(self, ckpt_dir: Path, step: int) -> Optional[str]:
-        return None
-
-    def convert(self, ckpt_dir: Path, step: int, out: Path) -> None:
+    def convert(self, source: Path, out: Path) -> None:
         import torch
         from safetensors.torch import save_file
 
-        from ckpt_harness.jobs._common import step_dir
-
-        model = torch.load(step_dir(ckpt_dir, step) / "model.pt", map_location="cpu", weights_only=True)
-        save_file(model, out / "model.safetensors")
+        save_file(torch.load(source / "model.pt", map_location="cpu", weights_only=True), out / "model.safetensors")
 
     def read(self, out: Path) -> Mapping[str, Any]:
         from safetensors.torch import load_file
@@ -32,4 +40,28 @@ class ToSafetensors:
         return {f"model/{k}": v for k, v in load_file(out / "model.safetensors").items()}
 
 
+class ToDcp(_FromTorchSave):
+    gives = "dcp"
+    writes = ("a DCP directory of every file of the save, keyed by file name (torch_save_to_dcp of "
+              "{'model': ..., 'optimizer': ..., ...})")
+    drops: tuple[str, ...] = ()
+    why_dropped = ""
+
+    def convert(self, source: Path, out: Path) -> None:
+        import torch
+        from torch.distributed.checkpoint.format_utils import torch_save_to_dcp
+
+        merged = out / "merged.pt"
+        torch.save({p.stem: torch.load(p, map_location="cpu", weights_only=True) for p in sorted(source.glob("*.pt"))},
+                   merged)
+        torch_save_to_dcp(merged, out)
+        merged.unlink()
+
+    def read(self, out: Path) -> Mapping[str, Any]:
+        from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+        return _layouts.torch_save_files(_load_state_dict_from_keys(checkpoint_id=out), str(out))
+
+
 TO_SAFETENSORS = ToSafetensors()
+TO_DCP = ToDcp()

@@ -24,7 +24,7 @@ from ckpt_harness.oracle.judges import (
 from ckpt_harness.oracle.outcomes import Outcome, OutcomeKind, classify_resume
 from ckpt_harness.oracle.problems import Problem, health
 from ckpt_harness.oracle.retention import judge_retention
-from ckpt_harness.oracle.properties import PROPERTIES, Background, accepted, expected, property_for
+from ckpt_harness.oracle.properties import OTHER_LAYOUT, PROPERTIES, Background, accepted, expected, property_for
 from ckpt_harness.oracle.start import (
     Inferred,
     infer_start,
@@ -37,7 +37,7 @@ from ckpt_harness.oracle.start import (
     judge_stopped,
 )
 from ckpt_harness.records import save_steps, savers, saves_by_step
-from ckpt_harness.oracle.conversions import judge_conversion
+from ckpt_harness.oracle.conversions import judge_conversion, judge_converted_resume
 from ckpt_harness.oracle.scenarios import (
     judge_blocked,
     judge_late,
@@ -48,9 +48,10 @@ from ckpt_harness.oracle.scenarios import (
 )
 
 __all__ = [
-    "PROPERTIES", "Background", "Outcome", "OutcomeKind", "Problem", "Reference", "accepted", "cannot_judge",
-    "classify_resume", "expected",
-    "float_noise", "harness_error", "health", "judge_blocked", "judge_conversion", "judge_deterministic",
+    "OTHER_LAYOUT", "PROPERTIES", "Background", "Outcome", "OutcomeKind", "Problem", "Reference", "accepted",
+    "cannot_judge", "classify_resume", "expected",
+    "float_noise", "harness_error", "health", "judge_blocked", "judge_conversion", "judge_converted_resume",
+    "judge_deterministic",
     "judge_fault", "judge_finished",
     "judge_fresh_start", "judge_golden", "judge_hard_stop", "judge_late", "judge_live", "judge_load_step",
     "judge_overwriting_save",

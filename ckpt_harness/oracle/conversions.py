@@ -15,6 +15,9 @@ from typing import Optional, Sequence
 
 from ckpt_harness.conversions.run import Converted
 from ckpt_harness.oracle import diffs
+from ckpt_harness.oracle.judges import judge_same_state
+from ckpt_harness.oracle.problems import health
+from ckpt_harness.records import Kind, Run
 from ckpt_harness.state import Record, diff
 from ckpt_harness.verdict import CaseResult, Verdict
 
@@ -49,3 +52,28 @@ def judge_conversion(case: str, check: str, step: int, expected: Record, convert
                       differences=diffs.rows([(0, differences)]))
     dropped = f"; {len(documented)} keys left out as documented ({why_dropped})" if documented else ""
     return result(Verdict.PASS, f"{len(kept)} keys bitwise equal to save {step}{dropped}")
+
+
+def judge_converted_resume(case: str, check: str, step: int, expected: Record, resumed: Run, *, noun: str,
+                           repro: Optional[str]) -> CaseResult:
+    """A round trip put where save `step` was, resumed by the job's own
+    loader: the full state after load bitwise that of the save, then the run
+    trains to its end."""
+    def fail(summary: str, details: str = "") -> CaseResult:
+        return CaseResult(case, check, Verdict.FAIL, summary, details, repro)
+
+    problem = health(resumed)
+    loaded = resumed.states(Kind.LOADED_FULL)
+    if loaded is None:
+        return fail(f"the {noun}'s resume from the converted save {step}: "
+                    f"{problem.summary if problem else 'no state after load'}", problem.details if problem else "")
+    steps = set(resumed.loaded_steps().values())
+    if steps != {step}:
+        return fail(f"the {noun}'s resume from the converted save {step} loaded {sorted(steps, key=str)}")
+    same = judge_same_state(case, check, {rank: expected for rank in loaded}, loaded,
+                            f"full state after loading the converted save {step}", repro)
+    if same.verdict is not Verdict.PASS:
+        return same
+    if problem is not None:
+        return fail(f"resumed from the converted save {step}, then {problem.summary}", problem.details)
+    return CaseResult(case, check, Verdict.PASS, f"the {noun}'s own loader resumed it: {same.summary}")

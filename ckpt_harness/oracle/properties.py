@@ -43,6 +43,11 @@ CRASHES = tuple(k.name for k in FAULT_KINDS if k.family is Family.CRASH)
 ERRORS = tuple(k.name for k in FAULT_KINDS if k.family is Family.ERROR)
 
 
+#: The case kind of a save handed to the resume in a layout the job does not
+#: write (`catalogue.checks.convert.Confuse`): judged as a damaged checkpoint.
+OTHER_LAYOUT = "other-layout"
+
+
 def property_for(kind: str) -> str:
     """The property a case of fault (or corruption) `kind` judges. A kind
     known nowhere is a harness bug, refused rather than judged under a
@@ -53,7 +58,7 @@ def property_for(kind: str) -> str:
         return "durable"
     if kind == UNSAFE_PICKLE:
         return "safe-loading"
-    if kind in CORRUPTIONS:
+    if kind in CORRUPTIONS or kind == OTHER_LAYOUT:
         return "detecting"
     raise ModelError(f"no property is defined for case kind {kind!r}: neither a fault kind "
                      "(inject.faults.FAULT_KINDS) nor a corruption (inject.corrupt.CORRUPTIONS)")

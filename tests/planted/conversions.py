@@ -4,8 +4,11 @@ and flag the others naming the key. Run on `TiedTorchSave`, whose model holds
 a tied weight (`head.weight` is `net.3.weight`), as a language model's output
 projection is its embedding.
 
-Each writes a step directory of the same layout (`out/step_XXXXXX`), read back
-as `TorchSaveJob.load` would (`conversions._layouts.torch_save_job`).
+Each writes the files of a step directory of the same layout, read back as
+`TorchSaveJob.load` would (`conversions._layouts.torch_save_job`), and, put
+where the save was, resumed by that loader. Below them, two loaders of the
+`dcp` job for `format-confusion`: one that guesses the layout from a file's
+presence, one that checks.
 """
 
 from __future__ import annotations
@@ -17,8 +20,12 @@ import torch
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+from ckpt_harness import RankContext
 from ckpt_harness.conversions import _layouts
-from ckpt_harness.jobs._common import build_mlp, step_dir
+from ckpt_harness.jobs._common import build_mlp, read_latest, step_dir, unanimous
+from ckpt_harness.jobs.dcp import DcpJob
 from ckpt_harness.jobs.torch_save import TorchSaveJob, _rank_ordered_mean
 
 
@@ -26,26 +33,27 @@ class Resave:
     """Every file loaded and saved again, untouched: the faithful one."""
 
     reads = "torch_save"
+    gives = "torch_save"
     writes = "the same step directory, each file saved again"
     drops: tuple[str, ...] = ()
     why_dropped = ""
     requires: Mapping[str, str] = {}
 
-    def applies(self, ckpt_dir: Path, step: int) -> Optional[str]:
+    def source(self, ckpt_dir: Path, step: int) -> Path:
+        return step_dir(ckpt_dir, step)
+
+    def applies(self, source: Path) -> Optional[str]:
         return None
 
-    def convert(self, ckpt_dir: Path, step: int, out: Path) -> None:
-        source, target = step_dir(ckpt_dir, step), step_dir(out, step)
-        target.mkdir()
+    def convert(self, source: Path, out: Path) -> None:
         for path in sorted(source.glob("*.pt")):
-            torch.save(self.change(path.name, torch.load(path, weights_only=True), ckpt_dir, step), target / path.name)
+            torch.save(self.change(path.name, torch.load(path, weights_only=True), source), out / path.name)
 
-    def change(self, name: str, content: Any, ckpt_dir: Path, step: int) -> Any:
+    def change(self, name: str, content: Any, source: Path) -> Any:
         return content
 
     def read(self, out: Path) -> Mapping[str, Any]:
-        (path,) = out.glob("step_*")
-        return _layouts.torch_save_job(path)
+        return _layouts.torch_save_job(out)
 
 
 class DropsTiedWeight(Resave):
@@ -53,7 +61,7 @@ class DropsTiedWeight(Resave):
     duplicate: the weight survives only under the name the model does not
     train it by."""
 
-    def change(self, name, content, ckpt_dir, step):
+    def change(self, name, content, source):
         if name == "model.pt":
             content.pop("net.3.weight")
         return content
@@ -62,7 +70,7 @@ class DropsTiedWeight(Resave):
 class CastsToBfloat16(Resave):
     """Halves the model for shipping, an undocumented cast."""
 
-    def change(self, name, content, ckpt_dir, step):
+    def change(self, name, content, source):
         if name == "model.pt":
             cast: dict[int, torch.Tensor] = {}  # a tied weight stays one tensor
             content = {k: cast.setdefault(v.untyped_storage().data_ptr(), v.to(torch.bfloat16))
@@ -73,7 +81,7 @@ class CastsToBfloat16(Resave):
 class LosesOptimizerStep(Resave):
     """Keeps Adam's moments but not its step count (bias correction restarts)."""
 
-    def change(self, name, content, ckpt_dir, step):
+    def change(self, name, content, source):
         if name == "optimizer.pt":
             for entries in content["state"].values():
                 entries.pop("step")
@@ -83,10 +91,11 @@ class LosesOptimizerStep(Resave):
 class MixesTwoSaves(Resave):
     """Takes the optimizer from the save before: every file is a real one."""
 
-    def change(self, name, content, ckpt_dir, step):
+    def change(self, name, content, source):
         if name == "optimizer.pt":
-            earlier = max(s for s in (int(p.name.split("_")[1]) for p in Path(ckpt_dir).glob("step_*")) if s < step)
-            content = torch.load(step_dir(ckpt_dir, earlier) / name, weights_only=True)
+            step = int(source.name.split("_")[1])
+            earlier = max(s for s in (int(p.name.split("_")[1]) for p in source.parent.glob("step_*")) if s < step)
+            content = torch.load(step_dir(source.parent, earlier) / name, weights_only=True)
         return content
 
 
@@ -118,3 +127,34 @@ class TiedTorchSave(TorchSaveJob):
         model = DistributedDataParallel(_Tied(ctx.seed))
         model.register_comm_hook(None, _rank_ordered_mean)
         self._build_common(ctx, model, model.parameters())
+
+
+class GuessesLayout(DcpJob):
+    """Decides sharded or unsharded from a file's presence, as the OLMo
+    loader does from a directory's name: a `checkpoint.pt` means a
+    consolidated checkpoint, which it takes for a weights export, and it
+    loads the model only. Handed its own save as one torch.save file, it
+    resumes with fresh optimizer moments, schedule and streams, silently."""
+
+    def load(self, ctx: RankContext) -> Optional[int]:
+        found = unanimous(ctx, lambda: read_latest(ctx.ckpt_dir))
+        if found is None or not (found[1] / "checkpoint.pt").exists():
+            return super().load(ctx)
+        step, path = found
+        full = torch.load(path / "checkpoint.pt", map_location="cpu", weights_only=True)
+        set_model_state_dict(self.model, full["model"], options=StateDictOptions(full_state_dict=True))
+        self.step = step
+        return step
+
+
+class ChecksLayout(DcpJob):
+    """Looks before it loads: a step directory without DCP's `.metadata` is
+    refused on every rank, naming what it holds and what to do."""
+
+    def load(self, ctx: RankContext) -> Optional[int]:
+        found = unanimous(ctx, lambda: read_latest(ctx.ckpt_dir))
+        if found is not None and not (found[1] / ".metadata").exists():
+            names = ", ".join(sorted(p.name for p in found[1].iterdir()))
+            raise ValueError(f"{found[1]} holds no DCP checkpoint (no .metadata; it holds {names}): convert it "
+                             "back with torch_save_to_dcp, or load it as what it is")
+        return super().load(ctx)

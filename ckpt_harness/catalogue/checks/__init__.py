@@ -45,6 +45,7 @@ BUILTIN_CHECKS = {
     "stall": "ckpt_harness.catalogue.checks.stall:CHECK",
     "retention": "ckpt_harness.catalogue.checks.retention:CHECK",
     "convert": "ckpt_harness.catalogue.checks.convert:CHECK",
+    "confuse": "ckpt_harness.catalogue.checks.convert:CONFUSE",
 }
 
 

@@ -1,33 +1,47 @@
-"""Conversions of a committed save: every conversion that reads the target's
-checkpoint layout (`ckpt_harness.conversions`), one case each.
+"""Conversions of a committed save (`ckpt_harness.conversions`): what they
+keep (`convert`), and what the job's own loader makes of a save in another
+layout (`confuse`).
 
-The run saves and stops after its last save k, recording the job's
-`full_state` as save k returned: the truth a conversion is held to, the
-same one a world-size change is (`reshard`). Each conversion then runs on
-the committed directory in a process of its own (`conversions.run`), and
-what it wrote, read back as its consumers load it, must be that state key
-for key, bitwise, except what the conversion documents it drops; or the
-conversion refuses. The saving run is shared by the cases; each conversion
-writes into a directory of its own and reads the checkpoint only.
+`convert`: the run saves and stops after its last save k, recording the
+job's `full_state` as save k returned: the truth a conversion is held to,
+the one a world-size change is held to too (`reshard`). Each conversion
+that reads the target's layout runs on the committed directory in a
+process of its own (`conversions.run`); what it wrote, read back as its
+consumers load it, must be that state key for key, bitwise, but for what
+the conversion documents it drops; or the conversion refuses. A
+conversion that gives the layout it read (a round trip) must also resume:
+put where save k was, the job's own loader must load the full state of
+save k bitwise and train on.
+
+`confuse`: a complete conversion (it drops nothing) to another layout is
+the same save laid out as the job does not write it: sharded where it
+writes one file, one file where it writes shards. Put where save k was, it
+is handed to the job's own resume, which must refuse it on every rank,
+naming what it found, or load save k correctly: never load it partially or
+silently (judged as a damaged checkpoint is, property "detecting").
 """
 
 from __future__ import annotations
 
 import importlib.util
-from typing import Any, Mapping, Optional, Sequence
+import shutil
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ckpt_harness import conversions, oracle
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
-from ckpt_harness.config import Setting
-from ckpt_harness.conversions.run import run_conversion
+from ckpt_harness.config import Setting, ends_group
+from ckpt_harness.conversions.run import Converted, run_conversion
 from ckpt_harness.records import CaseClock, Kind
-from ckpt_harness.targets import RunRequest
+from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult, Verdict
 
 #: Seconds one conversion may take: a fresh interpreter importing its
 #: framework (DeepSpeed, transformers: up to ~15 s on a busy 2-core box),
 #: then tiny tensors. Only a wedged conversion reaches it.
 DEADLINE = 180.0
+#: The name of a `convert` case that resumes from a round trip: "<conversion> resumed".
+RESUMED = "resumed"
 
 
 def _known(names: Any) -> Optional[str]:
@@ -38,61 +52,21 @@ def _known(names: Any) -> Optional[str]:
             "module:attribute") if unknown else None
 
 
-class Convert:
-    params = (
-        Setting("conversions", tuple, (), "the conversions to run, by registered name or module:attribute (none "
-                "given: every registered one that reads the target's checkpoint layout)", rule=_known),
-        *run_settings("save_every", steps=4),
-    )
-    #: The truth (`full_state` at save k) and a layout a conversion reads.
-    requires = ("full_state", "conversions")
+CONVERSIONS = Setting("conversions", tuple, (), "the conversions to run, by registered name or module:attribute "
+                      "(none given: every registered one that reads the target's checkpoint layout)", rule=_known)
 
-    def validate(self, params: Mapping[str, Any]) -> Optional[str]:
-        return None
 
-    def run(self, bench, scenario, only: Optional[Sequence[str]] = None) -> Sequence[CaseResult]:
-        target = bench.target_for(scenario.params)
-        layout = target.caps.layout
-        names = [n for n in scenario.params["conversions"] if conversions.get(n).reads == layout] \
-            if scenario.params["conversions"] else conversions.for_layout(layout)
-        if not names:
-            raise NotApplicable(f"no conversion reads the {layout} layout"
-                                + (f" among {', '.join(scenario.params['conversions'])}"
-                                   if scenario.params["conversions"] else ""))
-        names = [n for n in names if not only or n in only]
-        missing = {n: _missing(conversions.get(n)) for n in names}
-        if names and all(missing.values()):
-            raise NotApplicable("; ".join(f"{n} needs {m}" for n, m in missing.items()))
-        if not names:
-            return []
-        steps = target.save_steps() or []
-        k = steps[-1] if steps else scenario.params["save_every"]
-        root = bench.root / scenario.name
-        clock = CaseClock()
-        saved = clock.run(lambda: target.run(RunRequest("saving run", stop_after_save=k, trace_files=False,
-                                                        full_state=True), root / "ckpt", root / "save"), broken=k)
-        failed = oracle.judge_reshard_save("saving run", scenario.property, saved, k, target.world_size,
-                                           bench.repro(scenario, names[0]))
-        if failed is not None:
-            return [clock.stamp(failed, every=bench.timelines == "all")]
-        expected = saved.states(Kind.SAVED_FULL, k)[0]
-        results = []
-        for name in names:
-            # Each case's clock holds the shared saving run as its context; the
-            # conversion's own seconds are outside any run: the harness's part.
-            case_clock = clock if not results else CaseClock(context=[saved])
-            conversion = conversions.get(name)
-            reason = f"needs {missing[name]}" if missing[name] else conversion.applies(root / "ckpt", k)
-            if reason is not None:
-                results.append(case_clock.stamp(CaseResult(name, scenario.property, Verdict.NA, reason)))
-                continue
-            converted = run_conversion(name, root / "ckpt", k, root / name, DEADLINE)
-            case_clock.judging()
-            judged = oracle.judge_conversion(name, scenario.property, k, expected, converted,
-                                             writes=conversion.writes, drops=conversion.drops,
-                                             why_dropped=conversion.why_dropped, repro=bench.repro(scenario, name))
-            results.append(case_clock.stamp(judged, every=bench.timelines == "all"))
-        return results
+def _chosen(scenario, layout: Optional[str], fits: Callable[[conversions.Conversion], bool],
+            only: Optional[Sequence[str]], what: str) -> list[str]:
+    """The conversions the scenario names (or all registered) that read
+    `layout` and `fit`; NotApplicable, saying why, when there is none."""
+    asked = scenario.params["conversions"]
+    names = [n for n in (asked or conversions.registry())
+             if conversions.get(n).reads == layout and fits(conversions.get(n))]
+    if not names:
+        among = f" among {', '.join(asked)}" if asked else ""
+        raise NotApplicable(f"no conversion{among} reads the {layout} layout{what}")
+    return [n for n in names if not only or n.partition(" ")[0] in only or n in only]
 
 
 def _missing(conversion: conversions.Conversion) -> str:
@@ -101,4 +75,139 @@ def _missing(conversion: conversions.Conversion) -> str:
                      if importlib.util.find_spec(module) is None)
 
 
+def _skipped(conversion: conversions.Conversion, source: Path) -> Optional[str]:
+    """Why this conversion is not run on this save (n/a), or None."""
+    missing = _missing(conversion)
+    return f"needs {missing}" if missing else conversion.applies(source)
+
+
+def _put(out: Path, source: Path) -> None:
+    """The converted checkpoint in `out` takes the place of the save in `source`."""
+    for entry in list(source.iterdir()):
+        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+    for entry in list(out.iterdir()):
+        shutil.move(str(entry), source / entry.name)
+
+
+class Convert:
+    params = (CONVERSIONS, *run_settings("save_every", steps=4))
+    #: The truth (`full_state` at save k) and a layout a conversion reads.
+    requires = ("full_state", "conversions")
+
+    def validate(self, params: Mapping[str, Any]) -> Optional[str]:
+        return None
+
+    def run(self, bench, scenario, only: Optional[Sequence[str]] = None) -> Sequence[CaseResult]:
+        target = bench.target_for(scenario.params)
+        names = _chosen(scenario, target.caps.layout, lambda c: True, only, "")
+        steps = target.save_steps() or []
+        k = steps[-1] if steps else scenario.params["save_every"]
+        root = bench.root / scenario.name
+        every = bench.timelines == "all"
+        clock = CaseClock()
+        saved = clock.run(lambda: target.run(RunRequest("saving run", stop_after_save=k, trace_files=False,
+                                                        full_state=True), root / "ckpt", root / "save"), broken=k)
+        failed = oracle.judge_reshard_save("saving run", scenario.property, saved, k, target.world_size,
+                                           bench.repro(scenario, names[0]) if names else None)
+        if failed is not None:
+            return [clock.stamp(failed, every=every)]
+        expected = saved.states(Kind.SAVED_FULL, k)[0]
+        results = []
+        for name in names:
+            # Each case's clock holds the shared saving run; a conversion's own
+            # seconds are outside any run: the harness's part.
+            case = clock if not results else CaseClock(context=[saved])
+            conversion = conversions.get(name)
+            source = conversion.source(root / "ckpt", k)
+            skipped = _skipped(conversion, source)
+            if skipped is not None:
+                results.append(case.stamp(CaseResult(name, scenario.property, Verdict.NA, skipped)))
+                continue
+            converted = run_conversion(name, source, root / name, DEADLINE)
+            case.judging()
+            results.append(case.stamp(oracle.judge_conversion(
+                name, scenario.property, k, expected, converted, writes=conversion.writes, drops=conversion.drops,
+                why_dropped=conversion.why_dropped, repro=bench.repro(scenario, name)), every=every))
+            if conversion.gives == conversion.reads and not conversion.drops and converted.state is not None \
+                    and (not only or f"{name} {RESUMED}" in only or name in only):
+                results.append(self._resumed(bench, scenario, target, saved, expected, name, conversion, k, root))
+        return results
+
+    def _resumed(self, bench, scenario, target, saved, expected, name, conversion, k, root) -> CaseResult:
+        """A round trip put where save k was: the job's own loader resumes it."""
+        case = f"{name} {RESUMED}"
+        clock = CaseClock(context=[saved])
+        ckpt = root / name / "ckpt"
+        shutil.copytree(root / "ckpt", ckpt, symlinks=True)
+        _put(root / name / "out", conversion.source(ckpt, k))
+        resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False, full_state=True,
+                                                          failure_grace=PROPAGATION), ckpt, root / name / "resume"),
+                            resume=True)
+        clock.judging()
+        return clock.stamp(oracle.judge_converted_resume(case, scenario.property, k, expected, resumed,
+                                                         noun=target.noun, repro=bench.repro(scenario, case)),
+                           every=bench.timelines == "all")
+
+
+class Confuse:
+    params = (CONVERSIONS, *run_settings("save", "save_every", steps=6))
+    #: A layout a conversion reads.
+    requires = ("conversions",)
+
+    def validate(self, params: Mapping[str, Any]) -> Optional[str]:
+        return None
+
+    def run(self, bench, scenario, only: Optional[Sequence[str]] = None) -> Sequence[CaseResult]:
+        target = bench.target_for(scenario.params)
+        layout = target.caps.layout
+        names = _chosen(scenario, layout, lambda c: c.gives != c.reads and not c.drops, only,
+                        " and writes a complete save in another layout")
+        base = bench.baseline(target, bench.plan(scenario.params), committed=True)
+        if base.committed is None:
+            return [oracle.cannot_judge("committed run", scenario.property, f"the run stopped after save {base.k} "
+                                        f"failed, leaving nothing to convert: {base.committed_problem}")]
+        return [self._case(bench, scenario, target, base, name) for name in names]
+
+    def _case(self, bench, scenario, target, base, name: str) -> CaseResult:
+        conversion = conversions.get(name)
+        clock = CaseClock(context=[base.golden])
+        root = bench.root / scenario.name / name
+        source = conversion.source(base.committed, base.k)
+        skipped = _skipped(conversion, source)
+        if skipped is not None:
+            return clock.stamp(CaseResult(name, scenario.property, Verdict.NA, skipped))
+        converted = run_conversion(name, source, root, DEADLINE)
+        unmade = _unmade(converted, name, scenario.property, base.k)
+        if unmade is not None:
+            return clock.stamp(unmade)
+        ckpt = root / "ckpt"
+        shutil.copytree(base.committed, ckpt, symlinks=True)
+        placed = conversion.source(ckpt, base.k)
+        _put(root / "out", placed)
+        resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False,
+                                                          failure_grace=PROPAGATION), ckpt, root / "resume"),
+                            resume=True)
+        clock.judging()
+        where = str(placed.relative_to(ckpt))
+        result = oracle.judge_fault(
+            name, oracle.OTHER_LAYOUT, base.reference, None, resumed, save_returned=True,
+            detail=f"save {base.k} handed to the resume as {conversion.writes}, in {where}/",
+            repro=bench.repro(scenario, name), ends_group=ends_group(target.values),
+            row=lambda outcome: ("*", "", "convert", where, "", oracle.OTHER_LAYOUT, outcome.kind.value))
+        return clock.stamp(result, every=bench.timelines == "all")
+
+
+def _unmade(converted: Converted, name: str, check: str, k: int) -> Optional[CaseResult]:
+    """The case cannot be made when the conversion wrote nothing usable: not the loader's doing."""
+    if converted.refused is not None:
+        return CaseResult(name, check, Verdict.NA, f"the conversion refused save {k}, so there is no save in "
+                                                   f"another layout to hand the resume: {converted.refused}")
+    problem = converted.error or converted.broken  # what its reader makes of it is the convert check's
+    if problem is not None:
+        return oracle.cannot_judge(name, check, f"the conversion that makes this case failed: {problem}",
+                                   converted.details)
+    return None
+
+
 CHECK = Convert()
+CONFUSE = Confuse()
