@@ -30,7 +30,7 @@ DEMO_SCENARIOS := unsafe-load,power-loss-during-save,power-loss-after-save,overw
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/ckpt-harness matrix $(addprefix --job ,$(DEMO_JOBS)) --scenarios $(DEMO_SCENARIOS) --out ckpt-matrix
 
-# The whole matrix: 9 jobs x 23 scenarios, about 19 minutes on 2 cores (docs/speed.md).
+# The whole matrix: 9 jobs x 26 scenarios, about 21 minutes on 2 cores (docs/speed.md).
 matrix: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/ckpt-harness matrix --out ckpt-matrix
 

@@ -66,7 +66,7 @@ def _chosen(scenario, layout: Optional[str], fits: Callable[[conversions.Convers
     if not names:
         among = f" among {', '.join(asked)}" if asked else ""
         raise NotApplicable(f"no conversion{among} reads the {layout} layout{what}")
-    return [n for n in names if not only or n.partition(" ")[0] in only or n in only]
+    return [n for n in names if not only or any(case in (n, f"{n} {RESUMED}") for case in only)]
 
 
 def _missing(conversion: conversions.Conversion) -> str:
@@ -125,11 +125,13 @@ class Convert:
                 continue
             converted = run_conversion(name, source, root / name, DEADLINE)
             case.judging()
-            results.append(case.stamp(oracle.judge_conversion(
-                name, scenario.property, k, expected, converted, writes=conversion.writes, drops=conversion.drops,
-                why_dropped=conversion.why_dropped, repro=bench.repro(scenario, name)), every=every))
+            if not only or name in only:
+                results.append(case.stamp(oracle.judge_conversion(
+                    name, scenario.property, k, expected, converted, writes=conversion.writes,
+                    drops=conversion.drops, why_dropped=conversion.why_dropped, repro=bench.repro(scenario, name)),
+                    every=every))
             if conversion.gives == conversion.reads and not conversion.drops and converted.state is not None \
-                    and (not only or f"{name} {RESUMED}" in only or name in only):
+                    and (not only or f"{name} {RESUMED}" in only):
                 results.append(self._resumed(bench, scenario, target, saved, expected, name, conversion, k, root))
         return results
 
