@@ -37,7 +37,7 @@ from typing import Any, Mapping, Optional, Protocol, runtime_checkable
 from ckpt_harness.errors import ScenarioError
 from ckpt_harness.extensions import with_entry_points
 
-__all__ = ["BUILTIN_CONVERSIONS", "Conversion", "dropped", "for_layout", "get", "registry"]
+__all__ = ["BUILTIN_CONVERSIONS", "Conversion", "NoReader", "dropped", "for_layout", "get", "registry"]
 
 ENTRY_POINT_GROUP = "ckpt_harness.conversions"
 
@@ -47,8 +47,15 @@ BUILTIN_CONVERSIONS = {
     "torch-save-to-safetensors": "ckpt_harness.conversions.torch_save:TO_SAFETENSORS",
     "torch-save-to-dcp": "ckpt_harness.conversions.torch_save:TO_DCP",
     "zero-to-fp32": "ckpt_harness.conversions.deepspeed:ZERO_TO_FP32",
+    "zero-to-universal": "ckpt_harness.conversions.deepspeed:ZERO_TO_UNIVERSAL",
     "save-pretrained": "ckpt_harness.conversions.hf:SAVE_PRETRAINED",
 }
+
+
+class NoReader(Exception):
+    """Raised by `Conversion.read` for output it has no reader for (a variant
+    of the layout not covered yet): the case is n/a, saying so, not a
+    finding about the conversion."""
 
 
 @runtime_checkable

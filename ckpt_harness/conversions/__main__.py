@@ -28,6 +28,8 @@ def main(argv: list[str]) -> int:
     else:
         try:
             found = Converted(state=state.capture(conversion.read(Path(out))))
+        except conversions.NoReader as exc:
+            found = Converted(no_reader=str(exc))
         except Exception as exc:
             found = Converted(unreadable=f"{type(exc).__name__}: {exc}", details=traceback.format_exc())
     faulthandler.cancel_dump_traceback_later()

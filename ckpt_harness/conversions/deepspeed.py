@@ -1,5 +1,7 @@
-"""DeepSpeed's `zero_to_fp32`: a ZeRO checkpoint's partitions consolidated
-into one fp32 state dict of the model, the file a ZeRO run is shipped as."""
+"""DeepSpeed's conversions of a ZeRO checkpoint: `zero_to_fp32` (the
+partitions consolidated into one fp32 state dict of the model, the file a
+ZeRO run is shipped as) and `ds_to_universal` (the whole checkpoint, one
+tensor per parameter and state, loadable at any world size)."""
 
 from __future__ import annotations
 
@@ -38,3 +40,59 @@ class ZeroToFp32:
 
 
 ZERO_TO_FP32 = ZeroToFp32()
+
+
+class ZeroToUniversal(ZeroToFp32):
+    """DeepSpeed's `ds_to_universal`: the partitions of every rank as one
+    tensor per parameter and state (`zero/<name>/fp32.pt`, `exp_avg.pt`,
+    ...), next to the model-states file: what a ZeRO run resumes from at
+    another world size (`"checkpoint": {"load_universal": true}`)."""
+
+    gives = "deepspeed_universal"
+    writes = "a universal checkpoint (deepspeed.checkpoint.ds_to_universal: zero/<param>/*.pt, model states)"
+    drops: tuple[str, ...] = ()
+    why_dropped = ""
+
+    def convert(self, source: Path, out: Path) -> None:
+        from ckpt_harness.jobs.deepspeed_job import convert_to_universal
+
+        convert_to_universal(source, out)
+
+    def read(self, out: Path) -> Mapping[str, Any]:
+        # As DeepSpeed's universal loader reads them: its files hold config
+        # objects besides tensors, so they are full pickles (weights_only=False),
+        # written moments ago by the conversion under test.
+        import torch
+
+        from ckpt_harness.conversions import NoReader
+        from ckpt_harness.conversions._layouts import from_scheduler
+
+        def load(path: Path) -> Any:
+            return torch.load(path, map_location="cpu", weights_only=False)
+
+        # Rank 0's model states: the one file in stages 1-2, ZeRO-3's first of one per rank.
+        if not (out / "mp_rank_00_model_states.pt").exists():
+            raise NoReader("ZeRO-3's universal checkpoint keeps each parameter flat, with its step in the "
+                           "optimizer state; the harness reads the ZeRO-1/2 layout only")
+        states = load(out / "mp_rank_00_model_states.pt")
+        found: dict[str, Any] = {}
+        steps = []
+        for param in sorted(p for p in (out / "zero").iterdir() if p.is_dir()):
+            found[f"optim/{param.name}/param"] = load(param / "fp32.pt")["param"]
+            for key in ("exp_avg", "exp_avg_sq"):
+                if (param / f"{key}.pt").exists():
+                    found[f"optim/{param.name}/{key}"] = load(param / f"{key}.pt")["param"]
+            if (param / "step.pt").exists():
+                steps.append(load(param / "step.pt"))
+        if steps:
+            found["optim/step"] = steps[0]
+        for i, group in enumerate(load(out / "zero" / "optimizer_state.pt")["param_groups"]):
+            found.update({f"optim/param_groups/{i}/{k}": v for k, v in group.items() if k != "params"})
+        found.update({f"model/{k}": v for k, v in states["module"].items()})
+        found.update({f"engine/{k}": states[k] for k in ("global_steps", "global_samples", "skipped_steps")})
+        found.update(from_scheduler(states["lr_scheduler"]))
+        found["step"] = states["extra"]["step"]
+        return found
+
+
+ZERO_TO_UNIVERSAL = ZeroToUniversal()

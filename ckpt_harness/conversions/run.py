@@ -30,7 +30,7 @@ HARNESS_EXIT = 3
 
 @dataclasses.dataclass(frozen=True)
 class Converted:
-    """What one conversion of save k gave; exactly one of the first five is set."""
+    """What one conversion of save k gave; exactly one of the first six is set."""
 
     #: The converted checkpoint, read back, captured.
     state: Optional[Record] = None
@@ -38,6 +38,8 @@ class Converted:
     refused: Optional[str] = None
     #: It wrote something its reader could not load.
     unreadable: Optional[str] = None
+    #: It wrote something the harness has no reader for (`conversions.NoReader`).
+    no_reader: Optional[str] = None
     #: It did not finish, or its process died: what is known, and the log's tail (stacks).
     broken: Optional[str] = None
     #: It never ran: it could not import what it needs, or the harness failed

@@ -35,6 +35,8 @@ def judge_conversion(case: str, check: str, step: int, expected: Record, convert
                       converted.details)
     if converted.broken is not None:
         return result(Verdict.FAIL, converted.broken, converted.details)
+    if converted.no_reader is not None:
+        return result(Verdict.NA, f"converted, but not judged: {converted.no_reader}")
     if converted.unreadable is not None:
         return result(Verdict.FAIL, f"wrote {writes}, which does not load: {converted.unreadable}",
                       converted.details)
