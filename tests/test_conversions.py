@@ -98,8 +98,7 @@ def test_a_weights_export_drops_only_what_it_says_and_a_plain_optimizer_through_
 
 
 #: job -> what format-confusion must find when its save is handed over as one torch.save file.
-LOADERS = {
-    "dcp": (Verdict.PASS, "→ refused: FileNotFoundError"),
+LOADERS = {  # the built-in dcp loader's refusal (FileNotFoundError naming .metadata) is in docs/matrix.md
     f"{PLANTED}:ChecksLayout": (Verdict.PASS, "→ refused: ValueError: "),
     f"{PLANTED}:GuessesLayout": (Verdict.FAIL, "→ partial (step 4): "),
 }

@@ -84,7 +84,10 @@ def _skipped(conversion: conversions.Conversion, source: Path) -> Optional[str]:
 def _put(out: Path, source: Path) -> None:
     """The converted checkpoint in `out` takes the place of the save in `source`."""
     for entry in list(source.iterdir()):
-        shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
     for entry in list(out.iterdir()):
         shutil.move(str(entry), source / entry.name)
 
