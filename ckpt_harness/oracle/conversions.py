@@ -15,9 +15,8 @@ from typing import Optional, Sequence
 
 from ckpt_harness.conversions.run import Converted
 from ckpt_harness.oracle import diffs
-from ckpt_harness.oracle.judges import judge_same_state
-from ckpt_harness.oracle.problems import health
-from ckpt_harness.records import Kind, Run
+from ckpt_harness.oracle.scenarios import judge_full_resume
+from ckpt_harness.records import Run
 from ckpt_harness.state import Record, diff
 from ckpt_harness.verdict import CaseResult, Verdict
 
@@ -60,22 +59,8 @@ def judge_converted_resume(case: str, check: str, step: int, expected: Record, r
                            repro: Optional[str]) -> CaseResult:
     """A round trip put where save `step` was, resumed by the job's own
     loader: the full state after load bitwise that of the save, then the run
-    trains to its end."""
-    def fail(summary: str, details: str = "") -> CaseResult:
-        return CaseResult(case, check, Verdict.FAIL, summary, details, repro)
-
-    problem = health(resumed)
-    loaded = resumed.states(Kind.LOADED_FULL)
-    if loaded is None:
-        return fail(f"the {noun}'s resume from the converted save {step}: "
-                    f"{problem.summary if problem else 'no state after load'}", problem.details if problem else "")
-    steps = set(resumed.loaded_steps().values())
-    if steps != {step}:
-        return fail(f"the {noun}'s resume from the converted save {step} loaded {sorted(steps, key=str)}")
-    same = judge_same_state(case, check, {rank: expected for rank in loaded}, loaded,
-                            f"full state after loading the converted save {step}", repro)
-    if same.verdict is not Verdict.PASS:
-        return same
-    if problem is not None:
-        return fail(f"resumed from the converted save {step}, then {problem.summary}", problem.details)
-    return CaseResult(case, check, Verdict.PASS, f"the {noun}'s own loader resumed it: {same.summary}")
+    trains to its end (as a world-size change is judged)."""
+    return judge_full_resume(case, check, expected, resumed, step,
+                             label=f"the {noun}'s resume from the converted save {step}",
+                             what=f"full state after loading the converted save {step}",
+                             passed=f"the {noun}'s own loader resumed it", repro=repro)

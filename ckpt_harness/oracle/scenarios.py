@@ -15,6 +15,7 @@ from ckpt_harness.oracle.problems import health, never_fired
 from ckpt_harness.oracle.start import infer_start
 from ckpt_harness.launch import RankStatus
 from ckpt_harness.records import Kind, Run
+from ckpt_harness.state import Record
 from ckpt_harness.verdict import CaseResult, Verdict
 
 #: relative path -> digest of its bytes
@@ -156,22 +157,31 @@ def judge_reshard_save(case: str, check: str, saved: Run, k: int, n: int, repro:
 def judge_reshard(case: str, check: str, saved: Run, resumed: Run, k: int, n: int, m: int,
                   repro: Optional[str]) -> CaseResult:
     """Save k at `n` ranks, resumed at `m`: the full state bitwise, then the run finishes."""
+    return judge_full_resume(case, check, saved.states(Kind.SAVED_FULL, k)[0], resumed, k,
+                             label=f"resume at world size {m}", what=f"full state at world size {m} vs. saved at {n}",
+                             passed=f"save {k} at {n} ranks resumed at {m}", repro=repro)
+
+
+def judge_full_resume(case: str, check: str, expected: Record, resumed: Run, k: int, *, label: str, what: str,
+                      passed: str, repro: Optional[str]) -> CaseResult:
+    """A resume judged on the state that does not depend on the world size
+    (`Job.full_state`): it loaded save `k`, bitwise `expected` on every rank,
+    then trained to its end. `label` names the resume in a failure, `what`
+    the comparison, `passed` the case in a pass."""
     def fail(summary: str, details: str = "") -> CaseResult:
         return CaseResult(case, check, Verdict.FAIL, summary, details, repro)
 
     loaded = resumed.states(Kind.LOADED_FULL)
     problem = health(resumed)
     if loaded is None:
-        return fail(f"resume at world size {m}: {problem.summary if problem else 'no state after load'}",
+        return fail(f"{label}: {problem.summary if problem else 'no state after load'}",
                     problem.details if problem else "")
     steps = set(resumed.loaded_steps().values())
     if steps != {k}:
-        return fail(f"resume at world size {m}: load() returned {sorted(steps, key=str)}, expected {k}")
-    reference = saved.states(Kind.SAVED_FULL, k)[0]
-    same = judge_same_state(case, check, {r: reference for r in loaded}, loaded,
-                            f"full state at world size {m} vs. saved at {n}", repro)
+        return fail(f"{label}: load() returned {sorted(steps, key=str)}, expected {k}")
+    same = judge_same_state(case, check, {r: expected for r in loaded}, loaded, what, repro)
     if same.verdict is not Verdict.PASS:
         return same
     if problem is not None:
-        return fail(f"resumed at world size {m}, then {problem.summary}", problem.details)
-    return CaseResult(case, check, Verdict.PASS, f"save {k} at {n} ranks resumed at {m}: {same.summary}")
+        return fail(f"{label}, then {problem.summary}", problem.details)
+    return CaseResult(case, check, Verdict.PASS, f"{passed}: {same.summary}")

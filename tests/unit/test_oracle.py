@@ -8,7 +8,8 @@ from ckpt_harness.errors import ModelError
 from ckpt_harness.oracle import (
     Outcome, accepted, classify_resume, expected, health, judge_blocked, judge_deterministic, judge_fault,
     judge_fresh_start, judge_late, judge_live, judge_load_step, judge_overwriting_save, judge_replaced,
-    judge_reshard, judge_reshard_save, judge_same_state, judge_unreported_load, property_for, undecided_if,
+    judge_converted_resume, judge_reshard, judge_reshard_save, judge_same_state, judge_unreported_load, property_for,
+    undecided_if,
 )
 from ckpt_harness.oracle import OutcomeKind as O
 from ckpt_harness.state import capture
@@ -467,6 +468,20 @@ AT_2 = both(lambda b: b.saved_full(4, FULL), name="saved")
 ])
 def test_judge_reshard(resume, verdict, words):
     expect(judge_reshard("c", "reshardable", AT_2, resume, 4, 2, 3, "REPRO"), "reshardable", verdict, words)
+
+
+@pytest.mark.parametrize("resume, verdict, words", [
+    P(both(lambda b: b.loaded(4).loaded_full(4, FULL).final()), V.PASS, "the job's own loader resumed it: bitwise",
+      id="equal"),
+    P(run(*(rank(r).loaded(4).loaded_full(4, OTHER if r == 1 else FULL) for r in range(2))), V.FAIL,
+      "full state after loading the converted save 4 differs: rank 1 w.1: 2.5, expected 2.0", id="differs"),
+    P(both(lambda b: b.failed(message="no .metadata")), V.FAIL,
+      "the job's resume from the converted save 4: failure: rank 0 raised RuntimeError in load: no .metadata",
+      id="refused"),
+])
+def test_judge_converted_resume(resume, verdict, words):
+    expect(judge_converted_resume("c", "convertible", 4, FULL, resume, noun="job", repro="REPRO"), "convertible",
+           verdict, words)
 
 
 def test_judge_reshard_save():
