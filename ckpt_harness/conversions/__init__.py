@@ -28,16 +28,14 @@ the harness.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
-import importlib
 from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, runtime_checkable
 
 from ckpt_harness.errors import ScenarioError
-from ckpt_harness.extensions import with_entry_points
+from ckpt_harness.extensions import load, with_entry_points
 
-__all__ = ["BUILTIN_CONVERSIONS", "Conversion", "NoReader", "dropped", "for_layout", "get", "registry"]
+__all__ = ["BUILTIN_CONVERSIONS", "Conversion", "NoReader", "for_layout", "get", "registry"]
 
 ENTRY_POINT_GROUP = "ckpt_harness.conversions"
 
@@ -103,6 +101,7 @@ def registry() -> dict[str, str]:
     return with_entry_points(ENTRY_POINT_GROUP, BUILTIN_CONVERSIONS)
 
 
+@functools.lru_cache(maxsize=None)
 def get(name: str) -> Conversion:
     """The conversion `name` (a registered name, or "module:attribute" as a
     job is given), imported."""
@@ -110,9 +109,8 @@ def get(name: str) -> Conversion:
     if target is None:
         raise ScenarioError(f"unknown conversion {name!r}; choose from {', '.join(registry())}, or give "
                             "module:attribute")
-    module, _, attribute = target.partition(":")
     try:
-        found = getattr(importlib.import_module(module), attribute)
+        found = load(target)
     except (ImportError, AttributeError) as exc:
         raise ScenarioError(f"conversion {name!r} ({target}) cannot be loaded: {exc}") from exc
     if not isinstance(found, Conversion):
@@ -127,7 +125,3 @@ def for_layout(layout: str) -> list[str]:
     Importing a conversion's module imports no framework (they are imported
     inside `convert`/`read`), so this is cheap in the harness process."""
     return [name for name in registry() if get(name).reads == layout]
-
-
-def dropped(conversion: Conversion, key: str) -> bool:
-    return any(fnmatch.fnmatchcase(key, pattern) for pattern in conversion.drops)

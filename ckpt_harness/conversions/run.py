@@ -17,7 +17,6 @@ import os
 import pickle
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Optional
 
@@ -46,14 +45,12 @@ class Converted:
     #: around it (`HARNESS_EXIT`). Nothing was judged.
     error: Optional[str] = None
     details: str = ""
-    seconds: float = 0.0
 
 
 def run_conversion(name: str, source: Path, workdir: Path, deadline: float) -> Converted:
     """Run conversion `name` of the save in `source` into `workdir/out`."""
     out, result, log_path = workdir / "out", workdir / "result.pkl", workdir / "conversion.log"
     out.mkdir(parents=True)
-    started = time.monotonic()
     # Our import path, the current directory ("") spelled out: the child runs in `workdir`.
     path = os.pathsep.join(p or os.getcwd() for p in sys.path)
     child_env = {**os.environ, "PYTHONPATH": path}
@@ -63,28 +60,24 @@ def run_conversion(name: str, source: Path, workdir: Path, deadline: float) -> C
         proc = subprocess.Popen(argv, env=child_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=workdir, start_new_session=True,
                                 preexec_fn=functools.partial(_proc.die_with_parent, os.getpid()))
+        timed_out = False
         try:
             proc.wait(timeout=deadline)
-        except BaseException:  # the deadline, or Ctrl-C: the conversion and what it started go
+        except BaseException as exc:  # the deadline, or Ctrl-C: the conversion and what it started go
             _proc.kill_group(proc.pid)
             proc.wait()
-            if not isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
+            if not isinstance(exc, subprocess.TimeoutExpired):
                 raise
-    seconds = time.monotonic() - started
+            timed_out = True
     tail = log_path.read_text(errors="replace")[-4000:]
-    if proc.returncode is not None and proc.returncode < 0 and not result.exists():
-        if seconds >= deadline:
-            return Converted(broken=f"the conversion did not finish in {deadline:.0f}s", details=tail,
-                             seconds=seconds)
-        return Converted(broken=f"the conversion's process died by signal {-proc.returncode}", details=tail,
-                         seconds=seconds)
-    if not result.exists() and proc.returncode == HARNESS_EXIT:
+    if timed_out:
+        return Converted(broken=f"the conversion did not finish in {deadline:.0f}s", details=tail)
+    if result.exists():
+        with open(result, "rb") as f:
+            return pickle.load(f)
+    if proc.returncode < 0:
+        return Converted(broken=f"the conversion's process died by signal {-proc.returncode}", details=tail)
+    if proc.returncode == HARNESS_EXIT:
         last = tail.strip().splitlines()[-1] if tail.strip() else f"exit {HARNESS_EXIT}"
-        return Converted(error=f"the harness failed in the conversion's process: {last}", details=tail,
-                         seconds=seconds)
-    if not result.exists():
-        return Converted(broken=f"the conversion's process exited {proc.returncode} without a result",
-                         details=tail, seconds=seconds)
-    with open(result, "rb") as f:
-        found = pickle.load(f)
-    return dataclasses.replace(found, seconds=seconds)
+        return Converted(error=f"the harness failed in the conversion's process: {last}", details=tail)
+    return Converted(broken=f"the conversion's process exited {proc.returncode} without a result", details=tail)

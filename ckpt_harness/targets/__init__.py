@@ -9,12 +9,11 @@ everything above it holds a `Target` and never asks which kind.
 from __future__ import annotations
 
 import functools
-import importlib
 from typing import Any, Mapping, Union
 
 from ckpt_harness.config import ExplorePlan, RunConfig, ScriptConfig, settings_of
 from ckpt_harness.errors import UsageError
-from ckpt_harness.extensions import with_entry_points
+from ckpt_harness.extensions import load, with_entry_points
 from ckpt_harness.jobref import resolve as resolve_job
 from ckpt_harness.targets.base import (
     FAILURE_GRACE,
@@ -44,9 +43,8 @@ def kinds() -> tuple[TargetKind, ...]:
     """Every kind of target: the built-in ones, then installed packages'."""
     found = []
     for name, where in with_entry_points(ENTRY_POINT_GROUP, BUILTIN_KINDS).items():
-        module, _, attribute = where.partition(":")
         try:
-            kind = getattr(importlib.import_module(module), attribute)
+            kind = load(where)
         except (ImportError, AttributeError) as exc:
             raise UsageError(f"target kind {name!r} ({where}) cannot be loaded: {exc}") from exc
         if not isinstance(kind, TargetKind):

@@ -20,12 +20,11 @@ Other packages add checks under the entry-point group `ckpt_harness.checks`:
 from __future__ import annotations
 
 import functools
-import importlib
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from ckpt_harness.config import SETTINGS, Setting
 from ckpt_harness.errors import ScenarioError
-from ckpt_harness.extensions import with_entry_points
+from ckpt_harness.extensions import load, with_entry_points
 from ckpt_harness.targets import NotApplicable
 
 if TYPE_CHECKING:
@@ -83,9 +82,8 @@ def get(name: str) -> Check:
     target = registry().get(name)
     if target is None:
         raise ScenarioError(f"unknown check {name!r}; choose from {', '.join(registry())}")
-    module, _, attribute = target.partition(":")
     try:
-        check = getattr(importlib.import_module(module), attribute) if attribute else importlib.import_module(module)
+        check = load(target)
     except (ImportError, AttributeError) as exc:
         raise ScenarioError(f"check {name!r} ({target}) cannot be loaded: {exc}") from exc
     if not isinstance(check, Check):
