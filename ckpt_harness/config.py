@@ -152,6 +152,13 @@ def script_args(value: Sequence[str]) -> dict[str, str]:
     return {name.strip(): args.strip() for name, _, args in (item.partition("=") for item in value)}
 
 
+def _layout_rule(value: Any) -> Optional[str]:
+    from ckpt_harness import conversions  # cheap: no framework is imported
+
+    known = conversions.layouts()
+    return None if value in known else f"must be a layout a conversion reads: one of {', '.join(known)}"
+
+
 def _after_rule(value: Any) -> Optional[str]:
     return None if value is None or isinstance(value, bool) else "must be true, false or unset"
 
@@ -202,6 +209,11 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             low=1, high=MAX_WORLD_SIZE),
     Setting("nnodes", int, 1, "script mode: torchrun agents on this machine, each a node sharing its file "
                               "system (torchrun --nnodes)", low=1, high=MAX_WORLD_SIZE),
+    Setting("checkpoint_layout", str, None, "script mode: the layout of the script's checkpoints, which "
+            "conversions read (torch_save: torch.save files in a directory per save; dcp; deepspeed; hf_trainer; "
+            "`ckpt-harness list` shows which conversions read which); unset, the convert and format-confusion "
+            "scenarios are n/a",
+            optional=True, rule=_layout_rule),
     Setting("max_restarts", int, 0, "script mode: times torchrun's agents restart the group after a "
                                     "worker fails (torchrun --max-restarts)", low=0),
     Setting("timelines", str, "failed", "which cases keep a timeline of their runs, rank by rank, for "
@@ -291,6 +303,7 @@ class ScriptConfig:
     nproc_per_node: int = setting("nproc_per_node")
     nnodes: int = setting("nnodes")
     max_restarts: int = setting("max_restarts")
+    checkpoint_layout: Optional[str] = setting("checkpoint_layout")
     timeout: float = setting("timeout", 180.0)
 
     def __post_init__(self) -> None:

@@ -15,12 +15,14 @@ of DCP run as users run them (`dcp_to_torch_save`, and back with
 `torch_save_to_dcp`); a plain optimizer state_dict through
 `torch_save_to_dcp` is DCP's own finding (docs/findings.md)."""
 
+from pathlib import Path
+
 import pytest
 
 from ckpt_harness import targets
 from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.catalogue.scenario import parse
-from ckpt_harness.errors import ScenarioError
+from ckpt_harness.errors import ConfigError, ScenarioError
 from ckpt_harness.verdict import Verdict
 
 PLANTED = "tests.planted.conversions"
@@ -95,6 +97,40 @@ def test_a_weights_export_drops_only_what_it_says_and_a_plain_optimizer_through_
     assert dcp.verdict is Verdict.FAIL, result.explain()
     assert "the optimizer's state is keyed by '0', '1', '2', ... (str), its param_groups list 0, 1, 2, ... (int)" \
         in dcp.summary
+
+
+RESUMABLE = Path(__file__).parent / "scripts" / "resumable.py"
+#: conversion -> (verdict, what it must say) on the script's save, read as its own layout's loader reads it.
+ON_A_SCRIPT = {
+    f"{PLANTED}:FAITHFUL": (Verdict.PASS, "keys bitwise equal to save 4"),
+    f"{PLANTED}:CASTS_TO_BFLOAT16": (Verdict.FAIL, "state/model/weight: dtype bfloat16, expected float32"),
+    "torch-save-to-dcp": (Verdict.FAIL, "2 keys changed type: saved as state/optimizer/state/int:0/momentum_buffer, "
+                                        "read back as state/optimizer/state/0/momentum_buffer"),
+    "torch-save-to-safetensors": (Verdict.NA, "the save holds no model.pt"),
+}
+
+
+def test_a_scripts_save_is_the_truth_of_its_conversions(tmp_path):
+    """A script exposes no full state: its committed save, read by its own
+    layout's loader, is what a conversion must keep. Both ways on a torchrun
+    script of its own layout (one state.pt and an RNG file per rank in
+    checkpoint-N/), and DCP's finding on a plain optimizer found there too,
+    named as keys that changed type."""
+    script = targets.script(f"{RESUMABLE} {{ckpt_dir}} --staging --rng-files --no-marker --steps 4",
+                            nproc_per_node=2, checkpoint_layout="torch_save")
+    result = Bench(script, tmp_path).run(scenario(conversions=list(ON_A_SCRIPT)))
+    found = {r.case: r for r in result.results}
+    assert found.keys() == ON_A_SCRIPT.keys(), result.explain()  # no round trip is resumed: no full state to hold
+    for name, (verdict, says) in ON_A_SCRIPT.items():
+        case = found[name]
+        assert case.verdict is verdict and says in case.summary + case.details, (name, result.explain())
+
+
+def test_a_script_given_no_layout_or_another_one_is_told_what_to_give(tmp_path):
+    bare = targets.script(f"{RESUMABLE} {{ckpt_dir}}", nproc_per_node=2)
+    assert "give --checkpoint-layout" in Bench(bare, tmp_path).not_applicable(scenario())
+    with pytest.raises(ConfigError, match="checkpoint_layout must be a layout a conversion reads: one of .*dcp"):
+        targets.script(f"{RESUMABLE} {{ckpt_dir}}", checkpoint_layout="parquet")
 
 
 #: job -> what format-confusion must find when its save is handed over as one torch.save file.

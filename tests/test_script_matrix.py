@@ -47,14 +47,15 @@ CRASH_AT_WRITE = parse("crash-at-write", {"property": "atomic", "check": "faults
 #: Scenarios that set what the scripts were not told how to take (no --script-args), or need a Job's
 #: full_state: property -> what their n/a reason must name (tests/test_script_settings.py tells them).
 UNTOLD = {"overwrite-safe": "--script-args overwrite=", "rotation-safe": "--script-args 'keep_last=",
-          "reshardable": "full_state"}
+          "reshardable": "full_state", "convertible": "give --checkpoint-layout"}
 
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory) -> tuple[Matrix, Path]:
     workdir = tmp_path_factory.mktemp("script-matrix")
     scenarios = [CRASH_AT_WRITE, *select(builtin_catalogue(), [
-        "resume-every-save", "overwrite-complete", "rotation-crash", "multi-node-skew", "world-size-grow"])]
+        "resume-every-save", "overwrite-complete", "rotation-crash", "multi-node-skew", "world-size-grow",
+        "convert-last-save"])]
     scripts = [ScriptConfig(script=s, nproc_per_node=2, timeout=120.0) for s in (CORRECT, BROKEN)]
     return run_matrix((), scenarios, scripts=scripts, workdir=workdir, keep=True), workdir
 

@@ -11,9 +11,16 @@ state the job had when save k returned (`Job.full_state`), key by key.
 
 A conversion is a function from directory to directory plus the reader of
 what it wrote (`Conversion`). It names the layout it reads (a job names
-its own: `Job.checkpoint_layout`) and what it is documented to leave out
-(`drops`: a weights-only export drops the optimizer), so that a documented
-loss is not a failure and an undocumented one is.
+its own: `Job.checkpoint_layout`; a script is given one: `--checkpoint-layout`) and
+what it is documented to leave out (`drops`: a weights-only export drops
+the optimizer), so that a documented loss is not a failure and an
+undocumented one is. A target that exposes no full state (a script) holds
+a conversion to its source instead: the save, read by its own layout's
+loader under the keys the conversion's reader gives (`read_source`).
+
+Save k is the directory under the checkpoint directory named by its step
+(its first number: ``step_000004``, ``checkpoint-4``, ``global_step4``), as
+the harness matches a script's saves by their paths (`save_dir`).
 
 Other packages add conversions under the entry-point group
 `ckpt_harness.conversions`:
@@ -29,13 +36,14 @@ the harness.
 from __future__ import annotations
 
 import functools
+import re
 from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, runtime_checkable
 
 from ckpt_harness.errors import ScenarioError
 from ckpt_harness.extensions import load, with_entry_points
 
-__all__ = ["BUILTIN_CONVERSIONS", "Conversion", "NoReader", "for_layout", "get", "registry"]
+__all__ = ["BUILTIN_CONVERSIONS", "Conversion", "NoReader", "for_layout", "get", "layouts", "registry", "save_dir"]
 
 ENTRY_POINT_GROUP = "ckpt_harness.conversions"
 
@@ -52,8 +60,9 @@ BUILTIN_CONVERSIONS = {
 
 class NoReader(Exception):
     """Raised by `Conversion.read` for output it has no reader for (a variant
-    of the layout not covered yet): the case is n/a, saying so, not a
-    finding about the conversion."""
+    of the layout not covered yet), or by `Conversion.read_source` for a
+    save only the conversion itself can read: the case is n/a, saying so,
+    not a finding about the conversion."""
 
 
 @runtime_checkable
@@ -74,10 +83,6 @@ class Conversion(Protocol):
     #: Modules it cannot run without, each with what installs it.
     requires: Mapping[str, str]
 
-    def source(self, ckpt_dir: Path, step: int) -> Path:
-        """The directory of save `step` under `ckpt_dir`: what it converts,
-        and where a converted checkpoint is put for a loader to find it."""
-
     def applies(self, source: Path) -> Optional[str]:
         """Why it does not apply to this save (a tool its framework does not
         ship for this kind of checkpoint), or None. Cheap: run in the
@@ -90,9 +95,16 @@ class Conversion(Protocol):
         allowed; writing something wrong is not."""
 
     def read(self, out: Path) -> Mapping[str, Any]:
-        """What `out` holds, loaded the way its consumers load it, under the
-        keys of the job's `full_state` ("model/<name>", "optim/<name>/<key>",
-        "scheduler/<key>", "step")."""
+        """What `out` holds, loaded the way its consumers load it: for a save
+        laid out as a built-in job lays it out, under the keys of that job's
+        `full_state` ("model/<name>", "optim/<name>/<key>", "scheduler/<key>",
+        "step"), else key for key as saved (`_layouts.plain`)."""
+
+    def read_source(self, source: Path) -> Mapping[str, Any]:
+        """The save in `source`, loaded by its own layout's loader, under the
+        keys `read` gives: what `read(out)` must equal when the target
+        exposes no full state to hold it to (a script). Raise `NoReader`
+        when only the conversion itself reads the save (ZeRO partitions)."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -115,9 +127,31 @@ def get(name: str) -> Conversion:
         raise ScenarioError(f"conversion {name!r} ({target}) cannot be loaded: {exc}") from exc
     if not isinstance(found, Conversion):
         raise ScenarioError(f"conversion {name!r} ({target}) lacks reads, gives, writes, drops, why_dropped, "
-                            "requires, source(), applies(), convert() or read(): "
+                            "requires, applies(), convert(), read() or read_source(): "
                             "see ckpt_harness.conversions.Conversion")
     return found
+
+
+def layouts() -> list[str]:
+    """Every layout a registered conversion reads: what a script's `--checkpoint-layout` may name."""
+    return sorted({get(name).reads for name in registry()})
+
+
+def save_dir(ckpt_dir: Path, step: int) -> Path:
+    """The directory of save `step` directly under `ckpt_dir`: the one whose
+    name's first number is `step`. Raises LookupError saying what it found."""
+    found = [p for p in sorted(Path(ckpt_dir).iterdir()) if p.is_dir() and _first_number(p.name) == step]
+    if len(found) == 1:
+        return found[0]
+    entries = ", ".join(sorted(p.name for p in Path(ckpt_dir).iterdir())) or "nothing"
+    which = "no directory" if not found else f"{len(found)} directories ({', '.join(p.name for p in found)})"
+    raise LookupError(f"{which} directly under the checkpoint directory is named by step {step} (it holds "
+                      f"{entries}): a conversion reads a save kept in a directory of its own, named by its step")
+
+
+def _first_number(name: str) -> Optional[int]:
+    found = re.search(r"\d+", name)
+    return int(found.group()) if found else None
 
 
 def for_layout(layout: str) -> list[str]:

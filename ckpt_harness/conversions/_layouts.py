@@ -5,7 +5,9 @@ returned, so its reader must say where each piece of a framework's state
 dict lives in the job's own vocabulary. These are the vocabularies of the
 state dicts the built-in jobs hand their frameworks; the frameworks' tensors
 and values are passed through untouched (no cast, no copy that could hide a
-difference). Imported only in the process that runs a conversion.
+difference). A save the built-in job did not write (a script's own state
+dict) is read key for key as saved (`plain`), the same on both sides of
+the comparison. Imported only in the process that runs a conversion.
 """
 
 from __future__ import annotations
@@ -37,13 +39,45 @@ def from_scheduler(scheduler: Mapping[str, Any]) -> dict[str, Any]:
     return {f"scheduler/{k}": list(v) if isinstance(v, list) else v for k, v in scheduler.items()}
 
 
+#: The top-level keys of `jobs.dcp.DcpJob`'s state dict.
+DCP_JOB = ("model", "optim", "extra")
+#: The files (by stem) of a `jobs.torch_save.TorchSaveJob` save.
+TORCH_SAVE_JOB = ("model", "optimizer", "scheduler", "rng_rank0")
+
+
+def plain(obj: Any, key: str = "") -> dict[str, Any]:
+    """A nested checkpoint key for key as saved: "/"-joined paths to its
+    leaves, untouched. A key that is not a string keeps its type in the
+    path ("state/int:0/exp_avg"), so a dict keyed 0, 1 read back keyed
+    "0", "1" (which `Optimizer.load_state_dict` would not match) differs;
+    a list's items are "[i]"."""
+    if isinstance(obj, Mapping):
+        items = [(k if isinstance(k, str) else f"{type(k).__name__}:{k!r}", v) for k, v in obj.items()]
+    elif isinstance(obj, (list, tuple)) and not _leaf_list(obj):
+        items = [(f"[{i}]", v) for i, v in enumerate(obj)]
+    else:
+        return {key: _bytes(obj) if isinstance(obj, io.BytesIO) else obj}
+    out: dict[str, Any] = {}
+    for k, v in items:
+        out.update(plain(v, f"{key}/{k}" if key else k))
+    return out
+
+
+def _leaf_list(items: Any) -> bool:
+    """A list of plain values (a parameter group's ids, betas): one leaf."""
+    return all(isinstance(v, (int, float, str, bool)) or v is None for v in items)
+
+
 def dcp_job(state_dict: Mapping[str, Any]) -> dict[str, Any]:
     """The state dict `jobs.dcp.DcpJob` hands `dcp.save` (nested, as
     `dcp_to_torch_save` and an empty load plan give it back): model and
     optimizer by FQN, and each rank's extras as a `torch.save` blob, whose
-    scheduler and step are the same on every rank (rank 0's is read)."""
+    scheduler and step are the same on every rank (rank 0's is read).
+    Another state dict (a script's) is read `plain`."""
     import torch
 
+    if not all(key in state_dict for key in DCP_JOB):
+        return plain(state_dict)
     out = {f"model/{k}": v for k, v in state_dict["model"].items()}
     optim = state_dict["optim"]
     out.update(from_optimizer(optim, {name: name for name in optim["state"]}))
@@ -66,7 +100,9 @@ def torch_save_files(files: Mapping[str, Any], where: str) -> dict[str, Any]:
     "scheduler", "rng_rank0", ...): the optimizer's parameter ids are the
     model's parameters in order, and a tensor that shares its storage with
     an earlier one (a tied weight) is that parameter, listed once, as
-    `named_parameters` lists it."""
+    `named_parameters` lists it. Other files (a script's) are read `plain`."""
+    if not all(name in files for name in TORCH_SAVE_JOB):
+        return plain(files)
     model = files["model"]
     names = distinct(model)
     optim = files["optimizer"]

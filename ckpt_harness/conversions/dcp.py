@@ -20,9 +20,6 @@ class ToTorchSave:
     why_dropped = ""
     requires: Mapping[str, str] = {}
 
-    def source(self, ckpt_dir: Path, step: int) -> Path:
-        return Path(ckpt_dir) / f"step_{step:06d}"  # jobs._common.step_dir
-
     def applies(self, source: Path) -> Optional[str]:
         return None
 
@@ -35,6 +32,9 @@ class ToTorchSave:
         import torch
 
         return _layouts.dcp_job(torch.load(out / "checkpoint.pt", map_location="cpu", weights_only=True))
+
+    def read_source(self, source: Path) -> Mapping[str, Any]:
+        return _read_dcp(source)
 
 
 class RoundTrip(ToTorchSave):
@@ -49,10 +49,14 @@ class RoundTrip(ToTorchSave):
         (out / "checkpoint.pt").unlink()
 
     def read(self, out: Path) -> Mapping[str, Any]:
-        # What a DCP user without a template loads: every key, full tensors.
-        from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+        return _read_dcp(out)
 
-        return _layouts.dcp_job(_load_state_dict_from_keys(checkpoint_id=out))
+
+def _read_dcp(path: Path) -> Mapping[str, Any]:
+    """What a DCP user without a template loads: every key, full tensors."""
+    from torch.distributed.checkpoint.state_dict_loader import _load_state_dict_from_keys
+
+    return _layouts.dcp_job(_load_state_dict_from_keys(checkpoint_id=path))
 
 
 TO_TORCH_SAVE = ToTorchSave()

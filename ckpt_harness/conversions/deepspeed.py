@@ -17,9 +17,6 @@ class ZeroToFp32:
     why_dropped = "a weights export: the fp32 model, without optimizer, schedule or counters"
     requires: Mapping[str, str] = {"deepspeed": "ckpt-harness[deepspeed]"}
 
-    def source(self, ckpt_dir: Path, step: int) -> Path:
-        return Path(ckpt_dir) / f"global_step{step}"  # the tag DeepSpeedJob saves under
-
     def applies(self, source: Path) -> Optional[str]:
         # DeepSpeed copies the script next to the checkpoints it is for (ZeRO 1-3).
         if not (source.parent / "zero_to_fp32.py").exists():
@@ -37,6 +34,12 @@ class ZeroToFp32:
 
         return {f"model/{k}": v
                 for k, v in torch.load(out / "pytorch_model.bin", map_location="cpu", weights_only=True).items()}
+
+    def read_source(self, source: Path) -> Mapping[str, Any]:
+        from ckpt_harness.conversions import NoReader
+
+        raise NoReader("a ZeRO checkpoint's partitions are read by DeepSpeed's own consolidation, the conversion "
+                       "under test: it is judged against a job's full state (give the training as a Job)")
 
 
 ZERO_TO_FP32 = ZeroToFp32()

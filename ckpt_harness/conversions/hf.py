@@ -15,9 +15,6 @@ class SavePretrained:
     why_dropped = "a weights export: the model, without the Trainer's optimizer, schedule or step"
     requires: Mapping[str, str] = {"transformers": "ckpt-harness[hf]", "safetensors": "ckpt-harness[hf]"}
 
-    def source(self, ckpt_dir: Path, step: int) -> Path:
-        return Path(ckpt_dir) / f"checkpoint-{step}"  # the Trainer's own name
-
     def applies(self, source: Path) -> Optional[str]:
         return None
 
@@ -31,6 +28,10 @@ class SavePretrained:
 
         model = AutoModelForCausalLM.from_pretrained(out)
         return {f"model/{name}": p.detach() for name, p in model.named_parameters()}
+
+    def read_source(self, source: Path) -> Mapping[str, Any]:
+        # A Trainer checkpoint is itself a save_pretrained directory (plus its trainer state).
+        return self.read(source)
 
 
 SAVE_PRETRAINED = SavePretrained()

@@ -6,7 +6,9 @@ interpreter, in its own session: the harness stays light, a deadline kills
 it and whatever it started, and a hang leaves every thread's stack
 (`faulthandler`, a second before the deadline) in its log. The child writes
 what it found to a result file: the converted state captured
-(`state.capture`), or the refusal or failure it met, with the traceback.
+(`state.capture`), or the refusal or failure it met, with the traceback;
+and, asked for the truth of a target without a full state, the source
+save as its own loader reads it (`Conversion.read_source`), read first.
 """
 
 from __future__ import annotations
@@ -42,20 +44,25 @@ class Converted:
     #: It did not finish, or its process died: what is known, and the log's tail (stacks).
     broken: Optional[str] = None
     #: It never ran: it could not import what it needs, or the harness failed
-    #: around it (`HARNESS_EXIT`). Nothing was judged.
+    #: around it (`HARNESS_EXIT`); or the save itself did not load as its
+    #: layout (a wrong `--checkpoint-layout`?). Nothing was judged.
     error: Optional[str] = None
     details: str = ""
+    #: The source save, read by `Conversion.read_source`, captured (when asked).
+    source: Optional[Record] = None
 
 
-def run_conversion(name: str, source: Path, workdir: Path, deadline: float) -> Converted:
-    """Run conversion `name` of the save in `source` into `workdir/out`."""
+def run_conversion(name: str, source: Path, workdir: Path, deadline: float, *, read_source: bool = False) -> Converted:
+    """Run conversion `name` of the save in `source` into `workdir/out`;
+    with `read_source`, read the save itself first (`Converted.source`)."""
+    workdir, source = workdir.resolve(), source.resolve()  # the child runs in `workdir`
     out, result, log_path = workdir / "out", workdir / "result.pkl", workdir / "conversion.log"
     out.mkdir(parents=True)
     # Our import path, the current directory ("") spelled out: the child runs in `workdir`.
     path = os.pathsep.join(p or os.getcwd() for p in sys.path)
     child_env = {**os.environ, "PYTHONPATH": path}
     argv = [sys.executable, "-m", "ckpt_harness.conversions", name, str(source), str(out), str(result),
-            str(deadline)]
+            str(deadline), "source" if read_source else "-"]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, env=child_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 cwd=workdir, start_new_session=True,

@@ -14,11 +14,12 @@ class _FromTorchSave:
     reads = "torch_save"
     requires: Mapping[str, str] = {}
 
-    def source(self, ckpt_dir: Path, step: int) -> Path:
-        return Path(ckpt_dir) / f"step_{step:06d}"  # jobs._common.step_dir
-
     def applies(self, source: Path) -> Optional[str]:
         return None
+
+    def read_source(self, source: Path) -> Mapping[str, Any]:
+        """Every file of the save by its name's stem, as `torch.load` gives it."""
+        return _layouts.torch_save_job(source)
 
 
 class ToSafetensors(_FromTorchSave):
@@ -27,6 +28,16 @@ class ToSafetensors(_FromTorchSave):
     drops = ("optim/*", "scheduler/*", "step")
     why_dropped = "a weights export: safetensors holds the model's tensors only"
     requires: Mapping[str, str] = {"safetensors": "pip install safetensors (or ckpt-harness[hf])"}
+
+    def applies(self, source: Path) -> Optional[str]:
+        return None if (source / "model.pt").exists() else (
+            "the save holds no model.pt, the file of model weights this export takes")
+
+    def read_source(self, source: Path) -> Mapping[str, Any]:
+        import torch
+
+        return {f"model/{k}": v for k, v in torch.load(source / "model.pt", map_location="cpu",
+                                                       weights_only=True).items()}
 
     def convert(self, source: Path, out: Path) -> None:
         import torch

@@ -50,9 +50,10 @@ LACKS = {
     "full_state": "a script exposes no state that is the same at every world size (Job.full_state: the unsharded "
                   "model and optimizer, compared between world sizes)",
     "backend": JOB_ONLY["backend"],
-    "conversions": "a script names no checkpoint layout that a conversion reads, and a conversion is judged "
-                   "against the full state (Job.full_state) a script does not expose",
 }
+#: Why a script given no `--checkpoint-layout` lacks "conversions".
+NO_LAYOUT = ("the script was given no checkpoint layout for a conversion to read: give --checkpoint-layout "
+             "(torch_save, dcp, deepspeed, hf_trainer; `ckpt-harness list` shows the conversions)")
 #: The longest row name before it is cut.
 NAME_LENGTH = 80
 
@@ -143,7 +144,10 @@ class ScriptTarget:
                 lacks[capability] = untold(name)
         if not self.config.max_restarts:
             lacks["launcher_restart"] = "torchrun restarts the group only with --max-restarts 1 or more"
-        return Capabilities(reports=False, steps_known=False, live_state=False, parks=False, lacks=lacks)
+        if self.config.checkpoint_layout is None:
+            lacks["conversions"] = NO_LAYOUT
+        return Capabilities(reports=False, steps_known=False, live_state=False, parks=False, lacks=lacks,
+                            layout=self.config.checkpoint_layout)
 
     @property
     def values(self) -> dict[str, Any]:

@@ -39,9 +39,6 @@ class Resave:
     why_dropped = ""
     requires: Mapping[str, str] = {}
 
-    def source(self, ckpt_dir: Path, step: int) -> Path:
-        return step_dir(ckpt_dir, step)
-
     def applies(self, source: Path) -> Optional[str]:
         return None
 
@@ -54,6 +51,9 @@ class Resave:
 
     def read(self, out: Path) -> Mapping[str, Any]:
         return _layouts.torch_save_job(out)
+
+    def read_source(self, source: Path) -> Mapping[str, Any]:
+        return _layouts.torch_save_job(source)
 
 
 class DropsTiedWeight(Resave):
@@ -68,14 +68,20 @@ class DropsTiedWeight(Resave):
 
 
 class CastsToBfloat16(Resave):
-    """Halves the model for shipping, an undocumented cast."""
+    """Halves the model for shipping, an undocumented cast: model.pt, or the
+    "model" entry of a script's one file."""
 
     def change(self, name, content, source):
         if name == "model.pt":
-            cast: dict[int, torch.Tensor] = {}  # a tied weight stays one tensor
-            content = {k: cast.setdefault(v.untyped_storage().data_ptr(), v.to(torch.bfloat16))
-                       for k, v in content.items()}
+            return _halved(content)
+        if isinstance(content, dict) and "model" in content:
+            content["model"] = _halved(content["model"])
         return content
+
+
+def _halved(model: dict) -> dict:
+    cast: dict[int, torch.Tensor] = {}  # a tied weight stays one tensor
+    return {k: cast.setdefault(v.untyped_storage().data_ptr(), v.to(torch.bfloat16)) for k, v in model.items()}
 
 
 class LosesOptimizerStep(Resave):

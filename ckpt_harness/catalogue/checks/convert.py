@@ -4,14 +4,16 @@ layout (`confuse`).
 
 `convert`: the run saves and stops after its last save k, recording the
 job's `full_state` as save k returned: the truth a conversion is held to,
-the one a world-size change is held to too (`reshard`). Each conversion
-that reads the target's layout runs on the committed directory in a
-process of its own (`conversions.run`); what it wrote, read back as its
-consumers load it, must be that state key for key, bitwise, but for what
-the conversion documents it drops; or the conversion refuses. A
+the one a world-size change is held to too (`reshard`). A target that
+exposes no full state (a script, given its `--checkpoint-layout`) is held to its save
+instead: the committed save k, read by its own layout's loader. Each
+conversion that reads the target's layout runs on the committed directory
+in a process of its own (`conversions.run`); what it wrote, read back as
+its consumers load it, must be that state key for key, bitwise, but for
+what the conversion documents it drops; or the conversion refuses. A
 conversion that gives the layout it read (a round trip) must also resume:
 put where save k was, the job's own loader must load the full state of
-save k bitwise and train on.
+save k bitwise and train on (a target with a full state only).
 
 `confuse`: a complete conversion (it drops nothing) to another layout is
 the same save laid out as the job does not write it: sharded where it
@@ -23,16 +25,18 @@ silently (judged as a damaged checkpoint is, property "detecting").
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import shutil
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from ckpt_harness import conversions, oracle
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import Setting, ends_group
 from ckpt_harness.conversions.run import Converted, run_conversion
-from ckpt_harness.records import CaseClock, Kind
+from ckpt_harness.records import CaseClock, Kind, Run
+from ckpt_harness.state import Record
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult, Verdict
 
@@ -92,10 +96,24 @@ def _put(out: Path, source: Path) -> None:
         shutil.move(str(entry), source / entry.name)
 
 
+@dataclasses.dataclass(frozen=True)
+class _Save:
+    """Save k to convert, and the truth its conversions are held to."""
+
+    #: The checkpoint directory holding save k, as it was when save k returned.
+    ckpt: Path
+    k: int
+    #: The run that made it: each case's context.
+    run: Run
+    #: The target's full state when save k returned (`Job.full_state`);
+    #: None: the save as its own layout's loader reads it (`Conversion.read_source`).
+    full_state: Optional[Record]
+
+
 class Convert:
-    params = (CONVERSIONS, *run_settings("save_every", steps=4))
-    #: The truth (`full_state` at save k) and a layout a conversion reads.
-    requires = ("full_state", "conversions")
+    params = (CONVERSIONS, *run_settings("save_every", steps=4, save="last"))
+    #: A layout a conversion reads.
+    requires = ("conversions",)
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
         return None
@@ -103,53 +121,70 @@ class Convert:
     def run(self, bench, scenario, only: Optional[Sequence[str]] = None) -> Sequence[CaseResult]:
         target = bench.target_for(scenario.params)
         names = _chosen(scenario, target.caps.layout, lambda c: True, only, "")
-        steps = target.save_steps() or []
-        k = steps[-1] if steps else scenario.params["save_every"]
         root = bench.root / scenario.name
-        every = bench.timelines == "all"
         clock = CaseClock()
-        saved = clock.run(lambda: target.run(RunRequest("saving run", stop_after_save=k, trace_files=False,
-                                                        full_state=True), root / "ckpt", root / "save"), broken=k)
-        failed = oracle.judge_reshard_save("saving run", scenario.property, saved, k, target.world_size,
-                                           bench.repro(scenario, names[0]) if names else None)
-        if failed is not None:
-            return [clock.stamp(failed, every=every)]
-        expected = saved.states(Kind.SAVED_FULL, k)[0]
+        made = (self._with_full_state(bench, scenario, target, names, root, clock)
+                if target.caps.has("full_state") else self._committed(bench, scenario, target))
+        if isinstance(made, CaseResult):
+            return [clock.stamp(made, every=bench.timelines == "all")]
+        try:
+            source = conversions.save_dir(made.ckpt, made.k)
+        except LookupError as exc:
+            return [clock.stamp(CaseResult(name, scenario.property, Verdict.NA, str(exc))) for name in names]
         results = []
         for name in names:
             # Each case's clock holds the shared saving run; a conversion's own
             # seconds are outside any run: the harness's part.
-            case = clock if not results else CaseClock(context=[saved])
+            case = clock if not results else CaseClock(context=[made.run])
             conversion = conversions.get(name)
-            source = conversion.source(root / "ckpt", k)
             skipped = _skipped(conversion, source)
             if skipped is not None:
                 results.append(case.stamp(CaseResult(name, scenario.property, Verdict.NA, skipped)))
                 continue
-            converted = run_conversion(name, source, root / name, DEADLINE)
+            converted = run_conversion(name, source, root / name, DEADLINE, read_source=made.full_state is None)
             case.judging()
             if not only or name in only:
                 results.append(case.stamp(oracle.judge_conversion(
-                    name, scenario.property, k, expected, converted, writes=conversion.writes,
-                    drops=conversion.drops, why_dropped=conversion.why_dropped, repro=bench.repro(scenario, name)),
-                    every=every))
+                    name, scenario.property, made.k,
+                    made.full_state if made.full_state is not None else converted.source, converted,
+                    writes=conversion.writes, drops=conversion.drops, why_dropped=conversion.why_dropped,
+                    repro=bench.repro(scenario, name)), every=bench.timelines == "all"))
             if conversion.gives == conversion.reads and not conversion.drops and converted.state is not None \
-                    and (not only or f"{name} {RESUMED}" in only):
-                results.append(self._resumed(bench, scenario, target, saved, expected, name, conversion, k, root))
+                    and made.full_state is not None and (not only or f"{name} {RESUMED}" in only):
+                results.append(self._resumed(bench, scenario, target, made, name, root))
         return results
 
-    def _resumed(self, bench, scenario, target, saved, expected, name, conversion, k, root) -> CaseResult:
+    def _with_full_state(self, bench, scenario, target, names, root, clock) -> Union[_Save, CaseResult]:
+        """A saving run of its own that records the full state as save k returned."""
+        steps = target.save_steps() or []
+        k = steps[-1] if steps else scenario.params["save_every"]
+        saved = clock.run(lambda: target.run(RunRequest("saving run", stop_after_save=k, trace_files=False,
+                                                        full_state=True), root / "ckpt", root / "save"), broken=k)
+        failed = oracle.judge_reshard_save("saving run", scenario.property, saved, k, target.world_size,
+                                           bench.repro(scenario, names[0]) if names else None)
+        return failed or _Save(root / "ckpt", k, saved, saved.states(Kind.SAVED_FULL, k)[0])
+
+    def _committed(self, bench, scenario, target) -> Union[_Save, CaseResult]:
+        """The committed save k of the bench's shared baseline (a script's)."""
+        base = bench.baseline(target, bench.plan(scenario.params), committed=True)
+        if base.committed is None:
+            return oracle.cannot_judge("committed run", scenario.property, f"the run stopped after save {base.k} "
+                                       f"failed, leaving nothing to convert: {base.committed_problem}")
+        return _Save(base.committed, base.k, base.golden, None)
+
+    def _resumed(self, bench, scenario, target, made: _Save, name: str, root: Path) -> CaseResult:
         """A round trip put where save k was: the job's own loader resumes it."""
         case = f"{name} {RESUMED}"
-        clock = CaseClock(context=[saved])
+        clock = CaseClock(context=[made.run])
         ckpt = root / name / "ckpt"
-        shutil.copytree(root / "ckpt", ckpt, symlinks=True)
-        _put(root / name / "out", conversion.source(ckpt, k))
+        shutil.copytree(made.ckpt, ckpt, symlinks=True)
+        _put(root / name / "out", conversions.save_dir(ckpt, made.k))
         resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False, full_state=True,
                                                           failure_grace=PROPAGATION), ckpt, root / name / "resume"),
                             resume=True)
         clock.judging()
-        return clock.stamp(oracle.judge_converted_resume(case, scenario.property, k, expected, resumed,
+        assert made.full_state is not None
+        return clock.stamp(oracle.judge_converted_resume(case, scenario.property, made.k, made.full_state, resumed,
                                                          noun=target.noun, repro=bench.repro(scenario, case)),
                            every=bench.timelines == "all")
 
@@ -177,7 +212,10 @@ class Confuse:
         conversion = conversions.get(name)
         clock = CaseClock(context=[base.golden])
         root = bench.root / scenario.name / name
-        source = conversion.source(base.committed, base.k)
+        try:
+            source = conversions.save_dir(base.committed, base.k)
+        except LookupError as exc:
+            return clock.stamp(CaseResult(name, scenario.property, Verdict.NA, str(exc)))
         skipped = _skipped(conversion, source)
         if skipped is not None:
             return clock.stamp(CaseResult(name, scenario.property, Verdict.NA, skipped))
@@ -187,7 +225,7 @@ class Confuse:
             return clock.stamp(unmade)
         ckpt = root / "ckpt"
         shutil.copytree(base.committed, ckpt, symlinks=True)
-        placed = conversion.source(ckpt, base.k)
+        placed = conversions.save_dir(ckpt, base.k)
         _put(root / "out", placed)
         resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False,
                                                           failure_grace=PROPAGATION), ckpt, root / "resume"),
