@@ -67,31 +67,45 @@ class ZeroToUniversal(ZeroToFp32):
         # written moments ago by the conversion under test.
         import torch
 
-        from ckpt_harness.conversions import NoReader
         from ckpt_harness.conversions._layouts import from_scheduler
 
         def load(path: Path) -> Any:
             return torch.load(path, map_location="cpu", weights_only=False)
 
         # Rank 0's model states: the one file in stages 1-2, ZeRO-3's first of one per rank.
-        if not (out / "mp_rank_00_model_states.pt").exists():
-            raise NoReader("ZeRO-3's universal checkpoint keeps each parameter flat, with its step in the "
-                           "optimizer state; the harness reads the ZeRO-1/2 layout only")
-        states = load(out / "mp_rank_00_model_states.pt")
+        # ZeRO-3 keeps an empty module there and each tensor flat: its shapes are the model
+        # states' `param_shapes`, its weights the fp32 masters in the module's dtype, as
+        # DeepSpeed's universal load sets them.
+        zero3 = not (out / "mp_rank_00_model_states.pt").exists()
+        states = load(out / ("zero_pp_rank_0_mp_rank_00_model_states.pt" if zero3 else "mp_rank_00_model_states.pt"))
+        shapes = {name: shape for group in states["param_shapes"] for name, shape in group.items()} if zero3 else {}
+
+        def tensor(path: Path, name: str) -> Any:
+            value = load(path)
+            value = value["param"] if isinstance(value, dict) else value
+            return value.view(shapes[name]) if zero3 else value
+
         found: dict[str, Any] = {}
         steps = []
         for param in sorted(p for p in (out / "zero").iterdir() if p.is_dir()):
-            found[f"optim/{param.name}/param"] = load(param / "fp32.pt")["param"]
+            found[f"optim/{param.name}/param"] = tensor(param / "fp32.pt", param.name)
             for key in ("exp_avg", "exp_avg_sq"):
                 if (param / f"{key}.pt").exists():
-                    found[f"optim/{param.name}/{key}"] = load(param / f"{key}.pt")["param"]
+                    found[f"optim/{param.name}/{key}"] = tensor(param / f"{key}.pt", param.name)
             if (param / "step.pt").exists():
                 steps.append(load(param / "step.pt"))
+        optimizer = load(out / "zero" / "optimizer_state.pt")
+        if not steps and zero3:  # one step for the whole flat group, in its optimizer state
+            steps = [entry["step"] for entry in optimizer["optimizer_state_dict"]["state"].values() if "step" in entry]
         if steps:
             found["optim/step"] = steps[0]
-        for i, group in enumerate(load(out / "zero" / "optimizer_state.pt")["param_groups"]):
+        for i, group in enumerate(optimizer["param_groups"]):
             found.update({f"optim/param_groups/{i}/{k}": v for k, v in group.items() if k != "params"})
-        found.update({f"model/{k}": v for k, v in states["module"].items()})
+        if zero3:
+            found.update({f"model/{name}": found[f"optim/{name}/param"].to(empty.dtype)
+                          for name, empty in states["module"].items()})
+        else:
+            found.update({f"model/{k}": v for k, v in states["module"].items()})
         found.update({f"engine/{k}": states[k] for k in ("global_steps", "global_samples", "skipped_steps")})
         found.update(from_scheduler(states["lr_scheduler"]))
         found["step"] = states["extra"]["step"]
