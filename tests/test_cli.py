@@ -43,7 +43,7 @@ def test_list_names_jobs_fault_kinds_and_properties(tmp_path):
                                   "confuse"]
     assert sections["conversions (the convert check; layout: what they read)"] == [
         "dcp-to-torch-save", "dcp-round-trip", "torch-save-to-safetensors", "torch-save-to-dcp", "zero-to-fp32",
-        "zero-to-universal", "save-pretrained"]
+        "zero-to-universal", "save-pretrained", "shard-trainer-weights"]
     assert {"crash", "torn", "power-loss", "enospc"} <= set(sections["fault kinds"])
     assert sections["properties"] == ["atomic", "durable", "preserving", "live", "detecting", "faithful", "skew-safe",
                                       "overwrite-safe", "rotation-safe", "reshardable", "safe-loading", "convertible"]

@@ -55,6 +55,7 @@ BUILTIN_CONVERSIONS = {
     "zero-to-fp32": "ckpt_harness.conversions.deepspeed:ZERO_TO_FP32",
     "zero-to-universal": "ckpt_harness.conversions.deepspeed:ZERO_TO_UNIVERSAL",
     "save-pretrained": "ckpt_harness.conversions.hf:SAVE_PRETRAINED",
+    "shard-trainer-weights": "ckpt_harness.conversions.hf:SHARDED_WEIGHTS",
 }
 
 

@@ -116,6 +116,36 @@ def torch_save_files(files: Mapping[str, Any], where: str) -> dict[str, Any]:
     return out
 
 
+def trainer_checkpoint(path: Path) -> dict[str, Any]:
+    """A `transformers.Trainer` checkpoint directory, loaded as the Trainer
+    resumes from it: the model by `from_pretrained` (one safetensors file
+    or an index of shards), the optimizer's parameter ids as the Trainer
+    numbers them (its weight-decay group, then the rest, each in
+    `named_parameters` order), the schedule, and `global_step`."""
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM, Trainer
+
+    model = AutoModelForCausalLM.from_pretrained(path)
+    named = [(name, p) for name, p in model.named_parameters() if p.requires_grad]
+    decay = set(Trainer.get_decay_parameter_names(None, model))  # reads no instance state
+    groups = [[n for n, _ in named if n in decay], [n for n, _ in named if n not in decay]]
+    optim = torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True)
+    ids: dict[Any, str] = {}
+    for group, names in zip(optim["param_groups"], groups):
+        if len(group["params"]) != len(names):
+            raise ValueError(f"{path}: an optimizer group of {len(group['params'])} parameters where the Trainer "
+                             f"groups {len(names)}")
+        ids.update(zip(group["params"], names))
+    out = {f"model/{name}": p.detach() for name, p in model.named_parameters()}
+    out.update(from_optimizer(optim, ids))
+    scheduler = torch.load(path / "scheduler.pt", map_location="cpu", weights_only=True)
+    out.update(from_scheduler({k: v for k, v in scheduler.items() if k != "lr_lambdas"}))
+    out["step"] = json.loads((path / "trainer_state.json").read_text())["global_step"]
+    return out
+
+
 def distinct(tensors: Mapping[str, Any]) -> list[str]:
     """The keys whose tensor shares its storage with no earlier key's."""
     seen: set[int] = set()
