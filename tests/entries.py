@@ -16,6 +16,12 @@ def all_reduce(info, payload):
     Path(info.run_dir, f"sum{info.rank}").write_text(str(int(t.item())))
 
 
+def origin(info, payload):
+    """Who forked this rank, and the command line it inherited."""
+    cmdline = Path("/proc/self/cmdline").read_bytes().decode()
+    Path(info.run_dir, f"origin{info.rank}").write_text(f"{os.getppid()}\n{cmdline}")
+
+
 def rank0_barrier(info, payload):
     if info.rank == 0:
         dist.barrier()

@@ -2,7 +2,6 @@
 
 import os
 import signal
-import statistics
 import subprocess
 import sys
 import textwrap
@@ -42,21 +41,16 @@ def test_group_runs_a_real_collective(tmp_path, world_size):
     assert all(r.collectives is None for r in outcome.ranks)  # read only when a run is stopped
 
 
-def test_warm_launch_is_fast(tmp_path):
-    """A whole warm group costs less than one fresh interpreter importing torch
-    (~40 ms against 1.5 s on a quiet box), timed side by side so that load
-    slows both alike."""
+def test_ranks_are_forks_of_the_warm_server_not_fresh_interpreters(tmp_path):
+    """Every rank is a fork of the one server that imported torch (its
+    command line is the server's; a fresh interpreter's would be its own),
+    so a group costs a fork per rank, not an import of torch: what that
+    saves is measured side by side in `ci/benchmark.py` (part 1), not timed here."""
     prestart(wait=True)
-    run_group(spec(tmp_path / "warm", "all_reduce"))  # the server is up
-    warm, cold = [], []
-    for i in range(3):
-        start = time.monotonic()
-        assert run_group(spec(tmp_path / str(i), "all_reduce")).ok
-        warm.append(time.monotonic() - start)
-        start = time.monotonic()
-        subprocess.run([sys.executable, "-c", "import torch"], check=True)
-        cold.append(time.monotonic() - start)
-    assert statistics.median(warm) < statistics.median(cold), (warm, cold)
+    assert run_group(spec(tmp_path / "a", "origin")).ok and run_group(spec(tmp_path / "b", "origin")).ok
+    seen = [Path(tmp_path, run, f"origin{rank}").read_text().split("\n") for run in "ab" for rank in (0, 1)]
+    assert len({parent for parent, _ in seen}) == 1, seen  # one server forked all four ranks of both runs
+    assert all("ckpt_harness.launch.zygote" in cmdline.split("\0") for _, cmdline in seen), seen
 
 
 def test_hang_yields_every_rank_stack_within_the_deadline(tmp_path, pace):
