@@ -196,10 +196,14 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("derive_states", bool, True, "take the directory a power loss, or a crash no peer notices, leaves "
                                          "from the golden run's trace instead of running the faulted save",
             replayed=False),
-    Setting("script", str, None, "script mode: the training script and its arguments, as after `python`, "
-                                 "with {ckpt_dir} where the run's checkpoint directory goes (e.g. "
+    Setting("script", str, None, "script mode: the training script and its arguments, as after `python` "
+                                 "(a file, -m MODULE, or a console script on PATH), with {ckpt_dir} where the "
+                                 "run's checkpoint directory goes, also inside a config file it names (e.g. "
                                  "'train.py --output_dir {ckpt_dir}'); run under torchrun instead of a job",
             optional=True),
+    Setting("resume_args", str, "", "script mode: arguments added last to a run that starts on a checkpoint "
+                                    "directory holding anything, for a script that resumes only when told "
+                                    "(e.g. '--init_from=resume')"),
     Setting("script_args", tuple, (), "script mode: how the script is told a setting a scenario sets, as "
             "NAME=ARGS with {} where the value goes (e.g. 'keep_last=--save_total_limit {},"
             "overwrite=--overwrite_output_dir'); a scenario's unset or false value adds nothing, a flag without {} "
@@ -304,6 +308,7 @@ class ScriptConfig:
     nnodes: int = setting("nnodes")
     max_restarts: int = setting("max_restarts")
     checkpoint_layout: Optional[str] = setting("checkpoint_layout")
+    resume_args: str = setting("resume_args")
     timeout: float = setting("timeout", 180.0)
 
     def __post_init__(self) -> None:

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTENSION = ROOT / "tests" / "extension"
@@ -29,10 +30,12 @@ def target(tmp_path_factory):
     return target
 
 
-def cli(*args, cwd, pythonpath=None):
+def cli(*args, cwd, pythonpath=None, bin_dir=None):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(map(str, pythonpath))
+    if bin_dir:
+        env["PATH"] = os.pathsep.join([str(bin_dir), env["PATH"]])
     return subprocess.run([sys.executable, "-m", "ckpt_harness.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
@@ -159,3 +162,30 @@ def test_a_target_kind_from_a_package_runs_through_the_plugin(pytester, target):
             mp.setenv(name, value)
         result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=2)
+
+
+# -- a console script with a YAML config, as `llamafactory-cli train config.yaml` is run -----------
+
+def test_a_console_script_reading_a_yaml_config_is_verified_like_a_plain_script(tmp_path, target):
+    """``ckpt-example-train`` is installed on PATH by the package (its
+    `[project.scripts]`); its checkpoint directory is in the YAML file the
+    command names, where the harness puts each run's own (a copy in the run
+    directory, the user's file left as it was). Run as a file, as the shell
+    runs it: explored as any file is (a module's run is explored in
+    tests/test_script_launch.py)."""
+    config = tmp_path / "train.yaml"
+    config.write_text("output_dir: {ckpt_dir}\nmax_steps: 4\nsave_steps: 2\n")
+    command = f"ckpt-example-train train {config}"
+    common = dict(cwd=tmp_path, pythonpath=[target, ROOT], bin_dir=target / "bin")
+    verified = cli("run", "--script", command, "--nproc-per-node", "2", "--case", "resume@2",
+                   "--workdir", str(tmp_path / "runs"), **common)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert "saves after resume  PASS" in verified.stdout, verified.stdout
+    # Each run got a copy with its checkpoint directory in place: the golden run's; the stopped and the resumed
+    # run's, which share one.
+    runs = tmp_path / "runs"
+    copies = {c.parent.parent.relative_to(runs).as_posix(): yaml.safe_load(c.read_text())["output_dir"]
+              for c in runs.glob("**/configs/train.yaml")}
+    assert copies == {"golden/run": str(runs / "golden" / "ckpt"), "resume@2/stop": str(runs / "resume@2" / "ckpt"),
+                      "resume@2/resume": str(runs / "resume@2" / "ckpt")}, copies
+    assert config.read_text().startswith("output_dir: {ckpt_dir}")

@@ -116,7 +116,7 @@ AGENT_EXIT = 10.0
 class ScriptSpec:
     """An unmodified script and how torchrun should run it on this machine."""
 
-    #: The script's path, then its arguments, as after ``python``.
+    #: The script's path (or ``-m MODULE``), then its arguments, as after ``python``.
     command: tuple[str, ...]
     run_dir: Path
     deadline: float
@@ -147,8 +147,10 @@ class ScriptSpec:
     def __post_init__(self) -> None:
         if not self.command:
             raise ConfigError("a script spec needs a command: the script's path, then its arguments")
-        if not Path(self.command[0]).is_file():
-            raise ConfigError(f"no script at {self.command[0]!r}: give the path of a Python file to run")
+        if self.command[0] == "-m" and len(self.command) < 2:
+            raise ConfigError("-m needs a module to run: give -m MODULE, then its arguments")
+        if self.command[0] != "-m" and not Path(self.command[0]).is_file():
+            raise ConfigError(f"no script at {self.command[0]!r}: give the path of a Python file to run, or -m MODULE")
         check_layout(self.world_size, self.nnodes)
         if self.deadline <= 0:
             raise ConfigError(f"deadline must be positive, got {self.deadline}")

@@ -142,8 +142,8 @@ def prepare(worker: WorkerInfo, park: Callable[[], None]) -> Optional[Any]:
 
 
 def main(argv: list[str]) -> None:
-    if not argv:
-        sys.exit("usage: python -m ckpt_harness.launch.worker SCRIPT [ARGS...]")
+    if not argv or argv[:1] == ["-m"] and len(argv) < 2:
+        sys.exit("usage: python -m ckpt_harness.launch.worker SCRIPT|-m MODULE [ARGS...]")
     script, *args = argv
     worker = WorkerInfo.from_env()
     _die_with_agent()
@@ -174,11 +174,10 @@ def main(argv: list[str]) -> None:
             signal.pause()
 
     armed = prepare(worker, park)
-    sys.argv = [script, *args]
-    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    run = _runner(script, args)
     end, code = "raised", 1
     try:
-        runpy.run_path(script, run_name="__main__")
+        run()
         end, code = "ok", 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -197,6 +196,19 @@ def main(argv: list[str]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         dataclasses.replace(record, end=end, exit_code=code, finished=time.monotonic()).write(run_dir)
+
+
+def _runner(script: str, args: list[str]) -> Callable[[], Any]:
+    """Run the script as ``python SCRIPT ARGS`` or ``python -m MODULE ARGS``
+    would: `sys.argv` and `sys.path[0]` as Python sets them."""
+    if script == "-m":
+        module, *args = args
+        sys.argv = [module, *args]  # run_module puts the module's file in argv[0]
+        sys.path[0] = os.getcwd()
+        return lambda: runpy.run_module(module, run_name="__main__", alter_sys=True)
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    return lambda: runpy.run_path(script, run_name="__main__")
 
 
 def _die_with_agent() -> None:

@@ -14,7 +14,9 @@ each with the reason an n/a cell gives.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
@@ -24,6 +26,10 @@ from ckpt_harness.records import Kind, Run, save_steps, savers
 from ckpt_harness.targets.base import Capabilities, NotApplicable, RunRequest, Stop, TargetKind, repro_line
 
 PLACEHOLDER = "{ckpt_dir}"
+#: How a command names a module to run, as after ``python``.
+MODULE = "-m"
+#: The largest file an argument may name for ``{ckpt_dir}`` to be put in place inside it.
+CONFIG_SIZE = 1 << 20
 #: A Job run's shape, which a script's own arguments set: ignored unless `script_args` says how to pass it.
 SHAPE = ("steps", "save_every", "seed")
 #: An example of `script_args` for each setting, for the reasons that ask for one.
@@ -59,14 +65,35 @@ NAME_LENGTH = 80
 
 
 def command(script: str, ckpt_dir: Path, told: Mapping[str, str] = {},
-            given: Mapping[str, Any] = {}) -> tuple[str, ...]:
-    """The script's path and arguments with the checkpoint directory in
-    place, then the arguments that tell it the settings `given`, as `told`
-    (`config.script_args`) spells them: last, so they win over the script's own."""
-    words = [w.replace(PLACEHOLDER, str(ckpt_dir)) for w in _words(script)]
+            given: Mapping[str, Any] = {}, configs: Optional[Path] = None) -> tuple[str, ...]:
+    """The script's path (or ``-m MODULE``) and arguments with the checkpoint
+    directory in place, then the arguments that tell it the settings
+    `given`, as `told` (`config.script_args`) spells them: last, so they win
+    over the script's own. With `configs`, an argument naming a file that
+    holds ``{ckpt_dir}`` (a YAML config, ``--config=train.yaml`` too) names
+    a copy written there with the directory in place."""
+    words = [_in_place(w, ckpt_dir, configs) for w in _words(script)]
     for name, value in given.items():
         words += told_args(told[name], value)
     return tuple(words)
+
+
+def _in_place(word: str, ckpt_dir: Path, configs: Optional[Path]) -> str:
+    """`word` with the checkpoint directory in place, in it or in the file it names."""
+    option, eq, value = word.rpartition("=") if word.startswith("-") else ("", "", word)
+    path = Path(value)
+    if configs is None or PLACEHOLDER in value or not path.is_file() or path.stat().st_size > CONFIG_SIZE:
+        return word.replace(PLACEHOLDER, str(ckpt_dir))
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return word
+    if PLACEHOLDER not in text:
+        return word
+    configs.mkdir(parents=True, exist_ok=True)
+    copy = configs / path.name
+    copy.write_text(text.replace(PLACEHOLDER, str(ckpt_dir)))
+    return f"{option}{eq}{copy}"
 
 
 def told_args(template: str, value: Any) -> list[str]:
@@ -81,10 +108,27 @@ def told_args(template: str, value: Any) -> list[str]:
 
 
 def _words(script: str) -> list[str]:
+    """The command as a worker runs it: a script's path, or ``-m MODULE``,
+    then its arguments. 'python train.py' means train.py, and a console
+    script (``llamafactory-cli train x.yaml``: a command on PATH whose first
+    line runs Python) is the file the shell would run."""
     words = shlex.split(script)
     if words and Path(words[0]).name.startswith("python") and len(words) > 1:
-        words = words[1:]  # 'python train.py ...' means train.py
+        words = words[1:]
+    if words and words[0] != MODULE and not Path(words[0]).is_file():
+        found = shutil.which(words[0])
+        if found is not None and _runs_python(Path(found)):
+            words[0] = found
     return words
+
+
+def _runs_python(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            first = f.readline(200)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
 
 
 def row_name(script: str, limit: int = NAME_LENGTH) -> str:
@@ -157,16 +201,28 @@ class ScriptTarget:
     def told(self) -> dict[str, str]:
         return script_args(self.config.script_args)
 
-    def argv(self, ckpt_dir: Path) -> tuple[str, ...]:
-        return command(self.config.script, ckpt_dir, self.told, dict(self.given))
+    def argv(self, ckpt_dir: Path, run_dir: Optional[Path] = None) -> tuple[str, ...]:
+        """Its command for a run on `ckpt_dir`; a run that starts on a
+        checkpoint directory holding anything (a resume) gets
+        `resume_args` last, so they win over the command's own."""
+        words = command(self.config.script, ckpt_dir, self.told, dict(self.given),
+                        configs=run_dir / "configs" if run_dir is not None else None)
+        resuming = ckpt_dir.is_dir() and any(ckpt_dir.iterdir())
+        return words + (tuple(shlex.split(self.config.resume_args)) if resuming else ())
 
     def preflight(self) -> None:
         """Refuse a script that is not there, before any run: else every case
         (every scenario of a matrix row) would say so, for bad input."""
-        path = command(self.config.script, Path("ckpt"))[0]
-        if not Path(path).is_file():
-            raise UsageError(f"no script at {path!r} (--script {self.config.script!r}): give the path of a Python "
-                              "file to run, then its arguments")
+        words = command(self.config.script, Path("ckpt"))
+        if words[0] == MODULE:
+            top = words[1].split(".")[0] if len(words) > 1 else ""
+            if not top or importlib.util.find_spec(top) is None:
+                raise UsageError(f"no module {words[1] if len(words) > 1 else ''!r} to run (--script "
+                                 f"{self.config.script!r}): give -m and a module importable from here "
+                                 "(the current directory or PYTHONPATH), then its arguments")
+        elif not Path(words[0]).is_file():
+            raise UsageError(f"no script at {words[0]!r} (--script {self.config.script!r}): give the path of a "
+                             "Python file, -m MODULE, or a console script on PATH, then its arguments")
 
     def warm(self, parallel: int) -> None:
         from ckpt_harness.launch.agent import prestart
@@ -192,7 +248,7 @@ class ScriptTarget:
                           list_entries=self.values.get("keep_last") is not None)
         stop_ranks = self.savers(request.stop_after_save) if request.stop_after_save is not None else None
         spec = ScriptSpec(
-            command=self.argv(ckpt), run_dir=run_dir,
+            command=self.argv(ckpt, run_dir), run_dir=run_dir,
             deadline=request.deadline or self.config.timeout, blocked_grace=request.blocked_grace,
             nproc_per_node=self.config.nproc_per_node, nnodes=self.config.nnodes,
             max_restarts=self.config.max_restarts, env={PLAN_ENV: plan.to_env(), CKPT_DIR_ENV: str(ckpt)},

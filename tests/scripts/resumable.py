@@ -6,7 +6,8 @@ holds a checkpoint, the script resumes from the newest complete one. The
 data of step s is a function of s and the rank, so a resume replays it.
 
     resumable.py OUT [--steps N] [--save-every K] [--staging] [--rng-files]
-                     [--keep-last N] [--overwrite] [--seed S] [--bug BUG ...]
+                     [--keep-last N] [--overwrite] [--seed S] [--init-from WHAT]
+                     [--bug BUG ...]
 
 Without --staging each save is written in place, into step_N/state.pt,
 and any step_N holding a state.pt is taken on the next start: a commit
@@ -24,7 +25,10 @@ a save into a directory that holds a checkpoint replaces it whole with
 (the world size and seed a checkpoint records) are refused without it and
 trained over with it (the Trainer's overwrite_output_dir). --pg-timeout S
 bounds every collective, so a rank whose peer is stuck raises instead of
-waiting for good. Bugs (--bug, repeatable), each one a real one:
+waiting for good. --init-from (nanoGPT's --init_from) is auto by default:
+the newest checkpoint if there is one; scratch never looks for one, and
+resume takes the newest, which must be there: a script that resumes only
+when told (`--resume-args '--init_from=resume'`). Bugs (--bug, repeatable), each one a real one:
 
 * forget-optimizer: the checkpoint lacks the optimizer's state;
 * from-scratch: the checkpoint is never looked for;
@@ -70,6 +74,7 @@ parser.add_argument("--pg-timeout", type=float, help="seconds a collective may w
 parser.add_argument("--bug", action="append", default=[], choices=(
     "forget-optimizer", "from-scratch", "rename-per-node", "skip-barrier", "rotate-by-name", "overwrite-in-place"))
 parser.add_argument("--no-marker", action="store_true")
+parser.add_argument("--init-from", "--init_from", choices=("auto", "scratch", "resume"), default="auto")
 args = parser.parse_args()
 
 dist.init_process_group("gloo", **({"timeout": timedelta(seconds=args.pg_timeout)} if args.pg_timeout else {}))
@@ -143,7 +148,9 @@ def save(step):
 
 
 start = 0
-found = newest_checkpoint() if "from-scratch" not in args.bug else None
+found = newest_checkpoint() if "from-scratch" not in args.bug and args.init_from != "scratch" else None
+if found is None and args.init_from == "resume":
+    raise FileNotFoundError(f"--init_from=resume: no checkpoint in {args.out}")
 checkpoint = torch.load(found / "state.pt") if found is not None else None
 if checkpoint is not None and (checkpoint["world_size"], checkpoint["seed"]) != (world, args.seed):
     if not args.overwrite:

@@ -48,6 +48,7 @@ BAD = {
     "nnodes": (1.0, MAX_WORLD_SIZE + 1),
     "max_restarts": (None, -1),
     "checkpoint_layout": (1, "parquet"),
+    "resume_args": (["--resume"], ...),
 }
 CASES = [P(name, value, id=f"{name}-{label}") for name, pair in BAD.items()
          for label, value in zip(("type", "range"), pair) if value is not ...]

@@ -1,6 +1,7 @@
 """The seam between what is under test and the pipelines: picked in one place,
 replayed by one repro builder, n/a for what a target cannot do, in its words."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,7 @@ from ckpt_harness.errors import UsageError
 from ckpt_harness.targets import JobTarget, NotApplicable, ScriptTarget
 
 SCRIPT = "/home/me/train.py --output_dir {ckpt_dir} --lr 1e-3"
+RESUMABLE = Path(__file__).resolve().parents[1] / "scripts" / "resumable.py"
 
 
 @pytest.mark.parametrize("given, says", [
@@ -113,3 +115,51 @@ def test_a_ready_made_target_takes_only_the_plan():
     assert same is target and plan.faults == ("crash",) and plan.hang_timeout == 3.0
     with pytest.raises(UsageError, match="a target carries its own settings"):
         targets.resolve(target, "run", {"world_size": 2})
+
+
+# -- the launch forms real projects use ----------------------------------------------------------
+
+def test_a_module_is_run_as_python_m_runs_it_and_named_by_it(tmp_path):
+    target = targets.script("-m tests.scripts.resumable {ckpt_dir} --steps 4")
+    assert target.argv(tmp_path / "ckpt") == ("-m", "tests.scripts.resumable", str(tmp_path / "ckpt"), "--steps", "4")
+    assert target.row == "-m tests.scripts.resumable --steps 4"
+    target.preflight()  # importable from here
+    with pytest.raises(UsageError, match="no module 'nowhere.train' to run .*importable from here"):
+        targets.script("-m nowhere.train {ckpt_dir}").preflight()
+
+
+def test_a_console_script_on_path_is_the_file_the_shell_would_run(tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    cli = bin_dir / "train-cli"
+    cli.write_text("#!/usr/bin/env python3\nfrom somewhere import main\nmain()\n")
+    cli.chmod(0o755)
+    (bin_dir / "not-python").write_text("#!/bin/sh\necho\n")
+    (bin_dir / "not-python").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    target = targets.script("train-cli train {ckpt_dir}")
+    assert target.argv(tmp_path / "c")[0] == str(cli) and target.row == "train-cli train"
+    target.preflight()
+    with pytest.raises(UsageError, match="no script at 'not-python'.*console script on PATH"):
+        targets.script("not-python {ckpt_dir}").preflight()
+
+
+def test_the_checkpoint_directory_is_put_in_place_inside_a_config_file_the_command_names(tmp_path):
+    config = tmp_path / "train.yaml"
+    config.write_text("output_dir: {ckpt_dir}\nsteps: 4\n")
+    plain = tmp_path / "data.txt"
+    plain.write_text("no placeholder here\n")
+    target = targets.script(f"{RESUMABLE} train {config} --data={plain} --also={config}")
+    words = target.argv(tmp_path / "ckpt", tmp_path / "run")
+    copy = tmp_path / "run" / "configs" / "train.yaml"
+    assert words[2:] == (str(copy), f"--data={plain}", f"--also={copy}")
+    assert copy.read_text() == f"output_dir: {tmp_path / 'ckpt'}\nsteps: 4\n"
+    assert config.read_text().startswith("output_dir: {ckpt_dir}")  # the user's file is left as it was
+
+
+def test_resume_args_go_last_on_a_run_that_starts_on_a_checkpoint(tmp_path):
+    target = targets.script(f"{RESUMABLE} {{ckpt_dir}} --init_from=scratch", resume_args="--init_from=resume")
+    ckpt = tmp_path / "ckpt"
+    assert target.argv(ckpt)[-1] == "--init_from=scratch"  # nothing there yet: a first run
+    (ckpt / "step_2").mkdir(parents=True)
+    assert target.argv(ckpt)[-2:] == ("--init_from=scratch", "--init_from=resume")
