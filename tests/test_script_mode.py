@@ -221,6 +221,25 @@ def test_a_peer_left_waiting_in_a_save_routine_is_a_hang_of_the_checkpointing(tm
     assert "rank 1 waiting in barrier" in live.summary and "in save()" in live.summary, live.summary
 
 
+def test_a_rank_that_returns_past_the_final_barrier_leaves_its_peer_hung_as_on_nccl(tmp_path):
+    """Rank 0 writes the final model and returns without the barrier after
+    it, destroying its group. On NCCL rank 1 waits in that barrier for good
+    ("training finishes, then hangs writing the final model"); on gloo the
+    destroy would close its connections and rank 1 would raise instead. The
+    finished worker is held, its group kept, until its peer ends, so the run
+    is the hang it is on NCCL, ended at once (nothing can progress), not at
+    the deadline."""
+    deadline = 120.0
+    report = verify_script(script("--staging", "--bug", "skip-final-barrier"), workdir=tmp_path,
+                           cases=["golden"], nproc_per_node=2, timeout=deadline)
+    (live,) = [r for r in report.results if r.check == "live"]
+    assert live.verdict is Verdict.FAIL and live.summary.startswith("golden: hang:"), report.explain()
+    assert "rank 1 waiting in barrier" in live.summary and "ended at once" in live.summary, live.summary
+    finished = [r for r in read_records(tmp_path / "golden" / "run", 0) if r["event"] == Kind.FINISHED]
+    assert finished, "rank 0 returned: held, not hung"
+    assert report.elapsed < deadline / 2, report.elapsed
+
+
 def test_a_script_that_fails_before_its_first_save_is_an_error_saying_so(tmp_path):
     """A training bug (here: a script given a step count it cannot parse) is
     not the checkpointing's: ERROR, with the words that it never reached a save."""

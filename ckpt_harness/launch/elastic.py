@@ -25,8 +25,12 @@ torch elastic's process model, as far as it matters here (torch 2.13):
   restart is not counted in its ``TORCHELASTIC_RESTART_COUNT``). With none
   left it exits, and the workers of the other nodes stay blocked in their
   collectives: the harness gives them `failure_grace`, as for a Job.
-* A finished worker exits (a Job rank parks instead): its peers' gloo
-  sockets close, so a peer waiting on it raises rather than hangs.
+* A worker whose script returned is held, its default group kept, until
+  every worker of its attempt ended (`worker._hold`), as a Job rank parks:
+  a peer left waiting in a collective it skipped hangs, as on NCCL,
+  instead of raising when gloo's sockets close. The watch then ends the run
+  as soon as no running worker can progress (`launch.beacon`, proven twice
+  in a row), with the cut it would have made at the deadline or a grace.
 * Workers get RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
   GROUP_WORLD_SIZE, ROLE_*, MASTER_ADDR/PORT, TORCHELASTIC_RESTART_COUNT,
   TORCHELASTIC_MAX_RESTARTS, TORCHELASTIC_RUN_ID, TORCHELASTIC_ERROR_FILE,
@@ -68,9 +72,10 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from ckpt_harness.errors import ConfigError
-from ckpt_harness.launch import _proc, flight
+from ckpt_harness.launch import _proc, beacon, flight
 from ckpt_harness.launch.agent import Agent, start_agent
 from ckpt_harness.launch.group import (
+    EARLY_END,
     Cancelled,
     Cut,
     GroupOutcome,
@@ -81,6 +86,7 @@ from ckpt_harness.launch.group import (
     check_layout,
 )
 from ckpt_harness.launch.layout import agent_log, flight_path, log_path, stack_path, workers_dir
+from ckpt_harness.launch.link import helpers
 from ckpt_harness.launch.rank import STACK_SIGNAL
 from ckpt_harness.launch.worker import ENTRY_ENV, PG_TIMEOUT_ENV, RUN_DIR_ENV, RUN_TAG_ENV, WorkerRecord
 
@@ -143,6 +149,8 @@ class ScriptSpec:
     #: record says "stopped"), the group is torn down where it is. The
     #: other ranks count as finished: the harness stopped them.
     stop_ranks: Optional[frozenset[int]] = None
+    #: End the run as soon as no running worker can progress (`GroupSpec.early_end`).
+    early_end: bool = dataclasses.field(default_factory=lambda: EARLY_END)
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -236,6 +244,10 @@ class _ElasticRun:
         self.preempted = False
         #: When the watch ends at the latest, and why (`Cut`): the deadline unless a grace came first.
         self.bound_at, self.bound = float("inf"), Cut.DEADLINE
+        #: The watch ended at once, no worker able to progress before `bound_at` (`_stuck`).
+        self.ended_early = False
+        #: What `_stuck` last proved (None: nothing), to prove it twice in a row.
+        self._proven: Optional[tuple] = None
 
     def run(self) -> ScriptOutcome:
         spec = self.spec
@@ -334,6 +346,9 @@ class _ElasticRun:
             if self._stopped(last):
                 self.preempted = True
                 return True
+            if self.spec.early_end and self._stuck(last):
+                self.ended_early = True
+                return False
             if not graced and any(self._failed_for_good(r) for r in last.values()):
                 graced = True
                 self._bound(now + self.spec.failure_grace, Cut.FAILURE)
@@ -342,6 +357,26 @@ class _ElasticRun:
                 self._bound(min(blocked) + self.spec.blocked_grace, Cut.BLOCKED)
             time.sleep(POLL)
         return True
+
+    def _stuck(self, last: dict[int, WorkerRecord]) -> bool:
+        """No running worker can progress before the watch's cut: each waits
+        in a collective of the default group that a held (returned, stopped)
+        or blocked worker never issued, and would not give up before the cut
+        (`beacon.cannot_progress`); proven twice in a row, nothing changed.
+        Never once a worker raised or died: gloo tells its peers, and the
+        failure grace is the cut."""
+        if len(last) < self.spec.world_size or not all(_alive(r.pid) for r in last.values()):
+            self._proven = None
+            return False
+        parked = {r.rank for r in last.values() if r.end in ("ok", "stopped")}
+        running = {r.rank for r in last.values() if r.end is None}
+        slots = {rank: beacon.read(self.run_dir, rank) for rank in parked | running}
+        proven = (len(parked | running) == self.spec.world_size
+                  and beacon.cannot_progress(slots, parked, running, self.bound_at)
+                  and not any(helpers(str(self.run_dir), rank) for rank in parked | running))
+        seen = (tuple(sorted(parked)), tuple(slots[r] for r in sorted(slots))) if proven else None
+        stuck, self._proven = proven and seen == self._proven, seen
+        return stuck
 
     def _bound(self, at: float, cut: Cut) -> None:
         """End the watch at `at` at the latest, for `cut`'s reason."""
@@ -433,13 +468,14 @@ class _ElasticRun:
         hung = any(o.status is RankStatus.HUNG for o in ranks)
         # Cut by the failure grace, the peers were stuck then, also one that raised only as the failed
         # worker's interpreter finally exited and closed its sockets ("Connection closed by peer").
-        stuck = (timed_out and self.bound is Cut.FAILURE) or (hung and self.bound is not Cut.BLOCKED and (
-            not timed_out or (stopped_at or 0) - start < self.spec.deadline))
+        stuck = (timed_out and self.bound is Cut.FAILURE) or (hung and not self.ended_early and (
+            self.bound is not Cut.BLOCKED) and (not timed_out or (stopped_at or 0) - start < self.spec.deadline))
         cut = Cut.FAILURE if stuck else (self.bound if timed_out else None)
         return ScriptOutcome(
             ranks=ranks, timed_out=timed_out or stuck, elapsed=time.monotonic() - start,
             stuck_after_failure=stuck, stopped_at=stopped_at, cut=cut,
             restarts=_restarts(WorkerRecord.read_all(self.run_dir)), agent_logs=self.agent_logs,
+            ended_early=self.ended_early,
         )
 
     def _rank(self, rank: int, record: Optional[WorkerRecord], exits: dict[int, int],

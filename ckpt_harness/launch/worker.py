@@ -15,10 +15,19 @@ control the bootstrap gives the worker what `rank.py` gives a Job rank:
 * a record (`WorkerRecord`) the harness reads: which pid is which global
   rank in which attempt, whether the script returned or raised, which an
   exit code cannot tell apart from a crash, and when an injected fault
-  blocked it for good (what a Job rank tells through its status pipe).
+  blocked it for good (what a Job rank tells through its status pipe);
+* a beacon (`launch.beacon`): the collective its main thread waits in,
+  read by the harness's watch to end a run that can no longer progress.
 
 Then the script runs as ``python train.py args...`` would run it:
 ``sys.argv``, ``sys.path[0]`` and ``__main__`` are the script's.
+
+A worker whose script returned is held until every worker of its attempt
+has ended (`_hold`), its process group kept: a peer left waiting in a
+collective it skipped waits, the hang it is on NCCL, where gloo would
+tell the peer its connection closed. For the same reason a destroy of the
+default group is carried out only then (`_defer_destroy`). Job mode parks
+a finished rank the same way.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ckpt_harness.launch import _proc, flight
+from ckpt_harness.launch import _proc, beacon, flight
 from ckpt_harness.launch.layout import (
     flight_path,
     log_path,
@@ -52,6 +61,8 @@ RUN_DIR_ENV = "CKPT_HARNESS_RUN_DIR"
 PG_TIMEOUT_ENV = "CKPT_HARNESS_PG_TIMEOUT"
 #: `ScriptSpec.entry`, "module:function": what arms the worker before its script runs.
 ENTRY_ENV = "CKPT_HARNESS_WORKER_ENTRY"
+#: How often a worker whose script returned looks whether every worker has ended (`_hold`).
+HOLD_POLL = 0.05
 #: In the command line of every agent (a fork of the agent server keeps the server's).
 AGENT_MODULE = b"ckpt_harness.launch.agent"
 
@@ -173,6 +184,7 @@ def main(argv: list[str]) -> None:
         while True:
             signal.pause()
 
+    beacon.start(run_dir, worker.rank)
     armed = prepare(worker, park)
     run = _runner(script, args)
     end, code = "raised", 1
@@ -196,8 +208,72 @@ def main(argv: list[str]) -> None:
         sys.stdout.flush()
         sys.stderr.flush()
         dataclasses.replace(record, end=end, exit_code=code, finished=time.monotonic()).write(run_dir)
+        if end == "ok":
+            _hold(worker)
 
 
+def _hold(worker: WorkerInfo) -> None:
+    """Wait until every worker of this attempt has ended (returned, raised,
+    stopped or died); then carry out a destroy the script asked for."""
+    while True:
+        attempt = {r.rank: r for r in WorkerRecord.read_all(worker.run_dir) if r.restart == worker.restart}
+        if len(attempt) == worker.world_size and all(r.end is not None or not _alive(r.pid)
+                                                     for r in attempt.values()):
+            break
+        time.sleep(HOLD_POLL)
+    _carry_out()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+#: The real destroy of the default group, once the script asked for it (`_defer_destroy`).
+_deferred: Optional[Callable[[], None]] = None
+
+
+def _carry_out() -> None:
+    global _deferred
+    if _deferred is not None:
+        destroy, _deferred = _deferred, None
+        destroy()
+
+
+def _defer_destroy() -> None:
+    """Keep the default group's connections until every worker ended.
+
+    On gloo, destroying a group closes its connections, and a peer waiting
+    in a collective on it raises "Connection closed by peer"; on NCCL it
+    waits, hung. So the script's `destroy_process_group()` of the default
+    group is carried out when the worker is released (`_hold`), or at once
+    should the script start a group again; another group's goes through.
+    What this changes is in docs/probes.md."""
+    import torch.distributed as dist
+    import torch.distributed.distributed_c10d as c10d
+
+    destroy, init = c10d.destroy_process_group, c10d.init_process_group
+
+    def destroy_process_group(group: Any = None) -> None:
+        global _deferred
+        if group is not None and group is not c10d.GroupMember.WORLD:
+            return destroy(group)
+        if c10d.is_initialized():
+            _deferred = destroy
+        return None
+
+    def init_process_group(*args: Any, **kwargs: Any) -> Any:
+        _carry_out()
+        return init(*args, **kwargs)
+
+    for module in (dist, c10d):
+        module.destroy_process_group = destroy_process_group
+        module.init_process_group = init_process_group
 def _runner(script: str, args: list[str]) -> Callable[[], Any]:
     """Run the script as ``python SCRIPT ARGS`` or ``python -m MODULE ARGS``
     would: `sys.argv` and `sys.path[0]` as Python sets them."""
@@ -233,7 +309,8 @@ def _die_with_agent() -> None:
 
 
 def _default_timeouts() -> None:
-    """Bound the collectives of a script that sets no timeout of its own.
+    """Bound the collectives of a script that sets no timeout of its own
+    (and keep its default group until every worker ended: `_defer_destroy`).
 
     torch.distributed waits 30 minutes by default (gloo; 10 for NCCL), and
     an unmodified script rarely passes ``timeout=`` to
@@ -255,6 +332,7 @@ def _default_timeouts() -> None:
         return
     c10d.default_pg_timeout = timedelta(seconds=float(seconds))
     c10d.default_pg_nccl_timeout = timedelta(seconds=float(seconds))
+    _defer_destroy()
 
 
 if __name__ == "__main__":

@@ -36,6 +36,9 @@ when told (`--resume-args '--init_from=resume'`). Bugs (--bug, repeatable), each
   (the LLaMA-Factory multi-node "No such file" report), not rank 0 alone;
 * skip-barrier: rank 0 leaves the save without the barrier after the
   rename, while its peer waits there;
+* skip-final-barrier: rank 0 writes the final model and returns without
+  the barrier after it, destroying its group, while its peer waits there
+  (on NCCL a hang: "training finishes, then hangs writing the final model");
 * rotate-by-name: --keep-last orders checkpoints by name, not number
   (accelerate 0.16: checkpoint_10 sorts before checkpoint_9);
 * overwrite-in-place: --overwrite moves the new files into the existing
@@ -72,7 +75,8 @@ parser.add_argument("--overwrite", action="store_true")
 parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--pg-timeout", type=float, help="seconds a collective may wait (init_process_group's timeout)")
 parser.add_argument("--bug", action="append", default=[], choices=(
-    "forget-optimizer", "from-scratch", "rename-per-node", "skip-barrier", "rotate-by-name", "overwrite-in-place"))
+    "forget-optimizer", "from-scratch", "rename-per-node", "skip-barrier", "rotate-by-name", "overwrite-in-place",
+    "skip-final-barrier"))
 parser.add_argument("--no-marker", action="store_true")
 parser.add_argument("--init-from", "--init_from", choices=("auto", "scratch", "resume"), default="auto")
 args = parser.parse_args()
@@ -173,5 +177,6 @@ for step in range(start + 1, args.steps + 1):
         save(step)
 if rank == 0:
     torch.save(model.module.state_dict(), args.out / "model.pt")
-dist.barrier()
+if not ("skip-final-barrier" in args.bug and rank == 0):
+    dist.barrier()
 dist.destroy_process_group()
