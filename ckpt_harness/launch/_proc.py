@@ -53,6 +53,15 @@ def redirect_output(path: "str | os.PathLike[str]") -> None:
     sys.stderr = open(2, "w", buffering=1, closefd=False)
 
 
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting to be reaped."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(") ")[2][:1] not in ("Z", "X", "")
+    except OSError:
+        return False
+
+
 def state(pid: int) -> str:
     """The process's state letter in /proc ("R", "S", "T", "Z"...); "" if it is gone."""
     try:

@@ -264,7 +264,7 @@ class _ElasticRun:
             timed_out = not self._watch(start + spec.deadline)
             ended = time.monotonic()
             last = self._last_attempt()
-            self.alive_at_stop = {r.pid for r in last.values() if _alive(r.pid)}
+            self.alive_at_stop = {r.pid for r in last.values() if _proc.alive(r.pid)}
             if timed_out:
                 stopped_at = ended
                 self._collect_stacks(last)
@@ -335,7 +335,7 @@ class _ElasticRun:
             # A worker that raised has ended, also while its interpreter is still on its way out
             # (seconds with torch under load): no grace is spent on its exit.
             if len(last) == self.spec.world_size and all(
-                    r.end == "raised" or not _alive(r.pid) for r in last.values()):
+                    r.end == "raised" or not _proc.alive(r.pid) for r in last.values()):
                 if all(r.end == "ok" for r in last.values()):
                     return True
                 if any(self._failed_for_good(r) for r in last.values()):
@@ -365,7 +365,7 @@ class _ElasticRun:
         (`beacon.cannot_progress`); proven twice in a row, nothing changed.
         Never once a worker raised or died: gloo tells its peers, and the
         failure grace is the cut."""
-        if len(last) < self.spec.world_size or not all(_alive(r.pid) for r in last.values()):
+        if len(last) < self.spec.world_size or not all(_proc.alive(r.pid) for r in last.values()):
             self._proven = None
             return False
         parked = {r.rank for r in last.values() if r.end in ("ok", "stopped")}
@@ -395,7 +395,7 @@ class _ElasticRun:
         """The worker ended badly in an attempt its agent will not restart."""
         if record.restart < record.max_restarts or record.end == "ok":
             return False
-        return record.end == "raised" or not _alive(record.pid)
+        return record.end == "raised" or not _proc.alive(record.pid)
 
     def _last_attempt(self) -> dict[int, WorkerRecord]:
         """Each rank's worker that started last: the attempt the outcome is about."""
@@ -564,20 +564,11 @@ def _tagged(tag: str) -> list[int]:
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
-                if needle in f.read().split(b"\0") and _alive(int(pid)):
+                if needle in f.read().split(b"\0") and _proc.alive(int(pid)):
                     found.append(int(pid))
         except OSError:
             continue
     return found
-
-
-def _alive(pid: int) -> bool:
-    """Running, not a zombie waiting to be reaped."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rpartition(") ")[2][:1] not in ("Z", "X", "")
-    except OSError:
-        return False
 
 
 def _tail(path: Path, lines: int = 20) -> str:

@@ -217,21 +217,11 @@ def _hold(worker: WorkerInfo) -> None:
     stopped or died); then carry out a destroy the script asked for."""
     while True:
         attempt = {r.rank: r for r in WorkerRecord.read_all(worker.run_dir) if r.restart == worker.restart}
-        if len(attempt) == worker.world_size and all(r.end is not None or not _alive(r.pid)
+        if len(attempt) == worker.world_size and all(r.end is not None or not _proc.alive(r.pid)
                                                      for r in attempt.values()):
             break
         time.sleep(HOLD_POLL)
     _carry_out()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 #: The real destroy of the default group, once the script asked for it (`_defer_destroy`).
