@@ -360,15 +360,16 @@ class _ElasticRun:
 
     def _stuck(self, last: dict[int, WorkerRecord]) -> bool:
         """No running worker can progress before the watch's cut: each waits
-        in a collective of the default group that a held (returned, stopped)
-        or blocked worker never issued, and would not give up before the cut
+        in a collective of the default group that a held (returned) or
+        blocked worker never issued, and would not give up before the cut
         (`beacon.cannot_progress`); proven twice in a row, nothing changed.
-        Never once a worker raised or died: gloo tells its peers, and the
-        failure grace is the cut."""
+        Never once a worker raised or died (gloo tells its peers, and the
+        failure grace is the cut), nor once one stopped where a preempted
+        run stops (a peer waiting for it stops too: `rankside.script`)."""
         if len(last) < self.spec.world_size or not all(_proc.alive(r.pid) for r in last.values()):
             self._proven = None
             return False
-        parked = {r.rank for r in last.values() if r.end in ("ok", "stopped")}
+        parked = {r.rank for r in last.values() if r.end == "ok"}
         running = {r.rank for r in last.values() if r.end is None}
         slots = {rank: beacon.read(self.run_dir, rank) for rank in parked | running}
         proven = (len(parked | running) == self.spec.world_size

@@ -166,11 +166,8 @@ class Convert:
 
     def _committed(self, bench, scenario, target) -> Union[_Save, CaseResult]:
         """The committed save k of the bench's shared baseline (a script's)."""
-        base = bench.baseline(target, bench.plan(scenario.params), committed=True)
-        if base.committed is None:
-            return oracle.cannot_judge("committed run", scenario.property, f"the run stopped after save {base.k} "
-                                       f"failed, leaving nothing to convert: {base.committed_problem}")
-        return _Save(base.committed, base.k, base.golden, None)
+        base = _committed(bench, scenario, target)
+        return base if isinstance(base, CaseResult) else _Save(base.committed, base.k, base.golden, None)
 
     def _resumed(self, bench, scenario, target, made: _Save, name: str, root: Path) -> CaseResult:
         """A round trip put where save k was: the job's own loader resumes it."""
@@ -202,10 +199,9 @@ class Confuse:
         layout = target.caps.layout
         names = _chosen(scenario, layout, lambda c: c.gives != c.reads and not c.drops, only,
                         " and writes a complete save in another layout")
-        base = bench.baseline(target, bench.plan(scenario.params), committed=True)
-        if base.committed is None:
-            return [oracle.cannot_judge("committed run", scenario.property, f"the run stopped after save {base.k} "
-                                        f"failed, leaving nothing to convert: {base.committed_problem}")]
+        base = _committed(bench, scenario, target)
+        if isinstance(base, CaseResult):
+            return [base]
         return [self._case(bench, scenario, target, base, name) for name in names]
 
     def _case(self, bench, scenario, target, base, name: str) -> CaseResult:
@@ -238,6 +234,16 @@ class Confuse:
             repro=bench.repro(scenario, name), ends_group=ends_group(target.values),
             row=lambda outcome: ("*", "", "convert", where, "", oracle.OTHER_LAYOUT, outcome.kind.value))
         return clock.stamp(result, every=bench.timelines == "all")
+
+
+def _committed(bench, scenario, target) -> Any:
+    """The bench's shared baseline with its run stopped after save k (a
+    `Baseline`), or why there is no committed save to convert (a result)."""
+    base = bench.baseline(target, bench.plan(scenario.params), committed=True)
+    if base.committed is None:
+        return oracle.cannot_judge("committed run", scenario.property, f"the run stopped after save {base.k} "
+                                   f"failed, leaving nothing to convert: {base.committed_problem}")
+    return base
 
 
 def _unmade(converted: Converted, name: str, check: str, k: int) -> Optional[CaseResult]:
