@@ -215,7 +215,7 @@ def test_a_peer_left_waiting_in_a_save_routine_is_a_hang_of_the_checkpointing(tm
     checkpoint I/O happens in (`save()`), whatever phase the harness gave it.
     Its twin without the bug passes (`test_a_staging_rename_on_every_node...`)."""
     report = verify_script(script("--staging", "--no-marker", "--bug", "skip-barrier"), workdir=tmp_path,
-                           cases=["golden"], nproc_per_node=2, timeout=pace(15.0))
+                           cases=["golden"], nproc_per_node=2, timeout=pace(8.0))
     (live,) = [r for r in report.results if r.check == "live"]
     assert live.verdict is Verdict.FAIL and live.summary.startswith("golden: hang:"), report.explain()
     assert "rank 1 waiting in barrier" in live.summary and "in save()" in live.summary, live.summary

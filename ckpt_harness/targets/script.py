@@ -71,19 +71,25 @@ def command(script: str, ckpt_dir: Path, told: Mapping[str, str] = {},
     `given`, as `told` (`config.script_args`) spells them: last, so they win
     over the script's own. With `configs`, an argument naming a file that
     holds ``{ckpt_dir}`` (a YAML config, ``--config=train.yaml`` too) names
-    a copy written there with the directory in place."""
-    words = [_in_place(w, ckpt_dir, configs) for w in _words(script)]
+    a copy written there with the directory in place; never the script
+    itself, nor another Python file (whose ``{ckpt_dir}`` is code)."""
+    words = _words(script)
+    first = 2 if words[:1] == [MODULE] else 1  # the script itself (or -m MODULE) is never a config
+    if configs is not None:
+        words = words[:first] + [_config_copy(w, ckpt_dir, configs) for w in words[first:]]
+    words = [w.replace(PLACEHOLDER, str(ckpt_dir)) for w in words]
     for name, value in given.items():
         words += told_args(told[name], value)
     return tuple(words)
 
 
-def _in_place(word: str, ckpt_dir: Path, configs: Optional[Path]) -> str:
-    """`word` with the checkpoint directory in place, in it or in the file it names."""
+def _config_copy(word: str, ckpt_dir: Path, configs: Path) -> str:
+    """`word`, naming instead a copy of the config file it names with the
+    checkpoint directory in place, if that file holds ``{ckpt_dir}``."""
     option, eq, value = word.rpartition("=") if word.startswith("-") else ("", "", word)
     path = Path(value)
-    if configs is None or PLACEHOLDER in value or not path.is_file() or path.stat().st_size > CONFIG_SIZE:
-        return word.replace(PLACEHOLDER, str(ckpt_dir))
+    if PLACEHOLDER in value or path.suffix == ".py" or not path.is_file() or path.stat().st_size > CONFIG_SIZE:
+        return word
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError):

@@ -163,3 +163,14 @@ def test_resume_args_go_last_on_a_run_that_starts_on_a_checkpoint(tmp_path):
     assert target.argv(ckpt)[-1] == "--init_from=scratch"  # nothing there yet: a first run
     (ckpt / "step_2").mkdir(parents=True)
     assert target.argv(ckpt)[-2:] == ("--init_from=scratch", "--init_from=resume")
+
+
+def test_the_script_itself_and_python_files_are_never_taken_for_config_files(tmp_path):
+    """Their ``{ckpt_dir}`` is code (a harness-aware script formats it)."""
+    script = tmp_path / "train.py"
+    script.write_text('print(f"{ckpt_dir}")\n')
+    helper = tmp_path / "helper.py"
+    helper.write_text('PATH = "{ckpt_dir}"\n')
+    words = targets.script(f"{script} {{ckpt_dir}} --plugin {helper}").argv(tmp_path / "ckpt", tmp_path / "run")
+    assert words == (str(script), str(tmp_path / "ckpt"), "--plugin", str(helper))
+    assert not (tmp_path / "run" / "configs").exists()
