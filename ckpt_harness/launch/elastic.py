@@ -400,11 +400,7 @@ class _ElasticRun:
 
     def _last_attempt(self) -> dict[int, WorkerRecord]:
         """Each rank's worker that started last: the attempt the outcome is about."""
-        last: dict[int, WorkerRecord] = {}
-        for r in WorkerRecord.read_all(self.run_dir):
-            if r.rank not in last or r.started > last[r.rank].started:
-                last[r.rank] = r
-        return last
+        return WorkerRecord.newest(self.run_dir)
 
     def _collect_stacks(self, last: dict[int, WorkerRecord]) -> None:
         """Ask every live worker for its stack and collectives (as `group.py`

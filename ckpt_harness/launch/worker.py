@@ -126,6 +126,15 @@ class WorkerRecord:
         os.replace(tmp, path)  # the harness never reads half a record
 
     @classmethod
+    def newest(cls, run_dir: Path) -> dict[int, "WorkerRecord"]:
+        """Each rank's worker that started last: the attempt now (or last) running."""
+        newest: dict[int, WorkerRecord] = {}
+        for r in cls.read_all(run_dir):
+            if r.rank not in newest or r.started > newest[r.rank].started:
+                newest[r.rank] = r
+        return newest
+
+    @classmethod
     def read_all(cls, run_dir: Path) -> list["WorkerRecord"]:
         records = []
         for path in worker_record_paths(run_dir):
@@ -214,11 +223,14 @@ def main(argv: list[str]) -> None:
 
 def _hold(worker: WorkerInfo) -> None:
     """Wait until every worker of this attempt has ended (returned, raised,
-    stopped or died); then carry out a destroy the script asked for."""
+    stopped or died); then carry out a destroy the script asked for. A
+    rank's worker in this attempt is its newest: across nodes the restart
+    counts differ (only the agent that saw a failure counts it), and every
+    peer this worker ran with has started by now."""
     while True:
-        attempt = {r.rank: r for r in WorkerRecord.read_all(worker.run_dir) if r.restart == worker.restart}
-        if len(attempt) == worker.world_size and all(r.end is not None or not _proc.alive(r.pid)
-                                                     for r in attempt.values()):
+        newest = WorkerRecord.newest(worker.run_dir)
+        if len(newest) == worker.world_size and all(r.end is not None or not _proc.alive(r.pid)
+                                                    for r in newest.values()):
             break
         time.sleep(HOLD_POLL)
     _carry_out()
