@@ -276,6 +276,8 @@ def _defer_destroy() -> None:
     for module in (dist, c10d):
         module.destroy_process_group = destroy_process_group
         module.init_process_group = init_process_group
+
+
 def _runner(script: str, args: list[str]) -> Callable[[], Any]:
     """Run the script as ``python SCRIPT ARGS`` or ``python -m MODULE ARGS``
     would: `sys.argv` and `sys.path[0]` as Python sets them."""
