@@ -85,7 +85,15 @@ from ckpt_harness.launch.group import (
     cancelled,
     check_layout,
 )
-from ckpt_harness.launch.layout import agent_log, flight_path, log_path, stack_path, workers_dir
+from ckpt_harness.launch.layout import (
+    agent_log,
+    data_path,
+    flight_path,
+    log_path,
+    stack_path,
+    trace_path,
+    workers_dir,
+)
 from ckpt_harness.launch.link import helpers
 from ckpt_harness.launch.rank import STACK_SIGNAL
 from ckpt_harness.launch.worker import ENTRY_ENV, PG_TIMEOUT_ENV, RUN_DIR_ENV, RUN_TAG_ENV, WorkerRecord
@@ -205,16 +213,25 @@ def run_elastic(spec: ScriptSpec) -> ScriptOutcome:
 
     The rendezvous store's port is picked free and released for torchrun to
     bind, as `--standalone` does, so another process may take it first; the
-    agents then fail to reach the store before any worker starts. That is
-    the harness's set-up, not the script: the run is made again on a new
-    port, once.
+    agents then fail to reach the store before any worker starts. So may
+    the port torchrun picks for the workers' own store (MASTER_PORT), which
+    rank 0 then fails to bind in `init_process_group`, before the script
+    got its group. Either is the set-up, not the script: the run is made
+    again on new ports, once.
     """
     for attempt in range(STORE_ATTEMPTS):
+        last = attempt + 1 == STORE_ATTEMPTS
         try:
-            return _ElasticRun(spec).run()
+            outcome = _ElasticRun(spec).run()
         except LaunchError as exc:
-            if attempt + 1 == STORE_ATTEMPTS or not store_lost(str(exc)):
+            if last or not store_lost(str(exc)):
                 raise
+            continue
+        if last or not any(r.status is RankStatus.FAILED and port_taken(_tail(r.log, 40)) for r in outcome.ranks):
+            return outcome
+        for rank in range(spec.world_size):  # the next attempt's traces start anew (logs go on, saying both)
+            trace_path(spec.run_dir, rank).unlink(missing_ok=True)
+            data_path(spec.run_dir, rank).unlink(missing_ok=True)
     raise AssertionError("unreachable")
 
 
@@ -228,6 +245,12 @@ _STORE_LOST = ("RendezvousConnectionError", "The connection to the C10d store ha
 def store_lost(message: str) -> bool:
     """Did no worker start because the agents could not reach their store (`run_elastic`)?"""
     return "started no worker" in message and any(sign in message for sign in _STORE_LOST)
+
+
+def port_taken(log: str) -> bool:
+    """Did a worker fail because its group's store port was taken before it
+    bound it, in `init_process_group` (`run_elastic`)?"""
+    return "EADDRINUSE" in log and "_create_c10d_store" in log and "init_process_group" in log
 
 
 class _ElasticRun:

@@ -124,3 +124,18 @@ def test_a_launch_whose_agents_lost_their_store_is_made_again_and_no_other():
     assert not store_lost("torchrun started no worker within the 5 s deadline: check that torch is installed ...\n"
                           "--- agent0.log:\nModuleNotFoundError: No module named 'torch'")
     assert not store_lost("RendezvousConnectionError after the workers started")
+
+
+def test_a_run_whose_workers_store_port_was_taken_is_made_again_and_no_other():
+    """torchrun picks MASTER_PORT free and releases it; CI saw rank 0 fail to
+    bind it once (DeepSpeed's init_distributed, in init_process_group): the
+    set-up, retried. A script's own EADDRINUSE elsewhere is its own."""
+    from ckpt_harness.launch.elastic import port_taken
+
+    taken = ('  File ".../torch/distributed/distributed_c10d.py", line 1892, in init_process_group\n'
+             '  File ".../torch/distributed/rendezvous.py", line 199, in _create_c10d_store\n'
+             "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+             "address. port: 49573, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use")
+    assert port_taken(taken)
+    assert not port_taken('  File "train.py", line 9, in serve\nOSError: [Errno 98] EADDRINUSE')
+    assert not port_taken('  File ".../distributed_c10d.py", in init_process_group\nRuntimeError: timed out')
