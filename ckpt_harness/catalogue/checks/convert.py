@@ -35,6 +35,7 @@ from ckpt_harness import conversions, oracle
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import Setting, ends_group
 from ckpt_harness.conversions.run import Converted, run_conversion
+from ckpt_harness.pipeline.baseline import Baseline
 from ckpt_harness.records import CaseClock, Kind, Run
 from ckpt_harness.state import Record
 from ckpt_harness.targets import PROPAGATION, RunRequest
@@ -166,7 +167,7 @@ class Convert:
 
     def _committed(self, bench, scenario, target) -> Union[_Save, CaseResult]:
         """The committed save k of the bench's shared baseline (a script's)."""
-        base = _committed(bench, scenario, target)
+        base = _committed_baseline(bench, scenario, target)
         return base if isinstance(base, CaseResult) else _Save(base.committed, base.k, base.golden, None)
 
     def _resumed(self, bench, scenario, target, made: _Save, name: str, root: Path) -> CaseResult:
@@ -199,7 +200,7 @@ class Confuse:
         layout = target.caps.layout
         names = _chosen(scenario, layout, lambda c: c.gives != c.reads and not c.drops, only,
                         " and writes a complete save in another layout")
-        base = _committed(bench, scenario, target)
+        base = _committed_baseline(bench, scenario, target)
         if isinstance(base, CaseResult):
             return [base]
         return [self._case(bench, scenario, target, base, name) for name in names]
@@ -236,7 +237,7 @@ class Confuse:
         return clock.stamp(result, every=bench.timelines == "all")
 
 
-def _committed(bench, scenario, target) -> Any:
+def _committed_baseline(bench, scenario, target) -> Union[Baseline, CaseResult]:
     """The bench's shared baseline with its run stopped after save k (a
     `Baseline`), or why there is no committed save to convert (a result)."""
     base = bench.baseline(target, bench.plan(scenario.params), committed=True)
