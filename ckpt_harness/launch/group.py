@@ -15,6 +15,7 @@ import queue
 import select
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -22,7 +23,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.errors import ConfigError, HarnessError
 from ckpt_harness.launch import _proc, _wire, beacon, flight
@@ -209,14 +210,25 @@ class GroupOutcome:
 
 
 class _ZygoteClient:
-    """One warm fork server per harness process (and per pytest-xdist worker)."""
+    """A warm fork server of this harness process: the first one started
+    (`start`), or a fork of it (`fork`) to run another group at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, sock: socket.socket, proc: Union[subprocess.Popen, "_Forked"], log_path: str,
+                 owns_log: bool) -> None:
         self.owner = os.getpid()
         self.lock = threading.Lock()
+        self.sock = sock
+        self.proc = proc
+        self.log_path = log_path
+        self.owns_log = owns_log
+        self.ready = False
+
+    @classmethod
+    def start(cls) -> "_ZygoteClient":
+        """A fresh interpreter that imports torch (seconds of CPU)."""
         ours, theirs = socket.socketpair()
-        fd, self.log_path = tempfile.mkstemp(prefix="ckpt-harness-zygote-", suffix=".log")
-        self.proc = subprocess.Popen(
+        fd, log_path = tempfile.mkstemp(prefix="ckpt-harness-zygote-", suffix=".log")
+        proc = subprocess.Popen(
             [sys.executable, "-m", "ckpt_harness.launch.zygote", str(theirs.fileno()), str(os.getpid())],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
@@ -227,8 +239,22 @@ class _ZygoteClient:
         )
         os.close(fd)
         theirs.close()
-        self.sock = ours
-        self.ready = False
+        return cls(ours, proc, log_path, owns_log=True)
+
+    def fork(self) -> "_ZygoteClient":
+        """Another server, forked from this one once it is ready: warm from
+        the start (milliseconds). This one must run no group of its own."""
+        with self.lock:
+            self._await_ready()
+            self.send({"op": "fork"})
+            answered = select.select([self.sock], [], [], STARTUP_TIMEOUT)[0]
+            data, fds, _, _ = socket.recv_fds(self.sock, _FORKED.size, 1) if answered else (b"", [], 0, None)
+        if len(data) != _FORKED.size or not fds:
+            for fd in fds:
+                os.close(fd)
+            raise LaunchError(f"the warm fork server could not fork another:\n{self._log()}")
+        (pid,) = _FORKED.unpack(data)
+        return _ZygoteClient(socket.socket(fileno=fds[0]), _Forked(pid), self.log_path, owns_log=False)
 
     def run(self, spec: GroupSpec) -> GroupOutcome:
         with self.lock:
@@ -276,10 +302,52 @@ class _ZygoteClient:
                 self.proc.kill()
                 self.proc.wait()
         self.sock.close()
+        if self.owns_log:
+            try:
+                os.unlink(self.log_path)
+            except OSError:
+                pass
+
+
+#: `zygote`'s reply to a fork: the new server's pid (-1 when the fork failed).
+_FORKED = struct.Struct("!i")
+
+
+class _Forked:
+    """The process of a server forked by the first one, as `close` and the
+    pool use a `Popen`: not this process's child, so it is watched and
+    signalled through a pidfd (never a pid the kernel may have reused)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
         try:
-            os.unlink(self.log_path)
-        except OSError:
-            pass
+            self.pidfd: Optional[int] = os.pidfd_open(pid)
+        except OSError:  # already gone
+            self.pidfd = None
+
+    def poll(self) -> Optional[int]:
+        if self.pidfd is not None and not select.select([self.pidfd], [], [], 0)[0]:
+            return None
+        self._forget()
+        return 0
+
+    def wait(self, timeout: float) -> int:
+        if self.pidfd is not None and not select.select([self.pidfd], [], [], timeout)[0]:
+            raise subprocess.TimeoutExpired(f"zygote {self.pid}", timeout)
+        self._forget()
+        return 0
+
+    def kill(self) -> None:
+        if self.pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _forget(self) -> None:
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
 
 
 class _Stall:
@@ -580,23 +648,33 @@ class _Pool:
 
     A caller that finds every server busy (another thread is running a
     group on it) gets a new one, so N threads run N groups in parallel.
+    Only the first server (the mother) imports torch. It runs no group:
+    every server a group runs on is a fork of it, so N servers cost one
+    import, not N (4 s of CPU each on the 2-core machine, docs/speed.md).
 
-    Servers are started from one long-lived thread: the kernel's
+    The mother is started from one long-lived thread: the kernel's
     parent-death signal fires when the *thread* that started a child exits,
     so a server started from a worker thread would die with that thread.
+    Its forks die with it.
     """
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.idle: list[_ZygoteClient] = []
         self.all: list[_ZygoteClient] = []
+        self.mother: Optional[_ZygoteClient] = None
         self.owner = os.getpid()
         self.requests: "queue.Queue[queue.Queue]" = queue.Queue()
         self.spawner: Optional[threading.Thread] = None
         #: `cancel` was called: no server starts any more.
         self.cancelled = False
 
-    def _start_server(self) -> _ZygoteClient:
+    def _start_mother(self) -> _ZygoteClient:
+        """The mother, started (not awaited) unless it is running."""
+        if self.mother is not None and self.mother.proc.poll() is None:
+            return self.mother
+        if self.mother is not None:
+            self.mother.close(0.0)
         if self.spawner is None or not self.spawner.is_alive():
             self.spawner = threading.Thread(target=self._spawn_forever, name="ckpt-harness-spawner", daemon=True)
             self.spawner.start()
@@ -605,13 +683,14 @@ class _Pool:
         client = reply.get()
         if isinstance(client, BaseException):
             raise client
+        self.mother = client
         return client
 
     def _spawn_forever(self) -> None:
         while True:
             reply = self.requests.get()
             try:
-                reply.put(_ZygoteClient())
+                reply.put(_ZygoteClient.start())
             except BaseException as exc:  # handed to the caller
                 reply.put(exc)
 
@@ -625,33 +704,54 @@ class _Pool:
                 if client.proc.poll() is None:
                     return client
                 self.all.remove(client)
-            client = self._start_server()
+            mother = self._start_mother()
+        return self._adopt(mother)
+
+    def _adopt(self, mother: _ZygoteClient) -> _ZygoteClient:
+        """A new fork of `mother`, in `all`. Made outside the pool's lock: it
+        waits for the mother's imports, which a cancel must not wait for."""
+        try:
+            client = mother.fork()
+        except (LaunchError, OSError):
+            if self.cancelled:  # the mother was shut down under it
+                raise Cancelled() from None
+            raise
+        with self.lock:
+            if self.cancelled:
+                client.close(0.0)
+                raise Cancelled()
             self.all.append(client)
-            return client
+        return client
 
     def release(self, client: _ZygoteClient) -> None:
         with self.lock:
             if client in self.all:
                 self.idle.append(client)
 
-    def warm(self, count: int) -> None:
-        """Start servers up to `count` now, so their imports overlap the caller's."""
+    def warm(self, count: int, wait: bool = False) -> None:
+        """Start the mother now, so its imports overlap the caller's; with
+        `wait`, once it is ready, have `count` servers forked and idle."""
         with self.lock:
             if self.cancelled:
                 raise Cancelled()
             self._forget_foreign()
-            while len(self.all) < count:
-                client = self._start_server()
-                self.all.append(client)
-                self.idle.append(client)
+            mother = self._start_mother()
+            missing = count - len(self.all) if wait else 0
+        for _ in range(missing):
+            client = self._adopt(mother)
+            with client.lock:
+                client._await_ready()
+            self.release(client)
 
     def close(self, wait: float = 5.0) -> None:
         with self.lock:
             if self.owner == os.getpid():
-                for client in self.all:
+                for client in self.all:  # each kills its ranks; then the mother, whose forks die with it
                     # one still importing torch has no rank yet: nothing to wait for
                     client.close(wait if client.ready else 0.0)
-            self.all, self.idle = [], []
+                if self.mother is not None:
+                    self.mother.close(wait if self.mother.ready else 0.0)
+            self.all, self.idle, self.mother = [], [], None
 
     def cancel(self) -> None:
         with self.lock:
@@ -660,7 +760,7 @@ class _Pool:
 
     def _forget_foreign(self) -> None:
         if self.owner != os.getpid():  # a forked harness: the servers are the parent's
-            self.all, self.idle, self.owner = [], [], os.getpid()
+            self.all, self.idle, self.mother, self.owner = [], [], None, os.getpid()
             self.requests, self.spawner = queue.Queue(), None
 
 
@@ -699,11 +799,7 @@ def cancelled() -> bool:
 def prestart(count: int = 1, wait: bool = False) -> None:
     """Start `count` warm fork servers now, so their torch imports overlap the
     caller's; with `wait`, return once they are ready to fork."""
-    _pool.warm(count)
-    if wait:
-        for client in list(_pool.all):
-            with client.lock:
-                client._await_ready()
+    _pool.warm(count, wait)
 
 
 @atexit.register

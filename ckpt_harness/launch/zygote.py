@@ -10,13 +10,21 @@ It runs as ``python -m ckpt_harness.launch.zygote FD PARENT_PID`` and talks
 over the socket FD with `_wire` frames:
 
 - harness → zygote: ``{"op": "spawn", "group": id, "ranks": [...], ...}``,
-  ``{"op": "shutdown"}``;
+  ``{"op": "fork"}``, ``{"op": "shutdown"}``;
 - zygote → harness: ``{"op": "spawned", "group", "pids"}``,
   ``{"op": "error", "group", "message"}``, ``{"op": "done", "group", "rank",
   "failed"}`` when a rank finished its entry and parked, ``{"op": "blocked",
   "group", "rank"}`` when it (or a process it spawned) is about to block for
   good (`rank.report_blocked`), ``{"op": "exit", "group", "rank", "code",
   "signal"}`` when a rank process ended.
+
+A harness that runs several groups at once needs a server per group. Only
+the first imports torch: the others are forks of it (``fork``), each on a
+socket of its own whose other end is handed to the harness with the reply
+(4 bytes, the new server's pid, and the socket as SCM_RIGHTS ancillary
+data). Such a server is the zygote in every way but its parent, with which
+it dies; the first server then runs no group itself, so what a fork
+inherits is the imports, never another group's preloads or ranks.
 
 Ranks are put in their own process group (so a kill reaches whatever they
 spawned) and die with the zygote, which dies with the harness.
@@ -30,9 +38,10 @@ import os
 import select
 import signal
 import socket
+import struct
 import sys
 import traceback
-from typing import Optional
+from typing import NoReturn, Optional
 
 from ckpt_harness.launch import _proc, _wire
 
@@ -60,15 +69,21 @@ class Zygote:
         self.status_fds: dict[int, tuple[str, int]] = {}
         #: (warm-up, rank) -> a warmed template server's socket; None: warm-up failed
         self.templates: dict[tuple[str, int], Optional[socket.socket]] = {}
+        #: pidfd -> pid of each server forked from this one (`fork`), reaped when it ends
+        self.servers: dict[int, int] = {}
 
     def serve(self) -> None:
         while True:
             templates = [t for t in self.templates.values() if t is not None]
-            readable, _, _ = select.select([self.sock, *self.pidfds, *self.status_fds, *templates], [], [])
+            readable, _, _ = select.select([self.sock, *self.pidfds, *self.status_fds, *templates, *self.servers],
+                                           [], [])
             for fd in readable:
                 if fd is self.sock:
                     if not self._handle_request():
                         return
+                elif fd in self.servers:
+                    os.waitpid(self.servers.pop(fd), 0)
+                    os.close(fd)
                 elif fd in self.status_fds:
                     self._handle_status(fd)
                 elif fd in self.pidfds:
@@ -87,7 +102,34 @@ class Zygote:
             return False
         if message["op"] == "spawn":
             self._spawn(message)
+        elif message["op"] == "fork":
+            self._fork_server()
         return True
+
+    def _fork_server(self) -> None:
+        """Another server, forked from this one, for a group run at the same
+        time as others: the reply is its pid and its socket (-1 and none if
+        the fork failed, the reason in the log)."""
+        theirs, mine = socket.socketpair()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError:
+            traceback.print_exc()
+            socket.send_fds(self.sock, [_FORKED.pack(-1)], [])
+            theirs.close()
+            mine.close()
+            return
+        if pid == 0:  # the new server; never returns
+            theirs.close()
+            self._close_inherited()
+            _proc.die_with_parent(os.getppid())
+            _serve_ready(mine)
+        mine.close()
+        socket.send_fds(self.sock, [_FORKED.pack(pid)], [theirs.fileno()])
+        theirs.close()
+        self.servers[os.pidfd_open(pid)] = pid
 
     def _spawn(self, request: dict) -> None:
         group = request["group"]
@@ -212,12 +254,12 @@ class Zygote:
     def _close_inherited(self) -> None:
         """In a fresh child: drop the zygote's descriptors so EOFs stay honest."""
         self.sock.close()
-        for fd in [*self.pidfds, *self.status_fds]:
+        for fd in [*self.pidfds, *self.status_fds, *self.servers]:
             os.close(fd)
         for template in self.templates.values():
             if template is not None:
                 template.close()
-        self.pidfds, self.status_fds, self.templates = {}, {}, {}
+        self.pidfds, self.status_fds, self.templates, self.servers = {}, {}, {}, {}
 
     def _kill_all(self) -> None:
         for _, _, pid in self.pidfds.values():
@@ -255,6 +297,17 @@ def main(argv: list[str]) -> None:
     # What is imported now lives as long as the server: out of the collector's
     # sight, so no forked rank pays for (or copies pages by) walking it.
     gc.freeze()
+    _serve_ready(sock)
+
+
+#: The reply to ``fork``: the new server's pid (-1: the fork failed), its socket as ancillary data.
+_FORKED = struct.Struct("!i")
+
+
+def _serve_ready(sock: socket.socket) -> NoReturn:
+    """Say ready, serve until the harness is gone or says shutdown, exit."""
+    import torch
+
     # str(): torch.__version__ is a TorchVersion, and unpickling one imports
     # torch into the harness (a second of CPU there, and as much again in
     # its finalization, which is what a Ctrl-C waits for).

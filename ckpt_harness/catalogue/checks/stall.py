@@ -50,7 +50,8 @@ class Stall:
         from ckpt_harness.pipeline.cases import Case, plan_of
 
         p = scenario.params
-        base = bench.baseline(bench.target_for(p), bench.plan(p, save="last"))
+        # Its cases corrupt nothing: no run stopped after the save is needed for the explore default's corruptions.
+        base = bench.baseline(bench.target_for(p), bench.plan(p, save="last", corruptions=()))
         nothing = base.nothing_to_break()
         if nothing is not None:
             return [nothing]
