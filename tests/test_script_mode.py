@@ -243,7 +243,7 @@ def test_a_rank_that_returns_past_the_final_barrier_leaves_its_peer_hung_as_on_n
 def test_a_script_that_fails_before_its_first_save_is_an_error_saying_so(tmp_path):
     """A training bug (here: a script given a step count it cannot parse) is
     not the checkpointing's: ERROR, with the words that it never reached a save."""
-    out = cli("run", "--script", f"{RESUMABLE} {{ckpt_dir}} --steps four", "--nproc-per-node", "2", cwd=tmp_path)
+    out = cli("run", "--script", f"{RESUMABLE} {{ckpt_dir}} --steps four", "--nproc-per-node", "1", cwd=tmp_path)
     assert out.returncode == 3, out.stdout + out.stderr
     assert "before its first save" in out.stdout, out.stdout
 
@@ -252,7 +252,7 @@ def test_a_script_that_never_saves_is_an_error_not_a_pass(tmp_path):
     """It trains and writes nothing under {ckpt_dir}: nothing was checked, and
     the report says what to check instead of PASS (exit 3)."""
     never = ROOT / "tests" / "scripts" / "never_saves.py"
-    out = cli("run", "--script", f"{never} {{ckpt_dir}}", "--nproc-per-node", "2", cwd=tmp_path)
+    out = cli("run", "--script", f"{never} {{ckpt_dir}}", "--nproc-per-node", "1", cwd=tmp_path)
     assert out.returncode == 3, out.stdout + out.stderr
     assert "golden / saves: ERROR — the run made no save the harness could see, so nothing was checked" in out.stdout
     assert "{ckpt_dir}" in out.stdout and "ckpt_harness.saving(step)" in out.stdout
