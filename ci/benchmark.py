@@ -9,6 +9,7 @@
     python ci/benchmark.py early-end [--explore-only]   # section 9 alone (~15 min on 2 idle cores; ~6 explore only)
     python ci/benchmark.py breakdown [--jobs torch_save,dcp] [--scenarios 'crash-*,final-*'] [--no-early-end]
                                      # section 10 alone: the matrix's work one case at a time (docs/speed.md)
+    python ci/benchmark.py servers   # section 11 alone (~1 min)
 
 1. Launching a process group: forked from the warm server vs. a fresh
    interpreter per rank (what torch's MultiProcessTestCase and torchrun do).
@@ -37,6 +38,11 @@
    case of each part (launch, the ranks' start, set-up, train, saves, the
    faulted save, waits, teardown, the harness's own work, judging), as
    Markdown tables. Not run by "everything": it is the matrix again.
+11. N warm fork servers ready (what a harness process running N groups at
+   once needs: a matrix's scenarios and cases at once): a fresh
+   interpreter per server, each importing torch (before), vs. one that
+   imports it and N forks of it (`launch.group._Pool`); wall time and the
+   whole machine's CPU time (/proc/stat: run it on an otherwise idle box).
 """
 
 from __future__ import annotations
@@ -114,7 +120,7 @@ def all_reduce(info, payload):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("only", nargs="?",
-                        choices=["probes", "sharing", "reduction", "at-once", "early-end", "breakdown"],
+                        choices=["probes", "sharing", "reduction", "at-once", "early-end", "breakdown", "servers"],
                         help="run this section alone")
     parser.add_argument("--quick", action="store_true", help="skip the full exploration")
     parser.add_argument("--before", default=bench_probes.DEFAULT_BEFORE,
@@ -135,6 +141,9 @@ def main() -> None:
     if args.only == "probes":
         print(PROBES_TITLE)
         bench_probes.compare(args.before, after=args.after)
+        return
+    if args.only == "servers":
+        servers()
         return
     prestart(2)
     tmp = Path(tempfile.mkdtemp(prefix="ckpt-harness-bench-"))
@@ -226,6 +235,44 @@ def main() -> None:
     reduced_catalogue(tmp)
     scenarios_at_once(tmp)
     early_end(tmp)
+    servers()
+
+
+def _machine_cpu() -> float:
+    """CPU seconds the whole machine spent (user, nice, system) since boot."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()[1:4]
+    return sum(map(int, fields)) / os.sysconf("SC_CLK_TCK")
+
+
+def servers(counts: tuple[int, ...] = (2, 4), repeat: int = 3) -> None:
+    from ckpt_harness.launch.group import _ZygoteClient
+
+    def fresh(n: int) -> list:
+        return [_ZygoteClient.start() for _ in range(n)]
+
+    def forked(n: int) -> list:
+        mother = _ZygoteClient.start()
+        return [*(mother.fork() for _ in range(n)), mother]
+
+    print("\n11. N warm fork servers ready to fork ranks: a fresh interpreter each vs. forks of one")
+    for n in counts:
+        found = {}
+        for label, make in (("fresh interpreter per server", fresh), ("one import, N forks", forked)):
+            walls, cpus = [], []
+            for _ in range(repeat):
+                cpu, start = _machine_cpu(), time.perf_counter()
+                clients = make(n)
+                for client in clients:
+                    client._await_ready()
+                walls.append(time.perf_counter() - start)
+                cpus.append(_machine_cpu() - cpu)
+                for client in clients:
+                    client.close()
+            found[label] = (statistics.median(walls), statistics.median(cpus))
+            print(f"   N={n}, {label}: {found[label][0]:.2f} s, CPU {found[label][1]:.1f} s (median of {repeat})")
+        (wall0, cpu0), (wall1, cpu1) = found.values()
+        print(f"   N={n}: ratio {wall0 / wall1:.1f}x wall, {cpu0 / cpu1:.1f}x CPU")
 
 
 def reduced_catalogue(tmp: Path) -> None:

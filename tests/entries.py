@@ -22,6 +22,16 @@ def origin(info, payload):
     Path(info.run_dir, f"origin{info.rank}").write_text(f"{os.getppid()}\n{cmdline}")
 
 
+def origin_at_once(info, payload):
+    """`origin`, then wait (up to 30 s) until every rank of the runs named in
+    `payload` (run directories) wrote its own: the runs overlap for sure."""
+    origin(info, payload)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not all(Path(run, f"origin{rank}").exists()
+                                                  for run in payload for rank in range(info.world_size)):
+        time.sleep(0.02)
+
+
 def rank0_barrier(info, payload):
     if info.rank == 0:
         dist.barrier()

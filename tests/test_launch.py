@@ -53,6 +53,31 @@ def test_ranks_are_forks_of_the_warm_server_not_fresh_interpreters(tmp_path):
     assert all("ckpt_harness.launch.zygote" in cmdline.split("\0") for _, cmdline in seen), seen
 
 
+def test_groups_at_once_run_on_forks_of_the_one_server_that_imported_torch(tmp_path):
+    """Two groups at once need two servers (a group holds its server), but
+    only one interpreter imports torch: the servers the groups run on are
+    forks of it (`launch.group._Pool`), and each forks its group's ranks.
+    What that saves is measured in `ci/benchmark.py` (part 11)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from ckpt_harness.launch import group
+
+    prestart(wait=True)
+    runs = [tmp_path / "a", tmp_path / "b"]
+    with ThreadPoolExecutor(2) as pool:
+        outcomes = list(pool.map(lambda run: run_group(spec(run, "origin_at_once", payload=[str(r) for r in runs])),
+                                 runs))
+    assert all(o.ok for o in outcomes), outcomes
+    servers = {run.name: {int(Path(run, f"origin{rank}").read_text().split("\n")[0]) for rank in (0, 1)}
+               for run in runs}
+    assert all(len(s) == 1 for s in servers.values()) and servers["a"] != servers["b"], servers
+    mother = group._pool.mother.proc.pid
+    for (server,) in servers.values():
+        with open(f"/proc/{server}/stat") as f:
+            assert int(f.read().rpartition(") ")[2].split()[1]) == mother  # its parent: the one that imported torch
+        assert "ckpt_harness.launch.zygote" in Path(f"/proc/{server}/cmdline").read_bytes().decode().split("\0")
+
+
 def test_hang_yields_every_rank_stack_within_the_deadline(tmp_path, pace):
     deadline = pace(2.0)  # long enough for rank 1 to finish first
     start = time.monotonic()
