@@ -59,15 +59,21 @@ def command(framework: str, *flags: str) -> str:
 
 
 @pytest.fixture(scope="module", autouse=True)
-def prebuilt_ops():
-    """DeepSpeed's CPU comm op is built on first use into TORCH_EXTENSIONS_DIR
-    (minutes with gcc); the harness's DeepSpeed Job keeps it in the venv,
-    where the workers find it built."""
+def extensions(tmp_path_factory) -> Path:
+    """The torch extensions directory the scripts' workers get: a fresh one,
+    so the harness builds DeepSpeed's CPU comm op there before the first
+    deadline (`targets.script_ops`), as on a machine that never built it.
+    It holds a copy of the venv's build, mtimes kept, but no harness stamp:
+    the builder runs and finds it built (seconds; a gcc build takes minutes)."""
+    built = Path(os.environ.get("TORCH_EXTENSIONS_DIR") or os.path.join(sys.prefix, "torch_extensions"))
+    fresh = tmp_path_factory.mktemp("torch_extensions")
+    if (built / "deepspeed_shm_comm").is_dir():
+        shutil.copytree(built / "deepspeed_shm_comm", fresh / "deepspeed_shm_comm", symlinks=True)
+        (fresh / "deepspeed_shm_comm" / "lock").unlink(missing_ok=True)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TORCH_EXTENSIONS_DIR", os.environ.get("TORCH_EXTENSIONS_DIR")
-                     or os.path.join(sys.prefix, "torch_extensions"))
-        patch.setenv("DS_ACCELERATOR", "cpu")
-        yield
+        patch.setenv("TORCH_EXTENSIONS_DIR", str(fresh))
+        patch.delenv("DS_ACCELERATOR", raising=False)  # the DeepSpeed script sets it itself
+        yield fresh
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +108,18 @@ def test_a_framework_save_is_one_boundary_per_step_and_resumes_bitwise(verified,
         saved = [r for r in read_records(workdir / "golden" / "run", rank) if r["event"] == Kind.SAVED]
         assert [(r["step"], r["source"]) for r in saved] == [(2, source), (4, source)]
         assert set(keys[rank]) <= set(saved[0]["state"]), sorted(saved[0]["state"])
+
+
+def test_the_op_deepspeed_builds_on_first_use_is_built_before_the_first_deadline(verified, extensions):
+    """The script imports deepspeed and puts it on the CPU accelerator: its
+    comm op is built (here: found built by the real builder) in the
+    directory its workers load it from, before the golden run started."""
+    pytest.importorskip("deepspeed")
+    _, workdir = verified("deepspeed")
+    stamp = extensions / ".ckpt-harness-deepspeed_shm_comm.built"
+    assert stamp.read_text().startswith("deepspeed "), sorted(p.name for p in extensions.iterdir())
+    started = min(p.stat().st_mtime for p in (workdir / "golden" / "run").glob("rank*.log"))
+    assert stamp.stat().st_mtime <= started
 
 
 @pytest.mark.parametrize("framework", sorted(FRAMEWORKS))

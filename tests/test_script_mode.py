@@ -245,7 +245,8 @@ def test_a_script_that_fails_before_its_first_save_is_an_error_saying_so(tmp_pat
     not the checkpointing's: ERROR, with the words that it never reached a save."""
     out = cli("run", "--script", f"{RESUMABLE} {{ckpt_dir}} --steps four", "--nproc-per-node", "1", cwd=tmp_path)
     assert out.returncode == 3, out.stdout + out.stderr
-    assert "before its first save" in out.stdout, out.stdout
+    assert "the script fails with no fault armed, before its first save" in out.stdout, out.stdout
+    assert "fix the script" in out.stdout and "the job" not in out.stdout, out.stdout
 
 
 def test_a_script_that_never_saves_is_an_error_not_a_pass(tmp_path):

@@ -34,13 +34,14 @@ def judge_live(case: str, run: Run, repro: Optional[str]) -> CaseResult:
     return CaseResult(case, "live", Verdict.FAIL, f"{run.name}: {problem.summary}", problem.details, repro)
 
 
-def judge_golden(case: str, run: Run, repro: Optional[str]) -> CaseResult:
+def judge_golden(case: str, run: Run, repro: Optional[str], noun: str = "job") -> CaseResult:
     """A run with nothing armed, that every other is judged against.
 
     If it breaks in a save or a load, that is the checkpointing under test
     (the final save that hangs): live FAIL. Anywhere else (setup, a train
     step, the job's `state`, a deadline too short for the job) the job
     cannot run at all, which says nothing about its checkpoints: ERROR.
+    `noun` is what the target is called ("job", "script"): the words are about it.
     """
     problem = health(run)
     if problem is None or problem.checkpointing:
@@ -49,8 +50,8 @@ def judge_golden(case: str, run: Run, repro: Optional[str]) -> CaseResult:
              else "outside its saves and loads")
     return CaseResult(
         case, "live", Verdict.ERROR,
-        f"{run.name}: the job fails with no fault armed, {where} ({problem.summary}); "
-        "nothing can be judged until it runs: fix the job, or give it a longer timeout if it was only slow",
+        f"{run.name}: the {noun} fails with no fault armed, {where} ({problem.summary}); "
+        f"nothing can be judged until it runs: fix the {noun}, or give it a longer timeout if it was only slow",
         problem.details, repro)
 
 

@@ -266,7 +266,7 @@ def golden_run(target: Target, plan: ExplorePlan, root: Path) -> Run:
     raises `BaselineFailed` if it did not finish, or if it saved nothing whose
     step the harness can tell."""
     golden = target.run(RunRequest("golden", log_data=True), root / "golden" / "ckpt", root / "golden" / "run")
-    live = oracle.judge_golden("golden", golden, target.repro("explore", plan.values, "golden"))
+    live = oracle.judge_golden("golden", golden, target.repro("explore", plan.values, "golden"), target.noun)
     if live.verdict is not Verdict.PASS:
         raise BaselineFailed(attach(live, [golden]))
     unnamed = oracle.judge_named_steps("golden", golden)

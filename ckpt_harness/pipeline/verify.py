@@ -105,7 +105,7 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
     if golden is None:
         golden = target.run(RunRequest("golden", trace_files=keep_last is not None), root / "golden" / "ckpt",
                             root / "golden" / "run")
-    results = [oracle.judge_golden("golden", golden, line)]
+    results = [oracle.judge_golden("golden", golden, line, target.noun)]
     if results[0].verdict is Verdict.PASS:  # else there is nothing to compare against
         known = target.knowing(golden)
         steps = known.save_steps() or []
@@ -169,7 +169,7 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
     stopped = clock.run(lambda: target.run(
         RunRequest("stopped run", stop_after_save=step, stop=stop, trace_files=False), ckpt, root / "stop"),
         broken=step)
-    live = oracle.judge_golden(case, stopped, line)
+    live = oracle.judge_golden(case, stopped, line, target.noun)
     if live.verdict is not Verdict.PASS:
         return [live]
     ranks = target.savers(step)
@@ -204,7 +204,7 @@ def restart_case(target: Target, root: Path, case: str, golden: Run, step: int,
         root / "run"), broken=step)
     clock.judging()
     if not crash_marker(root / "run").exists():
-        live = oracle.judge_golden(case, run, line)
+        live = oracle.judge_golden(case, run, line, target.noun)
         return [live if live.verdict is not Verdict.PASS else oracle.cannot_judge(
             case, "restart", f"no rank died after save {step}: the run did not save as the golden run did")]
     if run.outcome.restarts < 1:

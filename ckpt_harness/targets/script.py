@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import shlex
 import shutil
 from pathlib import Path
@@ -126,6 +127,16 @@ def _words(script: str) -> list[str]:
         if found is not None and _runs_python(Path(found)):
             words[0] = found
     return words
+
+
+def script_file(script: str) -> Optional[Path]:
+    """The file of Python the command runs: its script, or its ``-m``
+    module's file (None for a module not found here)."""
+    words = _words(script)
+    if words[:1] != [MODULE]:
+        return Path(words[0]) if words else None
+    spec = importlib.util.find_spec(words[1]) if len(words) > 1 else None
+    return Path(spec.origin) if spec is not None and spec.has_location and spec.origin else None
 
 
 def _runs_python(path: Path) -> bool:
@@ -241,11 +252,15 @@ class ScriptTarget:
         there dies instead and the run goes on under torchrun's restarts (the
         records are the last attempt's). A worker an injected fault blocks
         says when in its record, and its peers' grace counts from then."""
+        from ckpt_harness import jit
         from ckpt_harness.launch.elastic import ScriptSpec, run_elastic
         from ckpt_harness.rankside.script import CKPT_DIR_ENV, PLAN_ENV, ScriptPlan
+        from ckpt_harness.targets import script_ops
 
         if request.stop is Stop.HARD:
             raise UsageError(f"a hard stop: {LACKS['hard_stop']}")
+        # before the deadline starts: what the script's frameworks build on first use is not the script's time
+        jit.ensure_built(script_ops.jit_ops(script_file(self.config.script), os.environ))
         crash = request.stop is Stop.CRASH
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         ckpt = ckpt_dir.resolve()
