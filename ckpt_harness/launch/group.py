@@ -15,7 +15,6 @@ import queue
 import select
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from ckpt_harness.errors import ConfigError, HarnessError
 from ckpt_harness.launch import _proc, _wire, beacon, flight
 from ckpt_harness.launch.layout import beacon_path, flight_path, log_path, store_path
 from ckpt_harness.launch.link import helpers
+from ckpt_harness.launch.zygote import FORKED
 from ckpt_harness.launch.rank import STACK_SIGNAL
 
 MAX_WORLD_SIZE = 8
@@ -248,12 +248,12 @@ class _ZygoteClient:
             self._await_ready()
             self.send({"op": "fork"})
             answered = select.select([self.sock], [], [], STARTUP_TIMEOUT)[0]
-            data, fds, _, _ = socket.recv_fds(self.sock, _FORKED.size, 1) if answered else (b"", [], 0, None)
-        if len(data) != _FORKED.size or not fds:
+            data, fds, _, _ = socket.recv_fds(self.sock, FORKED.size, 1) if answered else (b"", [], 0, None)
+        if len(data) != FORKED.size or not fds:
             for fd in fds:
                 os.close(fd)
             raise LaunchError(f"the warm fork server could not fork another:\n{self._log()}")
-        (pid,) = _FORKED.unpack(data)
+        (pid,) = FORKED.unpack(data)
         return _ZygoteClient(socket.socket(fileno=fds[0]), _Forked(pid), self.log_path, owns_log=False)
 
     def run(self, spec: GroupSpec) -> GroupOutcome:
@@ -307,10 +307,6 @@ class _ZygoteClient:
                 os.unlink(self.log_path)
             except OSError:
                 pass
-
-
-#: `zygote`'s reply to a fork: the new server's pid (-1 when the fork failed).
-_FORKED = struct.Struct("!i")
 
 
 class _Forked:
@@ -797,8 +793,9 @@ def cancelled() -> bool:
 
 
 def prestart(count: int = 1, wait: bool = False) -> None:
-    """Start `count` warm fork servers now, so their torch imports overlap the
-    caller's; with `wait`, return once they are ready to fork."""
+    """Start the warm fork server now, so its torch import overlaps the
+    caller's; with `wait`, return once `count` servers (forks of it) are
+    ready to fork ranks."""
     _pool.warm(count, wait)
 
 

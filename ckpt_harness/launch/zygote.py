@@ -59,6 +59,8 @@ WARM_MODULES = (
     "torch._dynamo",
     "ckpt_harness.launch.rank",
 )
+#: The reply to ``fork``: the new server's pid (-1: the fork failed), its socket as ancillary data.
+FORKED = struct.Struct("!i")
 
 
 class Zygote:
@@ -117,7 +119,7 @@ class Zygote:
             pid = os.fork()
         except OSError:
             traceback.print_exc()
-            socket.send_fds(self.sock, [_FORKED.pack(-1)], [])
+            socket.send_fds(self.sock, [FORKED.pack(-1)], [])
             theirs.close()
             mine.close()
             return
@@ -127,7 +129,7 @@ class Zygote:
             _proc.die_with_parent(os.getppid())
             _serve_ready(mine)
         mine.close()
-        socket.send_fds(self.sock, [_FORKED.pack(pid)], [theirs.fileno()])
+        socket.send_fds(self.sock, [FORKED.pack(pid)], [theirs.fileno()])
         theirs.close()
         self.servers[os.pidfd_open(pid)] = pid
 
@@ -298,10 +300,6 @@ def main(argv: list[str]) -> None:
     # sight, so no forked rank pays for (or copies pages by) walking it.
     gc.freeze()
     _serve_ready(sock)
-
-
-#: The reply to ``fork``: the new server's pid (-1: the fork failed), its socket as ancillary data.
-_FORKED = struct.Struct("!i")
 
 
 def _serve_ready(sock: socket.socket) -> NoReturn:
