@@ -28,8 +28,8 @@ from ckpt_harness.errors import ConfigError, HarnessError
 from ckpt_harness.launch import _proc, _wire, beacon, flight
 from ckpt_harness.launch.layout import beacon_path, flight_path, log_path, store_path
 from ckpt_harness.launch.link import helpers
-from ckpt_harness.launch.zygote import FORKED
 from ckpt_harness.launch.rank import STACK_SIGNAL
+from ckpt_harness.launch.zygote import FORKED
 
 MAX_WORLD_SIZE = 8
 #: `GroupSpec.early_end`'s default; a benchmark turns it off to measure what it saves.
