@@ -93,7 +93,7 @@ class JitOp:
 Say = Callable[[str], None]
 
 
-def _say(line: str) -> None:
+def say(line: str) -> None:
     print(f"ckpt-harness: {line}", file=sys.stderr, flush=True)
 
 
@@ -102,7 +102,7 @@ _done: set[tuple[Path, str]] = set()
 _lock = threading.Lock()
 
 
-def ensure_built(ops: Sequence[JitOp], say: Say = _say, timeout: float = BUILD_TIMEOUT) -> None:
+def ensure_built(ops: Sequence[JitOp], say: Say = say, timeout: float = BUILD_TIMEOUT) -> None:
     """Build every op of `ops` not built yet; once per op per process (threads wait for the first)."""
     with _lock:
         for op in ops:

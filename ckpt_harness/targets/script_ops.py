@@ -30,6 +30,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Callable, Mapping, Optional
 
+from ckpt_harness import jit
 from ckpt_harness.jit import JitOp
 
 #: A script that puts DeepSpeed on its CPU accelerator itself (``os.environ.setdefault("DS_ACCELERATOR",
@@ -82,8 +83,8 @@ def _default_build_dir(op: str, cache_home: str, home: str) -> Path:
     env = {k: v for k, v in os.environ.items() if k != "TORCH_EXTENSIONS_DIR"}
     env.update({"XDG_CACHE_HOME": cache_home} if cache_home else {}, HOME=home or env.get("HOME", ""))
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    if out.returncode != 0:
-        raise RuntimeError(f"torch could not say where it builds its extensions:\n{out.stderr[-2000:]}")
+    if out.returncode != 0 or not out.stdout.strip():
+        raise OSError(f"torch could not say where it builds its extensions:\n{out.stderr[-2000:]}")
     return Path(out.stdout.strip().splitlines()[-1])
 
 
@@ -93,7 +94,12 @@ def _deepspeed(source: str, env: Mapping[str, str]) -> tuple[JitOp, ...]:
     environment or set by the script itself; elsewhere its own detection
     decides, and a GPU's NCCL needs no op: then the builder builds nothing)."""
     accelerator = env.get("DS_ACCELERATOR") or ("cpu" if _DS_CPU.search(source) else "")
-    where = build_dir("deepspeed_shm_comm", env)
+    try:
+        where = build_dir("deepspeed_shm_comm", env)
+    except (OSError, subprocess.SubprocessError) as exc:  # set-up, not the script: it builds in its run, as before
+        jit.say(f"not building DeepSpeed's CPU comm op before the first run ({exc}): the script's first run "
+                "builds it, inside its deadline")
+        return ()
     key = f"deepspeed {metadata.version('deepspeed')}, torch {metadata.version('torch')}, {sys.executable}"
     builder_env = {"TORCH_EXTENSIONS_DIR": str(where.parent)}
     if accelerator:

@@ -60,3 +60,13 @@ def test_without_torch_extensions_dir_the_op_is_where_torch_itself_builds_it(tmp
         monkeypatch.setenv(name, value)
     assert str(found) == _get_build_directory(DEEPSPEED, False)
     assert found.is_relative_to(tmp_path / "cache")
+
+
+def test_where_torch_cannot_say_the_script_builds_in_its_run_as_before_and_is_told_so(tmp_path, capsys):
+    """A cache directory that cannot be made (here a file): torch fails to
+    name its build directory. That is the set-up's, not the script's: no op
+    is built before the run, and the line says the first run builds it."""
+    (tmp_path / "cache").write_text("")
+    env = {"HOME": str(tmp_path), "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    assert script_ops.jit_ops(script(tmp_path, "import deepspeed\n"), env) == ()
+    assert "not building DeepSpeed's CPU comm op before the first run" in capsys.readouterr().err
