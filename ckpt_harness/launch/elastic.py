@@ -263,8 +263,9 @@ class _ElasticRun:
         self.alive_at_stop: set[int] = set()
         #: Where each hung rank's stack file ended before it was asked for a stack.
         self.stack_offsets: dict[int, int] = {}
-        #: The watch ended because every rank of `spec.stop_ranks` stopped.
+        #: The watch ended because every rank of `spec.stop_ranks` stopped; when (`time.monotonic()`).
         self.preempted = False
+        self.preempted_at = float("inf")
         #: When the watch ends at the latest, and why (`Cut`): the deadline unless a grace came first.
         self.bound_at, self.bound = float("inf"), Cut.DEADLINE
         #: The watch ended at once, no worker able to progress before `bound_at` (`_stuck`).
@@ -367,7 +368,7 @@ class _ElasticRun:
                     ended = now
                     continue
             if self._stopped(last):
-                self.preempted = True
+                self.preempted, self.preempted_at = True, time.monotonic()
                 return True
             if self.spec.early_end and self._stuck(last):
                 self.ended_early = True
@@ -512,8 +513,13 @@ class _ElasticRun:
             o.stack = self._stack(rank, self.stack_offsets.get(rank, 0))
             o.stack = o.stack or "(no stack: the worker did not answer)"
             o.collectives = flight.read(str(flight_path(self.run_dir, rank)))
-        if record.end in ("ok", "stopped") or (self.preempted and record.end is None
-                                               and record.pid in self.alive_at_stop):
+        # Running when the run was preempted, a worker is as a preempted one is, also if it raised after
+        # that moment: the teardown killed a stopped peer first, and under load this one's collective
+        # could still raise "Connection closed by peer" before it was killed too.
+        preempted = self.preempted and (
+            (record.end is None and record.pid in self.alive_at_stop)
+            or (record.end == "raised" and record.finished is not None and record.finished >= self.preempted_at))
+        if record.end in ("ok", "stopped") or preempted:
             o.status, o.exit_code = RankStatus.OK, 0
         elif record.end == "raised":
             o.status, o.exit_code = RankStatus.FAILED, record.exit_code
