@@ -15,7 +15,9 @@ another module (a Trainer handed a DeepSpeed config imports DeepSpeed
 lazily) builds in the golden run as before, and the first run's deadline
 must leave room for it.
 
-Torch-free: the command line and the bench call it before anything heavy.
+Torch-free: it runs in the harness before each run of a script, as a Job's
+`jit_ops` do (reading one file; `jit.ensure_built` checks each op once per
+process, and torch is asked where it builds once).
 """
 
 from __future__ import annotations
