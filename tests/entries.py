@@ -278,7 +278,7 @@ def peer_waits_for_a_parked_rank(info, payload):
     second word names: "barrier" (the default group), "subgroup" (a group of
     its own, which the beacon does not follow), "monitored" (a
     monitored_barrier that gives up after 2 s), "background" (a barrier while
-    a thread it handed work to still runs)."""
+    a thread it handed work to still runs), "monitored-background" (both)."""
     import datetime
 
     _probed(info)
@@ -298,6 +298,11 @@ def peer_waits_for_a_parked_rank(info, payload):
     if how == "subgroup":
         dist.barrier(group=subgroup)
     elif how == "monitored":
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=2))
+    elif how == "monitored-background":
+        from concurrent.futures import ThreadPoolExecutor
+
+        ThreadPoolExecutor(1).submit(time.sleep, 1000)  # work handed over, still running after the raise
         dist.monitored_barrier(timeout=datetime.timedelta(seconds=2))
     elif how == "background":
         from concurrent.futures import ThreadPoolExecutor

@@ -50,3 +50,20 @@ def test_a_collective_that_gives_up_by_itself_before_the_cut_is_seen_to_give_up(
     assert not outcome.ended_early and not outcome.timed_out
     assert waiting.status == "failed" and "monitored_barrier" in waiting.log_text()
     assert 2.0 <= outcome.elapsed < GRACE, outcome.elapsed
+
+
+def test_a_rank_that_raised_with_its_only_peer_blocked_for_good_ends_the_run_at_once(tmp_path, pace):
+    """A correct job's peer gives up on a blocked rank by its own timeout and
+    raises: nothing is left to happen (`beacon.nothing_left`), so the run
+    ends then, with the failure grace as its cut, as it would have been."""
+    outcome = run(tmp_path, "block monitored", pace, failure_grace=GRACE)
+    raised, blocked = outcome.ranks
+    assert outcome.ended_early and outcome.cut is Cut.FAILURE, outcome
+    assert raised.status == "failed" and "monitored_barrier" in raised.log_text()
+    assert blocked.status == "hung" and "peer_waits_for_a_parked_rank" in blocked.stack
+    assert outcome.elapsed < GRACE, outcome.elapsed
+
+
+def test_a_rank_that_raised_with_work_still_going_in_a_thread_is_left_to_the_cut(tmp_path, pace):
+    outcome = run(tmp_path, "block monitored-background", pace, failure_grace=3.0)
+    assert not outcome.ended_early and outcome.cut is Cut.FAILURE and outcome.elapsed >= 3.0, outcome

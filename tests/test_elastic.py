@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.inject.collectives import Recording
 from ckpt_harness.launch.elastic import STACK_GRACE, ScriptOutcome, ScriptSpec, run_elastic
-from ckpt_harness.launch.group import STARTUP_TIMEOUT, LaunchError
+from ckpt_harness.launch.group import STARTUP_TIMEOUT, Cut, LaunchError
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"
@@ -117,6 +118,9 @@ def test_a_ddp_script_runs_under_torchrun_as_torchrun_lays_it_out(tmp_path, pace
     assert {v["pg_timeout"] for v in layout.values()} == {STARTUP_TIMEOUT + 30}
     assert [r.pid for r in outcome.ranks if alive(r.pid)] == []
     assert processes_naming(str(run_dir)) == []
+    # torchrun's own files (its workers' error files) are the run's: none is left in the temporary directory
+    assert sorted(p.name for p in run_dir.glob("torchelastic*")) == [f"torchelastic{n}" for n in range(nnodes)]
+    assert list(Path(tempfile.gettempdir()).glob("torchelastic_*")) == []
 
 
 def test_a_skipped_barrier_is_a_hang_with_every_worker_stack(tmp_path, script_pace, pace):
@@ -168,6 +172,23 @@ def test_a_stuck_peer_on_another_node_is_cut_after_the_failure_grace(tmp_path, s
     assert 'busy_peer.py", line 11 in <module>' in stuck.stack
     assert outcome.elapsed < 3 * script_pace, (outcome.elapsed, script_pace)
     assert processes_naming(str(tmp_path)) == []
+
+
+def test_a_blocked_worker_left_alone_with_a_failed_peer_ends_the_run_at_once(tmp_path, script_pace):
+    """Rank 0 blocked for good, rank 1 raised on the other node: no worker is
+    left to do anything, and the run ends at once with the cut it would have
+    had (the failure grace), as it was (test_early_end.py has the same rule
+    in Job mode, and a run it must leave to its cut). Unless the exiting
+    agent hosted the store: then torchrun stops the blocked worker itself,
+    as in the test above."""
+    grace = 3 * script_pace
+    outcome = run_elastic(spec(tmp_path, "blocked_peer", deadline=30 * script_pace, nnodes=2, failure_grace=grace))
+    blocked, raised = outcome.ranks
+    assert raised.status == "failed" and "planted failure on rank 1" in raised.log_text(), outcome
+    if not blocked.ended_by_launcher:
+        assert blocked.status == "hung" and 'blocked_peer.py", line 15 in <module>' in blocked.stack, outcome
+        assert outcome.cut is Cut.FAILURE and outcome.ended_early, outcome
+    assert outcome.elapsed < grace, (outcome.elapsed, grace)
 
 
 @pytest.mark.parametrize("nnodes, max_restarts", [(1, 0), (2, 1)])

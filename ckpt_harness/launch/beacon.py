@@ -16,6 +16,12 @@ cut it would have made (`launch.group`), if and only if it can prove that:
 * no rank has work in another thread or a spawned process still going (a
   background save writes files, or issues collectives of its own).
 
+Or, with no rank left waiting at all: every rank still running is blocked
+for good, and each other one returned, raised or died (`nothing_left`).
+No peer is left to see a death and raise, so what the cut would find is
+what is there now (a correct job's peer that raised within its timeout of
+a blocked rank, then waited out the failure grace).
+
 Each rank keeps one fixed-size slot in a shared memory map (`layout.
 beacon_path`), written by the collective probes with plain stores: no
 system call and no lock in the rank (what the probes must not alter), and
@@ -150,6 +156,15 @@ def cannot_progress(slots: Mapping[int, Optional[Slot]], parked: set[int], runni
         if not any(slots[g].issued < slot.waiting for g in gone):  # type: ignore[union-attr]
             return False
     return True
+
+
+def nothing_left(slots: Mapping[int, Optional[Slot]], running: set[int]) -> bool:
+    """True when every rank in `running` is blocked for good and no rank has
+    work in another thread still going: the ranks not in it returned, raised
+    or died, so nothing can happen before the cut."""
+    if not running or any(slots.get(r) is None or not slots[r].blocked for r in running):  # type: ignore[union-attr]
+        return False
+    return not any(s is not None and s.background for s in slots.values())
 
 
 def timeout_of(group: object) -> float:

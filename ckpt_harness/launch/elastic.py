@@ -87,6 +87,7 @@ from ckpt_harness.launch.group import (
 )
 from ckpt_harness.launch.layout import (
     agent_log,
+    elastic_log_dir,
     data_path,
     flight_path,
     log_path,
@@ -180,13 +181,17 @@ class ScriptSpec:
         return self.nnodes * self.nproc_per_node
 
     def agent_args(self, port: int, run_id: str, node_rank: int) -> list[str]:
-        """torchrun's arguments for one agent: what a user types on each node."""
+        """torchrun's arguments for one agent: what a user types on each node
+        (docs/scripts.md lists them, and why each)."""
         return [
             "--nnodes", str(self.nnodes), "--node-rank", str(node_rank),
             "--nproc-per-node", str(self.nproc_per_node),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id,
             "--max-restarts", str(self.max_restarts), "--monitor-interval", str(POLL),
             "--event-log-handler", "console",
+            # torchrun's own default is a fresh torchelastic_* in the system's temporary directory,
+            # which it never removes (and a killed agent could not): one left per run of an exploration.
+            "--log-dir", str(elastic_log_dir(Path(self.run_dir).resolve(), node_rank)),
             "-m", "ckpt_harness.launch.worker", *self.command,
         ]
 
@@ -388,16 +393,21 @@ class _ElasticRun:
         blocked worker never issued, and would not give up before the cut
         (`beacon.cannot_progress`); proven twice in a row, nothing changed.
         Never once a worker raised or died (gloo tells its peers, and the
-        failure grace is the cut), nor once one stopped where a preempted
-        run stops (a peer waiting for it stops too: `rankside.script`)."""
-        if len(last) < self.spec.world_size or not all(_proc.alive(r.pid) for r in last.values()):
+        failure grace is the cut) unless no worker is left to hear it, every
+        one still running blocked for good (`beacon.nothing_left`); nor once
+        one stopped where a preempted run stops (a peer waiting for it stops
+        too: `rankside.script`), nor while torchrun will restart the group."""
+        if len(last) < self.spec.world_size:
             self._proven = None
             return False
+        alive = {r.rank for r in last.values() if _proc.alive(r.pid)}
         parked = {r.rank for r in last.values() if r.end == "ok"}
-        running = {r.rank for r in last.values() if r.end is None}
-        slots = {rank: beacon.read(self.run_dir, rank) for rank in parked | running}
-        proven = (len(parked | running) == self.spec.world_size
-                  and beacon.cannot_progress(slots, parked, running, self.bound_at)
+        running = {r.rank for r in last.values() if r.end is None} & alive
+        ended = {r.rank for r in last.values() if self._failed_for_good(r)}
+        slots = {rank: beacon.read(self.run_dir, rank) for rank in last}
+        proven = ((len(alive) == len(parked | running) == self.spec.world_size
+                   and beacon.cannot_progress(slots, parked, running, self.bound_at)
+                   or len(parked | running | ended) == self.spec.world_size and beacon.nothing_left(slots, running))
                   and not any(helpers(str(self.run_dir), rank) for rank in parked | running))
         seen = (tuple(sorted(parked)), tuple(slots[r] for r in sorted(slots))) if proven else None
         stuck, self._proven = proven and seen == self._proven, seen
@@ -428,8 +438,11 @@ class _ElasticRun:
 
     def _collect_stacks(self, last: dict[int, WorkerRecord]) -> None:
         """Ask every live worker for its stack and collectives (as `group.py`
-        does for Job ranks) and give them `STACK_GRACE` to answer."""
-        alive = [r for r in last.values() if r.pid in self.alive_at_stop]
+        does for Job ranks) and give them `STACK_GRACE` to answer. Not one
+        that raised: its traceback says where it was, and one still on its
+        way out (a gloo group's teardown waiting for a blocked peer) never
+        answers, which cost every such run the whole grace."""
+        alive = [r for r in last.values() if r.pid in self.alive_at_stop and r.end != "raised"]
         offsets = self.stack_offsets = {r.rank: _size(stack_path(self.run_dir, r.rank)) for r in alive}
         for r in alive:
             flight_path(self.run_dir, r.rank).unlink(missing_ok=True)

@@ -360,12 +360,14 @@ class _Stall:
         return blocked or any(r.status in (RankStatus.OK, RankStatus.FAILED) for r in ranks)
 
     def stuck(self, ranks: Sequence[RankOutcome], exited: set[int], cut_at: float) -> bool:
-        """Proven twice in a row. Never once a rank's process is gone: gloo tells its peers,
-        which then raise by themselves (also when it had parked first)."""
+        """Proven twice in a row. Never once a rank's process is gone (gloo tells its peers,
+        which then raise by themselves, also when it had parked first), unless no rank is
+        left to hear it: every one still running is blocked for good (`beacon.nothing_left`)."""
         slots = {r.rank: beacon.read(self.run_dir, r.rank) for r in ranks}
         parked = {r.rank for r in ranks if r.status in (RankStatus.OK, RankStatus.FAILED)}
         running = {r.rank for r in ranks if r.status is RankStatus.RUNNING}
-        proven = (not exited and beacon.cannot_progress(slots, parked, running, cut_at)
+        proven = ((not exited and beacon.cannot_progress(slots, parked, running, cut_at)
+                   or beacon.nothing_left(slots, running))
                   and not any(helpers(str(self.run_dir), r) for r in parked | running))
         seen = (tuple(sorted(parked)), tuple(sorted(running)), tuple(slots[r] for r in sorted(slots)))
         stuck, self.last = proven and seen == self.last, seen if proven else None

@@ -97,6 +97,11 @@ def worker_record_paths(run_dir: PathLike) -> Iterator[Path]:
     return workers_dir(run_dir).glob("*.json")
 
 
+def elastic_log_dir(run_dir: PathLike, node: int) -> Path:
+    """torchrun's `--log-dir` for the agent that is node `node`: its workers' error files."""
+    return Path(run_dir) / f"torchelastic{node}"
+
+
 def agent_log(run_dir: PathLike, node: int) -> Path:
     """The console of the torchrun agent that is node `node`."""
     return Path(run_dir) / f"agent{node}.log"

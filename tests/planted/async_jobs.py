@@ -113,13 +113,17 @@ class SwallowsBackgroundFailure(DcpAsyncJob):
         ctx.published(step)
 
 
-class PublishesBeforeDurable(DcpAsyncJob):
+class PublishesBeforeDurable(_OnSlowDisk):
     """Moves `latest` (and rotates) as soon as `async_save` returned, before
-    the background writer has written anything (KempnerForge#102)."""
+    the background writer has written anything (KempnerForge#102). Its disk
+    is slow until then: on a loaded box the writer could otherwise reach its
+    last rename before the main thread moved `latest`, and the bug would
+    hide in that case (a crash there resumed the save before, correctly)."""
 
     def save(self, ctx: RankContext, step: int) -> None:
-        super().save(ctx, step)
-        commit(ctx, self._pending[1], step)
+        path = self._start(ctx, step)
+        commit(ctx, path, step)
+        self._go.set()
 
     def wait_for_saves(self, ctx: RankContext) -> None:
         if self._pending is not None:
