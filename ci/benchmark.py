@@ -364,7 +364,37 @@ def early_end(tmp: Path, catalogue: bool = True) -> None:
         off, on = matrices[False].elapsed, matrices[True].elapsed
         print(f"   catalogue {job}: {cases} cases; {off:.0f} s -> {on:.0f} s ({off / cases:.2f} -> {on / cases:.2f} s "
               f"per case, ratio {off / on:.2f}x); cases that differ: {len(differ)} {differ[:5]}")
+    if catalogue:
+        _early_end_scripts(tmp)
     group.EARLY_END = True
+
+
+def _early_end_scripts(tmp: Path) -> None:
+    """The stall scenarios (a rank blocked, frozen or late at the final save)
+    against tests/scripts/resumable.py under torchrun: with a collective
+    timeout of its own (its peers raise) and without (they wait)."""
+    from ckpt_harness.catalogue.matrix import run_matrix
+    from ckpt_harness.catalogue.scenario import builtin_catalogue
+    from ckpt_harness.config import ScriptConfig
+    from ckpt_harness.launch import group
+
+    resumable = Path(__file__).resolve().parent.parent / "tests" / "scripts" / "resumable.py"
+    told = ("steps=--steps {}", "save_every=--save-every {}")
+    scripts = [ScriptConfig(script=f"{resumable} {{ckpt_dir}} --staging{extra}", script_args=told, nproc_per_node=2,
+                            timeout=120.0) for extra in (" --pg-timeout 2", "")]
+    stalls = [s for s in builtin_catalogue() if s.check == "stall"]
+    matrices = {}
+    for on in (False, True):
+        group.EARLY_END = on
+        matrices[on] = run_matrix((), stalls, scripts=scripts, workdir=tmp / f"early-script-{on}")
+    cells = {on: {(s.job, s.scenario, r.case): (r.check, r.verdict, r.cells) for s in m.results for r in s.results}
+             for on, m in matrices.items()}
+    cases = len(cells[True])
+    differ = sorted(case for case, value in cells[False].items() if cells[True].get(case) != value)
+    off, on = matrices[False].elapsed, matrices[True].elapsed
+    print(f"   stall scenarios, resumable.py with and without --pg-timeout: {cases} cases; {off:.0f} s -> {on:.0f} s "
+          f"({off / cases:.2f} -> {on / cases:.2f} s per case, ratio {off / on:.2f}x); cases that differ: "
+          f"{len(differ)} {differ[:5]}")
 
 
 #: The parts of `verdict.Breakdown` as the tables head them.

@@ -72,10 +72,9 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from ckpt_harness.errors import ConfigError
-from ckpt_harness.launch import _proc, beacon, flight
+from ckpt_harness.launch import _proc, beacon, flight, group
 from ckpt_harness.launch.agent import Agent, start_agent
 from ckpt_harness.launch.group import (
-    EARLY_END,
     Cancelled,
     Cut,
     GroupOutcome,
@@ -159,7 +158,7 @@ class ScriptSpec:
     #: other ranks count as finished: the harness stopped them.
     stop_ranks: Optional[frozenset[int]] = None
     #: End the run as soon as no running worker can progress (`GroupSpec.early_end`).
-    early_end: bool = dataclasses.field(default_factory=lambda: EARLY_END)
+    early_end: bool = dataclasses.field(default_factory=lambda: group.EARLY_END)  # read when made: a benchmark sets it
 
     def __post_init__(self) -> None:
         if not self.command:
