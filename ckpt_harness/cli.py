@@ -226,6 +226,14 @@ def _parser() -> argparse.ArgumentParser:
                           help="scenario file or directory to use instead of the built-in catalogue; repeatable")
     add_arguments(scenario, ExploreConfig, only=("parallel", "timelines"))
     scenario.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
+    scenario.add_argument("--shard", metavar="K/N",
+                          help="run only part K (from 1) of N of the scenario's cases (a faults scenario's), the "
+                               "same split on every machine; write each part's --json and put them together with "
+                               "--merge (docs/ci-recipes.md)")
+    scenario.add_argument("--merge", nargs="+", type=Path, metavar="JSON",
+                          help="the JSON reports of shards 1..N of this scenario (--shard K/N --json FILE) as the "
+                               "one report an unsharded run gives; refuses shards of other settings or case lists, "
+                               "and shards twice or missing")
     scenario.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     _keep_option(scenario)
     scenario.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -535,12 +543,17 @@ def _matrix_exit(matrix, fail_on: Sequence[Verdict]) -> int:
 
 def _scenario(args: argparse.Namespace) -> int:
     from ckpt_harness import targets
-    from ckpt_harness.catalogue.bench import Bench
+    from ckpt_harness.catalogue.bench import Bench, refuse_split
     from ckpt_harness.catalogue.scenario import select
     from ckpt_harness.config import SETTINGS
     from ckpt_harness.progress import Progress
 
+    from ckpt_harness.catalogue.shards import Shard
+
+    if args.merge:
+        return _scenario_merge(args)
     try:
+        shard = Shard.parse(args.shard) if args.shard is not None else None
         _, config = _chosen(args, "run", "run")
     except UsageError as exc:
         print(f"ckpt-harness scenario: error: {exc}", file=sys.stderr)
@@ -553,11 +566,13 @@ def _scenario(args: argparse.Namespace) -> int:
         baseline = _load_baseline(args)
         catalogue = _catalogue(args)
         (scenario,) = select(catalogue, [args.name])
+        if shard is not None:
+            refuse_split(scenario)
         target = targets.of(config())
         made.append(target)
         target.warm(parallel)
         bench = Bench(target, workdir, parallel=parallel, progress=progress,
-                      timelines=getattr(args, "timelines", SETTINGS["timelines"].default))
+                      timelines=getattr(args, "timelines", SETTINGS["timelines"].default), shard=shard)
         result = bench.run(scenario, args.case)
         if baseline is None:
             return result
@@ -573,6 +588,37 @@ def _scenario(args: argparse.Namespace) -> int:
         return getattr(out, "result", out).report(target.world_size, settings)
 
     return _report_or_error(args, produce, progress, as_report)
+
+
+def _scenario_merge(args: argparse.Namespace) -> int:
+    """`scenario NAME --merge JSON...`: the shards' reports as one."""
+    from ckpt_harness.catalogue.scenario import load_part, merge_parts, select
+
+    try:
+        if args.shard is not None:
+            raise UsageError("--merge puts finished shards together: leave out --shard")
+        for path in (args.json, args.html):
+            if path is not None:
+                _check_writable(path)
+        loaded = [(str(path), *load_part(path)) for path in args.merge]
+        first_source, _, run = loaded[0]
+        shared = lambda r: {**r, "settings": {k: v for k, v in r["settings"].items() if k != "parallel"}}  # noqa: E731
+        for source, _, other in loaded[1:]:
+            if shared(other) != shared(run):
+                raise UsageError(f"{source} ran with other settings than {first_source} ({other} and {run}): "
+                                 f"the shards of one run share them")
+        (scenario,) = select(_catalogue(args), [args.name])
+        merged = merge_parts(scenario, [(source, result) for source, result, _ in loaded])
+    except _USER_ERRORS as exc:
+        print(f"ckpt-harness scenario: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    report = merged.report(run["world_size"], run["settings"])
+    print(report.explain())
+    if args.json is not None:
+        _write_json(args.json, report.to_json())
+    if args.html is not None:
+        _write_html(args.html, report)
+    return exit_code(report.verdict)
 
 
 # -- regression gating (ckpt_harness.catalogue.expectations) ----------------------------------------

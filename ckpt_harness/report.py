@@ -6,7 +6,7 @@ import dataclasses
 import platform
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 from ckpt_harness.verdict import CaseResult, Verdict, fold
 
@@ -34,6 +34,9 @@ class Report:
     warnings: tuple[str, ...] = ()
     #: What `job` is: "job", "script" (`Target.noun`).
     noun: str = "job"
+    #: A scenario run as one shard of its cases: which, every case it planned,
+    #: and its result as matrix.json keeps one (what `scenario --merge` reads).
+    shard: Optional[dict[str, Any]] = None
 
     @property
     def ok(self) -> bool:
@@ -125,6 +128,7 @@ class Report:
                  **({"row": dict(zip(EXPLORE_COLUMNS, r.cells))} if r.cells else {})}
                 for r in self.results
             ],
+            **({"shard": self.shard} if self.shard is not None else {}),
         }
 
 

@@ -22,6 +22,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ckpt_harness.catalogue import checks
 from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult, not_applicable, summarize
+from ckpt_harness.catalogue.shards import CasePart, Shard
 from ckpt_harness.config import SETTINGS, ExplorePlan, settings_of
 from ckpt_harness.errors import ConfigError, UsageError
 from ckpt_harness.pipeline import baseline as baselines
@@ -42,7 +43,8 @@ class Bench:
 
     def __init__(self, target: Target, root: Path, *, parallel: int = SETTINGS["parallel"].default,
                  progress: Optional[Callable[[int, int, CaseResult], None]] = None, reduce: bool = True,
-                 name: Optional[str] = None, timelines: str = SETTINGS["timelines"].default):
+                 name: Optional[str] = None, timelines: str = SETTINGS["timelines"].default,
+                 shard: Optional[Shard] = None):
         self.target = target
         #: The row its results are filed under (a matrix tells apart rows their targets do not).
         self.name = name or target.row
@@ -54,6 +56,10 @@ class Bench:
         self.reduce = reduce
         #: Which cases keep a timeline of their runs (the setting of that name).
         self.timelines = SETTINGS["timelines"].check(timelines)
+        #: Run only this part of each scenario's cases (`scenario --shard K/N`).
+        self.shard = shard
+        #: What each scenario run in part planned in all, by name (`split`).
+        self._planned: dict[str, tuple[str, ...]] = {}
         self._memo: dict[Any, _Once] = {}
         self._numbers = itertools.count()
         self._targets = itertools.count()
@@ -112,6 +118,14 @@ class Bench:
             known, plan, self.root / f"ex{next(self._numbers)}", golden, committed_run=need))
         return found.with_plan(plan)
 
+    def split(self, scenario: Scenario, cases: Sequence[Any]) -> list[Any]:
+        """The part of `scenario`'s planned `cases` this bench runs (all of
+        them unless it has a `shard`), noting every one's name for the merge."""
+        if self.shard is None:
+            return list(cases)
+        self._planned[scenario.name] = tuple(c.name for c in cases)
+        return self.shard.part(cases)
+
     def memo(self, key: Any, make: Callable[[], Any]) -> Any:
         """`make()` once per key on this bench (runs several scenarios share);
         callers of the same key wait for the first, other keys go on."""
@@ -154,6 +168,8 @@ class Bench:
         if why is not None:
             return _with_elapsed(not_applicable(self.job, scenario, why), time.monotonic() - started)
         check = checks.get(scenario.check)
+        if self.shard is not None:
+            refuse_split(scenario)
         bench = self
         if progress is not None:  # a view sharing every run made so far, reporting elsewhere
             bench = copy.copy(self)
@@ -172,7 +188,17 @@ class Bench:
                                     details=traceback.format_exc())
         else:
             result = summarize(self.job, scenario, results, getattr(check, "unit", "cases"))
+            if self.shard is not None and scenario.name in self._planned:
+                result = dataclasses.replace(result, part=CasePart(self.shard, self._planned[scenario.name]))
         return _with_elapsed(result, time.monotonic() - started)
+
+
+def refuse_split(scenario: Scenario) -> None:
+    """UsageError unless `scenario`'s check splits its cases (`Bench.shard`)."""
+    if not getattr(checks.get(scenario.check), "splits", False):
+        raise UsageError(f"--shard: scenario {scenario.name} ({scenario.check} check) runs a handful of cases, too "
+                         f"few to split; a faults scenario's cases are: run this one whole, or split a catalogue "
+                         f"by scenario with `ckpt-harness matrix --shard K/N`")
 
 
 class _Once:

@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
-from ckpt_harness.errors import ConfigError, ScenarioError
+from ckpt_harness.catalogue.shards import CasePart
+from ckpt_harness.errors import ConfigError, ScenarioError, UsageError
 from ckpt_harness.oracle.properties import SIDE_PROPERTIES
 from ckpt_harness.verdict import CaseResult, StateDiff, Verdict, fold
 
@@ -108,6 +109,8 @@ class ScenarioResult:
     #: own (error-every-phase judges `preserving`, and `live` where the error
     #: reached one rank only): what it puts in each matrix cell (`under`).
     by_property: tuple["ScenarioResult", ...] = ()
+    #: Run as one shard of its cases (`scenario --shard K/N`): which, of what.
+    part: Optional[CasePart] = None
 
     def under(self, prop: str) -> Optional["ScenarioResult"]:
         """What this scenario says about `prop`, for that property's cell.
@@ -138,8 +141,11 @@ class ScenarioResult:
 
         cases = self.results or (CaseResult(self.scenario, self.property, self.verdict, self.reason, self.details,
                                             self.repro),)
-        return Report(self.job, world_size, list(cases), self.elapsed, "scenario",
-                      f"{self.scenario} [{self.property}]", dict(settings))
+        note = f"{self.scenario} [{self.property}]" + self._of_shard()
+        shard = None
+        if self.part is not None:
+            shard = {**self.part.to_json(), "result": self.to_json()}
+        return Report(self.job, world_size, list(cases), self.elapsed, "scenario", note, dict(settings), shard=shard)
 
     def with_timelines(self, directory: Path, base: Optional[Path] = None) -> "ScenarioResult":
         """This result, its cases' timelines written into `directory` (named relative to `base` if
@@ -157,7 +163,9 @@ class ScenarioResult:
         says them; `by_property` only when it says more than the scenario's own verdict, without the
         parts' details or cases."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("results", "by_property")} | {"verdict": self.verdict.value}
+               if f.name not in ("results", "by_property", "part")} | {"verdict": self.verdict.value}
+        if self.part is not None:
+            out["part"] = self.part.to_json()
         out["results"] = [case_json(r) for r in self.results]
         if self.by_property:
             out["by_property"] = [{**part.to_json(), "details": "", "results": []} for part in self.by_property]
@@ -168,13 +176,23 @@ class ScenarioResult:
         """Back from `to_json`, its cases without what matrix.json does not keep (timings, timelines but
         their files). A matrix.json older than `by_property` gives a scenario that speaks for its own
         property only; one older than `results`, a scenario without its cases."""
-        names = {f.name for f in dataclasses.fields(cls)} - {"results", "by_property"}
+        names = {f.name for f in dataclasses.fields(cls)} - {"results", "by_property", "part"}
+        part = CasePart.from_json(data["part"]) if data.get("part") else None
         return cls(**{**{k: v for k, v in data.items() if k in names}, "verdict": Verdict(data["verdict"]),
+                      "part": part,
                       "results": tuple(case_from_json(r) for r in data.get("results", ())),
                       "by_property": tuple(cls.from_json(part) for part in data.get("by_property", ()))})
 
+    def _of_shard(self) -> str:
+        if self.part is None:
+            return ""
+        return (f" (shard {self.part.shard}: {len({r.case for r in self.results})} of the "
+                f"{len(self.part.planned)} cases planned; `ckpt-harness scenario {self.scenario} --merge FILE...` "
+                f"puts the shards' JSON reports together)")
+
     def explain(self) -> str:
-        lines = [f"{self.scenario} [{self.job}] {self.property}: {self.verdict.value.upper()} — {self.reason}"]
+        lines = [f"{self.scenario} [{self.job}] {self.property}: {self.verdict.value.upper()} — {self.reason}"
+                 + self._of_shard()]
         if self.details:
             lines.append(self.details.rstrip())
         if self.repro and f"repro: {self.repro}" not in self.details:
@@ -196,6 +214,78 @@ def summarize(job: str, scenario: Scenario, results: Sequence[CaseResult], unit:
         parts = tuple(_fold(job, scenario.name, prop, group, group, unit) for prop, group in groups.items())
         whole = dataclasses.replace(whole, by_property=parts)
     return whole
+
+
+def merge_parts(scenario: Scenario, parts: Sequence[tuple[str, ScenarioResult]]) -> ScenarioResult:
+    """The shards of one scenario's cases (`scenario --shard K/N`), each with
+    where it came from, as the one result an unsharded run gives: the cases
+    in their planned order, folded anew (`summarize`). UsageError for shards
+    that are not exactly shards 1..N of one run: another scenario or target,
+    another case list (their golden runs planned different cases), a shard
+    twice or missing."""
+    if not parts:
+        raise UsageError("give the JSON report of every shard to merge")
+    for source, r in parts:
+        if r.scenario != scenario.name:
+            raise UsageError(f"{source}: a report of scenario {r.scenario}, not {scenario.name}")
+        if r.part is None:
+            raise UsageError(f"{source}: not a shard of {scenario.name} ({r.verdict.value}: {r.reason}); "
+                             f"make each with `ckpt-harness scenario {scenario.name} --shard K/N --json FILE`")
+    first_source, first = parts[0]
+    assert first.part is not None
+    for source, r in parts[1:]:
+        assert r.part is not None
+        if r.job != first.job:
+            raise UsageError(f"{source} ran {r.job} and {first_source} {first.job}: the shards of one run are of "
+                             f"one target")
+        if r.part.shard.count != first.part.shard.count:
+            raise UsageError(f"{source} is a shard of {r.part.shard.count}, {first_source} of "
+                             f"{first.part.shard.count}: give the shards of one split")
+        if r.part.planned != first.part.planned:
+            raise UsageError(f"{source} planned other cases than {first_source} ({len(r.part.planned)} and "
+                             f"{len(first.part.planned)}): their golden runs differed; run every shard with the "
+                             f"same code, versions and settings")
+    count = first.part.shard.count
+    given = [r.part.shard.index for _, r in parts if r.part is not None]
+    twice = sorted({k for k in given if given.count(k) > 1})
+    missing = sorted(set(range(1, count + 1)) - set(given))
+    if twice or missing:
+        raise UsageError("; ".join(
+            [f"shard {k}/{count} given {given.count(k)} times" for k in twice]
+            + ([f"shards {', '.join(f'{k}/{count}' for k in missing)} missing"] if missing else [])))
+    order = {name: i for i, name in enumerate(first.part.planned)}
+    results: list[CaseResult] = []
+    seen: set[tuple[str, str]] = set()
+    for _, r in sorted(parts, key=lambda p: p[1].part.shard.index):  # type: ignore[union-attr]
+        for case in r.results:
+            if (case.case, case.check) not in seen:  # what every shard says once (nothing to corrupt)
+                seen.add((case.case, case.check))
+                results.append(case)
+    results.sort(key=lambda c: order.get(c.case, len(order)))  # stable: a case's own checks keep their order
+    return dataclasses.replace(summarize(first.job, scenario, results), elapsed=max(r.elapsed for _, r in parts))
+
+
+def load_part(path: Union[str, Path]) -> tuple[ScenarioResult, dict[str, Any]]:
+    """One shard's result out of its JSON report (`scenario --shard K/N --json
+    FILE`), and the report's run settings (world size, settings): the
+    shards of one run share them, but for `parallel` (each machine's own)."""
+    import json
+
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except ValueError as exc:
+        raise UsageError(f"{path}: not valid JSON: {exc}") from None
+    shard = data.get("shard") if isinstance(data, dict) and data.get("kind") == "scenario" else None
+    if not isinstance(shard, dict) or "result" not in shard:
+        raise UsageError(f"{path}: not the JSON report of a scenario shard; make each with "
+                         f"`ckpt-harness scenario NAME --shard K/N --json FILE`")
+    try:
+        result = ScenarioResult.from_json(shard["result"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise UsageError(f"{path}: its shard is not one `ckpt-harness scenario` wrote ({exc})") from None
+    return result, {"world_size": data.get("world_size"), "settings": data.get("settings", {})}
 
 
 def _fold(job: str, name: str, prop: str, results: Sequence[CaseResult], flat: Sequence[CaseResult],

@@ -1,4 +1,5 @@
-"""A matrix split into N shards: which (row, scenario) runs each shard makes.
+"""A matrix split into N shards: which (row, scenario) runs each shard makes;
+and one scenario's cases split into N parts (`Shard.part`, `CasePart`).
 
 `ckpt-harness matrix --shard K/N` runs the K-th of N parts of the matrix, so
 that N machines (a CI job matrix, a Slurm array) run one matrix at once and
@@ -16,6 +17,13 @@ share (the total over N): then the row is split into its scenarios, which
 are placed one by one like the rest. Every shard that gets part of a split
 row makes that row's golden run itself (one more golden run per extra shard).
 
+`ckpt-harness scenario NAME --shard K/N` splits one scenario instead: the
+K-th contiguous part of the cases its check plans (a faults scenario's,
+the only kind with more than a handful). Each shard makes the scenario's
+golden run and plans the same case list from it; it records that list
+(`CasePart`), and `scenario NAME --merge` refuses shards that planned
+different ones, or that are not exactly shards 1..N.
+
 Torch-free and light: the command line checks `--shard` with it before
 anything heavy is imported.
 """
@@ -25,7 +33,7 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import re
-from typing import Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Mapping, NamedTuple, Optional, Sequence, TypeVar
 
 from ckpt_harness.errors import UsageError
 
@@ -33,6 +41,8 @@ from ckpt_harness.errors import UsageError
 #: by a whole row before the row is split: a split row costs each of its
 #: shards a golden run, which the costs do not show.
 ROW_SLACK = 1.1
+
+T = TypeVar("T")
 
 
 class Task(NamedTuple):
@@ -65,6 +75,30 @@ class Shard:
 
     def __str__(self) -> str:
         return f"{self.index}/{self.count}"
+
+    def part(self, items: Sequence[T]) -> list[T]:
+        """This shard's contiguous part of `items`, the parts' lengths differing
+        by one at most. Contiguous, not every N-th: a save's neighbouring cases
+        often leave the same directory and share one resume (`pipeline.resumes`),
+        which a split then keeps within one shard."""
+        n = len(items)
+        return list(items[(self.index - 1) * n // self.count:self.index * n // self.count])
+
+
+@dataclasses.dataclass(frozen=True)
+class CasePart:
+    """The part of one scenario's cases a shard ran, and every case the
+    scenario planned: what the shards of one run must agree on."""
+
+    shard: Shard
+    planned: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.shard.index, "count": self.shard.count, "planned": list(self.planned)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "CasePart":
+        return cls(Shard(int(data["index"]), int(data["count"])), tuple(str(c) for c in data["planned"]))
 
 
 def assign(tasks: Sequence[Task], count: int, costs: Optional[Mapping[Task, float]] = None) -> list[list[Task]]:

@@ -1,8 +1,8 @@
-"""`beacon.cannot_progress`: the proof an early cut rests on, case by case."""
+"""`beacon.cannot_progress` and `beacon.nothing_left`: the proofs an early cut rests on, case by case."""
 
 import math
 
-from ckpt_harness.launch.beacon import ELSEWHERE, Beacon, Slot, cannot_progress, read
+from ckpt_harness.launch.beacon import ELSEWHERE, Beacon, Slot, cannot_progress, nothing_left, read
 
 CUT = 100.0
 
@@ -43,3 +43,18 @@ def test_a_slot_reads_back_what_the_rank_wrote(tmp_path):
     beacon.handed_over(-1)
     assert read(tmp_path, 0) == Slot(1, 0, 0, False, 0.0)
     assert read(tmp_path, 1) is None
+
+
+def test_nothing_is_left_once_every_running_rank_is_blocked_for_good():
+    """The ranks not running returned, raised or died: no peer is left to act."""
+    assert nothing_left({0: slot(3, blocked=True), 1: slot(4)}, running={0})
+    assert nothing_left({0: slot(3, blocked=True), 1: None}, running={0})  # rank 1 died before its slot
+
+
+def test_something_is_left_while_a_rank_runs_or_a_thread_works():
+    assert not nothing_left({0: slot(3, blocked=True), 1: slot(4, waiting=4)}, running={0, 1})  # rank 1 waits
+    assert not nothing_left({0: slot(3, blocked=True, background=1), 1: slot(4)}, running={0})  # its writer
+    assert not nothing_left({0: slot(3, blocked=True), 1: slot(4, background=1)}, running={0})  # a parked one's
+    assert not nothing_left({0: slot(3), 1: slot(4)}, running={0})  # not blocked: it may end by itself
+    assert not nothing_left({0: None, 1: slot(4)}, running={0})  # no slot yet
+    assert not nothing_left({0: slot(3), 1: slot(4)}, running=set())  # nothing runs: the run has ended

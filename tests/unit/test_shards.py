@@ -1,9 +1,11 @@
 """Splitting a matrix into shards: the same split on every machine, every run
 once, balanced by the costs given, a row's scenarios kept on one shard where
-that costs no balance; and a matrix rebuilt from its JSON, and merged."""
+that costs no balance; and a matrix rebuilt from its JSON, and merged. One
+scenario's cases split likewise (`Shard.part`) and merged (`merge_parts`)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,10 +14,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ckpt_harness.catalogue.matrix import Matrix, load, merge, read_costs
-from ckpt_harness.catalogue.scenario import ScenarioResult, builtin_catalogue
-from ckpt_harness.catalogue.shards import Shard, Task, assign, task_costs
+from ckpt_harness.catalogue.scenario import ScenarioResult, builtin_catalogue, merge_parts, select, summarize
+from ckpt_harness.catalogue.shards import CasePart, Shard, Task, assign, task_costs
 from ckpt_harness.errors import UsageError
-from ckpt_harness.verdict import Verdict
+from ckpt_harness.verdict import CaseResult, Verdict
 
 RECORDED = Path(__file__).resolve().parents[2] / "docs" / "matrix.json"
 
@@ -175,3 +177,54 @@ def test_shards_merge_into_the_whole_matrix():
 def test_merge_refuses_shards_that_do_not_make_one_matrix(shards, message):
     with pytest.raises(UsageError, match=message):
         merge(shards())
+
+
+@given(items=st.lists(st.integers(), max_size=50), count=st.integers(1, 9))
+def test_a_scenarios_cases_split_into_contiguous_parts_of_near_equal_length(items, count):
+    parts = [Shard(k, count).part(items) for k in range(1, count + 1)]
+    assert [x for part in parts for x in part] == items  # each once, in order
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+CRASH = select(builtin_catalogue(), ["crash-every-phase"])[0]
+PLANNED = tuple(f"crash@r{i % 2}:save4#{i}" for i in range(7))
+
+
+def _case(name: str) -> CaseResult:
+    failing = name.endswith("#3")
+    return CaseResult(name, "atomic", Verdict.FAIL if failing else Verdict.PASS,
+                      "torn state.pt" if failing else "S_prev", repro=f"ckpt-harness explore --case {name}")
+
+
+def _parts(count=3, planned=PLANNED, job="torch_save", scenario=CRASH):
+    cases = [_case(n) for n in planned]
+    return [(f"part{k}.json", dataclasses.replace(
+        summarize(job, scenario, Shard(k, count).part(cases)), part=CasePart(Shard(k, count), planned), elapsed=k))
+        for k in range(1, count + 1)]
+
+
+def test_the_parts_of_a_scenario_merge_into_its_unsplit_result():
+    whole = summarize("torch_save", CRASH, [_case(n) for n in PLANNED])
+    parts = _parts()
+    assert parts[0][1].reason != whole.reason  # a part alone says its own cases only
+    merged = merge_parts(CRASH, list(reversed(parts)))
+    assert merged.to_json() == dataclasses.replace(whole, elapsed=3).to_json()  # the longest shard's seconds
+    assert merged.reason.startswith("1 of 7 cases fail (atomic): crash@r1:save4#3: torn state.pt")
+    back = ScenarioResult.from_json(json.loads(json.dumps(parts[1][1].to_json())))
+    assert back.part == parts[1][1].part and back.results == parts[1][1].results
+
+
+@pytest.mark.parametrize("parts, message", [
+    (lambda: _parts()[:2], "shards 3/3 missing"),
+    (lambda: [*_parts(), _parts()[0]], "shard 1/3 given 2 times"),
+    (lambda: [*_parts()[:2], _parts(planned=PLANNED[:6])[2]], "part3.json planned other cases than part1.json"),
+    (lambda: [*_parts()[:2], _parts(job="dcp")[2]], "part3.json ran dcp and part1.json torch_save"),
+    (lambda: [*_parts()[:2], _parts(count=4)[2]], "part3.json is a shard of 4, part1.json of 3"),
+    (lambda: [*_parts()[:2], ("whole.json", summarize("torch_save", CRASH, [_case(n) for n in PLANNED]))],
+     "whole.json: not a shard of crash-every-phase"),
+    (lambda: [("other.json", dataclasses.replace(_parts()[0][1], scenario="torn-write"))],
+     "other.json: a report of scenario torn-write, not crash-every-phase"),
+])
+def test_merge_refuses_parts_that_do_not_make_one_scenario(parts, message):
+    with pytest.raises(UsageError, match=message):
+        merge_parts(CRASH, parts())

@@ -18,6 +18,8 @@ DELETIONS = ("unlink", "rmtree", "rmdir")
 
 
 class Faults:
+    #: Its cases can be split over machines (`scenario --shard K/N`, `Bench.split`).
+    splits = True
     params = (
         *run_settings(faults=(), corruptions=()),
         *run_settings("ops", after=False),
@@ -55,6 +57,7 @@ class Faults:
                                 f"nothing for {kinds} to act on")
         if only:
             cases = named(base, only, cases)
+        cases = bench.split(scenario, cases)
         missing = base.nothing_to_corrupt()
         return run_cases(base, cases, bench.progress) + ([missing] if missing is not None and not only else [])
 
