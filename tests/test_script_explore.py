@@ -4,11 +4,15 @@ Every case is a torchrun run of fresh interpreters (a faulted save, then
 the resume), so the cases are a targeted subset: a crash at the kernel
 write of the checkpoint file on the rank that writes it. A script that
 writes its checkpoint in place is flagged; the same script committing by
-a rename of its staging directory passes.
+a rename of its staging directory passes. Likewise a trainer in
+torchtitan's shape (FSDP2, `dcp.save`), at the rename that completes a
+DCP checkpoint.
 """
 
 import shlex
 from pathlib import Path
+
+import pytest
 
 from ckpt_harness.records import Kind, read_records
 from ckpt_harness.pipeline.explore import explore_script
@@ -62,3 +66,26 @@ def test_the_rename_of_a_script_that_never_heard_of_the_harness_is_a_point_of_it
     cases = [r for r in report.results if r.case != "golden"]
     assert [r.case for r in cases] == ["crash@r0:save4/rename(tmp-checkpoint-4->checkpoint-4)"], report.explain()
     assert report.verdict is Verdict.PASS and "S_prev (step 2)" in cases[0].summary, report.explain()
+
+
+TITAN = ROOT / "tests" / "scripts" / "titan_train.py"
+
+
+@pytest.mark.parametrize("bug, verdict, outcome", [((), Verdict.PASS, "S_prev"),
+                                                   (("--bug", "newest-dir"), Verdict.FAIL, "refused")],
+                         ids=["newest-complete", "newest-dir"])
+def test_a_torchtitan_shaped_trainer_resumes_only_a_step_dcp_completed(tmp_path, bug, verdict, outcome):
+    """FSDP2 over gloo, `dcp.save` of the model's and optimizer's state into
+    step-N, resumed from the newest step-N holding DCP's `.metadata`
+    (torchtitan's `_find_load_step`). A crash before rank 0 renames
+    `.metadata` into place leaves step-4 without it: the trainer resumes
+    step 2, bitwise to the end; its twin takes the newest directory, which
+    DCP refuses on every rank: not atomic."""
+    command = " ".join([str(TITAN), "{ckpt_dir}", "--steps", "6", *bug])
+    report = explore_script(command, workdir=tmp_path, nproc_per_node=2, faults=("crash",), ops=("rename",),
+                            corruptions=(), after=False)
+    (case,) = [r for r in report.results if r.case != "golden"]
+    assert case.case == "crash@r0:save4/rename(step-4/.metadata.tmp->step-4/.metadata)", report.explain()
+    assert (case.check, case.verdict, case.cells[-1]) == ("atomic", verdict, outcome), report.explain()
+    if verdict is Verdict.FAIL:
+        assert "CheckpointException" in case.summary, case.summary

@@ -6,12 +6,10 @@ holding DCP's `.metadata` (torchtitan's `_find_load_step`; rank 0 writes
 it last, once every rank's shard is in). The data of step s is a function
 of s and the rank, so a resume replays it.
 
-    titan_train.py OUT [--steps N] [--save-every K] [--bug newest-dir | forget-optimizer]
+    titan_train.py OUT [--steps N] [--save-every K] [--bug newest-dir]
 
 newest-dir: resume from the newest step-N directory, `.metadata` or not: a
 save cut short leaves a directory DCP cannot load, and the start fails.
-forget-optimizer: the resume loads the model's state alone; the optimizer
-starts afresh.
 """
 
 import argparse
@@ -22,14 +20,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.fsdp import fully_shard
 
 parser = argparse.ArgumentParser()
 parser.add_argument("out", type=Path)
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--save-every", type=int, default=2)
-parser.add_argument("--bug", choices=("newest-dir", "forget-optimizer"))
+parser.add_argument("--bug", choices=("newest-dir",))
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
@@ -60,15 +58,9 @@ def states() -> dict:
 
 start = find_load_step(args.out)
 if start >= 0:
-    state = states()
-    if args.bug == "forget-optimizer":
-        del state["optimizer"]
-    state["train_state"] = {"step": torch.tensor(0)}
+    state = {**states(), "train_state": {"step": torch.tensor(0)}}
     dcp.load(state, checkpoint_id=str(args.out / f"step-{start}"))
-    if args.bug == "forget-optimizer":
-        set_model_state_dict(model, state["model"])
-    else:
-        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
     assert int(state["train_state"]["step"]) == start
 for step in range(max(start, 0) + 1, args.steps + 1):
     data = torch.Generator().manual_seed(1000 * step + rank)
