@@ -5,11 +5,21 @@ ZeRO stage 1 with DeepSpeed's AdamW (`torch_adam`), over gloo;
 again on a directory that holds one. The data of step s is a function of s
 and the rank, so a resume replays it.
 
-    deepspeed_train.py OUT [--steps N] [--save-every K] [--bug forget-optimizer]
+    deepspeed_train.py OUT [--steps N] [--save-every K] [--stage S] [--final-model]
+                           [--bug forget-optimizer | final-gather-on-rank-0]
+
+--stage 3 with --final-model: once trained, the model is gathered whole
+(`engine.save_16bit_model`: every rank takes part in the gather, rank 0
+writes OUT/final/pytorch_model.bin), as fine-tuning scripts end.
 
 forget-optimizer: the resume passes `load_optimizer_states=False` (meant
 for fine-tuning from a checkpoint): weights come back, Adam's moments and
 step count start afresh.
+final-gather-on-rank-0: only rank 0 gathers the final model
+(`engine._zero3_consolidated_16bit_state_dict()` under `if rank == 0`),
+while the others go on to the closing barrier: the gather is a collective
+of every rank, so the job that trained fine hangs writing its final model
+(the Open-Instruct report).
 """
 
 import argparse
@@ -27,7 +37,9 @@ parser = argparse.ArgumentParser()
 parser.add_argument("out", type=Path)
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--save-every", type=int, default=2)
-parser.add_argument("--bug", choices=("forget-optimizer",))
+parser.add_argument("--stage", type=int, default=1, choices=(1, 2, 3))
+parser.add_argument("--final-model", action="store_true")
+parser.add_argument("--bug", choices=("forget-optimizer", "final-gather-on-rank-0"))
 args = parser.parse_args()
 
 logger.setLevel(logging.WARNING)
@@ -38,7 +50,7 @@ config = {
     "train_micro_batch_size_per_gpu": 4,
     "gradient_accumulation_steps": 1,
     "optimizer": {"type": "AdamW", "params": {"lr": 0.1, "weight_decay": 0.01, "torch_adam": True}},
-    "zero_optimization": {"stage": 1},
+    "zero_optimization": {"stage": args.stage},
     "steps_per_print": 10**9,
 }
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
@@ -52,5 +64,11 @@ for step in range(engine.global_steps + 1, args.steps + 1):
     engine.step()
     if step % args.save_every == 0:
         engine.save_checkpoint(str(args.out), tag=f"global_step{step}")
+if args.final_model and args.bug == "final-gather-on-rank-0":
+    if rank == 0:
+        (args.out / "final").mkdir(exist_ok=True)
+        torch.save(engine._zero3_consolidated_16bit_state_dict(), args.out / "final" / "pytorch_model.bin")
+elif args.final_model:
+    engine.save_16bit_model(str(args.out / "final"))
 torch.distributed.barrier()
 torch.distributed.destroy_process_group()
