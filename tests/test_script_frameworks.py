@@ -9,12 +9,14 @@ save 2, resumed: three torchrun runs) and one run of its broken twin
 right after save 2 (save 4 removed; DeepSpeed's `latest` named step 2 then),
 judged by verify's own judges against the golden run's save 4. Fresh
 interpreters importing the framework cost seconds per run, so the verify is
-a module fixture both tests read.
+a module fixture both tests read. And DeepSpeed's ZeRO-3 ending with the
+gather of its final model, on every rank and (the twin) on rank 0 alone.
 """
 
 import os
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Callable
 
@@ -141,3 +143,32 @@ def test_a_resume_that_forgets_the_optimizer_state_is_flagged(verified, framewor
                                      "save 4", None)
     assert judged.verdict is Verdict.FAIL, judged.summary
     assert "optim" in judged.details, judged.explain()  # the moments the resume dropped
+
+
+def test_zero3s_final_gather_on_rank_0_alone_hangs_writing_the_final_model(tmp_path):
+    """ZeRO-3 gathers the final model on every rank (`save_16bit_model`):
+    PASS. Its twin gathers on rank 0 alone (`_zero3_consolidated_16bit_state_dict`
+    under `if rank == 0`) while rank 1 goes on to the closing barrier: the
+    run that trained and saved fine hangs writing its final model (the
+    Open-Instruct report), a `live` FAIL of save 4's routine, each rank's
+    collective named at its line of the script, and where the two part."""
+    pytest.importorskip("deepspeed")
+    from ckpt_harness.pipeline.verify import verify_script
+
+    zero3 = ("--stage", "3", "--final-model")
+    started = time.monotonic()
+    good = verify_script(command("deepspeed", *zero3), workdir=tmp_path / "gathered", cases=["golden"],
+                         nproc_per_node=2)
+    assert good.verdict is Verdict.PASS, good.explain()
+    assert (tmp_path / "gathered" / "golden" / "ckpt" / "final" / "pytorch_model.bin").stat().st_size > 0
+    deadline = max(20.0, round(3 * (time.monotonic() - started)))  # what the correct run took here, now, thrice
+    bad = verify_script(command("deepspeed", *zero3, "--bug", "final-gather-on-rank-0"),
+                        workdir=tmp_path / "rank0", cases=["golden"], nproc_per_node=2, timeout=deadline)
+    (live,) = bad.failures()
+    assert (live.case, live.check) == ("golden", "live"), bad.explain()
+    lines = (SCRIPTS / "deepspeed_train.py").read_text().splitlines()
+    gather = 1 + next(i for i, line in enumerate(lines) if "torch.save(engine._zero3_consolidated" in line)
+    barrier = 1 + next(i for i, line in enumerate(lines) if line.startswith("torch.distributed.barrier()"))
+    assert "rank 0 waiting in all_gather #" in live.summary and f"deepspeed_train.py:{gather} " in live.summary
+    assert "rank 1 waiting in barrier #" in live.summary and f"deepspeed_train.py:{barrier} " in live.summary
+    assert "during save 4" in live.summary and "rank 0 all_gather, rank 1 barrier" in live.summary, live.summary

@@ -50,7 +50,7 @@ config = {
     "train_micro_batch_size_per_gpu": 4,
     "gradient_accumulation_steps": 1,
     "optimizer": {"type": "AdamW", "params": {"lr": 0.1, "weight_decay": 0.01, "torch_adam": True}},
-    "zero_optimization": {"stage": args.stage},
+    "zero_optimization": {"stage": args.stage, "stage3_gather_16bit_weights_on_model_save": args.final_model},
     "steps_per_print": 10**9,
 }
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
