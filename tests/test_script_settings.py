@@ -87,3 +87,23 @@ def test_a_blocked_ranks_peers_are_cut_from_the_block_not_the_scripts_deadline(m
     hang = found(matrix, BROKEN, "final-save-blocked")
     cuts = [mark.name for c in hang.results for _, mark in c.timeline.marks(CUT)]
     assert cuts and set(cuts) == {"cut: blocked grace"}, (cuts, hang)
+
+
+HF_TRAIN = RESUMABLE.parent / "hf_train.py"
+#: The Trainer's own options, as a user's script passes them through.
+HF_TOLD = ("keep_last=--save_total_limit {}", "steps=--max_steps {}", "save_every=--save_steps {}")
+
+
+def test_the_trainers_save_total_limit_keeps_the_newest_and_a_rotation_by_name_is_flagged(tmp_path):
+    """transformers' own rotation (`save_total_limit`, told as the Trainer
+    spells it) over 13 saves keeps the newest 3; its twin orders checkpoints
+    as a string sort does (checkpoint-10 before checkpoint-9)."""
+    pytest.importorskip("transformers")
+    scripts = [ScriptConfig(script=f"{HF_TRAIN} {{ckpt_dir}}{bug}", script_args=HF_TOLD, nproc_per_node=2,
+                            timeout=120.0) for bug in ("", " --bug rotate-by-name")]
+    m = run_matrix((), select(builtin_catalogue(), ["retention-order"]), scripts=scripts, workdir=tmp_path)
+    good, bad = (found(m, s.script, "retention-order") for s in scripts)
+    assert good.verdict is Verdict.PASS, explain(m)
+    assert bad.verdict is Verdict.FAIL and bad.property == good.property == "rotation-safe", explain(m)
+    assert "after save 10: the checkpoints of steps 7, 8, 9 remain; expected the checkpoints of steps 8, 9, 10" in (
+        bad.reason), bad.reason

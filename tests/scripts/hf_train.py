@@ -2,21 +2,41 @@
 built from a config (no download), synthetic tokens, `checkpoint-N` saves,
 and `resume_from_checkpoint` when the output directory holds one.
 
-    hf_train.py OUT [STEPS [SAVE_EVERY [from-scratch]]]
+    hf_train.py OUT [STEPS [SAVE_EVERY [from-scratch]]] [--max_steps N] [--save_steps K]
+                [--save_total_limit L] [--bug rotate-by-name]
 
 from-scratch: the bug of never passing the checkpoint to `train()`.
+rotate-by-name: the Trainer's rotation (`save_total_limit`) orders its
+checkpoints by name, as a string sort does: checkpoint-10 before
+checkpoint-9, so it deletes the newest ones and keeps old ones.
 """
 
+import argparse
 import os
-import sys
+from pathlib import Path
 
 import torch
+import transformers.trainer_utils
 from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-out = sys.argv[1]
-steps = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-save_every = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+parser = argparse.ArgumentParser()
+parser.add_argument("out")
+parser.add_argument("steps", nargs="?", type=int, default=4)
+parser.add_argument("save_every", nargs="?", type=int, default=2)
+parser.add_argument("mode", nargs="?", choices=("from-scratch",))
+parser.add_argument("--max_steps", type=int)
+parser.add_argument("--save_steps", type=int)
+parser.add_argument("--save_total_limit", type=int)
+parser.add_argument("--bug", choices=("rotate-by-name",))
+cli = parser.parse_args()
+out = cli.out
+steps = cli.max_steps or cli.steps
+save_every = cli.save_steps or cli.save_every
+if cli.bug == "rotate-by-name":
+    def by_name(output_dir, checkpoint_prefix="checkpoint", use_mtime=False, best_model_checkpoint=None):
+        return sorted(str(p) for p in Path(output_dir).glob(f"{checkpoint_prefix}-*") if p.is_dir())
+    transformers.trainer_utils.sort_checkpoints = by_name
 for key, value in {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_VERBOSITY": "error", "DISABLE_TQDM": "1"}.items():
     os.environ.setdefault(key, value)
 
@@ -40,8 +60,8 @@ args = TrainingArguments(
     output_dir=out, use_cpu=True, ddp_backend="gloo", max_steps=steps, save_strategy="steps",
     save_steps=save_every, per_device_train_batch_size=2, learning_rate=1e-2, seed=0, data_seed=0,
     report_to=[], logging_strategy="no", eval_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
-    ddp_find_unused_parameters=False,
+    ddp_find_unused_parameters=False, save_total_limit=cli.save_total_limit,
 )
 trainer = Trainer(model=model, args=args, train_dataset=Tokens(3 * 2 * int(os.environ["WORLD_SIZE"])))
-from_scratch = sys.argv[4:] == ["from-scratch"]
-trainer.train(resume_from_checkpoint=None if from_scratch else get_last_checkpoint(out))
+last = get_last_checkpoint(out) if os.path.isdir(out) else None
+trainer.train(resume_from_checkpoint=None if cli.mode == "from-scratch" else last)
