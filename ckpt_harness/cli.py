@@ -545,10 +545,9 @@ def _scenario(args: argparse.Namespace) -> int:
     from ckpt_harness import targets
     from ckpt_harness.catalogue.bench import Bench, refuse_split
     from ckpt_harness.catalogue.scenario import select
+    from ckpt_harness.catalogue.shards import Shard
     from ckpt_harness.config import SETTINGS
     from ckpt_harness.progress import Progress
-
-    from ckpt_harness.catalogue.shards import Shard
 
     if args.merge:
         return _scenario_merge(args)
@@ -602,9 +601,8 @@ def _scenario_merge(args: argparse.Namespace) -> int:
                 _check_writable(path)
         loaded = [(str(path), *load_part(path)) for path in args.merge]
         first_source, _, run = loaded[0]
-        shared = lambda r: {**r, "settings": {k: v for k, v in r["settings"].items() if k != "parallel"}}  # noqa: E731
         for source, _, other in loaded[1:]:
-            if shared(other) != shared(run):
+            if _but_parallel(other) != _but_parallel(run):
                 raise UsageError(f"{source} ran with other settings than {first_source} ({other} and {run}): "
                                  f"the shards of one run share them")
         (scenario,) = select(_catalogue(args), [args.name])
@@ -619,6 +617,11 @@ def _scenario_merge(args: argparse.Namespace) -> int:
     if args.html is not None:
         _write_html(args.html, report)
     return exit_code(report.verdict)
+
+
+def _but_parallel(run: dict) -> dict:
+    """A shard's run settings but `parallel`, each machine's own."""
+    return {**run, "settings": {k: v for k, v in run["settings"].items() if k != "parallel"}}
 
 
 # -- regression gating (ckpt_harness.catalogue.expectations) ----------------------------------------

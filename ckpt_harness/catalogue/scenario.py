@@ -246,7 +246,7 @@ def merge_parts(scenario: Scenario, parts: Sequence[tuple[str, ScenarioResult]])
                              f"{len(first.part.planned)}): their golden runs differed; run every shard with the "
                              f"same code, versions and settings")
     count = first.part.shard.count
-    given = [r.part.shard.index for _, r in parts if r.part is not None]
+    given = [r.part.shard.index for _, r in parts]  # type: ignore[union-attr]
     twice = sorted({k for k in given if given.count(k) > 1})
     missing = sorted(set(range(1, count + 1)) - set(given))
     if twice or missing:

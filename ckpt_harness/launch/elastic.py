@@ -86,8 +86,8 @@ from ckpt_harness.launch.group import (
 )
 from ckpt_harness.launch.layout import (
     agent_log,
-    elastic_log_dir,
     data_path,
+    elastic_log_dir,
     flight_path,
     log_path,
     stack_path,
