@@ -295,19 +295,13 @@ def peer_waits_for_a_parked_rank(info, payload):
             time.sleep(1000)
         return
     time.sleep(0.3)  # rank 1 parks first: what the watch sees is rank 0 waiting
+    if how.endswith("background"):
+        from concurrent.futures import ThreadPoolExecutor
+
+        ThreadPoolExecutor(1).submit(time.sleep, 1000)  # work handed over, still running (after a raise too)
     if how == "subgroup":
         dist.barrier(group=subgroup)
-    elif how == "monitored":
+    elif how.startswith("monitored"):
         dist.monitored_barrier(timeout=datetime.timedelta(seconds=2))
-    elif how == "monitored-background":
-        from concurrent.futures import ThreadPoolExecutor
-
-        ThreadPoolExecutor(1).submit(time.sleep, 1000)  # work handed over, still running after the raise
-        dist.monitored_barrier(timeout=datetime.timedelta(seconds=2))
-    elif how == "background":
-        from concurrent.futures import ThreadPoolExecutor
-
-        ThreadPoolExecutor(1).submit(time.sleep, 1000)  # work handed over, still running
-        dist.barrier()
     else:
         dist.barrier()
