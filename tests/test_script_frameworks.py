@@ -172,3 +172,61 @@ def test_zero3s_final_gather_on_rank_0_alone_hangs_writing_the_final_model(tmp_p
     assert "rank 0 waiting in all_gather #" in live.summary and f"deepspeed_train.py:{gather} " in live.summary
     assert "rank 1 waiting in barrier #" in live.summary and f"deepspeed_train.py:{barrier} " in live.summary
     assert "during save 4" in live.summary and "rank 0 all_gather, rank 1 barrier" in live.summary, live.summary
+
+
+LIGHTNING = SCRIPTS / "lightning_train.py"
+
+
+def test_lightning_resumes_an_epoch_based_run_bitwise_and_its_two_twins_are_flagged(tmp_path):
+    """PyTorch Lightning's `Trainer.save_checkpoint` is the boundary (its
+    `ModelCheckpoint` at each epoch's end), the checkpoint dict it hands
+    `torch.save` the state; `fit(ckpt_path=...)` on the newest resumes
+    bitwise when the run is `max_epochs` long. Two twins a user writes:
+
+    * `max_steps` for the same four steps: Lightning restarts
+      iteration-based training inside the epoch its checkpoint finished,
+      on a fresh DataLoader (`FitLoop.restarting`), so the resume trains
+      on other batches: its save 4 differs from the uninterrupted run's;
+    * the weights alone (`load_from_checkpoint`, then `fit` without
+      `ckpt_path`): it starts over and saves step 2 again.
+
+    The checkpoint also records its own path (`best_model_path`), which
+    differs between the runs of one case; the harness names it relative to
+    the checkpoint directory, so it is not taken for nondeterminism."""
+    pytest.importorskip("pytorch_lightning")
+    from ckpt_harness import oracle, targets
+    from ckpt_harness.pipeline.verify import verify_script
+    from ckpt_harness.targets import RunRequest
+
+    good = verify_script(f"{LIGHTNING} {{ckpt_dir}}", workdir=tmp_path / "good", cases=["resume@2"],
+                         nproc_per_node=2)
+    assert {(r.case, r.check): r.verdict for r in good.results} == {
+        ("golden", "live"): Verdict.PASS, ("resume@2", "live"): Verdict.PASS,
+        ("resume@2", "load step"): Verdict.PASS, ("resume@2", "saves after resume"): Verdict.PASS,
+        ("resume@2", "final state"): Verdict.PASS,
+    }, good.explain()
+    saved = [r for r in read_records(tmp_path / "good" / "golden" / "run", 0) if r["event"] == Kind.SAVED]
+    assert [(r["step"], r["source"]) for r in saved] == [(2, "framework"), (4, "framework")]
+    best = next(leaf for key, leaf in saved[0]["state"].items() if key.endswith(".best_model_path"))
+    assert best.value == "{ckpt_dir}/step_2.ckpt", best
+    assert "BytesIO.optimizer_states.0.state.0.exp_avg" in saved[0]["state"], sorted(saved[0]["state"])[:20]
+
+    by_steps = verify_script(f"{LIGHTNING} {{ckpt_dir}} --bug max-steps", workdir=tmp_path / "by-steps",
+                             cases=["resume@2"], nproc_per_node=2)
+    found = {(r.case, r.check): r for r in by_steps.results}
+    assert found["resume@2", "load step"].verdict is Verdict.PASS, by_steps.explain()  # it did resume from 2...
+    differs = found["resume@2", "saves after resume"]
+    assert differs.verdict is Verdict.FAIL, by_steps.explain()  # ...into another epoch than it left
+    save_4 = [next(r["state"] for r in read_records(tmp_path / "by-steps" / run, 0)
+                   if r["event"] == Kind.SAVED and r["step"] == 4) for run in ("golden/run", "resume@2/resume")]
+    assert {key for key in save_4[0] if save_4[0][key] != save_4[1][key] and not key.startswith("BytesIO.loops.")} \
+        >= {"BytesIO.state_dict.layer.weight", "BytesIO.optimizer_states.0.state.0.exp_avg"}  # other batches
+    assert "deterministic" not in {check for _, check in found}  # two runs to save 2 agreed: not noise
+
+    ckpt = shutil.copytree(tmp_path / "good" / "golden" / "ckpt", tmp_path / "ckpt")
+    (ckpt / "step_4.ckpt").unlink()
+    resumed = targets.script(f"{LIGHTNING} {{ckpt_dir}} --bug weights-only", nproc_per_node=2).run(
+        RunRequest("resumed run", trace_files=False), ckpt, tmp_path / "weights-only")
+    assert resumed.ok, [r.outcome for r in resumed.ranks]
+    judged = oracle.judge_resume_point("resume@2", resumed, 2, None)
+    assert judged.verdict is Verdict.FAIL and "from scratch" in judged.summary, judged.summary

@@ -72,9 +72,10 @@ class Save:
         taken = {n for n, _ in self.handed}
         self.handed.append((name if name not in taken else f"{len(self.handed)}:{name}", obj))
 
-    def state(self) -> dict[str, Any]:
-        """What the save was handed, as one mapping `state.capture` takes."""
-        return {name: plain(obj) for name, obj in self.handed}
+    def state(self, where: Callable[[str], Optional[str]] = lambda path: None) -> dict[str, Any]:
+        """What the save was handed, as one mapping `state.capture` takes;
+        `where` names a path string inside the checkpoint directory (`Saves.where`)."""
+        return {name: plain(obj, where) for name, obj in self.handed}
 
 
 class Saves:
@@ -108,6 +109,14 @@ class Saves:
             if absolute == root or absolute.startswith(root + os.sep):
                 return os.path.relpath(absolute, root)
         return None
+
+    def where(self, path: str) -> Optional[str]:
+        """An absolute path inside the checkpoint directory as `{ckpt_dir}/REL`:
+        a checkpoint that records a path of its own (Lightning's
+        `best_model_path`, the Trainer's `best_model_checkpoint`) holds the
+        run's directory, and each run of one case has a directory of its own."""
+        rel = self.rel(path) if os.path.isabs(path) else None
+        return None if rel is None else "{ckpt_dir}" if rel == "." else "{ckpt_dir}/" + rel.replace(os.sep, "/")
 
     def step_in(self, path: Any) -> Optional[int]:
         rel = self.rel(path)
@@ -244,32 +253,36 @@ BY_ATTRIBUTES = frozenset({
 })
 
 
-def plain(value: Any) -> Any:
+def plain(value: Any, where: Callable[[str], Optional[str]] = lambda path: None) -> Any:
     """`value` in the shapes `state.capture` takes: modules and optimizers by
     their `state_dict()`, sets sorted, enum members by name, the
     `BY_ATTRIBUTES` classes by their attributes, other objects it has no
-    leaf for by their type's name."""
+    leaf for by their type's name; a string `where` names as a path inside
+    the checkpoint directory by that name."""
     import enum
 
     import numpy as np
     import torch
 
-    if isinstance(value, (torch.Tensor, np.ndarray, np.generic, bool, int, float, str, bytes)) or value is None:
+    if isinstance(value, str):
+        named = where(value)
+        return value if named is None else named
+    if isinstance(value, (torch.Tensor, np.ndarray, np.generic, bool, int, float, bytes)) or value is None:
         return value
     kind = f"{type(value).__module__}.{type(value).__qualname__}"
     if isinstance(value, enum.Enum):
         return f"<{kind}.{value.name}>"
     if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
+        return {str(k): plain(v, where) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
+        return [plain(v, where) for v in value]
     if isinstance(value, (set, frozenset)):
-        return sorted((plain(v) for v in value), key=repr)
+        return sorted((plain(v, where) for v in value), key=repr)
     state_dict = getattr(value, "state_dict", None)
     if callable(state_dict):
-        return plain(state_dict())
+        return plain(state_dict(), where)
     if any(f"{c.__module__}.{c.__qualname__}" in BY_ATTRIBUTES for c in type(value).__mro__):
-        return {"type": kind, **{str(k): plain(v) for k, v in vars(value).items()}}
+        return {"type": kind, **{str(k): plain(v, where) for k, v in vars(value).items()}}
     return f"<{kind}>"
 
 

@@ -123,7 +123,7 @@ class ScriptRank:
 
     def _ended(self, save: saves.Save) -> None:
         probes.set_phase(phase.state_after_save(save.step))
-        state = {**save.state(), **self._observed()}
+        state = {**save.state(self.saves.where), **self._observed()}
         self.recorder.write(Kind.SAVED, step=save.step, source=save.source, state=state_mod.capture(state),
                             **({"background": True} if save.background else {}),
                             **({"entries": entries(Path(self.plan.ckpt_dir))} if self.plan.list_entries else {}))

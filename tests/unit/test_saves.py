@@ -81,3 +81,20 @@ def test_plain_takes_the_listed_framework_objects_by_attributes_sets_sorted_enum
     assert out["scaler"] == {"type": f"{__name__}.Scaler", "cur_scale": 2.0, "cur_iter": 3}
     assert out["other"]["cur_scale"] == 4.0  # a different scale is a different state
     assert out["names"] == ["a", "b"] and out["stage"].endswith("Stage.ONE>")
+
+
+def test_a_path_inside_the_checkpoint_directory_is_named_relative_to_it_and_no_other_string_is(tmp_path):
+    """A checkpoint that records its own path (Lightning's `best_model_path`)
+    would differ between two runs of one case, each in a directory of its own."""
+    saves, _, ended = boundaries(tmp_path / "ckpt")
+    with saves.boundary(2, "framework"):
+        with saves.boundary(None, "path", "BytesIO", {
+                "best": str(tmp_path / "ckpt" / "step_2.ckpt"), "dir": str(tmp_path / "ckpt"),
+                "paths": [str(tmp_path / "ckpt" / "a" / "b")], "beside": str(tmp_path / "ckpt-old" / "x"),
+                "outside": str(tmp_path / "x"), "relative": "step_2.ckpt", "word": "ckpt"}):
+            pass
+    named = ended[0].state(saves.where)["BytesIO"]
+    assert named == {"best": "{ckpt_dir}/step_2.ckpt", "dir": "{ckpt_dir}", "paths": ["{ckpt_dir}/a/b"],
+                     "beside": str(tmp_path / "ckpt-old" / "x"), "outside": str(tmp_path / "x"),
+                     "relative": "step_2.ckpt", "word": "ckpt"}
+    assert ended[0].state()["BytesIO"]["best"] == str(tmp_path / "ckpt" / "step_2.ckpt")  # by default as it was

@@ -1,0 +1,80 @@
+"""A tiny PyTorch Lightning training script as a user writes it for torchrun:
+a `LightningModule`, `Trainer(strategy="ddp")` on the CPU (Lightning reads
+torchrun's environment itself), a `ModelCheckpoint` callback writing
+OUT/step_N.ckpt at the end of every epoch of K steps and keeping them all,
+and `trainer.fit(..., ckpt_path=...)` on the newest one when started again on
+a directory that holds one. The batches of an epoch are the same in every
+epoch and every run (no shuffling, no dropout), so a resume replays them.
+
+    lightning_train.py OUT [--steps N] [--save-every K] [--bug weights-only|max-steps]
+
+The run is N/K epochs (`max_epochs`). Two twins, each a resume that is not
+the uninterrupted run:
+
+weights-only: the resume takes the model's weights from the checkpoint
+(`LitModel.load_from_checkpoint`, the snippet users copy to "continue
+training") and calls `fit` without `ckpt_path`: the optimizer, the step
+counter and the loops start afresh.
+
+max-steps: the run stops at `max_steps=N` instead, the same N steps and the
+same checkpoints. Lightning treats a restart of iteration-based training as
+one inside an epoch (`FitLoop.restarting`), so the resume re-enters the
+epoch its checkpoint had finished, on a fresh DataLoader: the next epochs
+see other batches than the uninterrupted run's.
+"""
+
+import argparse
+import datetime
+import os
+import re
+from pathlib import Path
+
+import pytorch_lightning as pl
+import torch
+from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.strategies import DDPStrategy
+
+parser = argparse.ArgumentParser()
+parser.add_argument("out", type=Path)
+parser.add_argument("--steps", type=int, default=4)
+parser.add_argument("--save-every", type=int, default=2)
+parser.add_argument("--bug", choices=("weights-only", "max-steps"))
+args = parser.parse_args()
+
+
+class LitModel(pl.LightningModule):
+    def __init__(self):
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 8)
+
+    def training_step(self, batch, batch_idx):
+        (x,) = batch
+        return self.layer(x).square().sum()
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=0.1)
+
+
+# One epoch is save-every batches per rank; Lightning's DistributedSampler
+# (shuffle off) gives each rank its own.
+world = int(os.environ.get("WORLD_SIZE", "1"))
+data = torch.randn(4 * args.save_every * world, 8, generator=torch.Generator().manual_seed(0))
+loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data), batch_size=4, shuffle=False)
+
+pl.seed_everything(0, verbose=False)
+model = LitModel()
+trainer = pl.Trainer(
+    accelerator="cpu", devices=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+    num_nodes=world // int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
+    strategy=DDPStrategy(process_group_backend="gloo", timeout=datetime.timedelta(seconds=60)),
+    **({"max_steps": args.steps} if args.bug == "max-steps" else {"max_epochs": args.steps // args.save_every}),
+    callbacks=[ModelCheckpoint(dirpath=args.out, filename="step_{step}",
+                                                     auto_insert_metric_name=False, save_top_k=-1,
+                                                     every_n_epochs=1, save_on_train_epoch_end=True)],
+    logger=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+)
+steps = [int(m.group(1)) for p in args.out.iterdir() if (m := re.fullmatch(r"step_(\d+)\.ckpt", p.name))]
+newest = args.out / f"step_{max(steps)}.ckpt" if steps else None
+if newest is not None and args.bug == "weights-only":
+    model, newest = LitModel.load_from_checkpoint(newest), None
+trainer.fit(model, loader, ckpt_path=newest)
