@@ -290,13 +290,14 @@ TRACE_SETTINGS = ("world_size", "steps", "save_every", "keep_last", "overwrite",
                   "nproc_per_node", "nnodes")
 #: The settings of a bench's target (a job at a world size, a script at a layout) that `scenario` takes.
 BENCH_TARGET_SETTINGS = ("world_size", "timeout", "launcher", "script_args", "nproc_per_node", "nnodes",
-                         "checkpoint_layout", "resume_args")
+                         "checkpoint_layout", "keeps_best", "resume_args")
 #: The settings of a bench (a job at a world size) that `matrix` takes.
 BENCH_SETTINGS = ("world_size", "timeout", "launcher", "parallel")
 #: The script-mode settings `matrix --script` takes besides --script: one
 #: layout for every row (--max-restarts is refused: a matrix row, like
 #: `explore --script`, runs each resume itself).
-MATRIX_SCRIPT_SETTINGS = ("script_args", "nproc_per_node", "nnodes", "checkpoint_layout", "resume_args")
+MATRIX_SCRIPT_SETTINGS = ("script_args", "nproc_per_node", "nnodes", "checkpoint_layout", "keeps_best",
+                          "resume_args")
 #: Cell verdicts `matrix --fail-on` may name.
 GATED = (Verdict.FAIL, Verdict.UNKNOWN, Verdict.ERROR)
 #: An incomplete matrix is the command's own failure; a framework's failing

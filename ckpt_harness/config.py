@@ -218,6 +218,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "`ckpt-harness list` shows which conversions read which); unset, the convert and format-confusion "
             "scenarios are n/a",
             optional=True, rule=_layout_rule),
+    Setting("keeps_best", bool, False, "script mode: the script's rotation also keeps one best checkpoint "
+            "besides the newest (the Trainer's load_best_model_at_end, Lightning's ModelCheckpoint with a "
+            "monitor): a keep-last N listing may then hold the newest N-1 and one older checkpoint (a Job says "
+            "so with Job.keeps_best)"),
     Setting("max_restarts", int, 0, "script mode: times torchrun's agents restart the group after a "
                                     "worker fails (torchrun --max-restarts)", low=0),
     Setting("timelines", str, "failed", "which cases keep a timeline of their runs, rank by rank, for "
@@ -308,6 +312,7 @@ class ScriptConfig:
     nnodes: int = setting("nnodes")
     max_restarts: int = setting("max_restarts")
     checkpoint_layout: Optional[str] = setting("checkpoint_layout")
+    keeps_best: bool = setting("keeps_best")
     resume_args: str = setting("resume_args")
     timeout: float = setting("timeout", 180.0)
 

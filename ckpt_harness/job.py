@@ -133,6 +133,10 @@ class Job:
     #: (`ckpt_harness.conversions`) are run on its saves by the `convert`
     #: check. None: no conversion is claimed.
     checkpoint_layout: ClassVar[Optional[str]] = None
+    #: Its rotation (`ctx.keep_last`) also keeps one best checkpoint besides
+    #: the newest, as the Trainer's `load_best_model_at_end` does: retention
+    #: then accepts the newest N-1 and one older checkpoint.
+    keeps_best: ClassVar[bool] = False
 
     # -- driven form -------------------------------------------------------
     def setup(self, ctx: RankContext) -> None:

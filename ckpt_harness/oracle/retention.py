@@ -16,6 +16,15 @@ so `checkpoints/checkpoint_7` is save 8's own wherever it sits; a file every
 save rewrites (a `latest` pointer) belongs to none. A checkpoint remains
 complete if everything under its entries right after its own save is still
 there.
+
+A rotation may also keep one best checkpoint besides the newest (the HF
+Trainer's `load_best_model_at_end` protects its `best_model_checkpoint`;
+Lightning's `ModelCheckpoint` with a monitor): told so (`keeps_best`), a
+listing may instead hold the newest N-1 (the newest one, for N = 1) and one
+older checkpoint whole. Which is the best is the metric's business, not the
+harness's: any one older checkpoint may stand in for the N-th newest, so a
+rotation that deletes that one and keeps an old one instead passes then;
+one that keeps too many, or drops one of the newest N-1, is still caught.
 """
 
 from __future__ import annotations
@@ -28,11 +37,12 @@ from ckpt_harness.verdict import CaseResult, Verdict
 
 
 def judge_retention(case: str, run: Run, keep_last: int, repro: Optional[str], *,
-                    background: bool = False) -> CaseResult:
+                    background: bool = False, keeps_best: bool = False) -> CaseResult:
     """`background`: the target saves in the background and rotates as it
     publishes a save (`Kind.PUBLISHED`), so each listing is the one taken as a
     save was published, and only published saves count: one still in flight
-    is neither kept nor missed."""
+    is neither kept nor missed. `keeps_best`: the rotation also keeps one best
+    checkpoint (the module docstring)."""
     steps = run.saved_steps()
     own = own_roots({s: run.created_in(phase.save(s)) for s in steps})
     checkpoints = [s for s in steps if own[s]]
@@ -49,22 +59,47 @@ def judge_retention(case: str, run: Run, keep_last: int, repro: Optional[str], *
                           + ("published save" if background else "save"))
     counted = [s for s in moments if s in own and own[s]]
     contents = {s: {e for e in listings[s] if _under(e, own[s])} for s in counted}
-    wrong = []
+    wrong, bests = [], []
+    like_a_best = False  # every wrong listing is the newest N-1 and one older checkpoint
     for s in moments:
         made = [t for t in counted if t <= s]
         want = made[-keep_last:]
         whole = [t for t in made if contents[t] and contents[t] <= listings[s]]
         partial = [t for t in made if t not in whole and contents[t] & listings[s]]
-        if whole != want or partial:
-            damaged = f", and what is left of {_steps(partial)} is incomplete" if partial else ""
-            wrong.append(f"after save {s}{' was published' if background else ''}: {_steps(whole)} remain"
-                         f"{damaged}; expected {_steps(want)}")
+        best = _kept_best(made, whole, keep_last)
+        if whole == want and not partial:
+            continue
+        if keeps_best and best is not None and not partial:
+            bests.append(best)
+            continue
+        like_a_best = (like_a_best or not wrong) and best is not None and not partial
+        damaged = f", and what is left of {_steps(partial)} is incomplete" if partial else ""
+        also = f", or the newest {max(1, keep_last - 1)} and one older kept as the best" if keeps_best else ""
+        wrong.append(f"after save {s}{' was published' if background else ''}: {_steps(whole)} remain"
+                     f"{damaged}; expected {_steps(want)}{also}")
     if wrong:
+        hint = (" (each time the newest but one and an older checkpoint, as a rotation that also keeps its best "
+                "checkpoint leaves them: if it keeps one, e.g. the Trainer's load_best_model_at_end, say so: "
+                "--keeps-best for a script, Job.keeps_best for a job)") if like_a_best and not keeps_best else ""
         return CaseResult(case, "retention", Verdict.FAIL,
-                          f"keep-last {keep_last} kept the wrong checkpoints: {wrong[0]}", "\n".join(wrong), repro)
+                          f"keep-last {keep_last} kept the wrong checkpoints: {wrong[0]}{hint}", "\n".join(wrong),
+                          repro)
+    kept = (f", or the newest {max(1, keep_last - 1)} and an older one kept as the best (step"
+            f"{'s' if len(set(bests)) > 1 else ''} {', '.join(map(str, sorted(set(bests))))}, after {len(bests)} "
+            "saves)" if bests else "")
     return CaseResult(case, "retention", Verdict.PASS,
                       f"after each of {len(moments)} {'published ' if background else ''}saves exactly the newest "
-                      f"{min(keep_last, len(counted))} checkpoints remained")
+                      f"{min(keep_last, len(counted))} checkpoints remained{kept}")
+
+
+def _kept_best(made: list[int], whole: list[int], keep_last: int) -> Optional[int]:
+    """The one older checkpoint kept besides the newest N-1 (the newest, for
+    N = 1), if that is what `whole` holds; else None."""
+    recent = made[-max(1, keep_last - 1):]
+    older = [t for t in whole if t not in recent]
+    if len(older) == 1 and whole == sorted(older + recent) and older[0] < recent[0]:
+        return older[0]
+    return None
 
 
 def own_roots(created: Mapping[int, Iterable[str]]) -> dict[int, set[str]]:

@@ -117,7 +117,8 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
         results += [unnamed] if unnamed else []
         if keep_last is not None:
             results.append(oracle.judge_retention(
-                "golden", golden, keep_last, line, background=known.saves_in_background() and known.caps.reports))
+                "golden", golden, keep_last, line, background=known.saves_in_background() and known.caps.reports,
+                keeps_best=known.caps.keeps_best))
         _check_names(known, cases, steps)
         results = _golden_timeline(results, golden, timelines)
         every, default = case_names(known, steps, stop)

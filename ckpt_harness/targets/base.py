@@ -96,6 +96,8 @@ class Capabilities:
     #: The layout of its checkpoints, which conversions read (`Job.checkpoint_layout`);
     #: None when it names none (capability "conversions" lacking, with why).
     layout: Optional[str] = None
+    #: Its rotation also keeps one best checkpoint (`Job.keeps_best`, `--keeps-best`).
+    keeps_best: bool = False
 
     def has(self, capability: str) -> bool:
         return capability not in self.lacks

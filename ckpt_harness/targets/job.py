@@ -67,7 +67,7 @@ class JobTarget:
             lacks["conversions"] = ("the job names no checkpoint_layout, so no conversion claims to read its "
                                     "checkpoints (set Job.checkpoint_layout; `ckpt-harness list` shows them)")
         return Capabilities(reports=True, steps_known=True, live_state=True, parks=True, lacks=lacks,
-                            layout=cls.checkpoint_layout)
+                            layout=cls.checkpoint_layout, keeps_best=cls.keeps_best)
 
     @property
     def values(self) -> dict[str, Any]:

@@ -208,7 +208,7 @@ class ScriptTarget:
         if self.config.checkpoint_layout is None:
             lacks["conversions"] = NO_LAYOUT
         return Capabilities(reports=False, steps_known=False, live_state=False, parks=False, lacks=lacks,
-                            layout=self.config.checkpoint_layout)
+                            layout=self.config.checkpoint_layout, keeps_best=self.config.keeps_best)
 
     @property
     def values(self) -> dict[str, Any]:

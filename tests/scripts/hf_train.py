@@ -3,9 +3,13 @@ built from a config (no download), synthetic tokens, `checkpoint-N` saves,
 and `resume_from_checkpoint` when the output directory holds one.
 
     hf_train.py OUT [STEPS [SAVE_EVERY [from-scratch]]] [--max_steps N] [--save_steps K]
-                [--save_total_limit L] [--bug rotate-by-name]
+                [--save_total_limit L] [--load_best_model_at_end] [--bug rotate-by-name]
 
 from-scratch: the bug of never passing the checkpoint to `train()`.
+--load_best_model_at_end: evaluate at every save and keep the best
+checkpoint through the rotation; the metric is one whose best comes early
+(the eval loss, greater taken as better, as an accuracy that peaks in the
+first epochs would be), so an old checkpoint is kept besides the newest.
 rotate-by-name: the Trainer's rotation (`save_total_limit`) orders its
 checkpoints by name, as a string sort does: checkpoint-10 before
 checkpoint-9, so it deletes the newest ones and keeps old ones.
@@ -28,6 +32,7 @@ parser.add_argument("mode", nargs="?", choices=("from-scratch",))
 parser.add_argument("--max_steps", type=int)
 parser.add_argument("--save_steps", type=int)
 parser.add_argument("--save_total_limit", type=int)
+parser.add_argument("--load_best_model_at_end", action="store_true")
 parser.add_argument("--bug", choices=("rotate-by-name",))
 cli = parser.parse_args()
 out = cli.out
@@ -59,9 +64,14 @@ model = LlamaForCausalLM(LlamaConfig(
 args = TrainingArguments(
     output_dir=out, use_cpu=True, ddp_backend="gloo", max_steps=steps, save_strategy="steps",
     save_steps=save_every, per_device_train_batch_size=2, learning_rate=1e-2, seed=0, data_seed=0,
-    report_to=[], logging_strategy="no", eval_strategy="no", disable_tqdm=True, dataloader_num_workers=0,
+    report_to=[], logging_strategy="no", eval_strategy="steps" if cli.load_best_model_at_end else "no",
+    disable_tqdm=True, dataloader_num_workers=0,
     ddp_find_unused_parameters=False, save_total_limit=cli.save_total_limit,
+    **({"load_best_model_at_end": True, "eval_steps": save_every,
+        "metric_for_best_model": "eval_loss", "greater_is_better": True, "per_device_eval_batch_size": 2}
+       if cli.load_best_model_at_end else {}),
 )
-trainer = Trainer(model=model, args=args, train_dataset=Tokens(3 * 2 * int(os.environ["WORLD_SIZE"])))
+trainer = Trainer(model=model, args=args, train_dataset=Tokens(3 * 2 * int(os.environ["WORLD_SIZE"])),
+                  eval_dataset=Tokens(2 * int(os.environ["WORLD_SIZE"])) if cli.load_best_model_at_end else None)
 last = get_last_checkpoint(out) if os.path.isdir(out) else None
 trainer.train(resume_from_checkpoint=None if cli.mode == "from-scratch" else last)

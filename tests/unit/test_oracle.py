@@ -578,3 +578,54 @@ def test_a_scripts_final_state_is_judged_on_the_ranks_that_save_after_the_resume
     assert script.final_after(4) == {}
     job = Reference(saved, 4, 2, final)
     assert job.final_after(2) == job.final_after(4) == final
+
+
+def _rotated(listings: dict[int, list[int]]) -> "Run":
+    """Two ranks; save s creates checkpoint-s on rank 0, and the directory
+    right after it holds the checkpoints `listings[s]` names."""
+    def of(r: int):
+        b = rank(r)
+        for s, kept in listings.items():
+            if r == 0:
+                b.event("mkdir", f"save {s}", path=f"checkpoint-{s}")
+            b._record("saved", step=s, state=state(s, r), entries=[f"checkpoint-{k}" for k in kept])
+        return b.final()
+    return run(of(0), of(1), name="golden")
+
+
+#: keep-last 3 over 6 saves whose rotation also keeps checkpoint 2 as the best
+#: from save 5 on (the Trainer's load_best_model_at_end): 3, 4 went, 2 stayed.
+WITH_BEST = {1: [1], 2: [1, 2], 3: [1, 2, 3], 4: [2, 3, 4], 5: [2, 4, 5], 6: [2, 5, 6]}
+
+
+def test_a_rotation_that_keeps_its_best_checkpoint_passes_only_when_told():
+    from ckpt_harness.oracle import judge_retention
+
+    told = judge_retention("retention", _rotated(WITH_BEST), 3, "repro", keeps_best=True)
+    expect(told, "retention", V.PASS, "an older one kept as the best (step 2, after 2 saves)")
+    untold = judge_retention("retention", _rotated(WITH_BEST), 3, "repro")
+    expect(untold, "retention", V.FAIL, "after save 5: the checkpoints of steps 2, 4, 5 remain; expected the "
+                                       "checkpoints of steps 3, 4, 5 (each time the newest but one")
+    assert "--keeps-best" in untold.summary, untold.summary
+
+
+@pytest.mark.parametrize("listings, words", [
+    ({**WITH_BEST, 6: [2, 4, 6]}, "after save 6: the checkpoints of steps 2, 4, 6 remain"),  # dropped save 5
+    ({**WITH_BEST, 6: [2, 4, 5, 6]}, "after save 6: the checkpoints of steps 2, 4, 5, 6 remain"),  # one too many
+    ({**WITH_BEST, 6: [1, 2, 6]}, "after save 6: the checkpoints of steps 1, 2, 6 remain"),  # two old ones
+], ids=["drops-a-newest", "one-too-many", "two-old-ones"])
+def test_a_kept_best_excuses_no_other_wrong_listing(listings, words):
+    from ckpt_harness.oracle import judge_retention
+
+    judged = judge_retention("retention", _rotated(listings), 3, "repro", keeps_best=True)
+    expect(judged, "retention", V.FAIL, words)
+    assert "or the newest 2 and one older kept as the best" in judged.summary and "--keeps-best" not in judged.summary
+
+
+def test_keep_last_one_with_a_best_keeps_the_newest_and_the_best():
+    from ckpt_harness.oracle import judge_retention
+
+    listings = {1: [1], 2: [1, 2], 3: [1, 3], 4: [1, 4]}  # checkpoint 1 the best throughout
+    expect(judge_retention("retention", _rotated(listings), 1, "repro", keeps_best=True), "retention", V.PASS,
+           "step 1, after 3 saves")
+    expect(judge_retention("retention", _rotated(listings), 1, "repro"), "retention", V.FAIL, "after save 2")

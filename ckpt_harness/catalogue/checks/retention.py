@@ -49,7 +49,8 @@ class Retention:
                                 "ctx.keep_last)")
         known = target.knowing(golden)
         return [oracle.judge_retention(CASE, golden, keep_last, bench.repro(scenario, CASE),
-                                       background=known.saves_in_background() and known.caps.reports)]
+                                       background=known.saves_in_background() and known.caps.reports,
+                                       keeps_best=known.caps.keeps_best)]
 
 
 CHECK = Retention()
