@@ -494,6 +494,8 @@ def _parser_of(s: Setting) -> Callable[[str], Any]:
         parse: Callable[[str], Any] = lambda text: tuple(v.strip() for v in text.split(",") if v.strip())  # noqa: E731
     elif s.name == "save":
         parse = lambda text: int(text) if text.isdigit() else text  # noqa: E731
+    elif s.kind is bool:  # bool("false") is True
+        parse = _boolean
     else:
         parse = s.kind
 
@@ -501,8 +503,8 @@ def _parser_of(s: Setting) -> Callable[[str], Any]:
         try:
             value = parse(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {'an integer' if s.kind is int else 'a number'}, "
-                                             f"got {text!r}") from None
+            expected = {int: "an integer", bool: "true or false"}.get(s.kind, "a number")
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}") from None
         try:
             return s.check(value)
         except ConfigError as exc:
@@ -510,6 +512,15 @@ def _parser_of(s: Setting) -> Callable[[str], Any]:
 
     parse_and_check.__name__ = s.kind.__name__  # what argparse names in its own messages
     return parse_and_check
+
+
+def _boolean(text: str) -> bool:
+    word = text.strip().lower()
+    if word in ("true", "yes", "1", "on"):
+        return True
+    if word in ("false", "no", "0", "off"):
+        return False
+    raise ValueError(text)
 
 
 def values_from(args: argparse.Namespace, cls: type) -> dict[str, Any]:

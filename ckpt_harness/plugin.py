@@ -87,7 +87,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     for name in script_mode_settings():
         setting = SETTINGS[name]
         group.addoption(_script_option(name), dest=f"ckpt_{name}", default=None, type=option_type(setting),
-                        metavar={"script": "'TRAIN.PY ARGS'", "script_args": "NAME=ARGS,..."}.get(name, "N"),
+                        metavar={"script": "'TRAIN.PY ARGS'", "script_args": "NAME=ARGS,...",
+                                 "checkpoint_layout": "LAYOUT", "resume_args": "'ARGS'"}.get(
+                                     name, "true|false" if setting.kind is bool else "N"),
                         help=setting.describe() + ("; adds the item ckpt-script::verify, which verifies the script"
                                                    if name == "script" else "") + " (marker: script mode's keys)")
     baseline = ("a previous matrix.json or an expectations .toml: scenario failures it expects are xfail, "

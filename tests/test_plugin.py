@@ -159,6 +159,7 @@ def test_scenario_files_of_a_users_repo_are_collected_per_scenario(pytester, imp
          "*--ckpt-job tests.planted.jobs:NotAJob: *is not a subclass of ckpt_harness.Job*"),
         (["--ckpt-job=nope"], "*unknown job 'nope'*"),
         (["--ckpt-job=dcp", "--ckpt-scenarios=nope"], "*--ckpt-scenarios: no scenario named nope; choose from*"),
+        (["--ckpt-keeps-best=maybe"], "*--ckpt-keeps-best: expected true or false, got 'maybe'*"),  # bool('maybe')
     ],
 )
 def test_bad_options_are_usage_errors(pytester, importable, args, message):

@@ -48,6 +48,7 @@ BAD = {
     "nnodes": (1.0, MAX_WORLD_SIZE + 1),
     "max_restarts": (None, -1),
     "checkpoint_layout": (1, "parquet"),
+    "keeps_best": ("true", ...),
     "resume_args": (["--resume"], ...),
 }
 CASES = [P(name, value, id=f"{name}-{label}") for name, pair in BAD.items()
@@ -188,3 +189,16 @@ def test_scenario_parse_fills_the_check_defaults():
         "crash-all", "atomic", "faults", ("torch*",), "cat.toml")
     assert got.params["faults"] == ("crash",) and got.params["steps"] == 8 and got.params["save"] == "second"
     assert got.applies_to("torch_save") and not got.applies_to("dcp")
+
+
+def test_a_boolean_options_text_is_read_as_its_word_not_by_bool():
+    """The pytest plugin's options parse their text with `option_type`, and
+    `bool("false")` is True: `--ckpt-keeps-best=false` must be false."""
+    import argparse
+
+    from ckpt_harness.config import SETTINGS, option_type
+
+    parse = option_type(SETTINGS["keeps_best"])
+    assert [parse(word) for word in ("true", "False", "yes", "0", "on")] == [True, False, True, False, True]
+    with pytest.raises(argparse.ArgumentTypeError, match="expected true or false, got 'maybe'"):
+        parse("maybe")

@@ -580,7 +580,7 @@ def test_a_scripts_final_state_is_judged_on_the_ranks_that_save_after_the_resume
     assert job.final_after(2) == job.final_after(4) == final
 
 
-def _rotated(listings: dict[int, list[int]]) -> "Run":
+def _rotated(listings: dict[int, list[int]]):
     """Two ranks; save s creates checkpoint-s on rank 0, and the directory
     right after it holds the checkpoints `listings[s]` names."""
     def of(r: int):
