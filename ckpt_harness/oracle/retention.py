@@ -60,7 +60,7 @@ def judge_retention(case: str, run: Run, keep_last: int, repro: Optional[str], *
     counted = [s for s in moments if s in own and own[s]]
     contents = {s: {e for e in listings[s] if _under(e, own[s])} for s in counted}
     wrong, bests = [], []
-    like_a_best = False  # every wrong listing is the newest N-1 and one older checkpoint
+    unlike_a_best = False  # some wrong listing is not the newest N-1 and one older checkpoint
     for s in moments:
         made = [t for t in counted if t <= s]
         want = made[-keep_last:]
@@ -72,7 +72,7 @@ def judge_retention(case: str, run: Run, keep_last: int, repro: Optional[str], *
         if keeps_best and best is not None and not partial:
             bests.append(best)
             continue
-        like_a_best = (like_a_best or not wrong) and best is not None and not partial
+        unlike_a_best |= best is None or bool(partial)
         damaged = f", and what is left of {_steps(partial)} is incomplete" if partial else ""
         also = f", or the newest {max(1, keep_last - 1)} and one older kept as the best" if keeps_best else ""
         wrong.append(f"after save {s}{' was published' if background else ''}: {_steps(whole)} remain"
@@ -80,7 +80,7 @@ def judge_retention(case: str, run: Run, keep_last: int, repro: Optional[str], *
     if wrong:
         hint = (" (each time the newest but one and an older checkpoint, as a rotation that also keeps its best "
                 "checkpoint leaves them: if it keeps one, e.g. the Trainer's load_best_model_at_end, say so: "
-                "--keeps-best for a script, Job.keeps_best for a job)") if like_a_best and not keeps_best else ""
+                "--keeps-best for a script, Job.keeps_best for a job)") if not (unlike_a_best or keeps_best) else ""
         return CaseResult(case, "retention", Verdict.FAIL,
                           f"keep-last {keep_last} kept the wrong checkpoints: {wrong[0]}{hint}", "\n".join(wrong),
                           repro)
