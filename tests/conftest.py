@@ -49,13 +49,14 @@ def pace(tmp_path_factory) -> Pace:
 #: Seconds each module's tests took in all, measured by `make test` with
 #: `--junitxml` on the 2-core machine kind (2026-11-26, the suite alone on the
 #: box; test_script_settings, test_script_frameworks and test_script_explore by
-#: `--durations` on 2026-11-27, with the tests added then). Used only to
+#: `--durations` on 2026-11-27, with the tests added then: Lightning's and
+#: the kept best checkpoint's in the second session). Used only to
 #: hand out the longest modules first, so that the end of the run is short
 #: tests that fill the workers evenly, not a module of torchrun runs one
 #: worker runs alone while the others idle (a module missing here goes last).
 MEASURED = {
     "test_explore": 261, "test_script_mode": 243, "test_extension": 162, "test_plugin": 130, "test_verify": 123,
-    "test_script_settings": 106, "test_script_frameworks": 135, "test_elastic": 84, "test_cli": 72,
+    "test_script_settings": 130, "test_script_frameworks": 250, "test_elastic": 84, "test_cli": 72,
     "test_matrix_shards": 70, "test_scenarios": 65, "test_script_matrix": 57, "test_reduction": 57, "test_launch": 53,
     "test_async_process": 36,
     "test_deepspeed_job": 32, "test_jit": 29, "test_script_explore": 65, "test_async_saves": 27,
