@@ -277,24 +277,39 @@ def test_the_cli_refuses_a_mixed_or_missing_mode_with_what_to_give(tmp_path, arg
 
 def test_a_tiny_hf_trainer_script_is_verified_through_its_save_checkpoint(tmp_path):
     """`Trainer._save_checkpoint` is the save, wrapped when the script imports
-    transformers: its step is the Trainer's, its state what it wrote. The
-    same Trainer started on a directory that holds checkpoints without being
-    handed one saves their steps again: started from scratch."""
+    transformers: its step is the Trainer's, its state what it wrote, the
+    training fields of trainer_state.json included (its best checkpoint named
+    relative to the checkpoint directory). A resume that forgets the best
+    checkpoint (`--bug forget-best`) is flagged by them. The same Trainer
+    started on a directory that holds checkpoints without being handed one
+    saves their steps again: started from scratch."""
     pytest.importorskip("transformers")
     from ckpt_harness import oracle
     from ckpt_harness import targets
     from ckpt_harness.targets import RunRequest
 
-    command = f"{ROOT / 'tests' / 'scripts' / 'hf_train.py'} {{ckpt_dir}} 4 2"
+    plain = f"{ROOT / 'tests' / 'scripts' / 'hf_train.py'} {{ckpt_dir}} 4 2"
+    command = f"{plain} --load_best_model_at_end"
     report = verify_script(command, workdir=tmp_path / "verify", cases=["resume@2"], nproc_per_node=2)
     assert report.verdict is Verdict.PASS, report.explain()
     saved = [rec for rec in read_records(tmp_path / "verify" / "golden" / "run", 0) if rec["event"] == Kind.SAVED]
     assert [(rec["step"], rec["source"]) for rec in saved] == [(2, "framework"), (4, "framework")]
-    assert {k.split(".")[0] for k in saved[0]["state"]} >= {"model", "optimizer", "scheduler", "rng_state_0"}
+    assert {k.split(".")[0] for k in saved[0]["state"]} >= {"model", "optimizer", "scheduler", "rng_state_0",
+                                                            "trainer_state"}
+    best = saved[1]["state"]["trainer_state.json.best_model_checkpoint"]
+    assert best.value == "{ckpt_dir}/checkpoint-2", best  # the metric's best comes first
+
+    forgets = verify_script(f"{command} --bug forget-best", workdir=tmp_path / "forgets", cases=["resume@2"],
+                            nproc_per_node=2)
+    failed = {r.check: r for r in forgets.results if r.case == "resume@2"}
+    assert failed["load step"].verdict is Verdict.PASS, forgets.explain()  # it resumed from 2...
+    assert failed["saves after resume"].verdict is Verdict.FAIL, forgets.explain()  # ...the best forgotten
+    assert "trainer_state.json.best_model_checkpoint: '{ckpt_dir}/checkpoint-4', expected " \
+           "'{ckpt_dir}/checkpoint-2'" in failed["saves after resume"].details, failed["saves after resume"].details
 
     ckpt = shutil.copytree(tmp_path / "verify" / "golden" / "ckpt", tmp_path / "ckpt")  # checkpoints 2 and 4
     assert sorted(p.name for p in ckpt.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
-    config = ScriptConfig(script=f"{command} from-scratch", nproc_per_node=2)
+    config = ScriptConfig(script=f"{plain} from-scratch", nproc_per_node=2)
     resumed = targets.of(config).run(RunRequest("resumed run", trace_files=False), ckpt, tmp_path / "resume")
     assert resumed.ok, [r.outcome for r in resumed.ranks]
     judged = oracle.judge_resume_point("resume@4", resumed, 4, None)

@@ -388,8 +388,33 @@ def _dcp(module: Any) -> None:
             _wrap(owner, "async_save", dcp_save(True))
 
 
+#: The fields of the Trainer's `TrainerState` (its trainer_state.json) that are
+#: training state a resume must restore; the rest is its log (`log_history`
+#: holds run times) and what describes the process (`is_world_process_zero`).
+TRAINER_STATE = ("epoch", "global_step", "max_steps", "num_train_epochs", "num_input_tokens_seen", "total_flos",
+                 "best_metric", "best_global_step", "best_model_checkpoint", "stateful_callbacks")
+
+
 def _hf_trainer(module: Any) -> None:
     _wrap(module.Trainer, "_save_checkpoint", _method(lambda self, a, k: self.state.global_step, "framework"))
+
+    def make(original: Callable) -> Callable:
+        def save_to_json(self: Any, json_path: str) -> Any:
+            """Inside a save, what trainer_state.json holds joins its state
+            (json, not `torch.save`: else the best checkpoint, the epoch and
+            the callbacks' state would go unchecked); outside one it is the
+            script's own `save_state`, no save boundary."""
+            saves = _require()
+            if saves.current is None:
+                return original(self, json_path)
+            fields = {name: getattr(self, name, None) for name in TRAINER_STATE}
+            with saves.boundary(None, "path", os.path.basename(json_path), fields):
+                return original(self, json_path)
+        return save_to_json
+
+    state = getattr(sys.modules.get("transformers.trainer_callback"), "TrainerState", None)
+    if state is not None:
+        _wrap(state, "save_to_json", make)
 
 
 def _accelerate(module: Any) -> None:

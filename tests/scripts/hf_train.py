@@ -3,7 +3,7 @@ built from a config (no download), synthetic tokens, `checkpoint-N` saves,
 and `resume_from_checkpoint` when the output directory holds one.
 
     hf_train.py OUT [STEPS [SAVE_EVERY [from-scratch]]] [--max_steps N] [--save_steps K]
-                [--save_total_limit L] [--load_best_model_at_end] [--bug rotate-by-name]
+                [--save_total_limit L] [--load_best_model_at_end] [--bug rotate-by-name|forget-best]
 
 from-scratch: the bug of never passing the checkpoint to `train()`.
 --load_best_model_at_end: evaluate at every save and keep the best
@@ -13,6 +13,10 @@ first epochs would be), so an old checkpoint is kept besides the newest.
 rotate-by-name: the Trainer's rotation (`save_total_limit`) orders its
 checkpoints by name, as a string sort does: checkpoint-10 before
 checkpoint-9, so it deletes the newest ones and keeps old ones.
+forget-best: a resume forgets which checkpoint was the best (a callback
+clears the Trainer's best metric and checkpoint as training begins, the bug
+of trainers that keep them outside their saved state): the first evaluation
+after the resume becomes the best, whatever came before.
 """
 
 import argparse
@@ -33,7 +37,7 @@ parser.add_argument("--max_steps", type=int)
 parser.add_argument("--save_steps", type=int)
 parser.add_argument("--save_total_limit", type=int)
 parser.add_argument("--load_best_model_at_end", action="store_true")
-parser.add_argument("--bug", choices=("rotate-by-name",))
+parser.add_argument("--bug", choices=("rotate-by-name", "forget-best"))
 cli = parser.parse_args()
 out = cli.out
 steps = cli.max_steps or cli.steps
@@ -71,7 +75,15 @@ args = TrainingArguments(
         "metric_for_best_model": "eval_loss", "greater_is_better": True, "per_device_eval_batch_size": 2}
        if cli.load_best_model_at_end else {}),
 )
+
+
+class ForgetBest(transformers.TrainerCallback):
+    def on_train_begin(self, args, state, control, **kwargs):
+        state.best_metric = state.best_global_step = state.best_model_checkpoint = None
+
+
 trainer = Trainer(model=model, args=args, train_dataset=Tokens(3 * 2 * int(os.environ["WORLD_SIZE"])),
-                  eval_dataset=Tokens(2 * int(os.environ["WORLD_SIZE"])) if cli.load_best_model_at_end else None)
+                  eval_dataset=Tokens(2 * int(os.environ["WORLD_SIZE"])) if cli.load_best_model_at_end else None,
+                  callbacks=[ForgetBest()] if cli.bug == "forget-best" else None)
 last = get_last_checkpoint(out) if os.path.isdir(out) else None
 trainer.train(resume_from_checkpoint=None if cli.mode == "from-scratch" else last)
