@@ -498,6 +498,10 @@ class _ElasticRun:
             for o in stopped:
                 o.status, o.signal, o.exit_code, o.ended_by_launcher = RankStatus.FAILED, None, None, True
                 o.stack = self._stack(o.rank, 0) or "(no stack: the worker replaced the SIGTERM handler)"
+        if timed_out and self.bound is Cut.FAILURE and all(o.pid and o.pid not in self.alive_at_stop for o in ranks):
+            # Every worker had ended when the failure grace ran out (torchrun stopped them: an agent that
+            # lost the rendezvous store stops its workers, and is slow to exit itself): nothing was cut.
+            timed_out = False
         hung = any(o.status is RankStatus.HUNG for o in ranks)
         # Cut by the failure grace, the peers were stuck then, also one that raised only as the failed
         # worker's interpreter finally exited and closed its sockets ("Connection closed by peer").
