@@ -188,7 +188,9 @@ def test_a_blocked_worker_left_alone_with_a_failed_peer_ends_the_run_at_once(tmp
     if not blocked.ended_by_launcher:
         assert blocked.status == "hung" and 'blocked_peer.py", line 15 in <module>' in blocked.stack, outcome
         assert outcome.cut is Cut.FAILURE and outcome.ended_early, outcome
-    assert outcome.elapsed < grace, (outcome.elapsed, grace)
+        assert outcome.elapsed < grace, (outcome.elapsed, grace)
+    else:  # torchrun ended it; its agent, which lost the store, exits in its own time, within the grace
+        assert outcome.elapsed < grace + script_pace, (outcome.elapsed, grace)
 
 
 @pytest.mark.parametrize("nnodes, max_restarts", [(1, 0), (2, 1)])
