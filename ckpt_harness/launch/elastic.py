@@ -95,7 +95,7 @@ from ckpt_harness.launch.layout import (
     workers_dir,
 )
 from ckpt_harness.launch.link import helpers
-from ckpt_harness.launch.rank import STACK_SIGNAL
+from ckpt_harness.launch.stacks import StackRequest, await_answers
 from ckpt_harness.launch.worker import ENTRY_ENV, PG_TIMEOUT_ENV, RUN_DIR_ENV, RUN_TAG_ENV, WorkerRecord
 
 #: torch >= 2.4 lets the workers' default process group live in the
@@ -442,26 +442,12 @@ class _ElasticRun:
         way out (a gloo group's teardown waiting for a blocked peer) never
         answers, which cost every such run the whole grace."""
         alive = [r for r in last.values() if r.pid in self.alive_at_stop and r.end != "raised"]
-        offsets = self.stack_offsets = {r.rank: _size(stack_path(self.run_dir, r.rank)) for r in alive}
-        for r in alive:
-            flight_path(self.run_dir, r.rank).unlink(missing_ok=True)
-            try:
-                stopped = _proc.is_stopped(r.pid)
-                os.kill(r.pid, flight.DUMP_SIGNAL)
-                os.kill(r.pid, STACK_SIGNAL)
-                if stopped:  # an injected SIGSTOP: the signals above wait for it (it blocks again after)
-                    os.kill(r.pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
-        until = time.monotonic() + STACK_GRACE
-        sizes = {r.rank: -1 for r in alive}
-        while time.monotonic() < until and not cancelled():
-            time.sleep(POLL)
-            now = {k: _size(stack_path(self.run_dir, k)) for k in sizes}
-            dumped = all(flight_path(self.run_dir, k).exists() for k in now)
-            if dumped and all(now[k] > offsets[k] and now[k] == sizes[k] for k in now):
-                break  # every stack and recorder written, no stack still growing
-            sizes = now
+        requests = {r.rank: StackRequest(r.pid, stack_path(self.run_dir, r.rank), flight_path(self.run_dir, r.rank),
+                                         flight.DUMP_SIGNAL) for r in alive}
+        for request in requests.values():
+            request.send()  # one stopped by an injected SIGSTOP is continued; it blocks again after
+        await_answers(requests.values(), STACK_GRACE, POLL, cancelled)
+        self.stack_offsets = {rank: request.offset for rank, request in requests.items()}
 
     def _teardown(self) -> None:
         """Kill the agents, their workers and whatever those started; wait until gone.
@@ -618,13 +604,6 @@ def _tail(path: Path, lines: int = 20) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 def _free_port() -> int:

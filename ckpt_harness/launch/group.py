@@ -28,7 +28,7 @@ from ckpt_harness.errors import ConfigError, HarnessError
 from ckpt_harness.launch import _proc, _wire, beacon, flight
 from ckpt_harness.launch.layout import beacon_path, flight_path, log_path, store_path
 from ckpt_harness.launch.link import helpers
-from ckpt_harness.launch.rank import STACK_SIGNAL
+from ckpt_harness.launch.stacks import StackRequest, await_answers
 from ckpt_harness.launch.zygote import FORKED
 
 MAX_WORLD_SIZE = 8
@@ -40,8 +40,6 @@ _LOOK = 0.02
 STARTUP_TIMEOUT = 180.0
 #: After a deadline: how long ranks get to print their stacks.
 STACK_GRACE = 2.0
-#: A stack is taken as whole once the log stopped growing for this long.
-_SETTLE = 0.05
 #: How often the harness looks: a stopped rank runs from when it is
 #: continued for its dumps until the harness has seen them.
 _DUMP_POLL = 0.01
@@ -522,29 +520,29 @@ class _GroupRun:
         its threads goes on with the save the stop froze.
         """
         run_dir = Path(self.spec.run_dir)
-        dumps = []
+        asked: list[tuple[RankOutcome, Optional[str], StackRequest]] = []
         for r in self.ranks:
             if r.rank not in self.exited:
                 if r.status is RankStatus.RUNNING:
                     r.status = RankStatus.HUNG
-                flight_path(run_dir, r.rank).unlink(missing_ok=True)
-                dumps.append(_Dump(r, None, r.pid, r.log, flight_path(run_dir, r.rank), first=flight.DUMP_SIGNAL))
-            dumps += [_Dump(r, h.name, h.pid, h.stack, None) for h in helpers(str(run_dir), r.rank)
+                asked.append((r, None, StackRequest(r.pid, r.log, flight_path(run_dir, r.rank), flight.DUMP_SIGNAL)))
+            asked += [(r, h.name, StackRequest(h.pid, h.stack)) for h in helpers(str(run_dir), r.rank)
                       if _answers(h.pid, r.pid)]
-        for d in dumps:
-            d.request()
-        until = time.monotonic() + STACK_GRACE
-        waiting = list(dumps)
-        while waiting and time.monotonic() < until:
-            time.sleep(_DUMP_POLL)
-            for d in list(waiting):
-                if d.settled():
-                    waiting.remove(d)  # its stack and recorder written, the stack no longer growing
-                    d.stop_again()
-        for d in waiting:
-            d.stop_again()
-        for d in dumps:
-            d.collect()
+        for r, child, request in asked:
+            request.send()
+            if child is None:
+                r.stopped = request.stopped
+        requests = [request for _, _, request in asked]
+        await_answers(requests, STACK_GRACE, _DUMP_POLL, on_answer=StackRequest.stop_again)
+        for r, child, request in asked:
+            request.stop_again()  # idempotent: one that did not answer in time is stopped here
+            stack = request.text().strip()  # "" if cut before it opened its log (a deadline shorter than a start)
+            if child is not None:
+                if stack:
+                    r.children[child] = stack
+                continue
+            r.stack = stack or "(no stack: the rank did not answer)"
+            r.collectives = flight.read(str(request.recorder))
 
     def _teardown(self) -> None:
         for r in self.ranks:  # an exited rank's group too: a child it spawned may outlive it
@@ -558,66 +556,6 @@ class _GroupRun:
                 self.exited.add(message["rank"])
 
 
-@dataclasses.dataclass
-class _Dump:
-    """One process asked for its stack (a rank, or a child that joined it)."""
-
-    rank: RankOutcome
-    #: None for the rank itself, else the child's name ("checkpoint process").
-    child: Optional[str]
-    pid: int
-    file: Path
-    #: The flight recorder's dump it also writes (ranks only).
-    recorder: Optional[Path]
-    #: Sent before the stack signal (the recorder's), if any.
-    first: Optional[signal.Signals] = None
-    offset: int = 0
-    size: int = 0
-    grew: float = 0.0
-    stopped: bool = False
-
-    def request(self) -> None:
-        self.offset = self.size = _size(self.file)
-        self.grew = time.monotonic()
-        self.stopped = _proc.is_stopped(self.pid)
-        if self.child is None:
-            self.rank.stopped = self.stopped
-        try:
-            if self.first is not None:
-                os.kill(self.pid, self.first)
-            os.kill(self.pid, STACK_SIGNAL)
-            if self.stopped:  # the signals above wait for it
-                os.kill(self.pid, signal.SIGCONT)
-        except ProcessLookupError:
-            pass
-
-    def settled(self) -> bool:
-        size, now = _size(self.file), time.monotonic()
-        if size != self.size:
-            self.size, self.grew = size, now
-            return False
-        return (size > self.offset and now - self.grew >= _SETTLE
-                and (self.recorder is None or self.recorder.exists()))
-
-    def stop_again(self) -> None:
-        if self.stopped:
-            _signal(self.pid, signal.SIGSTOP)
-
-    def collect(self) -> None:
-        try:
-            with open(self.file, "rb") as f:
-                f.seek(self.offset)
-                stack = f.read().decode(errors="replace").strip()
-        except FileNotFoundError:  # cut before it opened its log: the deadline was shorter than a start
-            stack = ""
-        if self.child is not None:
-            if stack:
-                self.rank.children[self.child] = stack
-            return
-        self.rank.stack = stack or "(no stack: the rank did not answer)"
-        self.rank.collectives = flight.read(str(self.recorder))
-
-
 def _answers(pid: int, rank_pid: int) -> bool:
     """Can a rank's child answer a stack request: alive (not a zombie its rank
     has not reaped) and still in the rank's process group (not a reused pid)?"""
@@ -625,20 +563,6 @@ def _answers(pid: int, rank_pid: int) -> bool:
         return os.getpgid(pid) == rank_pid and _proc.state(pid) not in ("Z", "X", "")
     except OSError:
         return False
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
-
-
-def _size(path: Path) -> int:
-    try:
-        return path.stat().st_size
-    except OSError:
-        return 0
 
 
 class _Pool:
