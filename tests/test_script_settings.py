@@ -101,9 +101,11 @@ def test_the_trainers_save_total_limit_keeps_the_newest_and_a_rotation_by_name_i
     `load_best_model_at_end` the Trainer also keeps its best checkpoint (here
     the first: a metric whose best comes early), which `keeps_best` says:
     the newest 2 and checkpoint 1 pass. (Not told, the same listings fail
-    naming the setting: tests/unit/test_oracle.py.)"""
+    naming the setting: tests/unit/test_oracle.py.) One worker each: the
+    Trainer rotates on its main process alone, and a worker importing
+    transformers costs seconds of CPU (docs/speed.md)."""
     pytest.importorskip("transformers")
-    scripts = [ScriptConfig(script=f"{HF_TRAIN} {{ckpt_dir}}{flags}", script_args=HF_TOLD, nproc_per_node=2,
+    scripts = [ScriptConfig(script=f"{HF_TRAIN} {{ckpt_dir}}{flags}", script_args=HF_TOLD, nproc_per_node=1,
                             timeout=120.0, keeps_best=best)
                for flags, best in (("", False), (" --bug rotate-by-name", False), (" --load_best_model_at_end", True))]
     m = run_matrix((), select(builtin_catalogue(), ["retention-order"]), scripts=scripts, workdir=tmp_path)
