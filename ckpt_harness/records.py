@@ -61,6 +61,11 @@ class Kind(str, enum.Enum):
     #: A save that returned in the background landed and the job made it the
     #: one to resume (`ctx.published`, or its `wait_for_saves` returned).
     PUBLISHED = "published"
+    #: A script's save that returned in the background finished writing: the
+    #: future its entry point returned (`dcp.async_save`'s) completed without
+    #: an error. Not PUBLISHED: whether the script then makes it the one to
+    #: resume (a `latest` it writes after) is the script's business.
+    LANDED = "landed"
     STOPPED = "stopped"
     FINAL = "final"
     FINISHED = "finished"

@@ -235,3 +235,41 @@ def test_lightning_resumes_an_iteration_based_run_into_the_epoch_it_had_finished
     assert {key for key in save_4[0] if save_4[0][key] != save_4[1][key] and not key.startswith("BytesIO.loops.")} \
         >= {"BytesIO.state_dict.layer.weight", "BytesIO.optimizer_states.0.state.0.exp_avg"}  # other batches
     assert "deterministic" not in {check for _, check in found}  # two runs to save 2 agreed: not noise
+
+
+TITAN = SCRIPTS / "titan_train.py"
+
+
+def test_torchtitans_async_save_lands_before_a_graceful_stop_and_a_teardown_without_awaiting_it_is_flagged(tmp_path):
+    """torchtitan's async mode (`dcp.async_save` on a gloo group of its own;
+    each shard a second slow to write, as a real checkpoint's are): a
+    preemption that waits lets save 2 land before the run stops (it used to
+    stop as the save returned, and the resume started from scratch: a false
+    FAIL of a correct trainer), a hard stop does not wait and the resume
+    takes what is complete. Its twin tears down without awaiting the last
+    save (torchtitan before pytorch/torchtitan#4270) and resumes the newest
+    step directory whole or not: the golden run's save 4 never landed, and
+    the hard stop's half-written step-2 is refused. The twin at one worker:
+    neither bug needs a peer."""
+    from ckpt_harness.pipeline.verify import verify_script
+
+    command = f"{TITAN} {{ckpt_dir}} --async --slow-disk 1"
+    good = verify_script(command, workdir=tmp_path / "good", cases=["resume@2", "hard@2"], nproc_per_node=2)
+    assert good.verdict is Verdict.PASS, good.explain()
+    assert {(r.case, r.check) for r in good.results} >= {
+        ("golden", "saves landed"), ("resume@2", "load step"), ("resume@2", "saves after resume"),
+        ("hard@2", "atomic")}, good.explain()
+    for rank in range(2):  # the stop waited for save 2 to land; the hard one did not
+        events = [(r["event"], r.get("step")) for r in read_records(tmp_path / "good" / "resume@2" / "stop", rank)]
+        assert events[-3:] == [(Kind.SAVED, 2), (Kind.LANDED, 2), (Kind.STOPPED, 2)], events
+        events = [(r["event"], r.get("step")) for r in read_records(tmp_path / "good" / "hard@2" / "stop", rank)]
+        assert events[-2:] == [(Kind.SAVED, 2), (Kind.STOPPED, 2)], events
+
+    broken = verify_script(f"{command} --bug no-wait-at-close --bug newest-dir", workdir=tmp_path / "broken",
+                           cases=["hard@2"], nproc_per_node=1)
+    found = {(r.case, r.check): r for r in broken.results}
+    lost = found["golden", "saves landed"]
+    assert lost.verdict is Verdict.FAIL and lost.summary.startswith("save 4 on rank 0 returned in the background "
+                                                                    "and never finished writing"), broken.explain()
+    torn = found["hard@2", "atomic"]
+    assert torn.verdict is Verdict.FAIL and "refused" in torn.summary, broken.explain()

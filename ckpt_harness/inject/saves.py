@@ -33,6 +33,9 @@ cannot reproduce, so the oracle compares such saves only as the final one.
 
 Only the main thread makes boundaries: a saver's background thread
 (an async checkpoint's writer) writes inside the save that started it.
+A save whose entry point returns a future (`dcp.async_save`) has landed
+when that future completes without an error: a done-callback on it says
+so (`Saves.landed`), which changes nothing the script sees of the future.
 """
 
 from __future__ import annotations
@@ -82,8 +85,12 @@ class Saves:
     """One worker's save boundaries; `began` and `ended` are the runner's hooks."""
 
     def __init__(self, ckpt_dir: str, began: Callable[[int], None], ended: Callable[[Save], None],
-                 trains: Callable[[], None] = lambda: None):
+                 trains: Callable[[], None] = lambda: None, landed: Callable[[int], None] = lambda step: None):
         self.root = os.path.abspath(ckpt_dir)
+        #: Called from the thread that completes a background save's future, once it completed without an error.
+        self.on_landed = landed
+        #: Per step saved in the background: set once its future completed (with or without an error).
+        self.settled: dict[int, threading.Event] = {}
         self.real_root = os.path.realpath(ckpt_dir)
         self.began, self.ended, self.trains = began, ended, trains
         self.current: Optional[Save] = None
@@ -154,6 +161,34 @@ class Saves:
             self._watch_forward()
         else:  # no optimizer step seen: nothing says when the routine ends, so it ends here
             self.ended(save)
+
+    # -- background saves -----------------------------------------------------------------------------
+    def in_flight(self, step: int, returned: Any) -> None:
+        """A save of `step` returned `returned`: if that is a future (or DCP's
+        `AsyncSaveResponse`, whose `upload_completion` is), its completion is
+        the save's landing."""
+        future = getattr(returned, "upload_completion", returned)
+        if not callable(getattr(future, "add_done_callback", None)):
+            return
+        settled = self.settled[step] = threading.Event()
+
+        def done(finished: Any) -> None:
+            try:
+                failed = finished.cancelled() or finished.exception() is not None
+            except BaseException:  # noqa: BLE001 - whatever a foreign future raises, it did not land
+                failed = True
+            try:
+                if not failed:
+                    self.on_landed(step)
+            finally:
+                settled.set()
+        future.add_done_callback(done)
+
+    def wait_settled(self, step: int) -> None:
+        """Until the background save of `step`, if any, completed (landed or failed)."""
+        settled = self.settled.get(step)
+        if settled is not None:
+            settled.wait()
 
     # -- where a save's routine ends ------------------------------------------------------------------
     def training(self) -> None:
@@ -378,7 +413,11 @@ def _dcp(module: Any) -> None:
                 where = kwargs.get("checkpoint_id") or getattr(kwargs.get("storage_writer"), "path", None)
                 step = saves.step_in(where)
                 with saves.boundary(step, "path", "state_dict", state, background):
-                    return original(*args, **kwargs)
+                    save = saves.current  # the outer save, inside another one (the boundary is that one)
+                    returned = original(*args, **kwargs)
+                if background and save is not None:
+                    saves.in_flight(save.step, returned)
+                return returned
             return save
         return make
 

@@ -32,6 +32,7 @@ from ckpt_harness.oracle.start import (
     judge_unreported_load,
     judge_later_saves,
     judge_named_steps,
+    judge_landed,
     judge_saves_seen,
     judge_resume_point,
     judge_stopped,
@@ -58,6 +59,6 @@ __all__ = [
     "judge_replaced",
     "judge_reshard", "judge_reshard_save", "judge_same_state", "nothing_to_break", "property_for", "undecided_if",
     "Inferred", "infer_start", "judge_unreported_load", "judge_retention",
-    "judge_later_saves", "judge_named_steps", "judge_resume_point", "judge_saves_seen", "judge_stopped",
+    "judge_landed", "judge_later_saves", "judge_named_steps", "judge_resume_point", "judge_saves_seen", "judge_stopped",
     "save_steps", "saves_by_step", "savers",
 ]

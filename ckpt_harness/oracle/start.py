@@ -94,6 +94,32 @@ def judge_saves_seen(case: str, golden: Run) -> Optional[CaseResult]:
                       "job that owns its loop calls ctx.saved(step) after each save")
 
 
+def judge_landed(case: str, run: Run, repro: Optional[str]) -> Optional[CaseResult]:
+    """FAIL when a save that returned in the background (`dcp.async_save`)
+    never finished writing before the run ended: the script tore down (its
+    process group, its process) with the save in flight, or the save failed
+    and nothing said so. Its checkpoint is not there to resume. None when
+    every such save landed, or there was none."""
+    if not any(rec["event"] == Kind.SAVED and rec.get("background") for r in run.ranks for rec in r.records):
+        return None
+    lost: dict[int, list[int]] = {}
+    for r in run.ranks:
+        background = [rec["step"] for rec in r.records if rec["event"] == Kind.SAVED and rec.get("background")]
+        landed = {rec["step"] for rec in r.records if rec["event"] == Kind.LANDED}
+        for step in background:
+            if step not in landed:
+                lost.setdefault(step, []).append(r.rank)
+    if not lost:
+        return CaseResult(case, "saves landed", Verdict.PASS,
+                          "every save that returned in the background finished writing before the run ended")
+    said = "; ".join(f"save {step} on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+                     for step, ranks in sorted(lost.items()))
+    return CaseResult(case, "saves landed", Verdict.FAIL,
+                      f"{said} returned in the background and never finished writing: the run ended with it in "
+                      f"flight (or it failed unseen), so its checkpoint is not there to resume; wait for the "
+                      f"save's future (its result()) before tearing the process group down", repro=repro)
+
+
 def judge_named_steps(case: str, golden: Run) -> Optional[CaseResult]:
     """UNKNOWN when the golden run saved, but no save had a step of its own:
     no resume can be matched to one."""

@@ -115,6 +115,8 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
             results.append(oracle.judge_fresh_start("golden", golden, line))
         unnamed = oracle.judge_named_steps("golden", golden)
         results += [unnamed] if unnamed else []
+        landed = oracle.judge_landed("golden", golden, line)
+        results += [landed] if landed else []
         if keep_last is not None:
             results.append(oracle.judge_retention(
                 "golden", golden, keep_last, line, background=known.saves_in_background() and known.caps.reports,

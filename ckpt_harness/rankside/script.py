@@ -29,7 +29,10 @@ points alone, since nothing would say where its routine ends.
 A run told to stop after save k stops each rank that made save k where it
 trains again, at the start of its next save (of another step) or where it
 would otherwise return: everything belonging to save k is done by then,
-and nothing of the next save is. A rank that made save k and then waits in a
+and nothing of the next save is. A save k that returned in the background
+(`dcp.async_save`) is waited for there until it landed (LANDED), as a
+preemption that lets the save in flight finish does; a hard stop does not
+wait (the hard-preemption scenario). A rank that made save k and then waits in a
 collective outside any save while a peer already stopped counts as
 stopped there (`STUCK_AFTER_PEER`): the peer will never join it (rank 0
 stops at its final save while rank 1 waits in the barrier after it). The harness tears the group down once every
@@ -74,6 +77,8 @@ class ScriptPlan:
     #: Instead of parking there, die by SIGKILL, once per run (the first rank
     #: to get there, in the first attempt): torchrun's agent restarts the group.
     crash: bool = False
+    #: Stop there without waiting for save k, returned in the background, to land (a preemption that does not wait).
+    hard_stop: bool = False
     faults: tuple[Fault, ...] = ()
     log_data: bool = False
     trace_files: bool = True
@@ -106,7 +111,7 @@ class ScriptRank:
         records_path(run_dir, rank).unlink(missing_ok=True)
         self.recorder = Recorder(records_path(run_dir, rank))
         self.run_dir = run_dir
-        self.saves = saves.Saves(plan.ckpt_dir, self._began, self._ended, self._trains)
+        self.saves = saves.Saves(plan.ckpt_dir, self._began, self._ended, self._trains, self._landed)
         #: The step of this rank's last save and its state (saves of one step merged).
         self.last: Optional[tuple[int, dict[str, Any]]] = None
         self._watch: Optional[threading.Thread] = None
@@ -135,6 +140,10 @@ class ScriptRank:
         probes.set_phase(phase.RUN)
         if save.step == self.plan.stop_after_save:
             self._watch_for_stopped_peer()
+
+    def _landed(self, step: int) -> None:
+        """A save that returned in the background finished writing (another thread)."""
+        self.recorder.write(Kind.LANDED, step=step)
 
     def _watch_for_stopped_peer(self) -> None:
         if not self.plan.crash and self._watch is None:
@@ -170,6 +179,8 @@ class ScriptRank:
                 seen, since = waiting, time.monotonic()
             elif time.monotonic() - since >= STUCK_AFTER_PEER:
                 self.saves.flush()
+                if not self.plan.hard_stop:
+                    self.saves.wait_settled(self.plan.stop_after_save)
                 self.recorder.write(Kind.STOPPED, step=self.plan.stop_after_save)
                 self.park()  # this thread waits for good; the harness tears the group down
 
@@ -189,6 +200,11 @@ class ScriptRank:
             except FileExistsError:
                 return
             os.kill(os.getpid(), signal.SIGKILL)
+        # A preemption that waits: save k, returned in the background, lands first (its writer is another
+        # thread, or DCP's checkpoint process, and goes on while this one waits).
+        if self.plan.stop_after_save in self.saves.settled and not self.plan.hard_stop:
+            probes.set_phase(phase.after_save(self.plan.stop_after_save))
+            self.saves.wait_settled(self.plan.stop_after_save)
         self.recorder.write(Kind.STOPPED, step=self.plan.stop_after_save)
         self.park()
 

@@ -52,12 +52,13 @@ def untold(name: str) -> str:
 
 #: What a script cannot do, and why (`Capabilities.lacks`).
 LACKS = {
-    "hard_stop": "a script's run stops where a save returns, and script mode cannot tell a background save from "
-                 "a synchronous one: give the job as a Job for a hard stop",
     "full_state": "a script exposes no state that is the same at every world size (Job.full_state: the unsharded "
                   "model and optimizer, compared between world sizes)",
     "backend": JOB_ONLY["backend"],
 }
+#: Why a script whose golden run saved nothing in the background lacks "hard_stop" (until then it may have it).
+SYNCHRONOUS = ("the script's saves returned once written (none returned a future, as dcp.async_save does): a save "
+               "has landed when it returns, so its hard stop is the graceful one, which resume-every-save judges")
 #: Why a script given no `--checkpoint-layout` lacks "conversions".
 NO_LAYOUT = ("the script was given no checkpoint layout for a conversion to read: give --checkpoint-layout "
              "(torch_save, dcp, deepspeed, hf_trainer; `ckpt-harness list` shows the conversions)")
@@ -207,6 +208,8 @@ class ScriptTarget:
             lacks["launcher_restart"] = "torchrun restarts the group only with --max-restarts 1 or more"
         if self.config.checkpoint_layout is None:
             lacks["conversions"] = NO_LAYOUT
+        if self.known and not self.background:
+            lacks["hard_stop"] = SYNCHRONOUS
         return Capabilities(reports=False, steps_known=False, live_state=False, parks=False, lacks=lacks,
                             layout=self.config.checkpoint_layout, keeps_best=self.config.keeps_best)
 
@@ -257,14 +260,13 @@ class ScriptTarget:
         from ckpt_harness.rankside.script import CKPT_DIR_ENV, PLAN_ENV, ScriptPlan
         from ckpt_harness.targets import script_ops
 
-        if request.stop is Stop.HARD:
-            raise UsageError(f"a hard stop: {LACKS['hard_stop']}")
         # before the deadline starts: what the script's frameworks build on first use is not the script's time
         jit.ensure_built(script_ops.jit_ops(script_file(self.config.script), os.environ))
         crash = request.stop is Stop.CRASH
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         ckpt = ckpt_dir.resolve()
         plan = ScriptPlan(ckpt_dir=str(ckpt), stop_after_save=request.stop_after_save, crash=crash,
+                          hard_stop=request.stop is Stop.HARD,
                           faults=request.faults, log_data=request.log_data, trace_files=request.trace_files,
                           list_entries=self.values.get("keep_last") is not None)
         stop_ranks = self.savers(request.stop_after_save) if request.stop_after_save is not None else None

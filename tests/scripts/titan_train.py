@@ -6,15 +6,27 @@ holding DCP's `.metadata` (torchtitan's `_find_load_step`; rank 0 writes
 it last, once every rank's shard is in). The data of step s is a function
 of s and the rank, so a resume replays it.
 
-    titan_train.py OUT [--steps N] [--save-every K] [--bug newest-dir]
+    titan_train.py OUT [--steps N] [--save-every K] [--async] [--slow-disk S]
+                       [--bug newest-dir|no-wait-at-close ...]
+
+--async saves as torchtitan's `async_mode = "async"` does: `dcp.async_save`
+on a gloo group of its own, the previous save awaited before the next one
+starts, and the last one before the process group is torn down.
+--slow-disk S: each rank's shard takes S seconds more to write, as a real
+checkpoint of gigabytes does (this one's few kilobytes write in
+milliseconds, less than the teardown after the last step takes).
 
 newest-dir: resume from the newest step-N directory, `.metadata` or not: a
 save cut short leaves a directory DCP cannot load, and the start fails.
+no-wait-at-close: with --async, tear down without awaiting the last save
+(torchtitan before pytorch/torchtitan#4270: `close()` stopped its helpers
+but never awaited the save in flight; dlrover's flash checkpoint, #1378).
 """
 
 import argparse
 import os
 import re
+import time
 from pathlib import Path
 
 import torch
@@ -27,7 +39,9 @@ parser = argparse.ArgumentParser()
 parser.add_argument("out", type=Path)
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--save-every", type=int, default=2)
-parser.add_argument("--bug", choices=("newest-dir",))
+parser.add_argument("--async", dest="background", action="store_true")
+parser.add_argument("--slow-disk", type=float, default=0.0)
+parser.add_argument("--bug", action="append", default=[], choices=("newest-dir", "no-wait-at-close"))
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
@@ -39,6 +53,14 @@ for layer in model:
         fully_shard(layer)
 fully_shard(model)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
+checkpoint_group = dist.new_group(backend="gloo") if args.background else None
+in_flight = None
+
+
+class SlowDisk(dcp.FileSystemWriter):
+    def write_data(self, plan, planner):
+        time.sleep(args.slow_disk)
+        return super().write_data(plan, planner)
 
 
 def find_load_step(folder: Path) -> int:
@@ -46,7 +68,7 @@ def find_load_step(folder: Path) -> int:
     steps = []
     for name in os.listdir(folder) if folder.is_dir() else ():
         found = re.fullmatch(r"step-(\d+)", name)
-        if found and (args.bug == "newest-dir" or (folder / name / ".metadata").is_file()):
+        if found and ("newest-dir" in args.bug or (folder / name / ".metadata").is_file()):
             steps.append(int(found[1]))
     return max(steps, default=-1)
 
@@ -68,7 +90,16 @@ for step in range(max(start, 0) + 1, args.steps + 1):
     model(torch.randn(4, 8, generator=data)).square().sum().backward()
     optimizer.step()
     if step % args.save_every == 0:
-        dcp.save({**states(), "train_state": {"step": torch.tensor(step)}},
-                 checkpoint_id=str(args.out / f"step-{step}"))
+        state = {**states(), "train_state": {"step": torch.tensor(step)}}
+        if not args.background:
+            dcp.save(state, checkpoint_id=str(args.out / f"step-{step}"))
+            continue
+        if in_flight is not None:
+            in_flight.result()
+        writer = SlowDisk(args.out / f"step-{step}") if args.slow_disk else None
+        in_flight = dcp.async_save(state, checkpoint_id=str(args.out / f"step-{step}"), storage_writer=writer,
+                                   process_group=checkpoint_group)
+if in_flight is not None and "no-wait-at-close" not in args.bug:
+    in_flight.result()
 dist.barrier()
 dist.destroy_process_group()

@@ -629,3 +629,22 @@ def test_keep_last_one_with_a_best_keeps_the_newest_and_the_best():
     expect(judge_retention("retention", _rotated(listings), 1, "repro", keeps_best=True), "retention", V.PASS,
            "step 1, after 3 saves")
     expect(judge_retention("retention", _rotated(listings), 1, "repro"), "retention", V.FAIL, "after save 2")
+
+
+def test_a_background_save_that_never_landed_before_the_run_ended_is_flagged():
+    """Save 4 returned a future and the run ended with it in flight on rank 1
+    (it tore down without awaiting it); every one landed passes; a run with
+    no background save has nothing to judge."""
+    from ckpt_harness import oracle
+
+    def made(r, landed=(2, 4)):
+        r = r._record("saved", step=2, state={}, background=True)._record("saved", step=4, state={}, background=True)
+        for step in landed:
+            r = r._record("landed", step=step)
+        return r
+
+    lost = oracle.judge_landed("golden", run(made(rank(0)), made(rank(1), landed=(2,))), "repro")
+    assert lost.verdict is V.FAIL and lost.check == "saves landed", lost
+    assert lost.summary.startswith("save 4 on rank 1 returned in the background and never finished writing"), lost
+    assert oracle.judge_landed("golden", both(made), None).verdict is V.PASS
+    assert oracle.judge_landed("golden", both(lambda r: r.saved(2)), None) is None

@@ -62,7 +62,7 @@ def test_what_a_script_cannot_take_is_not_applicable_and_its_shape_is_its_own():
         script.with_settings({"backend": "nccl"})
     caps = script.caps
     assert not caps.reports and not caps.steps_known and not caps.parks
-    assert {"full_state", "overwrite_flag", "keep_last", "hard_stop", "launcher_restart"} <= set(caps.lacks)
+    assert {"full_state", "overwrite_flag", "keep_last", "launcher_restart"} <= set(caps.lacks)
     assert caps.has("blocked_report")  # a worker's record says when a fault blocked it
     assert targets.script(SCRIPT, max_restarts=1).caps.has("launcher_restart")
 
@@ -174,3 +174,17 @@ def test_the_script_itself_and_python_files_are_never_taken_for_config_files(tmp
     words = targets.script(f"{script} {{ckpt_dir}} --plugin {helper}").argv(tmp_path / "ckpt", tmp_path / "run")
     assert words == (str(script), str(tmp_path / "ckpt"), "--plugin", str(helper))
     assert not (tmp_path / "run" / "configs").exists()
+
+
+def test_a_scripts_hard_stop_follows_whether_its_golden_run_saved_in_the_background():
+    """Unknown until its golden run: then a save that returned a future
+    (dcp.async_save) gives it a hard stop; saves that all landed as they
+    returned make its hard stop the graceful one, n/a saying so."""
+    from tests.unit.synthetic import both
+
+    script = targets.script(SCRIPT)
+    assert script.caps.has("hard_stop")
+    sync = script.knowing(both(lambda r: r.saved(2).saved(4)))
+    assert "returned once written" in sync.caps.lacks["hard_stop"]
+    background = both(lambda r: r._record("saved", step=2, state={}, background=True).saved(4))
+    assert script.knowing(background).caps.has("hard_stop")
