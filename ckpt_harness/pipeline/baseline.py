@@ -292,7 +292,8 @@ def from_golden(target: Target, plan: ExplorePlan, root: Path, golden: Run, *, c
     events = {r.rank: r.events for r in golden.ranks}
     last = k == steps[-1]
     points = fault_points(broken_events(events, k, last), broken_phases(events, k, last), addresses(events))
-    gap = _replay_gap(golden, Path(golden.run_dir).parent / "ckpt", target.saves_in_background())  # golden_run's layout
+    golden_ckpt = Path(golden.run_dir).parent / "ckpt"  # golden_run's layout
+    gap = _replay_gap(golden, golden_ckpt, target.saves_in_background(), target.noun)
     committed = root / "committed" / "ckpt"
     files: tuple[str, ...] = ()
     unseen: tuple[str, ...] = ()
@@ -312,7 +313,7 @@ def from_golden(target: Target, plan: ExplorePlan, root: Path, golden: Run, *, c
                     problem, gap)
 
 
-def _replay_gap(golden: Run, ckpt: Path, background: bool) -> str:
+def _replay_gap(golden: Run, ckpt: Path, background: bool, noun: str) -> str:
     """Why the golden trace, replayed, does not leave the directory the golden
     run left ("" when it does). A write through mmap or native code, an
     ftruncate, a file changed outside the probes: any of them would make a
@@ -320,7 +321,7 @@ def _replay_gap(golden: Run, ckpt: Path, background: bool) -> str:
     derivation off for the whole baseline. So does a save in the background:
     a run stopped after save k waits for it, which the golden run did not."""
     if background:
-        return "the job saves in the background, and a run stopped after a save first waits for it to land"
+        return f"the {noun} saves in the background, and a run stopped after a save first waits for it to land"
     try:
         rebuilt = durability.process_crash(durability.Snapshot(), fields(golden.events()), data_reader(golden.run_dir))
         actual = durability.snapshot(ckpt)
