@@ -35,7 +35,7 @@ Only the main thread makes boundaries: a saver's background thread
 (an async checkpoint's writer) writes inside the save that started it.
 A save whose entry point returns a future (`dcp.async_save`) has landed
 when that future completes without an error: a done-callback on it says
-so (`Saves.landed`), which changes nothing the script sees of the future.
+so (`Saves.in_flight`), which changes nothing the script sees of the future.
 """
 
 from __future__ import annotations
@@ -87,12 +87,12 @@ class Saves:
     def __init__(self, ckpt_dir: str, began: Callable[[int], None], ended: Callable[[Save], None],
                  trains: Callable[[], None] = lambda: None, landed: Callable[[int], None] = lambda step: None):
         self.root = os.path.abspath(ckpt_dir)
+        self.real_root = os.path.realpath(ckpt_dir)
+        self.began, self.ended, self.trains = began, ended, trains
         #: Called from the thread that completes a background save's future, once it completed without an error.
         self.on_landed = landed
         #: Per step saved in the background: set once its future completed (with or without an error).
         self.settled: dict[int, threading.Event] = {}
-        self.real_root = os.path.realpath(ckpt_dir)
-        self.began, self.ended, self.trains = began, ended, trains
         self.current: Optional[Save] = None
         self.last_step = 0
         self.observers: list[Callable[[], Mapping[str, Any]]] = []
