@@ -259,9 +259,9 @@ def test_torchtitans_async_save_lands_before_a_graceful_stop_and_a_teardown_with
     assert {(r.case, r.check) for r in good.results} >= {
         ("golden", "saves landed"), ("resume@2", "load step"), ("resume@2", "saves after resume"),
         ("hard@2", "atomic")}, good.explain()
-    for rank in range(2):  # the stop waited for save 2 to land; the hard one did not
+    for rank in range(2):  # the stop waited for save 2 to land; the hard one did not (it lands a second late)
         events = [(r["event"], r.get("step")) for r in read_records(tmp_path / "good" / "resume@2" / "stop", rank)]
-        assert events[-3:] == [(Kind.SAVED, 2), (Kind.LANDED, 2), (Kind.STOPPED, 2)], events
+        assert events[-1] == (Kind.STOPPED, 2) and {(Kind.SAVED, 2), (Kind.LANDED, 2)} <= set(events), events
         events = [(r["event"], r.get("step")) for r in read_records(tmp_path / "good" / "hard@2" / "stop", rank)]
         assert events[-2:] == [(Kind.SAVED, 2), (Kind.STOPPED, 2)], events
 
