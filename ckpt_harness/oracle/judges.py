@@ -20,7 +20,7 @@ from ckpt_harness.oracle.properties import (ERRORS, Background, accepted, accept
                                             expected_background, property_for)
 from ckpt_harness.errors import HarnessError
 from ckpt_harness.launch import RankStatus
-from ckpt_harness.records import Kind, Run, saving_after
+from ckpt_harness.records import Kind, Run, save_steps_by_rank, saving_after
 from ckpt_harness.state import Record
 from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict
 
@@ -362,17 +362,21 @@ def cannot_judge(case: str, check: str, why: str, details: str = "") -> CaseResu
     return CaseResult(case, check, Verdict.UNKNOWN, why, details)
 
 
-def judge_hard_stop(case: str, golden: Run, stopped: Run, resumed: Run, k: int, repro: Optional[str]) -> CaseResult:
+def judge_hard_stop(case: str, golden: Run, stopped: Run, resumed: Run, k: int, repro: Optional[str],
+                    live_state: bool = True) -> CaseResult:
     """The resume after a hard stop right after save k returned (`RunPlan.hard_stop`):
     every rank gone at once, a background save in flight. That is a crash of
     the whole job, judged as one ("atomic", `judge_fault`): S_k, or any save
     from the newest published one on (`Background`), and faithful to the end.
 
     The reference is the stopped run's own states, as for a graceful stop;
-    the end, the golden run's."""
+    the end, the golden run's: on the ranks that save after the save resumed
+    from, where a rank's final state is its last save's (not `live_state`:
+    a script)."""
     saved = {s: states for s in stopped.saved_steps() if (states := stopped.states(Kind.SAVED, s)) is not None}
     prev = max((s for s in saved if s < k), default=None)
-    ref = Reference(saved, k, prev, golden.states(Kind.FINAL))
+    ref = Reference(saved, k, prev, golden.states(Kind.FINAL),
+                    final_savers=None if live_state else save_steps_by_rank(golden))
     published = stopped.published_step()
     return judge_fault(case, "crash", ref, None, resumed, save_returned=False, repro=repro,
                        detail=f"hard stop right after save {k} returned (newest published: "

@@ -187,7 +187,7 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
     clock.judging()
     if stop is Stop.HARD:
         return results + [oracle.undecided_if(found, oracle.judge_hard_stop(case, golden, stopped, resumed, step,
-                                                                            line))]
+                                                                            line, target.caps.live_state))]
     return results + judge_resumed(target, case, golden, stopped, resumed, step, line, found)
 
 

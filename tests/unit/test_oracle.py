@@ -648,3 +648,19 @@ def test_a_background_save_that_never_landed_before_the_run_ended_is_flagged():
     assert lost.summary.startswith("save 4 on rank 1 returned in the background and never finished writing"), lost
     assert oracle.judge_landed("golden", both(made), None).verdict is V.PASS
     assert oracle.judge_landed("golden", both(lambda r: r.saved(2)), None) is None
+
+
+def test_a_hard_stop_after_a_scripts_last_save_compares_no_final_state_it_never_saves_again():
+    """A script's final state is its last save's: resumed from save 4, the
+    last one, it finishes without saving, and no rank has a final state to
+    compare (`live_state=False`). A Job's live final state is compared
+    whatever it resumed from, and an empty one is a faithful FAIL."""
+    from ckpt_harness import oracle
+
+    golden = both(lambda r: r.saved(PREV).saved(K).final(state(K, r.r)))  # its end: its last save
+    stopped = both(lambda r: r.saved(PREV).saved(K), name="stopped run")
+    resumed_from_k = both(lambda r: r.final({}))  # found save K complete, nothing left to train or save
+    script = oracle.judge_hard_stop("hard@4", golden, stopped, resumed_from_k, K, None, live_state=False)
+    assert script.verdict is V.PASS, script
+    job = oracle.judge_hard_stop("hard@4", golden, stopped, resumed_from_k, K, None, live_state=True)
+    assert job.verdict is V.FAIL and "final state" in job.summary, job
