@@ -100,19 +100,21 @@ def judge_landed(case: str, run: Run, repro: Optional[str]) -> Optional[CaseResu
     process group, its process) with the save in flight, or the save failed
     and nothing said so. Its checkpoint is not there to resume. None when
     every such save landed, or there was none."""
-    if not any(rec["event"] == Kind.SAVED and rec.get("background") for r in run.ranks for rec in r.records):
-        return None
-    lost: dict[int, list[int]] = {}
+    lost: dict[int, set[int]] = {}  # step -> the ranks whose save of it never landed
+    background = False
     for r in run.ranks:
-        background = [rec["step"] for rec in r.records if rec["event"] == Kind.SAVED and rec.get("background")]
         landed = {rec["step"] for rec in r.records if rec["event"] == Kind.LANDED}
-        for step in background:
-            if step not in landed:
-                lost.setdefault(step, []).append(r.rank)
+        for rec in r.records:
+            if rec["event"] == Kind.SAVED and rec.get("background"):
+                background = True
+                if rec["step"] not in landed:
+                    lost.setdefault(rec["step"], set()).add(r.rank)
+    if not background:
+        return None
     if not lost:
         return CaseResult(case, "saves landed", Verdict.PASS,
                           "every save that returned in the background finished writing before the run ended")
-    said = "; ".join(f"save {step} on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+    said = "; ".join(f"save {step} on rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, sorted(ranks)))}"
                      for step, ranks in sorted(lost.items()))
     return CaseResult(case, "saves landed", Verdict.FAIL,
                       f"{said} returned in the background and never finished writing: the run ended with it in "

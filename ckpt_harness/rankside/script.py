@@ -179,8 +179,7 @@ class ScriptRank:
                 seen, since = waiting, time.monotonic()
             elif time.monotonic() - since >= STUCK_AFTER_PEER:
                 self.saves.flush()
-                if not self.plan.hard_stop:
-                    self.saves.wait_settled(self.plan.stop_after_save)
+                self._let_save_land()
                 self.recorder.write(Kind.STOPPED, step=self.plan.stop_after_save)
                 self.park()  # this thread waits for good; the harness tears the group down
 
@@ -200,13 +199,18 @@ class ScriptRank:
             except FileExistsError:
                 return
             os.kill(os.getpid(), signal.SIGKILL)
-        # A preemption that waits: save k, returned in the background, lands first (its writer is another
-        # thread, or DCP's checkpoint process, and goes on while this one waits).
-        if self.plan.stop_after_save in self.saves.settled and not self.plan.hard_stop:
-            probes.set_phase(phase.after_save(self.plan.stop_after_save))
-            self.saves.wait_settled(self.plan.stop_after_save)
+        self._let_save_land()
         self.recorder.write(Kind.STOPPED, step=self.plan.stop_after_save)
         self.park()
+
+    def _let_save_land(self) -> None:
+        """A preemption that waits: save k, returned in the background, lands
+        before the stop (its writer is another thread, or DCP's checkpoint
+        process, and goes on while this one waits). A hard stop does not wait."""
+        step = self.plan.stop_after_save
+        if step in self.saves.settled and not self.plan.hard_stop:
+            probes.set_phase(phase.after_save(step))
+            self.saves.wait_settled(step)
 
     def finished(self) -> None:
         """The script returned: its final state is its last save's, with what it observes now."""
