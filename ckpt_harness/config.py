@@ -199,7 +199,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("script", str, None, "script mode: the training script and its arguments, as after `python` "
                                  "(a file, -m MODULE, or a console script on PATH), with {ckpt_dir} where the "
                                  "run's checkpoint directory goes, also inside a config file it names (e.g. "
-                                 "'train.py --output_dir {ckpt_dir}'); run under torchrun instead of a job",
+                                 "'train.py --output_dir {ckpt_dir}'), and {local_rank} where each worker's "
+                                 "local rank goes (deepspeed's launcher passes --local_rank=N); run under "
+                                 "torchrun instead of a job",
             optional=True),
     Setting("resume_args", str, "", "script mode: arguments added last to a run that starts on a checkpoint "
                                     "directory holding anything, for a script that resumes only when told "

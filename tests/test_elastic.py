@@ -32,10 +32,14 @@ def script(name: str) -> str:
     return str(SCRIPTS / f"{name}.py")
 
 
-def spec(tmp_path: Path, name: str, deadline: float, **kw) -> ScriptSpec:
+def spec(tmp_path: Path, name: str, deadline: float, args: tuple[str, ...] = (), **kw) -> ScriptSpec:
     """`name` with the run directory as its first argument, so that every
-    process of the run names it on its command line."""
-    return ScriptSpec(command=(script(name), str(tmp_path)), run_dir=tmp_path, deadline=deadline, **kw)
+    process of the run names it on its command line, then `args`."""
+    return ScriptSpec(command=(script(name), str(tmp_path), *args), run_dir=tmp_path, deadline=deadline, **kw)
+
+
+#: How DeepSpeed's launcher tells each worker its local rank, which a command under torchrun asks for.
+LOCAL_RANK_ARG = ("--local_rank={local_rank}",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,7 +56,7 @@ class PacedRun:
 def paced_run(tmp_path_factory) -> PacedRun:
     run_dir = tmp_path_factory.mktemp("script-pace")
     start = time.monotonic()
-    outcome = run_elastic(spec(run_dir, "ddp_train", deadline=STARTUP_TIMEOUT, nproc_per_node=2))
+    outcome = run_elastic(spec(run_dir, "ddp_train", deadline=STARTUP_TIMEOUT, args=LOCAL_RANK_ARG, nproc_per_node=2))
     assert outcome.ok, "a fault-free script run failed while measuring the machine's pace"
     return PacedRun(time.monotonic() - start, outcome, run_dir)
 
@@ -101,7 +105,7 @@ def test_a_ddp_script_runs_under_torchrun_as_torchrun_lays_it_out(tmp_path, pace
     if nnodes == 1:  # the run that measured the pace is this one
         outcome = paced_run.outcome
     else:
-        outcome = run_elastic(spec(run_dir, "ddp_train", deadline=STARTUP_TIMEOUT,
+        outcome = run_elastic(spec(run_dir, "ddp_train", deadline=STARTUP_TIMEOUT, args=LOCAL_RANK_ARG,
                                    nnodes=nnodes, nproc_per_node=nproc_per_node))
     assert outcome.ok and not outcome.timed_out and outcome.restarts == 0, outcome
     assert len(outcome.agent_logs) == nnodes
@@ -112,6 +116,8 @@ def test_a_ddp_script_runs_under_torchrun_as_torchrun_lays_it_out(tmp_path, pace
         {0: ("0", "0", "1", "2"), 1: ("0", "1", "1", "2")}
     assert {r: (v["LOCAL_RANK"], v["GROUP_RANK"], v["LOCAL_WORLD_SIZE"], v["WORLD_SIZE"])
             for r, v in layout.items()} == expected
+    # {local_rank} in the command is each worker's own, as DeepSpeed's launcher passes --local_rank=N
+    assert {r: v["local_rank_arg"] for r, v in layout.items()} == {r: int(e[0]) for r, e in expected.items()}
     # the script sees what `python train.py` would show it
     assert {(v["argv0"], v["path0"]) for v in layout.values()} == {(script("ddp_train"), str(SCRIPTS))}
     # collectives without a timeout of the script's own give up soon after the deadline, not in 30 minutes

@@ -20,7 +20,11 @@ control the bootstrap gives the worker what `rank.py` gives a Job rank:
   read by the harness's watch to end a run that can no longer progress.
 
 Then the script runs as ``python train.py args...`` would run it:
-``sys.argv``, ``sys.path[0]`` and ``__main__`` are the script's.
+``sys.argv``, ``sys.path[0]`` and ``__main__`` are the script's, with
+``{local_rank}`` in an argument replaced by the worker's local rank: a
+command is the same for every worker under torchrun, and DeepSpeed's
+launcher gives each worker its own ``--local_rank=N``, which scripts
+written for it parse.
 
 A worker whose script returned is held until every worker of its attempt
 has ended (`_hold`), its process group kept: a peer left waiting in a
@@ -53,6 +57,8 @@ from ckpt_harness.launch.layout import (
 )
 from ckpt_harness.launch.rank import STACK_SIGNAL, report_blocked_through, resolve
 
+#: Where a script's command takes the worker's local rank (`_runner`).
+LOCAL_RANK = "{local_rank}"
 #: Set by the harness in every agent's environment, inherited by the workers
 #: and anything they start: teardown finds every process of a run by it.
 RUN_TAG_ENV = "CKPT_HARNESS_ELASTIC_RUN"
@@ -166,6 +172,7 @@ def main(argv: list[str]) -> None:
         sys.exit("usage: python -m ckpt_harness.launch.worker SCRIPT|-m MODULE [ARGS...]")
     script, *args = argv
     worker = WorkerInfo.from_env()
+    args = [a.replace(LOCAL_RANK, str(worker.local_rank)) for a in args]
     _die_with_agent()
     run_dir = worker.run_dir
     _proc.redirect_output(log_path(run_dir, worker.rank))

@@ -1,10 +1,12 @@
 """Plain DDP over gloo, as a user would write it for torchrun: a few steps,
 rank 0 `torch.save`s the model every K steps and at the end. Every rank
-writes where torchrun put it.
+writes where torchrun put it, and the --local_rank it was given, as
+DeepSpeed's launcher gives one.
 
-    train.py OUT_DIR [STEPS [SAVE_EVERY]]
+    train.py OUT_DIR [STEPS [SAVE_EVERY]] [--local_rank=N]
 """
 
+import argparse
 import json
 import os
 import sys
@@ -14,9 +16,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-out = Path(sys.argv[1])
-steps = int(sys.argv[2]) if len(sys.argv) > 2 else 4
-save_every = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+parser = argparse.ArgumentParser()
+parser.add_argument("out", type=Path)
+parser.add_argument("steps", type=int, nargs="?", default=4)
+parser.add_argument("save_every", type=int, nargs="?", default=0)
+parser.add_argument("--local_rank", type=int, default=-1)
+args = parser.parse_args()
+out, steps, save_every = args.out, args.steps, args.save_every
 dist.init_process_group("gloo")
 rank = dist.get_rank()
 torch.manual_seed(0)
@@ -35,6 +41,7 @@ for step in range(steps):
 layout = {k: os.environ[k] for k in ("RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "WORLD_SIZE")}
 pg_timeout = dist.distributed_c10d._get_default_timeout(dist.Backend.GLOO).total_seconds()
 (out / f"layout{rank}.json").write_text(json.dumps({**layout, "argv0": sys.argv[0], "path0": sys.path[0],
+                                                    "local_rank_arg": args.local_rank,
                                                     "pg_timeout": pg_timeout}))
 if rank == 0:
     torch.save(model.module.state_dict(), out / "model.pt")
