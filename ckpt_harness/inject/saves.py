@@ -458,7 +458,13 @@ def _hf_trainer(module: Any) -> None:
 
 def _accelerate(module: Any) -> None:
     def step_of(self: Any, args: tuple, kwargs: dict) -> Optional[int]:
-        return _require().step_in(args[0] if args else kwargs.get("output_dir"))
+        """The number in the directory given, or under automatic checkpoint
+        naming (no directory: ``checkpoints/checkpoint_<iteration>``) the
+        iteration, which names the directory accelerate writes."""
+        path = args[0] if args else kwargs.get("output_dir")
+        if path is None and self.project_configuration.automatic_checkpoint_naming:
+            return self.save_iteration
+        return _require().step_in(path)
 
     _wrap(module.Accelerator, "save_state", _method(step_of, "path"))
 

@@ -4,7 +4,15 @@ OUT/step_N every K steps, and `load_state` of the newest step_N when started
 again on a directory that holds one. The data of step s is a function of s
 and the rank, so a resume replays it.
 
-    accelerate_train.py OUT [--steps N] [--save-every K] [--bug forget-optimizer]
+    accelerate_train.py OUT [--steps N] [--save-every K] [--total-limit N] [--bug forget-optimizer]
+
+--total-limit N uses accelerate's own naming and rotation instead, as its
+docs show: `ProjectConfiguration(automatic_checkpoint_naming=True,
+total_limit=N)`, `save_state()` into OUT/checkpoints/checkpoint_<i>
+(deleting the oldest beyond N first), and `load_state()` with no directory,
+which takes the newest. The iteration that names a save is set to its step
+by hand before each save: accelerate asks for that (it does not restore the
+iteration on a resume), and so checkpoint_<i> is the save of step i.
 
 forget-optimizer: the resume loads the model's weights alone (its
 model.safetensors), not `load_state`: the optimizer starts afresh.
@@ -16,23 +24,36 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
-from accelerate.utils import set_seed
+from accelerate.utils import ProjectConfiguration, set_seed
 
 parser = argparse.ArgumentParser()
 parser.add_argument("out", type=Path)
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--save-every", type=int, default=2)
+parser.add_argument("--total-limit", type=int)
 parser.add_argument("--bug", choices=("forget-optimizer",))
 args = parser.parse_args()
 
-accelerator = Accelerator(cpu=True)
+automatic = args.total_limit is not None
+project = ProjectConfiguration(project_dir=str(args.out), automatic_checkpoint_naming=automatic,
+                               total_limit=args.total_limit)
+accelerator = Accelerator(cpu=True, project_config=project)
 set_seed(0)  # python, numpy and torch: their states are part of the checkpoint
 model = torch.nn.Linear(8, 8)
 optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
 model, optimizer = accelerator.prepare(model, optimizer)
 
 start = 0
-steps = [int(m.group(1)) for p in args.out.iterdir() if (m := re.fullmatch(r"step_(\d+)", p.name))]
+if automatic:
+    named = args.out / "checkpoints"
+    saved = [int(m.group(1)) for p in (named.iterdir() if named.is_dir() else ())
+             if (m := re.fullmatch(r"checkpoint_(\d+)", p.name))]
+    if saved:
+        accelerator.load_state()  # accelerate picks the newest itself
+        start = max(saved)
+    steps = []
+else:
+    steps = [int(m.group(1)) for p in args.out.iterdir() if (m := re.fullmatch(r"step_(\d+)", p.name))]
 if steps:
     start = max(steps)
     found = args.out / f"step_{start}"
@@ -47,7 +68,10 @@ for step in range(start + 1, args.steps + 1):
     optimizer.zero_grad()
     accelerator.backward(model(torch.randn(4, 8, generator=data)).square().sum())
     optimizer.step()
-    if step % args.save_every == 0:
+    if step % args.save_every == 0 and automatic:
+        accelerator.project_configuration.iteration = step  # checkpoint_<step>: the iteration names the directory
+        accelerator.save_state()
+    elif step % args.save_every == 0:
         accelerator.save_state(args.out / f"step_{step}")
 accelerator.wait_for_everyone()
 accelerator.end_training()

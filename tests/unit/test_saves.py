@@ -1,5 +1,6 @@
 """Save boundaries (`inject.saves`): what one save is, its step and its state, without a process group."""
 
+import pytest
 import torch
 
 from ckpt_harness.inject.saves import Saves, plain
@@ -98,3 +99,32 @@ def test_a_path_inside_the_checkpoint_directory_is_named_relative_to_it_and_no_o
                      "beside": str(tmp_path / "ckpt-old" / "x"), "outside": str(tmp_path / "x"),
                      "relative": "step_2.ckpt", "word": "ckpt"}
     assert ended[0].state()["BytesIO"]["best"] == str(tmp_path / "ckpt" / "step_2.ckpt")  # by default as it was
+
+
+def test_accelerates_save_state_is_named_by_its_directory_or_under_automatic_naming_by_its_iteration(
+        tmp_path, monkeypatch):
+    """`save_state(dir)` is the number in `dir`; `save_state()` under
+    automatic checkpoint naming writes ``checkpoints/checkpoint_<iteration>``,
+    so its iteration is its step (before, it was counted: 1, 2, ... whatever
+    the script set). A real Accelerator, one process."""
+    accelerate = pytest.importorskip("accelerate")
+    from accelerate.state import AcceleratorState
+    from accelerate.utils import ProjectConfiguration
+
+    from ckpt_harness.inject import saves as module
+
+    recorder, _, ended = boundaries(tmp_path)
+    monkeypatch.setattr(module, "_active", recorder)
+    monkeypatch.setattr(accelerate.Accelerator, "save_state", accelerate.Accelerator.save_state)  # undone after
+    module._accelerate(accelerate.accelerator)
+    try:
+        project = ProjectConfiguration(project_dir=str(tmp_path), automatic_checkpoint_naming=True, total_limit=2)
+        acc = accelerate.Accelerator(cpu=True, project_config=project)
+        acc.prepare(torch.nn.Linear(2, 2))
+        acc.project_configuration.iteration = 6
+        acc.save_state()
+        acc.save_state(tmp_path / "step_9")
+    finally:
+        AcceleratorState._reset_state(True)
+    assert (tmp_path / "checkpoints" / "checkpoint_6").is_dir()
+    assert [(s.step, s.source) for s in ended] == [(6, "path"), (9, "path")]
