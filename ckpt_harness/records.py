@@ -212,6 +212,20 @@ class Run:
         per_rank = [[rec["step"] for rec in r.records if rec["event"] == Kind.SAVED] for r in self.ranks]
         return [s for s in per_rank[0] if all(s in steps for steps in per_rank[1:])]
 
+    def done_steps(self) -> list[int]:
+        """Steps whose save was done on every rank, in order: it returned and,
+        if it returned in the background (a script's `dcp.async_save`, its
+        SAVED record marked so), it also landed (`Kind.LANDED`). Until then
+        its writer may still be cut short, and the save before it is what a
+        crash leaves."""
+        def done(r: RankRun) -> set[int]:
+            landed = {rec["step"] for rec in r.records if rec["event"] == Kind.LANDED}
+            return {rec["step"] for rec in r.records
+                    if rec["event"] == Kind.SAVED and (not rec.get("background") or rec["step"] in landed)}
+
+        per_rank = [done(r) for r in self.ranks]
+        return [s for s in self.saved_steps() if all(s in steps for steps in per_rank)]
+
     def published_step(self) -> Optional[int]:
         """The newest save published on every rank (see `Kind.PUBLISHED`), None if none was."""
         per_rank = [{rec["step"] for rec in r.records if rec["event"] == Kind.PUBLISHED} for r in self.ranks]

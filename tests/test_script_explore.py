@@ -71,21 +71,31 @@ def test_the_rename_of_a_script_that_never_heard_of_the_harness_is_a_point_of_it
 TITAN = ROOT / "tests" / "scripts" / "titan_train.py"
 
 
-@pytest.mark.parametrize("bug, verdict, outcome", [((), Verdict.PASS, "S_prev"),
-                                                   (("--bug", "newest-dir"), Verdict.FAIL, "refused")],
-                         ids=["newest-complete", "newest-dir"])
-def test_a_torchtitan_shaped_trainer_resumes_only_a_step_dcp_completed(tmp_path, bug, verdict, outcome):
+@pytest.mark.parametrize("flags, nproc, verdict, outcome", [
+    ((), 2, Verdict.PASS, "S_prev"),
+    (("--bug", "newest-dir"), 2, Verdict.FAIL, "refused"),
+    (("--async", "--slow-disk", "0.5"), 1, Verdict.PASS, "S_prev"),
+], ids=["newest-complete", "newest-dir", "async"])
+def test_a_torchtitan_shaped_trainer_resumes_only_a_step_dcp_completed(tmp_path, flags, nproc, verdict, outcome):
     """FSDP2 over gloo, `dcp.save` of the model's and optimizer's state into
     step-N, resumed from the newest step-N holding DCP's `.metadata`
     (torchtitan's `_find_load_step`). A crash before rank 0 renames
     `.metadata` into place leaves step-4 without it: the trainer resumes
     step 2, bitwise to the end; its twin takes the newest directory, which
-    DCP refuses on every rank: not atomic."""
-    command = " ".join([str(TITAN), "{ckpt_dir}", "--steps", "6", *bug])
-    report = explore_script(command, workdir=tmp_path, nproc_per_node=2, faults=("crash",), ops=("rename",),
+    DCP refuses on every rank: not atomic.
+
+    With `--async` the rename is made by `dcp.async_save`'s writer thread,
+    after the save returned: a point of the save's background phase (it
+    was recorded in the main thread's phase, training, where no case of
+    save 4 reached it), and the save before is what a crash there leaves
+    (a save returned in the background is done once it landed; expecting
+    S_k there was a false FAIL). One worker: the writer is rank 0's."""
+    command = " ".join([str(TITAN), "{ckpt_dir}", "--steps", "6", *flags])
+    report = explore_script(command, workdir=tmp_path, nproc_per_node=nproc, faults=("crash",), ops=("rename",),
                             corruptions=(), after=False)
     (case,) = [r for r in report.results if r.case != "golden"]
-    assert case.case == "crash@r0:save4/rename(step-4/.metadata.tmp->step-4/.metadata)", report.explain()
+    where = "bg_save4" if "--async" in flags else "save4"
+    assert case.case == f"crash@r0:{where}/rename(step-4/.metadata.tmp->step-4/.metadata)", report.explain()
     assert (case.check, case.verdict, case.cells[-1]) == ("atomic", verdict, outcome), report.explain()
     if verdict is Verdict.FAIL:
         assert "CheckpointException" in case.summary, case.summary

@@ -161,6 +161,19 @@ def follow_children() -> None:
             importlib.import_module(follower).follow()
 
 
+#: `Thread.start` as it was before `follow_threads` wrapped it.
+_start = threading.Thread.start
+
+
+def harness_thread(target: Callable[[], None], name: str) -> threading.Thread:
+    """Start a daemon thread of the harness's own, not followed: what it does
+    is no work the code under test handed over, so it neither takes a
+    background phase nor counts as work to come (`beacon.nothing_left`)."""
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    _start(thread)
+    return thread
+
+
 def follow_threads(tracer: Tracer) -> None:
     """Give work handed to a thread pool or a new thread the phase
     `phase.background(<the phase that handed it over>)`: "bg_save 4" for what

@@ -227,7 +227,7 @@ def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock, 
                 shutil.rmtree(ckpt, ignore_errors=True)
                 faulted, lost = _faulted_run(baseline, case, ckpt, case_dir / f"fault{attempt}", clock)
                 retried = attempt
-            save_returned = faulted.saved_steps()[-1:] == [baseline.k]
+            save_returned = faulted.done_steps()[-1:] == [baseline.k]
         detail = case.describe()
     resumed, shares = _resume(baseline, case, ckpt, case_dir / "resume", clock)
     if all(run is not resumed for run in clock.seen):  # another case's resume: this case's timeline shows it too

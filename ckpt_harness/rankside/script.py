@@ -106,7 +106,8 @@ class ScriptRank:
 
     def __init__(self, rank: int, run_dir: Path, plan: ScriptPlan, park: Callable[[], None]):
         self.rank, self.plan, self.park = rank, plan, park
-        install_probes(run_dir, rank, plan)
+        # A background save's writer thread records in the save's own phase ("bg_save 4"), as a Job's does.
+        install_probes(run_dir, rank, plan, thread_phases=True)
         # One attempt's records: a group torchrun restarted starts them anew (the run's ranks are the last attempt's).
         records_path(run_dir, rank).unlink(missing_ok=True)
         self.recorder = Recorder(records_path(run_dir, rank))
@@ -147,8 +148,7 @@ class ScriptRank:
 
     def _watch_for_stopped_peer(self) -> None:
         if not self.plan.crash and self._watch is None:
-            self._watch = threading.Thread(target=self._stop_if_stuck, name="ckpt-harness stop watch", daemon=True)
-            self._watch.start()
+            self._watch = probes.harness_thread(self._stop_if_stuck, "ckpt-harness stop watch")
 
     def _trains(self) -> None:
         """Training goes on: past save k, this rank stops here (its save's routine is over)."""
