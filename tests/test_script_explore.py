@@ -71,12 +71,13 @@ def test_the_rename_of_a_script_that_never_heard_of_the_harness_is_a_point_of_it
 TITAN = ROOT / "tests" / "scripts" / "titan_train.py"
 
 
-@pytest.mark.parametrize("flags, nproc, verdict, outcome", [
-    ((), 2, Verdict.PASS, "S_prev"),
-    (("--bug", "newest-dir"), 2, Verdict.FAIL, "refused"),
-    (("--async", "--slow-disk", "0.5"), 1, Verdict.PASS, "S_prev"),
+@pytest.mark.parametrize("flags, nproc, corruptions, verdict, outcome", [
+    ((), 2, (), Verdict.PASS, "S_prev"),
+    (("--bug", "newest-dir"), 2, (), Verdict.FAIL, "refused"),
+    (("--async", "--slow-disk", "0.5"), 1, ("truncate",), Verdict.PASS, "S_prev"),
 ], ids=["newest-complete", "newest-dir", "async"])
-def test_a_torchtitan_shaped_trainer_resumes_only_a_step_dcp_completed(tmp_path, flags, nproc, verdict, outcome):
+def test_a_torchtitan_shaped_trainer_resumes_only_a_step_dcp_completed(tmp_path, flags, nproc, corruptions, verdict,
+                                                                        outcome):
     """FSDP2 over gloo, `dcp.save` of the model's and optimizer's state into
     step-N, resumed from the newest step-N holding DCP's `.metadata`
     (torchtitan's `_find_load_step`). A crash before rank 0 renames
@@ -89,11 +90,17 @@ def test_a_torchtitan_shaped_trainer_resumes_only_a_step_dcp_completed(tmp_path,
     was recorded in the main thread's phase, training, where no case of
     save 4 reached it), and the save before is what a crash there leaves
     (a save returned in the background is done once it landed; expecting
-    S_k there was a false FAIL). One worker: the writer is rank 0's."""
+    S_k there was a false FAIL). The files the writer made are the save's,
+    which the corruptions damage (they had none to act on). One worker: the
+    writer is rank 0's."""
     command = " ".join([str(TITAN), "{ckpt_dir}", "--steps", "6", *flags])
     report = explore_script(command, workdir=tmp_path, nproc_per_node=nproc, faults=("crash",), ops=("rename",),
-                            corruptions=(), after=False)
-    (case,) = [r for r in report.results if r.case != "golden"]
+                            corruptions=corruptions, after=False)
+    (case,) = [r for r in report.results if r.case.startswith("crash@")]
+    damaged = sorted(r.case for r in report.results if r.case.startswith(corruptions))
+    files = (".metadata", "__0_0.distcp")
+    assert damaged == sorted(f"{kind}:step-4/{name}" for kind in corruptions for name in files), report.explain()
+    assert all(r.verdict is Verdict.PASS for r in report.results if r.case in damaged), report.explain()
     where = "bg_save4" if "--async" in flags else "save4"
     assert case.case == f"crash@r0:{where}/rename(step-4/.metadata.tmp->step-4/.metadata)", report.explain()
     assert (case.check, case.verdict, case.cells[-1]) == ("atomic", verdict, outcome), report.explain()

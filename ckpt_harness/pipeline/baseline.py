@@ -305,7 +305,8 @@ def from_golden(target: Target, plan: ExplorePlan, root: Path, golden: Run, *, c
             found = oracle.health(stopped)
             problem = found.summary if found is not None else "it did not end as asked"
         if ok:
-            written = stopped.created_in(where)
+            # with what the save handed to its writer (a background save creates its files there)
+            written = stopped.created_in(where) | stopped.created_in(phase.background(where))
             present = corrupt.committed_files(committed)
             files = tuple(f for f in present if _covered(f, written))
             unseen = tuple(unseen_writes(stopped.events(), {f: (committed / f).stat().st_size for f in present}))
