@@ -57,7 +57,7 @@ from ckpt_harness.launch.layout import (
 )
 from ckpt_harness.launch.rank import STACK_SIGNAL, report_blocked_through, resolve
 
-#: Where a script's command takes the worker's local rank (`_runner`).
+#: Where a script's command takes the worker's local rank (put in place in `main`).
 LOCAL_RANK = "{local_rank}"
 #: Set by the harness in every agent's environment, inherited by the workers
 #: and anything they start: teardown finds every process of a run by it.
