@@ -18,13 +18,15 @@ def install_probes(run_dir: PathLike, rank: int, plan: Any, **options: Any) -> N
     """Probe this process as `plan` (a `RunPlan` or a `ScriptPlan`) asks.
 
     File operations are probed only when someone reads them or a fault is
-    armed at one: probing them costs a fault-free run its speed. `options`
-    go to `probes.install` as they are.
+    armed at one: probing them costs a fault-free run its speed. Work the
+    code under test hands to another thread is followed into a phase of its
+    own (an async save's writer: `bg_save k`), for a Job's rank and a
+    script's worker alike. `options` go to `probes.install` as they are.
     """
     probes.install(
         str(trace_path(run_dir, rank)), rank,
         ckpt_dir=plan.ckpt_dir if plan.trace_files or plan.faults else None, faults=plan.faults,
-        data_log=str(data_path(run_dir, rank)) if plan.log_data else None,
+        data_log=str(data_path(run_dir, rank)) if plan.log_data else None, thread_phases=True,
         **options,
     )
 

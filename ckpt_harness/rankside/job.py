@@ -81,7 +81,7 @@ def run_rank(info: RankInfo, plan: RunPlan) -> None:
         return (str(trace_path(info.run_dir, info.rank, actor)),
                 str(data_path(info.run_dir, info.rank, actor)) if plan.log_data else None)
 
-    install_probes(info.run_dir, info.rank, plan, thread_phases=True, child_paths=child_paths)
+    install_probes(info.run_dir, info.rank, plan, child_paths=child_paths)
     recorder = Recorder(records_path(info.run_dir, info.rank))
     try:
         _drive(info, plan, recorder)

@@ -106,8 +106,7 @@ class ScriptRank:
 
     def __init__(self, rank: int, run_dir: Path, plan: ScriptPlan, park: Callable[[], None]):
         self.rank, self.plan, self.park = rank, plan, park
-        # A background save's writer thread records in the save's own phase ("bg_save 4"), as a Job's does.
-        install_probes(run_dir, rank, plan, thread_phases=True)
+        install_probes(run_dir, rank, plan)
         # One attempt's records: a group torchrun restarted starts them anew (the run's ranks are the last attempt's).
         records_path(run_dir, rank).unlink(missing_ok=True)
         self.recorder = Recorder(records_path(run_dir, rank))

@@ -28,6 +28,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from importlib import metadata
 from pathlib import Path
 from typing import Callable, Mapping, Optional
@@ -40,10 +41,22 @@ from ckpt_harness.jit import JitOp
 _DS_CPU = re.compile(r"""DS_ACCELERATOR['"]\s*(?:,|\]\s*=)\s*['"]cpu['"]""")
 
 
+#: Held while parsing: CPython 3.11 keeps the AST constructor's recursion
+#: depth per interpreter, not per thread, so two threads parsing at once (a
+#: matrix's scenarios and an exploration's cases run side by side, each
+#: reading its script before a run) can fail with "SystemError: AST
+#: constructor recursion depth mismatch" (python/cpython#106905; seen once
+#: in `ci/under_load.py`, a scenario ending in ERROR).
+_PARSING = threading.Lock()
+
+
+@functools.lru_cache(maxsize=32)
 def imported(source: str) -> frozenset[str]:
-    """The top-level packages `source` imports (absolute imports, anywhere in it)."""
+    """The top-level packages `source` imports (absolute imports, anywhere in
+    it); read once per source, though it is asked before every run."""
     try:
-        tree = ast.parse(source)
+        with _PARSING:
+            tree = ast.parse(source)
     except SyntaxError:
         return frozenset()
     found = set()
