@@ -213,9 +213,16 @@ def test_a_peer_left_waiting_in_a_save_routine_is_a_hang_of_the_checkpointing(tm
     rank 1, which writes nothing there, waits in it while rank 0 trains on:
     a hang (live FAIL), since rank 1 waits in the function the script's
     checkpoint I/O happens in (`save()`), whatever phase the harness gave it.
-    Its twin without the bug passes (`test_a_staging_rename_on_every_node...`)."""
-    report = verify_script(script("--staging", "--no-marker", "--bug", "skip-barrier"), workdir=tmp_path,
-                           cases=["golden"], nproc_per_node=2, timeout=pace(8.0))
+    Its twin without the bug passes, and sets the deadline: both wait in
+    collectives, so the hang is found at the deadline, which must leave the
+    buggy run the time the fixed one took to reach its saves here and now
+    (a fixed 8 s was cut while the workers still imported torch, under the
+    suite's load)."""
+    fixed = verify_script(script("--staging", "--no-marker"), workdir=tmp_path / "fixed", cases=["golden"],
+                          nproc_per_node=2)
+    assert fixed.verdict is Verdict.PASS, fixed.explain()
+    report = verify_script(script("--staging", "--no-marker", "--bug", "skip-barrier"), workdir=tmp_path / "bug",
+                           cases=["golden"], nproc_per_node=2, timeout=max(pace(8.0), 2.5 * fixed.elapsed))
     (live,) = [r for r in report.results if r.check == "live"]
     assert live.verdict is Verdict.FAIL and live.summary.startswith("golden: hang:"), report.explain()
     assert "rank 1 waiting in barrier" in live.summary and "in save()" in live.summary, live.summary
