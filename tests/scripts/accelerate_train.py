@@ -51,10 +51,7 @@ if automatic:
     if saved:
         accelerator.load_state()  # accelerate picks the newest itself
         start = max(saved)
-    steps = []
-else:
-    steps = [int(m.group(1)) for p in args.out.iterdir() if (m := re.fullmatch(r"step_(\d+)", p.name))]
-if steps:
+elif steps := [int(m.group(1)) for p in args.out.iterdir() if (m := re.fullmatch(r"step_(\d+)", p.name))]:
     start = max(steps)
     found = args.out / f"step_{start}"
     if args.bug == "forget-optimizer":
