@@ -26,6 +26,7 @@ _EXPORTS = {
     "UsageError": "ckpt_harness.errors",
     "explore": "ckpt_harness.pipeline.explore",
     "explore_script": "ckpt_harness.pipeline.explore",
+    "full_state": "ckpt_harness.inject.saves",
     "observe": "ckpt_harness.inject.saves",
     "saving": "ckpt_harness.inject.saves",
     "Job": "ckpt_harness.job",
@@ -39,14 +40,14 @@ _EXPORTS = {
 
 __all__ = [
     "CaseResult", "ExploreConfig", "HarnessError", "Job", "RankContext", "Report", "RunConfig", "ScriptConfig",
-    "ScriptExploreConfig", "UsageError", "Verdict", "explore", "explore_script", "observe", "saving", "verify",
-    "verify_script",
+    "ScriptExploreConfig", "UsageError", "Verdict", "explore", "explore_script", "full_state", "observe", "saving",
+    "verify", "verify_script",
 ]
 
 if TYPE_CHECKING:
     from ckpt_harness.config import ExploreConfig, RunConfig, ScriptConfig, ScriptExploreConfig
     from ckpt_harness.errors import HarnessError, UsageError
-    from ckpt_harness.inject.saves import observe, saving
+    from ckpt_harness.inject.saves import full_state, observe, saving
     from ckpt_harness.job import Job, RankContext
     from ckpt_harness.pipeline.explore import explore, explore_script
     from ckpt_harness.pipeline.verify import verify, verify_script

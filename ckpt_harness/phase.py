@@ -21,7 +21,7 @@ TEARDOWN = "teardown"
 _COMPACT = re.compile(r"([a-z_]+?)(\d+)")
 _WORD = re.compile(r"[a-z_]+")
 #: Phases in which the harness, not the job, is at work (capturing state).
-OBSERVING = re.compile(r"state after (load|save \d+)|final state")
+OBSERVING = re.compile(r"state after (load|save \d+)|state before save \d+|final state")
 
 
 def save(step: int) -> str:
@@ -65,15 +65,21 @@ def state_after_save(step: int) -> str:
     return f"state after save {step}"
 
 
-_SAVE_WORK = re.compile(r"(?:save|after_save|state after save) (\d+)")
+def state_before_save(step: int) -> str:
+    """The harness capturing what a script is about to save (`ckpt_harness.full_state`)."""
+    return f"state before save {step}"
+
+
+_SAVE_WORK = re.compile(r"(?:save|after_save|state (?:after|before) save) (\d+)")
 
 
 def save_work(name: str) -> Optional[int]:
     """The step of the save `name` belongs to: the save itself ("save 4", or
     its background share "bg_save 4"), the harness's capture of the state it
-    saved ("state after save 4"), and what the job does once it returned
-    ("after_save 4"); None for any other phase. Where a run's time is split
-    into saving and training (`records.run_breakdown`)."""
+    saved ("state after save 4", or a script's "state before save 4"), and
+    what the job does once it returned ("after_save 4"); None for any other
+    phase. Where a run's time is split into saving and training
+    (`records.run_breakdown`)."""
     match = _SAVE_WORK.fullmatch(foreground(name))
     return int(match.group(1)) if match else None
 

@@ -273,3 +273,27 @@ def test_torchtitans_async_save_lands_before_a_graceful_stop_and_a_teardown_with
                                                                     "and never finished writing"), broken.explain()
     torn = found["hard@2", "atomic"]
     assert torn.verdict is Verdict.FAIL and "refused" in torn.summary, broken.explain()
+
+
+def test_a_dcp_trainer_that_declares_its_full_state_resumes_at_another_world_size_and_its_twin_is_flagged(tmp_path):
+    """world-size-grow on a script (`ckpt_harness.full_state`: the model and
+    optimizer unsharded, gathered as each save starts and at the resumed
+    run's first forward): save 4 at one worker resumed at two by DCP's own
+    resharding is bitwise the same; the twin that loads the model alone on
+    a world-size change (a fresh optimizer: its step back to 1) is a FAIL
+    of reshardable naming the optimizer's step. A script that declares none
+    is n/a saying what to add (tests/unit/test_targets.py)."""
+    from tests.clirun import cli
+
+    def grow(*flags: str):
+        script = " ".join([str(TITAN), "{ckpt_dir}", "--steps", "6", *flags])
+        return cli("scenario", "world-size-grow", "--script", script, "--nproc-per-node", "1",
+                   "--workdir", str(tmp_path / "-".join(flags or ("good",))), cwd=tmp_path)
+
+    good = grow()
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "reshardable: PASS — ws1->ws2: save 4 at 1 ranks resumed at 2: bitwise equal on every rank" in good.stdout
+    broken = grow("--bug", "model-only-on-resize")
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "reshardable: FAIL" in broken.stdout and "full state at world size 2 vs. saved at 1 differs" in broken.stdout
+    assert ".step (4 keys): 1 of 1 elements differ; first at index []: 1.0, expected 4.0" in broken.stdout

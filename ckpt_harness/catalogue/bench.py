@@ -104,6 +104,18 @@ class Bench:
             raise BaselineFailed(found)
         return found
 
+    def known(self, target: Target, requires: Sequence[str] = ()) -> Target:
+        """`target` as its golden run showed it (its save steps, whether it
+        saves in the background or declares a full state), made only for a
+        target that does not know them beforehand; raises `NotApplicable`
+        if it lacks one of `requires` after all, `BaselineFailed` as
+        `golden` does."""
+        known = target if target.caps.steps_known else target.knowing(self.golden(target))
+        lacking = [name for name in requires if not known.caps.has(name)]
+        if lacking:
+            raise NotApplicable(known.caps.lacks[lacking[0]])
+        return known
+
     def baseline(self, target: Target, plan: ExplorePlan, *, committed: bool = False) -> Baseline:
         """The baseline of `plan` on `target`, shared by every scenario that
         breaks the same save; raises `BaselineFailed` if its golden run failed,

@@ -85,7 +85,8 @@ class Saves:
     """One worker's save boundaries; `began` and `ended` are the runner's hooks."""
 
     def __init__(self, ckpt_dir: str, began: Callable[[int], None], ended: Callable[[Save], None],
-                 trains: Callable[[], None] = lambda: None, landed: Callable[[int], None] = lambda step: None):
+                 trains: Callable[[], None] = lambda: None, landed: Callable[[int], None] = lambda step: None,
+                 declared: Callable[[], None] = lambda: None):
         self.root = os.path.abspath(ckpt_dir)
         self.real_root = os.path.realpath(ckpt_dir)
         self.began, self.ended, self.trains = began, ended, trains
@@ -96,6 +97,10 @@ class Saves:
         self.current: Optional[Save] = None
         self.last_step = 0
         self.observers: list[Callable[[], Mapping[str, Any]]] = []
+        #: What the script registered with `full_state`: its state that is the same at every world size.
+        self.full_states: list[Callable[[], Mapping[str, Any]]] = []
+        #: Called as the script registers one.
+        self.declared = declared
         #: Whether the main thread made an optimizer step yet: then a save
         #: lasts until training goes on (`training`), not until its entry point returned.
         self.trained = False
@@ -237,11 +242,20 @@ class Saves:
 
     def observed(self) -> dict[str, Any]:
         """What the script's observers expose now (`observe`), one mapping."""
-        out: dict[str, Any] = {}
-        for i, fn in enumerate(self.observers):
-            name = getattr(fn, "__name__", "")
-            out[name if name.isidentifier() and name not in out else str(i)] = plain(fn())
-        return out
+        return _merged(self.observers)
+
+    def full(self) -> dict[str, Any]:
+        """The script's full state now (`full_state`), one mapping."""
+        return _merged(self.full_states)
+
+
+def _merged(fns: list[Callable[[], Mapping[str, Any]]]) -> dict[str, Any]:
+    """What each of `fns` returns now, by the function's name (else its place)."""
+    out: dict[str, Any] = {}
+    for i, fn in enumerate(fns):
+        name = getattr(fn, "__name__", "")
+        out[name if name.isidentifier() and name not in out else str(i)] = plain(fn())
+    return out
 
 
 _active: Optional[Saves] = None
@@ -271,6 +285,26 @@ def observe(fn: Callable[[], Mapping[str, Any]]) -> Callable[[], Mapping[str, An
     decorator); outside a harness run it does nothing."""
     if _active is not None:
         _active.observers.append(fn)
+    return fn
+
+
+def full_state(fn: Callable[[], Mapping[str, Any]]) -> Callable[[], Mapping[str, Any]]:
+    """Declare the script's state that is the same at every world size:
+    `fn()` returns its full, unsharded model and optimizer (what
+    `Job.full_state` is for a job). With it, the world-size scenarios run
+    on the script: save k at N ranks, resumed at M by the script's own
+    logic, must give this state, bitwise, where it starts to train.
+
+    The harness calls `fn` only in those runs: as each save starts, on the
+    ranks that make it, and, in a run that resumes, at the first module
+    forward after it was declared, on every rank (so declare it before the
+    script loads). It may gather (`get_state_dict` with
+    `full_state_dict=True`) when every rank makes the save; it must not
+    change the state. Returns `fn` (usable as a decorator); outside a
+    harness run it does nothing."""
+    if _active is not None:
+        _active.full_states.append(fn)
+        _active.declared()
     return fn
 
 

@@ -46,6 +46,7 @@ from ckpt_harness.oracle.scenarios import (
     judge_replaced,
     judge_reshard,
     judge_reshard_save,
+    saved_full,
 )
 
 __all__ = [
@@ -57,7 +58,8 @@ __all__ = [
     "judge_fresh_start", "judge_golden", "judge_hard_stop", "judge_late", "judge_live", "judge_load_step",
     "judge_overwriting_save",
     "judge_replaced",
-    "judge_reshard", "judge_reshard_save", "judge_same_state", "nothing_to_break", "property_for", "undecided_if",
+    "judge_reshard", "judge_reshard_save", "judge_same_state", "nothing_to_break", "property_for", "saved_full",
+    "undecided_if",
     "Inferred", "infer_start", "judge_unreported_load", "judge_retention",
     "judge_landed", "judge_later_saves", "judge_named_steps", "judge_resume_point", "judge_saves_seen", "judge_stopped",
     "save_steps", "saves_by_step", "savers",

@@ -7,7 +7,7 @@ to the check (e.g. the resume after an overwrite).
 
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Mapping, Optional, Sequence
 
 from ckpt_harness.oracle.judges import Reference, States, judge_finished, judge_same_state
 from ckpt_harness.oracle.outcomes import OutcomeKind, classify_resume, failure_outcome, group_ended
@@ -142,43 +142,88 @@ def judge_blocked(case: str, check: str, run: Run, blocked: int, budget: float, 
 
 
 # -- world-size change -----------------------------------------------------------------------
-def judge_reshard_save(case: str, check: str, saved: Run, k: int, n: int, repro: Optional[str]) -> Optional[CaseResult]:
-    """The run that saves at `n` ranks; None if it left save k to resume from."""
+#: What a script whose full state function raised is told.
+FIX_FULL_STATE = "fix the function given to ckpt_harness.full_state: it must return the state, as it is"
+
+
+def saved_full(run: Run, k: int, savers: Optional[frozenset[int]] = None) -> Optional[Mapping]:
+    """The full state record save `k` left (`Kind.SAVED_FULL`, equal on every
+    rank that made it: the lowest one's); None if one of `savers` (None:
+    every rank) lacks it."""
+    found = [r.find(Kind.SAVED_FULL, k) for r in run.ranks if savers is None or r.rank in savers]
+    return found[0] if found and all(found) else None
+
+
+def _full_state_raised(run: Run, kind: Kind) -> Optional[str]:
+    """What a script's full state function raised in `run`, if it did (`rankside.script`)."""
+    return next((f"rank {r.rank}: {rec['failed']}" for r in run.ranks for rec in r.records
+                 if rec["event"] == kind and rec.get("failed")), None)
+
+
+def judge_reshard_save(case: str, check: str, saved: Run, k: int, n: int, repro: Optional[str],
+                       savers: Optional[frozenset[int]] = None) -> Optional[CaseResult]:
+    """The run that saves at `n` ranks; None if it left save k (made by
+    `savers`, None: every rank) to resume from."""
     problem = health(saved)
     if problem is not None:
         return CaseResult(case, check, Verdict.FAIL, f"the run at world size {n} failed: {problem.summary}",
                           problem.details, repro)
-    if saved.states(Kind.SAVED_FULL, k) is None:
+    raised = _full_state_raised(saved, Kind.SAVED_FULL)
+    if raised is not None:
+        return CaseResult(case, check, Verdict.ERROR, f"the full state could not be recorded at save {k}, {raised}: "
+                                                      f"{FIX_FULL_STATE}", repro=repro)
+    if saved_full(saved, k, savers) is None:
         return CaseResult(case, check, Verdict.UNKNOWN, f"save {k} never returned on every rank at world size {n}: "
                                                         "nothing to resume at another world size", repro=repro)
     return None
 
 
 def judge_reshard(case: str, check: str, saved: Run, resumed: Run, k: int, n: int, m: int,
-                  repro: Optional[str]) -> CaseResult:
+                  repro: Optional[str], *, save_steps: Sequence[int] = (),
+                  savers: Optional[frozenset[int]] = None) -> CaseResult:
     """Save k at `n` ranks, resumed at `m`: the full state bitwise, then the run finishes."""
-    return judge_full_resume(case, check, saved.states(Kind.SAVED_FULL, k)[0], resumed, k,
+    expected = saved_full(saved, k, savers)
+    assert expected is not None, "judge_reshard_save passed it"
+    return judge_full_resume(case, check, expected["state"], resumed, k, save_steps=save_steps,
                              label=f"resume at world size {m}", what=f"full state at world size {m} vs. saved at {n}",
                              passed=f"save {k} at {n} ranks resumed at {m}", repro=repro)
 
 
 def judge_full_resume(case: str, check: str, expected: Record, resumed: Run, k: int, *, label: str, what: str,
-                      passed: str, repro: Optional[str]) -> CaseResult:
+                      passed: str, repro: Optional[str], save_steps: Sequence[int] = ()) -> CaseResult:
     """A resume judged on the state that does not depend on the world size
-    (`Job.full_state`): it loaded save `k`, bitwise `expected` on every rank,
-    then trained to its end. `label` names the resume in a failure, `what`
-    the comparison, `passed` the case in a pass."""
+    (`Job.full_state`, `ckpt_harness.full_state`): it loaded save `k`,
+    bitwise `expected` on every rank, then trained to its end. `label`
+    names the resume in a failure, `what` the comparison, `passed` the case
+    in a pass. Where a resume that reports no load (a script's) started is
+    read from what it did (`oracle.start`, against `save_steps`); its
+    state after load is the one at its first module forward."""
     def fail(summary: str, details: str = "") -> CaseResult:
         return CaseResult(case, check, Verdict.FAIL, summary, details, repro)
 
     loaded = resumed.states(Kind.LOADED_FULL)
     problem = health(resumed)
-    if loaded is None:
-        return fail(f"{label}: {problem.summary if problem else 'no state after load'}",
-                    problem.details if problem else "")
-    steps = set(resumed.loaded_steps().values())
-    if steps != {k}:
+    raised = _full_state_raised(resumed, Kind.LOADED_FULL)
+    if raised is not None:
+        return CaseResult(case, check, Verdict.ERROR, f"{label}: the state after load could not be recorded, "
+                                                      f"{raised}: {FIX_FULL_STATE}", repro=repro)
+    if loaded is None and problem is not None:
+        return fail(f"{label}: {problem.summary}", problem.details)
+    reported = resumed.loaded_steps()
+    steps = set(reported.values())
+    if reported and steps != {k}:
         return fail(f"{label}: load() returned {sorted(steps, key=str)}, expected {k}")
+    if not reported:
+        inferred = infer_start(resumed, save_steps)
+        if inferred.step is not None and inferred.step != k:
+            started = "it started from scratch" if inferred.step == 0 else f"it resumed from step {inferred.step}"
+            return fail(f"{label}: {started}, expected step {k} ({inferred.evidence})")
+    if loaded is None:
+        if reported:
+            return fail(f"{label}: no state after load")
+        return CaseResult(case, check, Verdict.UNKNOWN,
+                          f"{label}: the state it loaded was not recorded: it is taken at the first module forward "
+                          "after ckpt_harness.full_state was declared, and the run made none", repro=repro)
     same = judge_same_state(case, check, {r: expected for r in loaded}, loaded, what, repro)
     if same.verdict is not Verdict.PASS:
         return same

@@ -12,7 +12,11 @@ harness; nothing here runs in a process that was not given a plan.
 
 There is no LOADED record: a script resumes by its own logic and does not
 say from where; its first save after the resume says it (see
-`oracle.start`).
+`oracle.start`). A script that declares its full state
+(`ckpt_harness.full_state`) has it recorded, in the runs that ask for it
+(the world-size scenarios), as each save starts (SAVED_FULL) and, in a
+run that starts on a checkpoint, at its first module forward (LOADED_FULL):
+what it loaded, before anything trained on it.
 
 A save is more than its entry points: once the script trains (an
 optimizer step seen), a save lasts from its first entry point until the
@@ -84,6 +88,12 @@ class ScriptPlan:
     trace_files: bool = True
     #: List the checkpoint directory as each save ends: the script rotates its checkpoints.
     list_entries: bool = False
+    #: Record what the script registered with `ckpt_harness.full_state` as each
+    #: save starts (SAVED_FULL) and, in a run that starts on a checkpoint
+    #: (`resumes`), at its first module forward: the state it loaded (LOADED_FULL).
+    full_state: bool = False
+    #: The run starts on a checkpoint directory that holds something.
+    resumes: bool = False
 
     def to_env(self) -> str:
         return json.dumps({**dataclasses.asdict(self), "faults": plan_label(self.faults)})
@@ -111,10 +121,14 @@ class ScriptRank:
         records_path(run_dir, rank).unlink(missing_ok=True)
         self.recorder = Recorder(records_path(run_dir, rank))
         self.run_dir = run_dir
-        self.saves = saves.Saves(plan.ckpt_dir, self._began, self._ended, self._trains, self._landed)
+        self.saves = saves.Saves(plan.ckpt_dir, self._began, self._ended, self._trains, self._landed,
+                                 declared=self._declared)
         #: The step of this rank's last save and its state (saves of one step merged).
         self.last: Optional[tuple[int, dict[str, Any]]] = None
         self._watch: Optional[threading.Thread] = None
+        #: The steps whose full state this rank recorded, and whether it watches for the one it loaded.
+        self._full_saved: set[int] = set()
+        self._full_loaded = False
         saves.install(self.saves)
         probes.set_phase(phase.RUN)
 
@@ -122,6 +136,10 @@ class ScriptRank:
         stop = self.plan.stop_after_save
         if stop is not None and step != stop and self.last is not None and self.last[0] == stop:
             self._stop()
+        if self.plan.full_state and self.saves.full_states and step not in self._full_saved:
+            self._full_saved.add(step)
+            probes.set_phase(phase.state_before_save(step))
+            self._record_full(Kind.SAVED_FULL, step)
         probes.set_phase(phase.save(step))
         if step == stop:
             self._watch_for_stopped_peer()
@@ -131,6 +149,7 @@ class ScriptRank:
         state = {**save.state(self.saves.where), **self._observed()}
         self.recorder.write(Kind.SAVED, step=save.step, source=save.source, state=state_mod.capture(state),
                             **({"background": True} if save.background else {}),
+                            **({"full_state": True} if self.saves.full_states else {}),
                             **({"entries": entries(Path(self.plan.ckpt_dir))} if self.plan.list_entries else {}))
         if self.last is not None and self.last[0] == save.step:
             state = {**self.last[1], **state}
@@ -186,6 +205,36 @@ class ScriptRank:
         from ckpt_harness.launch.worker import WorkerRecord
 
         return any(r.end == "stopped" and r.pid != os.getpid() for r in WorkerRecord.read_all(self.run_dir))
+
+    def _declared(self) -> None:
+        """The script declared its full state: in a run that resumes, the
+        state it loaded is the one its first module forward starts from
+        (not its first optimizer step: DCP's `get_state_dict` before a load
+        makes one, with a zero learning rate, to create the optimizer's state)."""
+        if not (self.plan.full_state and self.plan.resumes) or self._full_loaded:
+            return
+        self._full_loaded = True
+        import torch.nn.modules.module as module
+
+        def first_forward(_module: Any, _args: Any) -> None:
+            if threading.current_thread() is not threading.main_thread():
+                return
+            hook.remove()
+            before = probes.current_phase()
+            probes.set_phase(phase.STATE_AFTER_LOAD)
+            self._record_full(Kind.LOADED_FULL, None)
+            probes.set_phase(before)
+        hook = module.register_module_forward_pre_hook(first_forward)
+
+    def _record_full(self, kind: Kind, step: Optional[int]) -> None:
+        """The script's full state now; a function of its that raises is
+        recorded as such (the oracle says so), never raised into the script."""
+        try:
+            state = state_mod.capture(self.saves.full())
+        except Exception as exc:  # noqa: BLE001 - the script's observer, not its checkpointing
+            self.recorder.write(kind, step=step, state=None, failed=f"{type(exc).__name__}: {exc}")
+        else:
+            self.recorder.write(kind, step=step, state=state)
 
     def _observed(self) -> dict[str, Any]:
         observed = self.saves.observed()

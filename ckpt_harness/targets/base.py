@@ -73,9 +73,11 @@ class Capabilities:
     """What a target can do; for each thing it cannot, why, in a user's words.
 
     Names of capabilities a target may lack: "hard_stop", "launcher_restart",
-    "full_state", "overwrite_flag", "keep_last", "simulated_nodes",
-    "backend", "blocked_report", "conversions". A check declares the ones it needs
-    (`requires`) and is n/a, with the reason here, on a target lacking one.
+    "full_state", "full_state_keys" (its full state is keyed as its
+    checkpoints are, so a conversion is held to it), "overwrite_flag",
+    "keep_last", "simulated_nodes", "backend", "blocked_report",
+    "conversions". A check declares the ones it needs (`requires`) and is
+    n/a, with the reason here, on a target lacking one.
     """
 
     #: It tells the harness where a resume started (`ctx.loaded`) and when a

@@ -52,10 +52,14 @@ def untold(name: str) -> str:
 
 #: What a script cannot do, and why (`Capabilities.lacks`).
 LACKS = {
-    "full_state": "a script exposes no state that is the same at every world size (Job.full_state: the unsharded "
-                  "model and optimizer, compared between world sizes)",
     "backend": JOB_ONLY["backend"],
+    "full_state_keys": "a script's full state (ckpt_harness.full_state) is keyed by its own function, not as its "
+                       "checkpoints are: a conversion is held to the committed save, read by its layout's loader",
 }
+#: Why a script whose golden run registered no full state lacks "full_state" (until then it may have it).
+NO_FULL_STATE = ("the script declares no state that is the same at every world size, so a resume at another "
+                 "--nproc-per-node has nothing to be compared with: decorate a function returning its unsharded "
+                 "model and optimizer with @ckpt_harness.full_state (docs/scripts.md, \"World-size change\")")
 #: Why a script whose golden run saved nothing in the background lacks "hard_stop" (until then it may have it).
 SYNCHRONOUS = ("the script's saves returned once written (none returned a future, as dcp.async_save does): a save "
                "has landed when it returns, so its hard stop is the graceful one, which resume-every-save judges")
@@ -175,6 +179,8 @@ class ScriptTarget:
     saved_by: tuple[tuple[int, frozenset[int]], ...] = ()
     #: Whether a save of the golden run went on writing after it returned.
     background: bool = False
+    #: Whether the golden run's saves found a `ckpt_harness.full_state` registered.
+    full: bool = False
     #: The golden run told the above.
     known: bool = False
     #: The settings a scenario set that the script is told by `config.script_args`, by name.
@@ -210,6 +216,8 @@ class ScriptTarget:
             lacks["conversions"] = NO_LAYOUT
         if self.known and not self.background:
             lacks["hard_stop"] = SYNCHRONOUS
+        if self.known and not self.full:
+            lacks["full_state"] = NO_FULL_STATE
         return Capabilities(reports=False, steps_known=False, live_state=False, parks=False, lacks=lacks,
                             layout=self.config.checkpoint_layout, keeps_best=self.config.keeps_best)
 
@@ -227,8 +235,7 @@ class ScriptTarget:
         `resume_args` last, so they win over the command's own."""
         words = command(self.config.script, ckpt_dir, self.told, dict(self.given),
                         configs=run_dir / "configs" if run_dir is not None else None)
-        resuming = ckpt_dir.is_dir() and any(ckpt_dir.iterdir())
-        return words + (tuple(shlex.split(self.config.resume_args)) if resuming else ())
+        return words + (tuple(shlex.split(self.config.resume_args)) if _resumes(ckpt_dir) else ())
 
     def preflight(self) -> None:
         """Refuse a script that is not there, before any run: else every case
@@ -268,7 +275,8 @@ class ScriptTarget:
         plan = ScriptPlan(ckpt_dir=str(ckpt), stop_after_save=request.stop_after_save, crash=crash,
                           hard_stop=request.stop is Stop.HARD,
                           faults=request.faults, log_data=request.log_data, trace_files=request.trace_files,
-                          list_entries=self.values.get("keep_last") is not None)
+                          list_entries=self.values.get("keep_last") is not None,
+                          full_state=request.full_state, resumes=_resumes(ckpt))
         stop_ranks = self.savers(request.stop_after_save) if request.stop_after_save is not None else None
         spec = ScriptSpec(
             command=self.argv(ckpt, run_dir), run_dir=run_dir,
@@ -282,9 +290,9 @@ class ScriptTarget:
 
     def knowing(self, golden: Run) -> "ScriptTarget":
         saved_by = tuple((step, savers(golden, step)) for step in save_steps(golden))
-        background = any(rec["event"] == Kind.SAVED and rec.get("background")
-                         for r in golden.ranks for rec in r.records)
-        return dataclasses.replace(self, saved_by=saved_by, background=background, known=True)
+        saved = [rec for r in golden.ranks for rec in r.records if rec["event"] == Kind.SAVED]
+        return dataclasses.replace(self, saved_by=saved_by, background=any(rec.get("background") for rec in saved),
+                                   full=any(rec.get("full_state") for rec in saved), known=True)
 
     def save_steps(self) -> Optional[list[int]]:
         return [step for step, _ in self.saved_by] if self.known else None
@@ -356,6 +364,11 @@ class ScriptTarget:
     def shell(self, args: list[str]) -> str:
         """`ckpt-harness ARGS` as a shell line (the script's path is in its own --script)."""
         return shlex.join(["ckpt-harness", *args])
+
+
+def _resumes(ckpt_dir: Path) -> bool:
+    """Does a run on `ckpt_dir` start on a checkpoint (it holds anything)?"""
+    return ckpt_dir.is_dir() and any(ckpt_dir.iterdir())
 
 
 def _share(world: int, nodes: int, what: str) -> int:

@@ -21,6 +21,15 @@ save cut short leaves a directory DCP cannot load, and the start fails.
 no-wait-at-close: with --async, tear down without awaiting the last save
 (torchtitan before pytorch/torchtitan#4270: `close()` stopped its helpers
 but never awaited the save in flight; dlrover's flash checkpoint, #1378).
+model-only-on-resize: resumed at another world size than the one that
+saved, load the model's weights alone and train on with a fresh
+optimizer (what `--no-load-optim` or a weights-only load does when a
+world-size change leaves the optimizer's shards "not fitting"): the
+resume looks right, and the optimizer's moments and step are gone.
+
+The model and optimizer, unsharded, are declared as its full state
+(`ckpt_harness.full_state`): DCP reshards both, so a save at N ranks
+resumes at M.
 """
 
 import argparse
@@ -32,8 +41,15 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
-from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_state_dict,
+    set_model_state_dict,
+    set_state_dict,
+)
 from torch.distributed.fsdp import fully_shard
+
+import ckpt_harness
 
 parser = argparse.ArgumentParser()
 parser.add_argument("out", type=Path)
@@ -41,11 +57,12 @@ parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--save-every", type=int, default=2)
 parser.add_argument("--async", dest="background", action="store_true")
 parser.add_argument("--slow-disk", type=float, default=0.0)
-parser.add_argument("--bug", action="append", default=[], choices=("newest-dir", "no-wait-at-close"))
+parser.add_argument("--bug", action="append", default=[],
+                    choices=("newest-dir", "no-wait-at-close", "model-only-on-resize"))
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
-rank = dist.get_rank()
+rank, world = dist.get_rank(), dist.get_world_size()
 torch.manual_seed(0)
 model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8))
 for layer in model:
@@ -78,11 +95,30 @@ def states() -> dict:
     return {"model": model_state, "optimizer": optimizer_state}
 
 
+@ckpt_harness.full_state
+def unsharded() -> dict:
+    model_state, optimizer_state = get_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True))
+    return {"model": model_state, "optimizer": optimizer_state}
+
+
+def train_state(step: int) -> dict:
+    return {"step": torch.tensor(step), "world_size": torch.tensor(world)}
+
+
 start = find_load_step(args.out)
 if start >= 0:
-    state = {**states(), "train_state": {"step": torch.tensor(0)}}
-    dcp.load(state, checkpoint_id=str(args.out / f"step-{start}"))
-    set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    where = str(args.out / f"step-{start}")
+    state = {**states(), "train_state": train_state(0)}
+    if "model-only-on-resize" in args.bug:
+        saved = {"train_state": train_state(0)}
+        dcp.load(saved, checkpoint_id=where)
+        if int(saved["train_state"]["world_size"]) != world:
+            del state["optimizer"]
+    dcp.load(state, checkpoint_id=where)
+    if "optimizer" in state:
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    else:
+        set_model_state_dict(model, state["model"])
     assert int(state["train_state"]["step"]) == start
 for step in range(max(start, 0) + 1, args.steps + 1):
     data = torch.Generator().manual_seed(1000 * step + rank)
@@ -90,7 +126,7 @@ for step in range(max(start, 0) + 1, args.steps + 1):
     model(torch.randn(4, 8, generator=data)).square().sum().backward()
     optimizer.step()
     if step % args.save_every == 0:
-        state = {**states(), "train_state": {"step": torch.tensor(step)}}
+        state = {**states(), "train_state": train_state(step)}
         if not args.background:
             dcp.save(state, checkpoint_id=str(args.out / f"step-{step}"))
             continue

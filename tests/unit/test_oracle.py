@@ -471,6 +471,25 @@ def test_judge_reshard(resume, verdict, words):
 
 
 @pytest.mark.parametrize("resume, verdict, words", [
+    P(both(lambda b: b.loaded_full(None, FULL).saved(6).final(), 3), V.PASS, "save 4 at 2 ranks resumed at 3",
+      id="equal"),
+    P(both(lambda b: b.loaded_full(None, OTHER).saved(6).final(), 3), V.FAIL, "w.1: 2.5, expected 2.0",
+      id="differs"),
+    P(both(lambda b: b.loaded_full(None, OTHER).saved(2).saved(4).saved(6).final(), 3), V.FAIL,
+      "it started from scratch, expected step 4 (its first save was step 2)", id="fresh-start"),
+    P(both(lambda b: b.saved(6).final(), 3), V.UNKNOWN, "the run made none", id="no-forward"),
+    P(both(lambda b: b._record("loaded full", step=None, state=None, failed="KeyError: 'model'"), 3), V.ERROR,
+      "rank 0: KeyError: 'model': fix the function given to ckpt_harness.full_state", id="observer-raised"),
+    P(both(lambda b: b.failed("run", message="size mismatch"), 3), V.FAIL, "size mismatch", id="refused"),
+])
+def test_judge_reshard_of_a_resume_that_reports_no_load(resume, verdict, words):
+    """A script says nothing of its load: where it started is read from its
+    saves, its state after load is the one at its first module forward."""
+    expect(judge_reshard("c", "reshardable", AT_2, resume, 4, 2, 3, "REPRO", save_steps=[2, 4, 6]), "reshardable",
+           verdict, words)
+
+
+@pytest.mark.parametrize("resume, verdict, words", [
     P(both(lambda b: b.loaded(4).loaded_full(4, FULL).final()), V.PASS, "the job's own loader resumed it: bitwise",
       id="equal"),
     P(run(*(rank(r).loaded(4).loaded_full(4, OTHER if r == 1 else FULL) for r in range(2))), V.FAIL,
@@ -490,6 +509,13 @@ def test_judge_reshard_save():
            V.FAIL, "the run at world size 2 failed")
     expect(judge_reshard_save("c", "reshardable", AT_2, 6, 2, "REPRO"), "reshardable",
            V.UNKNOWN, "save 6 never returned on every rank")
+    # A save rank 0 alone makes (a DDP script's torch.save): its full state is that rank's.
+    rank0 = run(rank(0).saved_full(4, FULL), rank(1))
+    assert judge_reshard_save("c", "reshardable", rank0, 4, 2, "REPRO", savers=frozenset({0})) is None
+    expect(judge_reshard_save("c", "reshardable", rank0, 4, 2, "REPRO"), "reshardable", V.UNKNOWN, "never returned")
+    raised = both(lambda b: b._record("saved full", step=4, state=None, failed="RuntimeError: no group"))
+    expect(judge_reshard_save("c", "reshardable", raised, 4, 2, "REPRO"), "reshardable", V.ERROR,
+           "could not be recorded at save 4, rank 0: RuntimeError: no group")
 
 
 # -- saves that land in the background (issue 11) ------------------------------------------

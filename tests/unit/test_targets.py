@@ -62,7 +62,7 @@ def test_what_a_script_cannot_take_is_not_applicable_and_its_shape_is_its_own():
         script.with_settings({"backend": "nccl"})
     caps = script.caps
     assert not caps.reports and not caps.steps_known and not caps.parks
-    assert {"full_state", "overwrite_flag", "keep_last", "launcher_restart"} <= set(caps.lacks)
+    assert {"overwrite_flag", "keep_last", "launcher_restart"} <= set(caps.lacks)
     assert caps.has("blocked_report")  # a worker's record says when a fault blocked it
     assert targets.script(SCRIPT, max_restarts=1).caps.has("launcher_restart")
 
@@ -70,7 +70,7 @@ def test_what_a_script_cannot_take_is_not_applicable_and_its_shape_is_its_own():
 def test_a_script_is_told_a_scenarios_settings_through_its_own_arguments():
     told = targets.script(SCRIPT, nproc_per_node=2, script_args=(
         "keep_last=--save_total_limit {}", "overwrite=--overwrite_output_dir", "seed=--seed={}"))
-    assert told.caps.has("overwrite_flag") and told.caps.has("keep_last") and "full_state" in told.caps.lacks
+    assert told.caps.has("overwrite_flag") and told.caps.has("keep_last")
     rotating = told.with_settings({"keep_last": 2, "overwrite": False, "steps": 6, "nodes": 1})
     assert rotating.argv(Path("/c"))[-2:] == ("--save_total_limit", "2")  # unset, false and untold: nothing
     assert rotating.values["keep_last"] == 2 and rotating != told
@@ -188,3 +188,17 @@ def test_a_scripts_hard_stop_follows_whether_its_golden_run_saved_in_the_backgro
     assert "returned once written" in sync.caps.lacks["hard_stop"]
     background = both(lambda r: r._record("saved", step=2, state={}, background=True).saved(4))
     assert script.knowing(background).caps.has("hard_stop")
+
+
+def test_a_scripts_full_state_follows_whether_its_golden_run_found_one_declared():
+    """Unknown until its golden run: a script whose saves found a
+    `ckpt_harness.full_state` registered can be resumed at another world
+    size; one without lacks it, saying what to add."""
+    from tests.unit.synthetic import both
+
+    script = targets.script(SCRIPT)
+    assert script.caps.has("full_state")
+    plain = script.knowing(both(lambda r: r.saved(2).saved(4)))
+    assert "@ckpt_harness.full_state" in plain.caps.lacks["full_state"]
+    declared = both(lambda r: r._record("saved", step=2, state={}, full_state=True).saved(4))
+    assert script.knowing(declared).caps.has("full_state")

@@ -4,9 +4,10 @@ layout (`confuse`).
 
 `convert`: the run saves and stops after its last save k, recording the
 job's `full_state` as save k returned: the truth a conversion is held to,
-the one a world-size change is held to too (`reshard`). A target that
-exposes no full state (a script, given its `--checkpoint-layout`) is held to its save
-instead: the committed save k, read by its own layout's loader. Each
+the one a world-size change is held to too (`reshard`). A target whose
+full state is not keyed as its checkpoints are (capability
+"full_state_keys": a script's, declared by a function of its own, given
+its `--checkpoint-layout`) is held to its save instead: the committed save k, read by its own layout's loader. Each
 conversion that reads the target's layout runs on the committed directory
 in a process of its own (`conversions.run`); what it wrote, read back as
 its consumers load it, must be that state key for key, bitwise, but for
@@ -124,8 +125,9 @@ class Convert:
         names = _chosen(scenario, target.caps.layout, lambda c: True, only, "")
         root = bench.root / scenario.name
         clock = CaseClock()
+        held_to_full_state = target.caps.has("full_state") and target.caps.has("full_state_keys")
         made = (self._with_full_state(bench, scenario, target, names, root, clock)
-                if target.caps.has("full_state") else self._committed(bench, scenario, target))
+                if held_to_full_state else self._committed(bench, scenario, target))
         if isinstance(made, CaseResult):
             return [clock.stamp(made, every=bench.timelines == "all")]
         try:

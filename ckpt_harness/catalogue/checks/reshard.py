@@ -1,9 +1,10 @@
 """World-size change: save at N ranks, resume at M, compare `full_state`.
 
 Only the world-size independent state can be compared (RNG streams and data
-shards are per rank and have no counterpart at M), so the job says what that
-is through `Job.full_state`; a job without it is "n/a" here. The resumed
-run must also train to the end at M.
+shards are per rank and have no counterpart at M), so the target says what
+that is: a job through `Job.full_state`, a script through
+`ckpt_harness.full_state` (which its golden run shows); one without it is
+"n/a" here. The resumed run must also train to the end at M.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ class Reshard:
             raise NotApplicable(f"world size {n} has no {scenario.params['resume_at']} in 1..{MAX_WORLD_SIZE}")
         case = f"ws{n}->ws{m}"
         repro = bench.repro(scenario, case)
-        saver = bench.target_for(scenario.params)
+        saver = bench.known(bench.target_for(scenario.params), self.requires)
         steps = saver.save_steps() or []
         k = steps[-1] if len(steps) < 2 else steps[-2]
         root = bench.root / scenario.name
@@ -47,14 +48,15 @@ class Reshard:
         saved = clock.run(lambda: saver.run(
             RunRequest("saving run", stop_after_save=k, trace_files=False, full_state=True), root / "ckpt",
             root / "save"), broken=k)
-        failed = oracle.judge_reshard_save(case, scenario.property, saved, k, n, repro)
+        failed = oracle.judge_reshard_save(case, scenario.property, saved, k, n, repro, savers=saver.savers(k))
         if failed is not None:
             return [clock.stamp(failed, every=bench.timelines == "all")]
         resumed = clock.run(lambda: saver.replace(world_size=m).run(
             RunRequest("resumed run", trace_files=False, full_state=True, failure_grace=PROPAGATION), root / "ckpt",
             root / "resume"), resume=True)
         clock.judging()
-        judged = oracle.judge_reshard(case, scenario.property, saved, resumed, k, n, m, repro)
+        judged = oracle.judge_reshard(case, scenario.property, saved, resumed, k, n, m, repro, save_steps=steps,
+                                      savers=saver.savers(k))
         return [clock.stamp(judged, every=bench.timelines == "all")]
 
 
