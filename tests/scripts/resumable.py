@@ -44,6 +44,12 @@ when told (`--resume-args '--init_from=resume'`). Bugs (--bug, repeatable), each
 * overwrite-in-place: --overwrite moves the new files into the existing
   directory, leaving files of the earlier run that it did not write.
 
+--full-state declares the model and optimizer as its full state
+(`ckpt_harness.full_state`: replicated by DDP, the same at every world
+size), and --any-world-size takes a checkpoint of another world size (the
+same seed) as its own: together, a script that resumes at another
+--nproc-per-node. Without --any-world-size it refuses one, as above.
+
 --no-marker leaves ``ckpt_harness.saving`` out, as a script that was never
 told of the harness: its save is then the `torch.save` rank 0 makes, and
 the routine around it (the barriers, the rename) is known as the function
@@ -78,6 +84,8 @@ parser.add_argument("--bug", action="append", default=[], choices=(
     "forget-optimizer", "from-scratch", "rename-per-node", "skip-barrier", "rotate-by-name", "overwrite-in-place",
     "skip-final-barrier"))
 parser.add_argument("--no-marker", action="store_true")
+parser.add_argument("--full-state", action="store_true")
+parser.add_argument("--any-world-size", action="store_true")
 parser.add_argument("--init-from", "--init_from", choices=("auto", "scratch", "resume"), default="auto")
 args = parser.parse_args()
 
@@ -88,6 +96,8 @@ model = DistributedDataParallel(torch.nn.Linear(8, 8))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 prefix = "checkpoint-" if args.staging else "step_"
 ckpt_harness.observe(lambda: {"torch_rng": torch.get_rng_state()})
+if args.full_state:
+    ckpt_harness.full_state(lambda: {"model": model.module.state_dict(), "optimizer": optimizer.state_dict()})
 
 
 def checkpoints():
@@ -156,7 +166,8 @@ found = newest_checkpoint() if "from-scratch" not in args.bug and args.init_from
 if found is None and args.init_from == "resume":
     raise FileNotFoundError(f"--init_from=resume: no checkpoint in {args.out}")
 checkpoint = torch.load(found / "state.pt") if found is not None else None
-if checkpoint is not None and (checkpoint["world_size"], checkpoint["seed"]) != (world, args.seed):
+if checkpoint is not None and (world if args.any_world_size else checkpoint["world_size"], checkpoint["seed"]) \
+        != (world, args.seed):
     if not args.overwrite:
         raise SystemExit(f"{found} was written by another run (world size {checkpoint['world_size']}, seed "
                          f"{checkpoint['seed']}); this one has {world} ranks and seed {args.seed}: give --overwrite")
