@@ -174,6 +174,36 @@ def test_zero3s_final_gather_on_rank_0_alone_hangs_writing_the_final_model(tmp_p
     assert "during save 4" in live.summary and "rank 0 all_gather, rank 1 barrier" in live.summary, live.summary
 
 
+def test_accelerates_final_save_model_behind_is_main_process_hangs_at_the_barrier_only_the_main_process_enters(
+        tmp_path):
+    """accelerate's documented final save (`wait_for_everyone()`, then
+    `save_model` on every process) writes OUT/final: PASS. Its twin puts
+    both inside `if accelerator.is_main_process:` (bytedance/UNO#71, #52):
+    the main process waits in a barrier no other process enters, a `live`
+    FAIL of the checkpointing naming the script's line; on NCCL, as here,
+    a hang, since the harness holds the finished process as NCCL's would
+    be held in its next collective."""
+    pytest.importorskip("accelerate")
+    from ckpt_harness.pipeline.verify import verify_script
+
+    final = ("--final-model",)
+    started = time.monotonic()
+    good = verify_script(command("accelerate", *final), workdir=tmp_path / "good", cases=["golden"],
+                         nproc_per_node=2)
+    assert good.verdict is Verdict.PASS, good.explain()
+    assert (tmp_path / "good" / "golden" / "ckpt" / "final" / "model.safetensors").stat().st_size > 0
+    deadline = max(20.0, round(3 * (time.monotonic() - started)))  # what the correct run took here, now, thrice
+    bad = verify_script(command("accelerate", *final, "--bug", "barrier-in-main"), workdir=tmp_path / "bad",
+                        cases=["golden"], nproc_per_node=2, timeout=deadline)
+    (live,) = bad.failures()
+    assert (live.case, live.check) == ("golden", "live"), bad.explain()
+    lines = (SCRIPTS / "accelerate_train.py").read_text().splitlines()
+    barrier = 1 + next(i for i, line in enumerate(lines) if line == "            accelerator.wait_for_everyone()")
+    assert "rank 0 waiting in barrier #" in live.summary, live.summary
+    assert f"(from accelerate_train.py:{barrier} in save_final_model())" in live.summary, live.summary
+    assert "rank 1 finished, waiting for its peers" in live.summary, live.summary
+
+
 LIGHTNING = SCRIPTS / "lightning_train.py"
 
 

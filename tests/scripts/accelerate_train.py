@@ -4,7 +4,8 @@ OUT/step_N every K steps, and `load_state` of the newest step_N when started
 again on a directory that holds one. The data of step s is a function of s
 and the rank, so a resume replays it.
 
-    accelerate_train.py OUT [--steps N] [--save-every K] [--total-limit N] [--bug forget-optimizer]
+    accelerate_train.py OUT [--steps N] [--save-every K] [--total-limit N] [--final-model]
+                        [--bug forget-optimizer|barrier-in-main]
 
 --total-limit N uses accelerate's own naming and rotation instead, as its
 docs show: `ProjectConfiguration(automatic_checkpoint_naming=True,
@@ -14,8 +15,16 @@ which takes the newest. The iteration that names a save is set to its step
 by hand before each save: accelerate asks for that (it does not restore the
 iteration on a resume), and so checkpoint_<i> is the save of step i.
 
+--final-model saves the trained model at the end as accelerate's docs
+show: `wait_for_everyone()`, then `save_model(model, OUT/final)` on every
+process (it writes on the main one).
+
 forget-optimizer: the resume loads the model's weights alone (its
 model.safetensors), not `load_state`: the optimizer starts afresh.
+barrier-in-main: with --final-model, the barrier and the save inside
+`if accelerator.is_main_process:` (bytedance/UNO#71 and #52, "when it
+save the checkpoint, it stucked"; huggingface/accelerate#2690): the main
+process waits in a barrier no other process enters.
 """
 
 import argparse
@@ -31,7 +40,8 @@ parser.add_argument("out", type=Path)
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--save-every", type=int, default=2)
 parser.add_argument("--total-limit", type=int)
-parser.add_argument("--bug", choices=("forget-optimizer",))
+parser.add_argument("--final-model", action="store_true")
+parser.add_argument("--bug", choices=("forget-optimizer", "barrier-in-main"))
 args = parser.parse_args()
 
 automatic = args.total_limit is not None
@@ -70,5 +80,20 @@ for step in range(start + 1, args.steps + 1):
         accelerator.save_state()
     elif step % args.save_every == 0:
         accelerator.save_state(args.out / f"step_{step}")
-accelerator.wait_for_everyone()
+
+
+def save_final_model() -> None:
+    if args.bug == "barrier-in-main":
+        if accelerator.is_main_process:
+            accelerator.wait_for_everyone()
+            accelerator.save_model(model, args.out / "final")
+        return
+    accelerator.wait_for_everyone()
+    accelerator.save_model(model, args.out / "final")
+
+
+if args.final_model:
+    save_final_model()
+else:
+    accelerator.wait_for_everyone()
 accelerator.end_training()
