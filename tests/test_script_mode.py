@@ -264,6 +264,7 @@ def test_a_script_that_never_saves_is_an_error_not_a_pass(tmp_path):
     assert out.returncode == 3, out.stdout + out.stderr
     assert "golden / saves: ERROR — the run made no save the harness could see, so nothing was checked" in out.stdout
     assert "{ckpt_dir}" in out.stdout and "ckpt_harness.saving(step)" in out.stdout
+    assert "job" not in out.stdout and "ctx." not in out.stdout, out.stdout  # words about the script
 
 
 @pytest.mark.parametrize("args, says", [

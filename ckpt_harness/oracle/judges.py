@@ -111,12 +111,11 @@ def harness_error(case: str, check: str, error: BaseException, repro: Optional[s
                                                    f"{error}", details, repro, row(Outcome(OutcomeKind.NO_LOAD)))
 
 
-def nothing_to_break(phase: str, repro: Optional[str]) -> CaseResult:
-    return CaseResult(
-        "golden", "trace", Verdict.UNKNOWN,
-        f"no operation was recorded in phase {phase!r}: nothing to break. A job that owns its "
-        "loop must call ctx.phase(f'save {step}') when a save starts", repro=repro,
-    )
+def nothing_to_break(phase: str, repro: Optional[str], marks_saves: str) -> CaseResult:
+    """UNKNOWN: save k made no operation to break; `marks_saves` says how the
+    target's saves are seen (`Capabilities.marks_saves`)."""
+    return CaseResult("golden", "trace", Verdict.UNKNOWN,
+                      f"no operation was recorded in phase {phase!r}: nothing to break; {marks_saves}", repro=repro)
 
 
 # -- a resume after a fault ----------------------------------------------------------------

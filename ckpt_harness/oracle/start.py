@@ -80,18 +80,15 @@ def judge_unreported_load(case: str, resumed: Run, step: int, save_steps: Sequen
 NAME_THE_STEP = "wrap the save in `with ckpt_harness.saving(step):` (one line) so each save names its step"
 
 
-def judge_saves_seen(case: str, golden: Run) -> Optional[CaseResult]:
+def judge_saves_seen(case: str, golden: Run, marks_saves: str) -> Optional[CaseResult]:
     """ERROR when the golden run made no save the harness saw: nothing was
     checked, which is not a pass (a script that writes somewhere else, or
-    through a writer nothing wraps)."""
+    through a writer nothing wraps). `marks_saves` says how the target's
+    saves are seen (`Capabilities.marks_saves`)."""
     if any(rec["event"] == Kind.SAVED for r in golden.ranks for rec in r.records):
         return None
     return CaseResult(case, "saves", Verdict.ERROR,
-                      "the run made no save the harness could see, so nothing was checked: a script must write its "
-                      "checkpoints under the directory its command gets for {ckpt_dir}, through a save the harness "
-                      "wraps (torch.save, torch.distributed.checkpoint.save or async_save, DeepSpeed's "
-                      "save_checkpoint, the Trainer's checkpoint) or inside `with ckpt_harness.saving(step):`; a "
-                      "job that owns its loop calls ctx.saved(step) after each save")
+                      f"the run made no save the harness could see, so nothing was checked: {marks_saves}")
 
 
 def judge_landed(case: str, run: Run, repro: Optional[str]) -> Optional[CaseResult]:

@@ -227,7 +227,8 @@ class Baseline:
 
     def nothing_to_break(self) -> Optional[CaseResult]:
         """UNKNOWN when save k recorded no operation (an owned loop that names no phases)."""
-        return None if self.points else oracle.nothing_to_break(self.phase, self.repro("golden"))
+        return None if self.points else oracle.nothing_to_break(self.phase, self.repro("golden"),
+                                                                self.target.caps.marks_saves)
 
     def nothing_to_corrupt(self) -> Optional[CaseResult]:
         """UNKNOWN when corruptions were asked for and the run stopped after

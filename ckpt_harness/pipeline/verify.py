@@ -109,7 +109,7 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
     if results[0].verdict is Verdict.PASS:  # else there is nothing to compare against
         known = target.knowing(golden)
         steps = known.save_steps() or []
-        unseen = oracle.judge_saves_seen("golden", golden)  # no save seen: nothing checked, not a pass
+        unseen = oracle.judge_saves_seen("golden", golden, known.caps.marks_saves)  # nothing checked: not a pass
         results += [unseen] if unseen else []
         if known.caps.reports:
             results.append(oracle.judge_fresh_start("golden", golden, line))

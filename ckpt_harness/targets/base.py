@@ -100,6 +100,9 @@ class Capabilities:
     layout: Optional[str] = None
     #: Its rotation also keeps one best checkpoint (`Job.keeps_best`, `--keeps-best`).
     keeps_best: bool = False
+    #: What it does so that the harness sees its saves, in its own words: what
+    #: a report says when a run made none, or a save did nothing to break.
+    marks_saves: str = "its saves must be ones the harness sees (README, \"Add a kind of target\")"
 
     def has(self, capability: str) -> bool:
         return capability not in self.lacks

@@ -22,6 +22,9 @@ from ckpt_harness.launch import GroupSpec, run_group
 from ckpt_harness.records import Run
 from ckpt_harness.targets.base import Capabilities, RunRequest, Stop, TargetKind, repro_line
 
+#: How a job's saves are seen (`Capabilities.marks_saves`).
+MARKS_SAVES = ("a job's save is its `save` method; a job that owns its loop calls ctx.phase(f'save {step}') as a "
+               "save starts and ctx.saved(step) once it returned")
 #: Run settings a bench fixes for all its scenarios: a scenario never sets them.
 BENCH = ("world_size", "timeout")
 
@@ -67,7 +70,7 @@ class JobTarget:
             lacks["conversions"] = ("the job names no checkpoint_layout, so no conversion claims to read its "
                                     "checkpoints (set Job.checkpoint_layout; `ckpt-harness list` shows them)")
         return Capabilities(reports=True, steps_known=True, live_state=True, parks=True, lacks=lacks,
-                            layout=cls.checkpoint_layout, keeps_best=cls.keeps_best)
+                            layout=cls.checkpoint_layout, keeps_best=cls.keeps_best, marks_saves=MARKS_SAVES)
 
     @property
     def values(self) -> dict[str, Any]:

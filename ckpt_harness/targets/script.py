@@ -66,6 +66,11 @@ SYNCHRONOUS = ("the script's saves returned once written (none returned a future
 #: Why a script given no `--checkpoint-layout` lacks "conversions".
 NO_LAYOUT = ("the script was given no checkpoint layout for a conversion to read: give --checkpoint-layout "
              "(torch_save, dcp, deepspeed, hf_trainer; `ckpt-harness list` shows the conversions)")
+#: How a script's saves are seen (`Capabilities.marks_saves`).
+MARKS_SAVES = ("a script writes its checkpoints under the directory its command gets for {ckpt_dir}, through a "
+               "save the harness wraps (torch.save, torch.distributed.checkpoint.save or async_save, DeepSpeed's "
+               "save_checkpoint, the Trainer's checkpoint), or marks its save routine with "
+               "`with ckpt_harness.saving(step):`")
 #: The longest row name before it is cut.
 NAME_LENGTH = 80
 
@@ -219,7 +224,8 @@ class ScriptTarget:
         if self.known and not self.full:
             lacks["full_state"] = NO_FULL_STATE
         return Capabilities(reports=False, steps_known=False, live_state=False, parks=False, lacks=lacks,
-                            layout=self.config.checkpoint_layout, keeps_best=self.config.keeps_best)
+                            layout=self.config.checkpoint_layout, keeps_best=self.config.keeps_best,
+                            marks_saves=MARKS_SAVES)
 
     @property
     def values(self) -> dict[str, Any]:
