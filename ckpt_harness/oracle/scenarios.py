@@ -179,24 +179,27 @@ def judge_reshard_save(case: str, check: str, saved: Run, k: int, n: int, repro:
 
 
 def judge_reshard(case: str, check: str, saved: Run, resumed: Run, k: int, n: int, m: int,
-                  repro: Optional[str], *, save_steps: Sequence[int] = (),
+                  repro: Optional[str], *, reports: bool = True, save_steps: Sequence[int] = (),
                   savers: Optional[frozenset[int]] = None) -> CaseResult:
-    """Save k at `n` ranks, resumed at `m`: the full state bitwise, then the run finishes."""
+    """Save k at `n` ranks, resumed at `m`: the full state bitwise, then the
+    run finishes. `reports`, `save_steps`: as `judge_full_resume` takes them."""
     expected = saved_full(saved, k, savers)
     assert expected is not None, "judge_reshard_save passed it"
-    return judge_full_resume(case, check, expected["state"], resumed, k, save_steps=save_steps,
+    return judge_full_resume(case, check, expected["state"], resumed, k, reports=reports, save_steps=save_steps,
                              label=f"resume at world size {m}", what=f"full state at world size {m} vs. saved at {n}",
                              passed=f"save {k} at {n} ranks resumed at {m}", repro=repro)
 
 
 def judge_full_resume(case: str, check: str, expected: Record, resumed: Run, k: int, *, label: str, what: str,
-                      passed: str, repro: Optional[str], save_steps: Sequence[int] = ()) -> CaseResult:
+                      passed: str, repro: Optional[str], reports: bool = True,
+                      save_steps: Sequence[int] = ()) -> CaseResult:
     """A resume judged on the state that does not depend on the world size
     (`Job.full_state`, `ckpt_harness.full_state`): it loaded save `k`,
     bitwise `expected` on every rank, then trained to its end. `label`
     names the resume in a failure, `what` the comparison, `passed` the case
-    in a pass. Where a resume that reports no load (a script's) started is
-    read from what it did (`oracle.start`, against `save_steps`); its
+    in a pass. A target that `reports` says where it loaded (`ctx.loaded`,
+    with its full state); where one that does not (a script) started is
+    read from what it did (`oracle.start`, against `save_steps`), and its
     state after load is the one at its first module forward."""
     def fail(summary: str, details: str = "") -> CaseResult:
         return CaseResult(case, check, Verdict.FAIL, summary, details, repro)
@@ -207,20 +210,19 @@ def judge_full_resume(case: str, check: str, expected: Record, resumed: Run, k: 
     if raised is not None:
         return CaseResult(case, check, Verdict.ERROR, f"{label}: the state after load could not be recorded, "
                                                       f"{raised}: {FIX_FULL_STATE}", repro=repro)
-    if loaded is None and problem is not None:
-        return fail(f"{label}: {problem.summary}", problem.details)
-    reported = resumed.loaded_steps()
-    steps = set(reported.values())
-    if reported and steps != {k}:
-        return fail(f"{label}: load() returned {sorted(steps, key=str)}, expected {k}")
-    if not reported:
+    if loaded is None and (problem is not None or reports):
+        return fail(f"{label}: {problem.summary if problem else 'no state after load'}",
+                    problem.details if problem else "")
+    if reports:
+        steps = set(resumed.loaded_steps().values())
+        if steps != {k}:
+            return fail(f"{label}: load() returned {sorted(steps, key=str)}, expected {k}")
+    else:
         inferred = infer_start(resumed, save_steps)
         if inferred.step is not None and inferred.step != k:
             started = "it started from scratch" if inferred.step == 0 else f"it resumed from step {inferred.step}"
             return fail(f"{label}: {started}, expected step {k} ({inferred.evidence})")
     if loaded is None:
-        if reported:
-            return fail(f"{label}: no state after load")
         return CaseResult(case, check, Verdict.UNKNOWN,
                           f"{label}: the state it loaded was not recorded: it is taken at the first module forward "
                           "after ckpt_harness.full_state was declared, and the run made none", repro=repro)

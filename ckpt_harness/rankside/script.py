@@ -128,7 +128,7 @@ class ScriptRank:
         self._watch: Optional[threading.Thread] = None
         #: The steps whose full state this rank recorded, and whether it watches for the one it loaded.
         self._full_saved: set[int] = set()
-        self._full_loaded = False
+        self._watching_load = False
         saves.install(self.saves)
         probes.set_phase(phase.RUN)
 
@@ -211,9 +211,9 @@ class ScriptRank:
         state it loaded is the one its first module forward starts from
         (not its first optimizer step: DCP's `get_state_dict` before a load
         makes one, with a zero learning rate, to create the optimizer's state)."""
-        if not (self.plan.full_state and self.plan.resumes) or self._full_loaded:
+        if not (self.plan.full_state and self.plan.resumes) or self._watching_load:
             return
-        self._full_loaded = True
+        self._watching_load = True
         import torch.nn.modules.module as module
 
         def first_forward(_module: Any, _args: Any) -> None:

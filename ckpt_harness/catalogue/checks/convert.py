@@ -7,14 +7,15 @@ job's `full_state` as save k returned: the truth a conversion is held to,
 the one a world-size change is held to too (`reshard`). A target whose
 full state is not keyed as its checkpoints are (capability
 "full_state_keys": a script's, declared by a function of its own, given
-its `--checkpoint-layout`) is held to its save instead: the committed save k, read by its own layout's loader. Each
-conversion that reads the target's layout runs on the committed directory
-in a process of its own (`conversions.run`); what it wrote, read back as
-its consumers load it, must be that state key for key, bitwise, but for
-what the conversion documents it drops; or the conversion refuses. A
-conversion that gives the layout it read (a round trip) must also resume:
-put where save k was, the job's own loader must load the full state of
-save k bitwise and train on (a target with a full state only).
+its `--checkpoint-layout`) is held to its save instead: the committed
+save k, read by its own layout's loader. Each conversion that reads the
+target's layout runs on the committed directory in a process of its own
+(`conversions.run`); what it wrote, read back as its consumers load it,
+must be that state key for key, bitwise, but for what the conversion
+documents it drops; or the conversion refuses. A conversion that gives
+the layout it read (a round trip) must also resume: put where save k was,
+the job's own loader must load the full state of save k bitwise and train
+on (a target with a full state only).
 
 `confuse`: a complete conversion (it drops nothing) to another layout is
 the same save laid out as the job does not write it: sharded where it

@@ -55,8 +55,8 @@ class Reshard:
             RunRequest("resumed run", trace_files=False, full_state=True, failure_grace=PROPAGATION), root / "ckpt",
             root / "resume"), resume=True)
         clock.judging()
-        judged = oracle.judge_reshard(case, scenario.property, saved, resumed, k, n, m, repro, save_steps=steps,
-                                      savers=saver.savers(k))
+        judged = oracle.judge_reshard(case, scenario.property, saved, resumed, k, n, m, repro,
+                                      reports=saver.caps.reports, save_steps=steps, savers=saver.savers(k))
         return [clock.stamp(judged, every=bench.timelines == "all")]
 
 
