@@ -145,6 +145,24 @@ def test_a_resume_that_forgets_the_optimizer_state_is_flagged(verified, framewor
     assert "optim" in judged.details, judged.explain()  # the moments the resume dropped
 
 
+def final_save_and_its_twin(tmp_path: Path, framework: str, flags: tuple, bug: str, final: str):
+    """The golden run of the framework's script with `flags` (PASS, its final
+    model's file `final` written), then its twin's `--bug BUG`, given three
+    times the correct run's time here and now: the twin's one failure."""
+    from ckpt_harness.pipeline.verify import verify_script
+
+    started = time.monotonic()
+    good = verify_script(command(framework, *flags), workdir=tmp_path / "good", cases=["golden"], nproc_per_node=2)
+    assert good.verdict is Verdict.PASS, good.explain()
+    assert (tmp_path / "good" / "golden" / "ckpt" / "final" / final).stat().st_size > 0
+    deadline = max(20.0, round(3 * (time.monotonic() - started)))
+    bad = verify_script(command(framework, *flags, "--bug", bug), workdir=tmp_path / "bad", cases=["golden"],
+                        nproc_per_node=2, timeout=deadline)
+    (live,) = bad.failures()
+    assert (live.case, live.check) == ("golden", "live"), bad.explain()
+    return live
+
+
 def test_zero3s_final_gather_on_rank_0_alone_hangs_writing_the_final_model(tmp_path):
     """ZeRO-3 gathers the final model on every rank (`save_16bit_model`):
     PASS. Its twin gathers on rank 0 alone (`_zero3_consolidated_16bit_state_dict`
@@ -153,19 +171,8 @@ def test_zero3s_final_gather_on_rank_0_alone_hangs_writing_the_final_model(tmp_p
     Open-Instruct report), a `live` FAIL of save 4's routine, each rank's
     collective named at its line of the script, and where the two part."""
     pytest.importorskip("deepspeed")
-    from ckpt_harness.pipeline.verify import verify_script
-
-    zero3 = ("--stage", "3", "--final-model")
-    started = time.monotonic()
-    good = verify_script(command("deepspeed", *zero3), workdir=tmp_path / "gathered", cases=["golden"],
-                         nproc_per_node=2)
-    assert good.verdict is Verdict.PASS, good.explain()
-    assert (tmp_path / "gathered" / "golden" / "ckpt" / "final" / "pytorch_model.bin").stat().st_size > 0
-    deadline = max(20.0, round(3 * (time.monotonic() - started)))  # what the correct run took here, now, thrice
-    bad = verify_script(command("deepspeed", *zero3, "--bug", "final-gather-on-rank-0"),
-                        workdir=tmp_path / "rank0", cases=["golden"], nproc_per_node=2, timeout=deadline)
-    (live,) = bad.failures()
-    assert (live.case, live.check) == ("golden", "live"), bad.explain()
+    live = final_save_and_its_twin(tmp_path, "deepspeed", ("--stage", "3", "--final-model"),
+                                   "final-gather-on-rank-0", "pytorch_model.bin")
     lines = (SCRIPTS / "deepspeed_train.py").read_text().splitlines()
     gather = 1 + next(i for i, line in enumerate(lines) if "torch.save(engine._zero3_consolidated" in line)
     barrier = 1 + next(i for i, line in enumerate(lines) if line.startswith("torch.distributed.barrier()"))
@@ -180,23 +187,12 @@ def test_accelerates_final_save_model_behind_is_main_process_hangs_at_the_barrie
     `save_model` on every process) writes OUT/final: PASS. Its twin puts
     both inside `if accelerator.is_main_process:` (bytedance/UNO#71, #52):
     the main process waits in a barrier no other process enters, a `live`
-    FAIL of the checkpointing naming the script's line; on NCCL, as here,
-    a hang, since the harness holds the finished process as NCCL's would
-    be held in its next collective."""
+    FAIL of the checkpointing naming the script's line. On gloo it is the
+    hang it is on NCCL: the harness holds the process that finished until
+    every process did."""
     pytest.importorskip("accelerate")
-    from ckpt_harness.pipeline.verify import verify_script
-
-    final = ("--final-model",)
-    started = time.monotonic()
-    good = verify_script(command("accelerate", *final), workdir=tmp_path / "good", cases=["golden"],
-                         nproc_per_node=2)
-    assert good.verdict is Verdict.PASS, good.explain()
-    assert (tmp_path / "good" / "golden" / "ckpt" / "final" / "model.safetensors").stat().st_size > 0
-    deadline = max(20.0, round(3 * (time.monotonic() - started)))  # what the correct run took here, now, thrice
-    bad = verify_script(command("accelerate", *final, "--bug", "barrier-in-main"), workdir=tmp_path / "bad",
-                        cases=["golden"], nproc_per_node=2, timeout=deadline)
-    (live,) = bad.failures()
-    assert (live.case, live.check) == ("golden", "live"), bad.explain()
+    live = final_save_and_its_twin(tmp_path, "accelerate", ("--final-model",), "barrier-in-main",
+                                   "model.safetensors")
     lines = (SCRIPTS / "accelerate_train.py").read_text().splitlines()
     barrier = 1 + next(i for i, line in enumerate(lines) if line == "            accelerator.wait_for_everyone()")
     assert "rank 0 waiting in barrier #" in live.summary, live.summary

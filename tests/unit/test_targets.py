@@ -176,29 +176,21 @@ def test_the_script_itself_and_python_files_are_never_taken_for_config_files(tmp
     assert not (tmp_path / "run" / "configs").exists()
 
 
-def test_a_scripts_hard_stop_follows_whether_its_golden_run_saved_in_the_background():
-    """Unknown until its golden run: then a save that returned a future
-    (dcp.async_save) gives it a hard stop; saves that all landed as they
-    returned make its hard stop the graceful one, n/a saying so."""
+@pytest.mark.parametrize("capability, shown_by, lacking", [
+    ("hard_stop", "background", "returned once written"),
+    ("full_state", "full_state", "@ckpt_harness.full_state"),
+])
+def test_what_a_script_can_do_follows_what_its_golden_run_showed(capability, shown_by, lacking):
+    """Unknown until its golden run, then told by its saves: a save that
+    returned a future (dcp.async_save) gives it a hard stop, and one that
+    found a `ckpt_harness.full_state` declared a world-size change. Without,
+    it lacks them, saying why (saves that landed as they returned make its
+    hard stop the graceful one) or what to add."""
     from tests.unit.synthetic import both
 
     script = targets.script(SCRIPT)
-    assert script.caps.has("hard_stop")
-    sync = script.knowing(both(lambda r: r.saved(2).saved(4)))
-    assert "returned once written" in sync.caps.lacks["hard_stop"]
-    background = both(lambda r: r._record("saved", step=2, state={}, background=True).saved(4))
-    assert script.knowing(background).caps.has("hard_stop")
-
-
-def test_a_scripts_full_state_follows_whether_its_golden_run_found_one_declared():
-    """Unknown until its golden run: a script whose saves found a
-    `ckpt_harness.full_state` registered can be resumed at another world
-    size; one without lacks it, saying what to add."""
-    from tests.unit.synthetic import both
-
-    script = targets.script(SCRIPT)
-    assert script.caps.has("full_state")
+    assert script.caps.has(capability)
     plain = script.knowing(both(lambda r: r.saved(2).saved(4)))
-    assert "@ckpt_harness.full_state" in plain.caps.lacks["full_state"]
-    declared = both(lambda r: r._record("saved", step=2, state={}, full_state=True).saved(4))
-    assert script.knowing(declared).caps.has("full_state")
+    assert lacking in plain.caps.lacks[capability]
+    shown = both(lambda r: r._record("saved", step=2, state={}, **{shown_by: True}).saved(4))
+    assert script.knowing(shown).caps.has(capability)

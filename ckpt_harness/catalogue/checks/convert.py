@@ -38,7 +38,7 @@ from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import Setting, ends_group
 from ckpt_harness.conversions.run import Converted, run_conversion
 from ckpt_harness.pipeline.baseline import Baseline
-from ckpt_harness.records import CaseClock, Kind, Run
+from ckpt_harness.records import CaseClock, Run
 from ckpt_harness.state import Record
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult, Verdict
@@ -166,7 +166,7 @@ class Convert:
                                                         full_state=True), root / "ckpt", root / "save"), broken=k)
         failed = oracle.judge_reshard_save("saving run", scenario.property, saved, k, target.world_size,
                                            bench.repro(scenario, names[0]) if names else None)
-        return failed or _Save(root / "ckpt", k, saved, saved.states(Kind.SAVED_FULL, k)[0])
+        return failed or _Save(root / "ckpt", k, saved, oracle.saved_full(saved, k)["state"])
 
     def _committed(self, bench, scenario, target) -> Union[_Save, CaseResult]:
         """The committed save k of the bench's shared baseline (a script's)."""
