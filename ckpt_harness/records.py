@@ -61,9 +61,10 @@ class Kind(str, enum.Enum):
     #: A save that returned in the background landed and the job made it the
     #: one to resume (`ctx.published`, or its `wait_for_saves` returned).
     PUBLISHED = "published"
-    #: A script's save that returned in the background finished writing: the
-    #: future its entry point returned (`dcp.async_save`'s) completed without
-    #: an error. Not PUBLISHED: whether the script then makes it the one to
+    #: A script's save that returned in the background finished writing: its
+    #: writers (`inject.writers`: the future its entry point returned, as
+    #: `dcp.async_save`'s; a pool task or a thread it handed work to) are
+    #: done, and none raised. Not PUBLISHED: whether the script then makes it the one to
     #: resume (a `latest` it writes after) is the script's business.
     LANDED = "landed"
     STOPPED = "stopped"
@@ -214,8 +215,8 @@ class Run:
 
     def done_steps(self) -> list[int]:
         """Steps whose save was done on every rank, in order: it returned and,
-        if it returned in the background (a script's `dcp.async_save`, its
-        SAVED record marked so), it also landed (`Kind.LANDED`). Until then
+        if it returned in the background (a script's `dcp.async_save`, or a
+        pool task or thread still writing it; its SAVED record marked so), it also landed (`Kind.LANDED`). Until then
         its writer may still be cut short, and the save before it is what a
         crash leaves."""
         def done(r: RankRun) -> set[int]:

@@ -24,6 +24,7 @@ from ckpt_harness import phase as phase_mod
 from ckpt_harness.inject import files
 from ckpt_harness.inject.faults import Fault
 from ckpt_harness.inject.tracer import Tracer, adopt, caller, current_phase, set_phase, tracer  # noqa: F401
+from ckpt_harness.inject.writers import WRITERS
 from ckpt_harness.launch import beacon
 from ckpt_harness.launch.link import ChildLink, join_rank, link_for_child
 
@@ -186,25 +187,38 @@ def follow_threads(tracer: Tracer) -> None:
     their own phase, numbered in the order that thread performs them,
     whatever the main thread does meanwhile. Work handed over by a thread
     already in a background phase keeps that phase (DCP's executor submits
-    from its own pool)."""
+    from its own pool). Work handed over in a save's phase is one of that
+    save's writers (`writers.WRITERS`), until it returns or raises: how a
+    save that returns nothing to wait on (Lightning's `AsyncCheckpointIO`,
+    a trainer's own thread) is known to land."""
     from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures.thread import _worker as pool_worker
 
-    def handed_over(fn: Callable) -> Callable:
+    def handed_over(fn: Callable, writer: bool = True) -> Callable:
         where = phase_mod.background(tracer.current())
         slot = beacon.mine()
         if slot is not None:  # counted from the hand-over: queued work is work to come
             slot.handed_over(+1)
+        # Work handed over by a save is one of its writers (`writers`): the save lands when they are done.
+        step = phase_mod.step_of(phase_mod.foreground(where), "save") if writer else None
+        if step is not None:
+            WRITERS.handed(step)
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             before = getattr(tracer.local, "phase", None)
             tracer.local.phase = where
+            failed = True
             try:
-                return fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
+                failed = False
+                return result
             finally:
                 tracer.local.phase = before
                 if slot is not None:
                     slot.handed_over(-1)
+                if step is not None:
+                    WRITERS.finished(step, failed)
 
         return run
 
@@ -220,7 +234,9 @@ def follow_threads(tracer: Tracer) -> None:
 
     @functools.wraps(start)
     def start_in_phase(self: threading.Thread) -> None:
-        self.run = handed_over(self.run)  # type: ignore[method-assign]
+        # A pool's worker thread outlives the save that started it: its tasks are the writers, not it.
+        writer = getattr(self, "_target", None) is not pool_worker
+        self.run = handed_over(self.run, writer)  # type: ignore[method-assign]
         start(self)
 
     threading.Thread.start = start_in_phase  # type: ignore[method-assign]

@@ -32,10 +32,14 @@ the last step this process saved (source ``count``), which a resumed run
 cannot reproduce, so the oracle compares such saves only as the final one.
 
 Only the main thread makes boundaries: a saver's background thread
-(an async checkpoint's writer) writes inside the save that started it.
-A save whose entry point returns a future (`dcp.async_save`) has landed
-when that future completes without an error: a done-callback on it says
-so (`Saves.in_flight`), which changes nothing the script sees of the future.
+(an async checkpoint's writer) writes inside the save that started it,
+and what it is handed joins no save's state (what the main thread handed
+the save is the state it was called with). A save whose writers
+(`writers`: work it handed to a pool or a thread, a future its entry
+point returned) are still at work when it returns went on in the
+background; it has landed once they all finished and none raised. A
+done-callback on a future says so, which changes nothing the script sees
+of the future.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ import re
 import sys
 import threading
 from typing import Any, Callable, Iterator, Mapping, Optional
+
+from ckpt_harness.inject.writers import WRITERS, Writers
 
 #: Where a save's step came from, best first (see the module docstring).
 SOURCES = ("saving", "framework", "path", "count")
@@ -68,7 +74,8 @@ class Save:
     #: `dcp.save` was handed the whole state, and its writer's inner
     #: `torch.save` of each piece would only repeat it.
     collects: bool = True
-    #: The save goes on writing after it returned (`dcp.async_save`).
+    #: The save goes on writing after it returned: its entry point returned a
+    #: future (`dcp.async_save`), or a writer it handed work to was still at work.
     background: bool = False
 
     def add(self, name: str, obj: Any) -> None:
@@ -90,10 +97,14 @@ class Saves:
         self.root = os.path.abspath(ckpt_dir)
         self.real_root = os.path.realpath(ckpt_dir)
         self.began, self.ended, self.trains = began, ended, trains
-        #: Called from the thread that completes a background save's future, once it completed without an error.
+        #: Called once a save that returned in the background landed: from its last writer's thread,
+        #: or from the main thread, right after it returned, if its writers finished first.
         self.on_landed = landed
-        #: Per step saved in the background: set once its future completed (with or without an error).
-        self.settled: dict[int, threading.Event] = {}
+        self.writers: Writers = WRITERS
+        self.writers.on_settled = self._settled
+        #: Saves that returned with writers at work: they land when those finish (`_settled`).
+        self._awaiting: set[int] = set()
+        self._landing = threading.Lock()
         self.current: Optional[Save] = None
         self.last_step = 0
         self.observers: list[Callable[[], Mapping[str, Any]]] = []
@@ -139,8 +150,9 @@ class Saves:
     def boundary(self, step: Optional[int], source: str, name: str = "", obj: Any = None,
                  background: bool = False) -> Iterator[None]:
         """A save: the outermost one records, one inside it adds what it was handed."""
-        if self.current is not None or threading.current_thread() is not threading.main_thread():
-            if self.current is not None and self.current.collects and obj is not None:
+        main = threading.current_thread() is threading.main_thread()
+        if self.current is not None or not main:
+            if main and self.current.collects and obj is not None:  # type: ignore[union-attr]
                 self.current.add(name, obj)
             yield
             return
@@ -157,6 +169,7 @@ class Saves:
             yield
         finally:
             self.current = None
+        save.background = save.background or self.writers.running(step)
         self.last_step = max(self.last_step, step)
         if self.pending is not None:  # another piece of the same save (each file of a step is a torch.save)
             self.pending.handed += save.handed
@@ -165,35 +178,53 @@ class Saves:
             self.pending = save
             self._watch_forward()
         else:  # no optimizer step seen: nothing says when the routine ends, so it ends here
+            self._end(save)
+
+    def _end(self, save: Save) -> None:
+        """Save `save` returned (its routine is over): record it, and its landing
+        if its writers are done already; else the last of them records it."""
+        with self._landing:  # a writer that finishes now waits: its landing is recorded after the save
+            running = self.writers.running(save.step)
+            save.background = save.background or running
+            if running:
+                self._awaiting.add(save.step)
             self.ended(save)
+        if save.background and not running and not self.writers.failed(save.step):
+            self.on_landed(save.step)
 
     # -- background saves -----------------------------------------------------------------------------
     def in_flight(self, step: int, returned: Any) -> None:
         """A save of `step` returned `returned`: if that is a future (or DCP's
-        `AsyncSaveResponse`, whose `upload_completion` is), its completion is
-        the save's landing."""
+        `AsyncSaveResponse`, whose `upload_completion` is), it is one more
+        writer of the save, done when the future completes."""
         future = getattr(returned, "upload_completion", returned)
         if not callable(getattr(future, "add_done_callback", None)):
             return
-        settled = self.settled[step] = threading.Event()
+        self.writers.handed(step)
 
         def done(finished: Any) -> None:
             try:
                 failed = finished.cancelled() or finished.exception() is not None
             except BaseException:  # noqa: BLE001 - whatever a foreign future raises, it did not land
                 failed = True
-            try:
-                if not failed:
-                    self.on_landed(step)
-            finally:
-                settled.set()
+            self.writers.finished(step, failed)
         future.add_done_callback(done)
 
+    def _settled(self, step: int, failed: bool) -> None:
+        """The last writer of save `step` finished (in its own thread)."""
+        with self._landing:
+            awaited = step in self._awaiting
+            self._awaiting.discard(step)
+        if awaited and not failed:
+            self.on_landed(step)
+
+    def in_background(self, step: int) -> bool:
+        """Did save `step` hand work to a writer (it may have finished since)?"""
+        return self.writers.had(step)
+
     def wait_settled(self, step: int) -> None:
-        """Until the background save of `step`, if any, completed (landed or failed)."""
-        settled = self.settled.get(step)
-        if settled is not None:
-            settled.wait()
+        """Until every writer of save `step`, if any, finished (landed or failed)."""
+        self.writers.wait(step)
 
     # -- where a save's routine ends ------------------------------------------------------------------
     def training(self) -> None:
@@ -229,7 +260,7 @@ class Saves:
             self._forward_hook.remove()
             self._forward_hook = None
         if save is not None:
-            self.ended(save)
+            self._end(save)
 
     def _watch_forward(self) -> None:
         """A module's forward also ends the routine: the next step's forward
@@ -449,8 +480,8 @@ def _dcp(module: Any) -> None:
                 with saves.boundary(step, "path", "state_dict", state, background):
                     save = saves.current  # the outer save, inside another one (the boundary is that one)
                     returned = original(*args, **kwargs)
-                if background and save is not None:
-                    saves.in_flight(save.step, returned)
+                    if background and save is not None:  # a writer of the save before the save can end
+                        saves.in_flight(save.step, returned)
                 return returned
             return save
         return make

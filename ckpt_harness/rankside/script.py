@@ -34,7 +34,8 @@ A run told to stop after save k stops each rank that made save k where it
 trains again, at the start of its next save (of another step) or where it
 would otherwise return: everything belonging to save k is done by then,
 and nothing of the next save is. A save k that returned in the background
-(`dcp.async_save`) is waited for there until it landed (LANDED), as a
+(`dcp.async_save`'s future, a pool task or a thread still writing it:
+`inject.writers`) is waited for there until it landed (LANDED), as a
 preemption that lets the save in flight finish does; a hard stop does not
 wait (the hard-preemption scenario). A rank that made save k and then waits in a
 collective outside any save while a peer already stopped counts as
@@ -253,10 +254,10 @@ class ScriptRank:
 
     def _let_save_land(self) -> None:
         """A preemption that waits: save k, returned in the background, lands
-        before the stop (its writer is another thread, or DCP's checkpoint
-        process, and goes on while this one waits). A hard stop does not wait."""
+        before the stop (its writers, a pool's task, a thread or DCP's
+        checkpoint process, go on while this one waits). A hard stop does not wait."""
         step = self.plan.stop_after_save
-        if step in self.saves.settled and not self.plan.hard_stop:
+        if step is not None and self.saves.in_background(step) and not self.plan.hard_stop:
             probes.set_phase(phase.after_save(step))
             self.saves.wait_settled(step)
 

@@ -61,8 +61,9 @@ NO_FULL_STATE = ("the script declares no state that is the same at every world s
                  "--nproc-per-node has nothing to be compared with: decorate a function returning its unsharded "
                  "model and optimizer with @ckpt_harness.full_state (docs/scripts.md, \"World-size change\")")
 #: Why a script whose golden run saved nothing in the background lacks "hard_stop" (until then it may have it).
-SYNCHRONOUS = ("the script's saves returned once written (none returned a future, as dcp.async_save does): a save "
-               "has landed when it returns, so its hard stop is the graceful one, which resume-every-save judges")
+SYNCHRONOUS = ("the script's saves returned once written (none left a writer at work: a future, as dcp.async_save "
+               "returns, a pool task or a thread it handed the write to): a save has landed when it returns, so its "
+               "hard stop is the graceful one, which resume-every-save judges")
 #: Why a script given no `--checkpoint-layout` lacks "conversions".
 NO_LAYOUT = ("the script was given no checkpoint layout for a conversion to read: give --checkpoint-layout "
              "(torch_save, dcp, deepspeed, hf_trainer; `ckpt-harness list` shows the conversions)")

@@ -1,0 +1,147 @@
+"""Plain DDP over gloo that saves in the background, as PyTorch Lightning's
+`AsyncCheckpointIO` does: each save hands a snapshot of the state to a
+`ThreadPoolExecutor(max_workers=1)` and training goes on, keeping no future
+(an error of the writer is kept and raised on the main thread at the next
+save and at the end, Lightning's `self._error`). The data of step s is a
+function of s and the rank, so a resume replays it.
+
+    pool_writer.py OUT [--steps N] [--save-every K] [--pg-timeout S]
+                       [--bug latest-early|live-tensors ...]
+
+Every K steps every rank takes the snapshot (model, optimizer, step),
+inside ``ckpt_harness.saving(step)``, and rank 0 alone submits its write:
+`torch.save` to a temporary file in the system's temp directory, outside
+OUT (fsspec's local transaction, which Lightning writes through), fsynced,
+then moved to OUT/step_N.pt, then the pointer OUT/latest, written
+atomically, names it. Started again on a directory whose latest names a
+checkpoint, every rank loads it and training goes on at the step after.
+The pool is shut down, waiting for the writes, before the process group.
+--pg-timeout S bounds every collective, so a rank whose peer is stuck
+raises instead of waiting for good. Bugs (--bug, repeatable), each one a
+real one:
+
+* latest-early: the main thread writes the pointer as it hands the write
+  over, before the writer landed the file it names: a crash in between
+  leaves latest naming a checkpoint that is not there, and the next start
+  fails on it;
+* live-tensors: the snapshot is the live `state_dict()`s, no copy: the
+  writer serializes tensors the next optimizer steps change in place, a
+  torn checkpoint that mixes steps (all but the last save, which nothing
+  trains past).
+"""
+
+import argparse
+import copy
+import os
+import shutil
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+import ckpt_harness
+
+parser = argparse.ArgumentParser()
+parser.add_argument("out", type=Path)
+parser.add_argument("--steps", type=int, default=6)
+parser.add_argument("--save-every", type=int, default=2)
+parser.add_argument("--pg-timeout", type=float, default=30, help="seconds a collective may wait")
+parser.add_argument("--bug", action="append", default=[], choices=("latest-early", "live-tensors"))
+args = parser.parse_args()
+args.out.mkdir(parents=True, exist_ok=True)
+
+dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout))
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = DistributedDataParallel(torch.nn.Linear(8, 8))
+optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
+pool = ThreadPoolExecutor(max_workers=1)
+error = None  # what the writer raised, raised again on the main thread
+step = 0
+
+
+@ckpt_harness.observe
+def trained():
+    return {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
+
+
+def fsync_dir(path):
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def point_latest(s):
+    """OUT/latest names step_{s}.pt, atomically."""
+    with open(args.out / "latest.tmp", "w") as f:
+        f.write(f"step_{s}.pt")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(args.out / "latest.tmp", args.out / "latest")
+    fsync_dir(args.out)
+
+
+def write(snapshot, s):
+    """The pool thread's task: write the snapshot, then point latest at it."""
+    fd, tmp = tempfile.mkstemp(prefix="pool-writer-")
+    os.close(fd)
+    torch.save(snapshot, tmp)
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    shutil.move(tmp, args.out / f"step_{s}.pt")
+    fsync_dir(args.out)
+    if "latest-early" not in args.bug:
+        point_latest(s)
+
+
+def keep_error(snapshot, s):
+    global error
+    try:
+        write(snapshot, s)
+    except BaseException as e:
+        error = e
+
+
+def raise_error():
+    if error is not None:
+        raise error
+
+
+def save(s):
+    raise_error()
+    with ckpt_harness.saving(s):
+        snapshot = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "step": s}
+        if "live-tensors" not in args.bug:
+            snapshot = copy.deepcopy(snapshot)
+        if rank == 0:
+            if "latest-early" in args.bug:  # as it hands the write over: the writer cannot have landed yet
+                point_latest(s)
+            pool.submit(keep_error, snapshot, s)
+
+
+start = 0
+if (args.out / "latest").exists():
+    checkpoint = torch.load(args.out / (args.out / "latest").read_text().strip(), weights_only=True)
+    model.module.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    start = checkpoint["step"]
+step = start
+for step in range(start + 1, args.steps + 1):
+    data = torch.Generator().manual_seed(1000 * step + rank)
+    optimizer.zero_grad()
+    model(torch.randn(4, 8, generator=data)).square().sum().backward()
+    optimizer.step()
+    if step % args.save_every == 0:
+        save(step)
+pool.shutdown(wait=True)
+raise_error()
+dist.destroy_process_group()
