@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+from ckpt_harness import phase
 from ckpt_harness.verdict import CaseResult, Verdict, fold
 
 
@@ -148,7 +149,27 @@ USUAL_FIX = {
     "skew-safe": "order what ranks do to shared files with a collective (rank 0 deletes, then a barrier), never "
                  "by timing",
     "safe-loading": "load with torch.load(weights_only=True) or safetensors",
+    "snapshot-consistent": "copy the state before the save returns and hand the writer the copy, never the live "
+                           "tensors (DCP's default stager, Lightning's clone of every tensor), or wait for the "
+                           "writer before training changes them",
 }
+#: The usual fix when the fault hit a save's background writer (its phase `bg_save k`): there the
+#: race is between the writer and the main thread, which a collective between ranks does not order.
+WRITER_FIX = {
+    "atomic": "publish a background save (its rename into place, the pointer, the rotation) from its writer once "
+              "its last file landed, or on the main thread only after waiting for the writer; never as the save "
+              "hands the write over",
+    "skew-safe": "make nothing a resume reads depend on when the writer runs: publish from the writer once it "
+                 "landed, or after waiting for it, and have a stop wait for it",
+    "preserving": "keep the writer's outcome (its future, or its exception as Lightning's AsyncCheckpointIO does), "
+                  "raise it on the main thread, and never publish a save whose writer failed",
+}
+
+
+def usual_fix(check: str, case: str) -> Optional[str]:
+    """The hint under a group of failing cases of `check`, the first of which is `case`."""
+    in_writer = f":{phase.BACKGROUND}" in case  # "crash@r0:bg_save4/rename(...)"
+    return (WRITER_FIX.get(check) if in_writer else None) or USUAL_FIX.get(check)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -173,8 +194,9 @@ class Cause:
             others = [c.case for c in self.cases[1:]]
             shown = ", ".join(others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
             lines.append(f"the same cause in: {shown} (every one in full: --all-failures)")
-        if hint and check in USUAL_FIX and verdict == Verdict.FAIL.value:
-            lines.append(f"usual fix: {USUAL_FIX[check]}")
+        fix = usual_fix(check, first.case)
+        if hint and fix and verdict == Verdict.FAIL.value:
+            lines.append(f"usual fix: {fix}")
         return "\n".join(lines)
 
 

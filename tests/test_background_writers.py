@@ -1,4 +1,5 @@
-"""Saves written in the background with nothing to wait on (issue 43, item 1).
+"""Saves written in the background (issue 43): with nothing to wait on, and
+with training going on while they are written.
 
 `tests/scripts/pool_writer.py` saves as Lightning's `AsyncCheckpointIO`
 does: a snapshot handed to a one-thread pool, no future kept. Its save
@@ -12,6 +13,12 @@ are points of the save's background phase. Under real torchrun at 2 ranks:
 - its twin that points `latest` from the main thread before the writer
   landed is flagged atomic at the writer's rename; the correct one is not;
 - hard-preemption runs on it (before: n/a, "its saves returned once written").
+
+And snapshot-consistent (`slow-background-save`: a save's writers start
+only once training went on past it): its twin that hands the writer the
+live tensors is flagged naming the keys and ranks; so is a Job whose
+`dcp.async_save` stages nothing (pytorch#144657), while `dcp_async` passes;
+a Job that saves synchronously has nothing in flight to slow (n/a).
 """
 
 import json
@@ -26,8 +33,8 @@ POOL_WRITER = Path(__file__).resolve().parent / "scripts" / "pool_writer.py"
 BG = "bg_save4"
 
 
-def script(*flags: str) -> str:
-    return " ".join([str(POOL_WRITER), "{ckpt_dir}", "--steps", "6", *flags])
+def script(*flags: str, steps: int = 6) -> str:
+    return " ".join([str(POOL_WRITER), "{ckpt_dir}", "--steps", str(steps), *flags])
 
 
 def test_delays_on_every_operation_of_a_pool_writer_without_a_future_change_nothing(tmp_path):
@@ -55,6 +62,9 @@ def test_a_pointer_moved_before_the_pool_writer_landed_is_flagged_atomic(tmp_pat
     assert [(r.check, r.case) for r in failed] == [("atomic", f"crash@r0:{BG}/rename(None->step_4.pt)")], \
         broken.explain()
     assert "refused: FileNotFoundError" in failed[0].summary and "step_4.pt" in failed[0].summary
+    # the hint speaks of the writer, not of ordering ranks by a collective
+    assert "usual fix: publish a background save (its rename into place, the pointer, the rotation) from its " \
+           "writer once its last file landed" in broken.explain(), broken.explain()
     correct = explore_script(script(), workdir=tmp_path / "correct", **targeted)
     assert correct.verdict is Verdict.PASS, correct.explain()
     assert {r.case for r in correct.results} >= {f"crash@r0:{BG}/rename(None->step_4.pt)",
@@ -72,3 +82,42 @@ def test_hard_preemption_runs_on_a_pool_writer(tmp_path):
         events = [(r["event"], r.get("step")) for r in read_records(stops[0], rank)]
         stopped = events.index((Kind.STOPPED, 4))  # its writer may land while it waits to be torn down
         assert events[stopped - 1] == (Kind.SAVED, 4), events
+
+
+def slow(*target: str, cwd: Path):
+    cwd.mkdir(parents=True, exist_ok=True)  # absolute: the in-process fork server keeps the first call's directory
+    return cli("scenario", "slow-background-save", *target, "--workdir", str(cwd / "work"), cwd=cwd)
+
+
+def test_a_pool_writer_handed_the_live_tensors_is_flagged_snapshot_consistent(tmp_path):
+    """Its save 2 lands while step 3 runs: the checkpoint holds step 3's
+    weights and Adam's step 3 beside the save's own step 2, and every save
+    after the resume is off by a step. The twin that copies passes."""
+    torn = slow("--script", script("--bug", "live-tensors", steps=4), "--nproc-per-node", "2", cwd=tmp_path / "torn")
+    assert torn.returncode == 1, torn.stdout + torn.stderr
+    assert "slow-background-save [pool_writer.py --steps 4 --bug live-tensors] snapshot-consistent: FAIL" in torn.stdout
+    assert "slow@2 / saves after resume: FAIL — save 4 differs from the uninterrupted run's: ranks 0-1" in torn.stdout
+    assert "first at index []: 5.0, expected 4.0" in torn.stdout, torn.stdout  # Adam's step, one ahead
+    right = slow("--script", script(steps=4), "--nproc-per-node", "2", cwd=tmp_path / "right")
+    assert right.returncode == 0, right.stdout + right.stderr
+    assert "snapshot-consistent: PASS" in right.stdout, right.stdout
+
+
+def test_a_job_whose_async_save_stages_nothing_is_flagged_once_training_overlaps_its_writer(tmp_path):
+    torn = slow("--job", "tests.planted.async_jobs:HandsLiveTensors", cwd=tmp_path / "torn")
+    assert torn.returncode == 1, torn.stdout + torn.stderr
+    assert "slow@2 / state after load: FAIL — state after load vs. state saved at step 2 differs" in torn.stdout
+    for rank in (0, 1):  # every rank's shard holds step 3's moments, and Adam's step 3
+        assert f"rank {rank}:\n  model/* (6 keys): values differ" in torn.stdout, torn.stdout
+    assert "optim/*/step (6 keys): 1 of 1 elements differ; first at index []: 3.0, expected 2.0" in torn.stdout
+    right = slow("--job", "dcp_async", cwd=tmp_path / "right")
+    assert right.returncode == 0 and "snapshot-consistent: PASS" in right.stdout, right.stdout + right.stderr
+    stop = read_records(tmp_path / "right" / "work" / "slow-background-save" / "slow@2" / "stop", 0)
+    assert stop[-1]["event"] == Kind.STOPPED and stop[-1]["held"] == "training", stop[-1]  # it did overlap
+
+
+def test_a_job_that_saves_synchronously_has_nothing_in_flight_to_slow(tmp_path):
+    out = slow("--job", "dcp", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "slow-background-save [dcp] snapshot-consistent: N/A — the job saves synchronously" in out.stdout, \
+        out.stdout

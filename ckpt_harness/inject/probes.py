@@ -210,6 +210,8 @@ def follow_threads(tracer: Tracer) -> None:
             tracer.local.phase = where
             failed = True
             try:
+                if step is not None:
+                    WRITERS.starting(step)  # held there while the run holds its save's writers
                 result = fn(*args, **kwargs)
                 failed = False
                 return result

@@ -460,6 +460,7 @@ def _torch(module: Any) -> None:
 
         optimizer.register_optimizer_step_pre_hook(lambda _optimizer, _args, _kwargs: _require().training())
         _steps_hooked = True
+        WRITERS.arm()  # a run that holds a save's writers until training went on watches its steps from now
 
 
 _steps_hooked = False

@@ -15,13 +15,30 @@ finished and none raised.
 A thread pool's own worker threads are not writers: they outlive every
 save. The tasks they run are. One table per process, since the threads
 that hand work over and those that do it are the process's.
+
+A run may *hold* the writers of one save (`hold`, `Stop.SLOW_WRITER`):
+each waits, as it starts, until the process made an optimizer step after
+the save handed it over. Training then overlaps the save in flight, as it
+does on storage slower than a training step, and a writer that reads the
+live state instead of a copy taken as the save was called writes another
+step's (a torn snapshot). The hold is all it changes: nothing is written
+differently, only later. A writer whose process never steps again before
+waiting for it (a save that is really synchronous) is let go after
+`HOLD_LIMIT`, and says so (`released_by`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
+
+#: Seconds a held writer waits for training to go on before it starts anyway:
+#: only a process that waits for its writer before stepping again reaches it,
+#: and then nothing overlapped (`released_by` says "limit"): it costs that
+#: run this long, never a verdict.
+HOLD_LIMIT = 10.0
 
 
 @dataclasses.dataclass
@@ -40,6 +57,15 @@ class Writers:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._steps: dict[int, _Step] = {}
+        #: The save whose writers are held (`hold`), and what lets them go.
+        self._held: Optional[int] = None
+        self._gate = threading.Event()
+        self._hook: Any = None
+        #: What let the held writers go, once one of them started: "training"
+        #: (an optimizer step after the hand-over), "stop" (the run stopped
+        #: first), "limit" (`HOLD_LIMIT`); None while none started.
+        self.released_by: Optional[str] = None
+        self._why: Optional[str] = None
         #: Called, from the writer's own thread, when the last running writer
         #: of a step finished: (step, whether any of its writers raised).
         self.on_settled: Callable[[int, bool], None] = lambda step, failed: None
@@ -77,6 +103,47 @@ class Writers:
     def failed(self, step: int) -> bool:
         found = self._steps.get(step)
         return found is not None and found.failed
+
+    # -- holding a save's writers (`Stop.SLOW_WRITER`) -------------------------------------------
+    def hold(self, step: int) -> None:
+        """Hold the writers of save `step` until the process made an optimizer
+        step after the save handed them over (or `release`, or `HOLD_LIMIT`).
+        The optimizer hook goes in once torch is imported (`arm`): a script
+        may set its environment before it imports torch."""
+        self._held = step
+        if "torch.optim.optimizer" in sys.modules:
+            self.arm()
+
+    def arm(self) -> None:
+        """Watch optimizer steps for the held save, if any (`saves` calls it as torch is imported)."""
+        step = self._held
+        if step is None or self._hook is not None or self._gate.is_set():
+            return
+        import torch.optim.optimizer as optimizer
+
+        def stepped(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
+            if self.had(step):  # steps before the save are not training past it
+                self.release("training")
+        self._hook = optimizer.register_optimizer_step_post_hook(stepped)
+
+    def release(self, why: str) -> None:
+        """Let the held writers go (at once, and any handed over later)."""
+        if self._gate.is_set():
+            return
+        self._why = why
+        self._gate.set()
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def starting(self, step: int) -> None:
+        """A writer of save `step` is about to start: held there, if its save is."""
+        if step != self._held:
+            return
+        if not self._gate.wait(HOLD_LIMIT):
+            self.release("limit")
+        if self.released_by is None:
+            self.released_by = self._why
 
     def wait(self, step: int, timeout: Optional[float] = None) -> bool:
         """Until every writer of save `step` finished; True if they did (or there were none)."""

@@ -33,6 +33,7 @@ from ckpt_harness.oracle.start import (
     judge_later_saves,
     judge_named_steps,
     judge_landed,
+    judge_overlap,
     judge_saves_seen,
     judge_resume_point,
     judge_stopped,
@@ -61,6 +62,7 @@ __all__ = [
     "judge_reshard", "judge_reshard_save", "judge_same_state", "nothing_to_break", "property_for", "saved_full",
     "undecided_if",
     "Inferred", "infer_start", "judge_unreported_load", "judge_retention",
-    "judge_landed", "judge_later_saves", "judge_named_steps", "judge_resume_point", "judge_saves_seen", "judge_stopped",
+    "judge_landed", "judge_later_saves", "judge_overlap",
+    "judge_named_steps", "judge_resume_point", "judge_saves_seen", "judge_stopped",
     "save_steps", "saves_by_step", "savers",
 ]

@@ -25,6 +25,8 @@ PROPERTIES = {
     "safe-loading": "loading a checkpoint never runs code its files carry (a malicious pickle is refused or ignored)",
     "convertible": "the framework's conversions of a save (to another format, a weights export) keep every bit "
                    "of it but what they document to drop, or refuse",
+    "snapshot-consistent": "a checkpoint holds the state of the moment its save was called, however long its "
+                           "background writer takes and whatever training does meanwhile",
 }
 
 #: What every run is also judged on, whatever a scenario aims at: a hang or an

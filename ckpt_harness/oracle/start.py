@@ -141,6 +141,25 @@ def judge_stopped(case: str, stopped: Run, step: int, ranks: frozenset[int]) -> 
                       f"{', '.join(map(str, missing))}: it did not save as the golden run did")
 
 
+def judge_overlap(case: str, stopped: Run, step: int) -> Optional[CaseResult]:
+    """UNKNOWN when a run that held save `step`'s writers until training went
+    on (`Stop.SLOW_WRITER`) had no writer start after an optimizer step: the
+    save did not overlap training, so a checkpoint that holds the state the
+    save was called with says nothing about its writer (each rank's STOPPED
+    says what let its writers go: "training", "stop", "limit", or none started)."""
+    held = {r.rank: (r.find(Kind.STOPPED, step) or {}).get("held") for r in stopped.ranks}
+    started = {rank: why for rank, why in held.items() if why is not None}
+    if any(why == "training" for why in started.values()):
+        return None
+    if not started:
+        return CaseResult(case, "overlapped", Verdict.UNKNOWN, f"no rank handed save {step} to a writer that started "
+                                                               "before the run stopped: nothing was in flight")
+    shown = ", ".join(f"rank {rank}'s by {why}" for rank, why in sorted(started.items()))
+    return CaseResult(case, "overlapped", Verdict.UNKNOWN,
+                      f"no writer of save {step} started after an optimizer step (let go: {shown}): the run waited "
+                      f"for it before it trained again, so nothing trained while save {step} was in flight")
+
+
 def judge_deterministic(case: str, golden: Run, stopped: Run, step: int) -> Optional[CaseResult]:
     """UNKNOWN when two identical runs already differ at save `step`: nothing to judge against."""
     a, b = saves_by_step(golden).get(step), saves_by_step(stopped).get(step)

@@ -32,9 +32,14 @@ from ckpt_harness.targets import RunRequest, Stop, Target
 from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict
 
 #: A case's kind -> the capability it needs (None: every target) and how its run stops.
-#: "hard@4": stop without waiting for a background save; "restart@4": the launcher's restart.
-KINDS = {"resume": (None, Stop.GRACEFUL), "hard": ("hard_stop", Stop.HARD), "restart": ("launcher_restart", Stop.CRASH)}
-HARD = "hard"
+#: "hard@4": stop without waiting for a background save; "slow@4": its writers start only
+#: once training went on past it (snapshot-consistent); "restart@4": the launcher's restart.
+KINDS = {"resume": (None, Stop.GRACEFUL), "hard": ("background_saves", Stop.HARD),
+         "slow": ("background_saves", Stop.SLOW_WRITER), "restart": ("launcher_restart", Stop.CRASH)}
+#: The `stop` of `verify` (and of the resume check) -> the kind of its cases.
+BY_STOP = {stop.value: kind for kind, (_, stop) in KINDS.items() if stop is not Stop.CRASH}
+#: Kinds whose save must have training after it: the last save has none to overlap.
+TRAINED_PAST = ("slow",)
 
 
 def verify(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None,
@@ -46,8 +51,10 @@ def verify(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None,
     ...). Runs go under `workdir` (a fresh temporary directory if None).
     `cases` limits the resume cases to names like "resume@4"; the golden run
     always runs. `stop="hard"` stops without waiting for a save in flight
-    (cases "hard@4"; jobs that save in the background only). `job` may
-    also be a target of any kind (`ckpt_harness.targets`), ready made.
+    (cases "hard@4"; jobs that save in the background only);
+    `stop="slow-writer"` holds each save's writers until training went on
+    past it, then stops once it landed (cases "slow@4", every save but the
+    last). `job` may also be a target of any kind (`ckpt_harness.targets`), ready made.
     """
     target, _ = targets.resolve(job, "run", settings)
     return run_verification(target, prepare_workdir(workdir), cases, stop)
@@ -71,10 +78,16 @@ def verify_script(script: str, *, workdir: Optional[Union[str, Path]] = None,
 
 def case_names(target: Target, steps: Sequence[int], stop: str = "graceful") -> tuple[list[str], list[str]]:
     """The cases `target` can run at save `steps`, and those run unless named:
-    resume@k (or hard@k, `stop="hard"`), and restart@k where the launcher restarts."""
+    resume@k (or hard@k, `stop="hard"`; slow@k, `stop="slow-writer"`), and
+    restart@k where the launcher restarts (not with slow@k)."""
     kinds = [kind for kind, (needs, _) in KINDS.items() if needs is None or target.caps.has(needs)]
-    default = [HARD if stop == HARD else "resume"] + (["restart"] if "restart" in kinds else [])
-    return [f"{kind}@{k}" for kind in kinds for k in steps], [f"{kind}@{k}" for k in steps for kind in default]
+    first = BY_STOP[stop]
+    default = [first] + (["restart"] if "restart" in kinds and first not in TRAINED_PAST else [])
+
+    def at(kind: str) -> Sequence[int]:
+        return steps[:-1] if kind in TRAINED_PAST else steps
+    return [f"{kind}@{k}" for kind in kinds for k in at(kind)], \
+        [f"{kind}@{k}" for k in steps for kind in default if k in at(kind)]
 
 
 def _check_names(target: Target, names: Optional[Sequence[str]], steps: Sequence[int]) -> None:
@@ -180,6 +193,10 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
                                        frozenset(r.rank for r in stopped.ranks))
     if not_stopped:
         return [not_stopped]
+    if stop is Stop.SLOW_WRITER:  # nothing trained while the save was in flight: nothing to judge its writer by
+        idle = oracle.judge_overlap(case, stopped, step)
+        if idle:
+            return [idle]
     nondeterminism[step] = found = oracle.judge_deterministic(case, golden, stopped, step)
     results = [found] if found else []
     resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False), ckpt, root / "resume"),

@@ -37,6 +37,7 @@ from ckpt_harness import phase
 from ckpt_harness import state as state_mod
 from ckpt_harness.inject import probes
 from ckpt_harness.inject.faults import Fault
+from ckpt_harness.inject.writers import WRITERS
 from ckpt_harness.job import Job, RankContext
 from ckpt_harness.jobref import JobRef, load
 from ckpt_harness.launch import rank as launch_rank
@@ -62,6 +63,10 @@ class RunPlan:
     #: The preemption is hard: park at once, not waiting for the save in
     #: flight of a job that saves in the background (see the module docstring).
     hard_stop: bool = False
+    #: Hold save k's writers until training went on past it (`Stop.SLOW_WRITER`):
+    #: a job that saves in the background trains on to its next save while
+    #: they wait, as after any stop of such a job, then waits for its saves.
+    slow_writer: bool = False
     #: The faults armed in this run, each firing once.
     faults: tuple[Fault, ...] = ()
     #: Log every byte written under the checkpoint dir (for the power-loss model).
@@ -95,6 +100,8 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
     ckpt_dir = Path(plan.ckpt_dir)
     job: Job = load(plan.job)()
     probes.follow_children()  # processes its framework spawns to save get the probes too
+    if plan.slow_writer and plan.stop_after_save is not None:
+        WRITERS.hold(plan.stop_after_save)
 
     def on_loaded(step: Optional[int]) -> None:
         probes.set_phase(phase.STATE_AFTER_LOAD)
@@ -147,10 +154,11 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
     stopping: list[int] = []
 
     def stop(step: int) -> None:
+        WRITERS.release("stop")
         if background:
             probes.set_phase(phase.after_save(step))
             wait_for_saves()
-        recorder.write(Kind.STOPPED, step=step)
+        recorder.write(Kind.STOPPED, step=step, **({"held": WRITERS.released_by} if plan.slow_writer else {}))
         launch_rank.park()
 
     ctx = RankContext(

@@ -60,6 +60,7 @@ from typing import Any, Callable, Optional
 from ckpt_harness import phase
 from ckpt_harness import state as state_mod
 from ckpt_harness.inject import probes, saves
+from ckpt_harness.inject.writers import WRITERS
 from ckpt_harness.inject.faults import Fault, parse_plan, plan_label
 from ckpt_harness.launch.layout import crash_marker, records_path
 from ckpt_harness.rankside.common import entries, install_probes, write_error
@@ -84,6 +85,9 @@ class ScriptPlan:
     crash: bool = False
     #: Stop there without waiting for save k, returned in the background, to land (a preemption that does not wait).
     hard_stop: bool = False
+    #: Hold save k's writers until training went on past it, train on to the
+    #: next save (or the end) and stop there once save k landed (`Stop.SLOW_WRITER`).
+    slow_writer: bool = False
     faults: tuple[Fault, ...] = ()
     log_data: bool = False
     trace_files: bool = True
@@ -130,6 +134,8 @@ class ScriptRank:
         #: The steps whose full state this rank recorded, and whether it watches for the one it loaded.
         self._full_saved: set[int] = set()
         self._watching_load = False
+        if plan.slow_writer and plan.stop_after_save is not None:
+            WRITERS.hold(plan.stop_after_save)  # before the save hooks: they arm it once torch is imported
         saves.install(self.saves)
         probes.set_phase(phase.RUN)
 
@@ -170,9 +176,10 @@ class ScriptRank:
             self._watch = probes.harness_thread(self._stop_if_stuck, "ckpt-harness stop watch")
 
     def _trains(self) -> None:
-        """Training goes on: past save k, this rank stops here (its save's routine is over)."""
+        """Training goes on: past save k, this rank stops here (its save's routine
+        is over); with save k's writers held, it trains on to its next save."""
         if self.plan.stop_after_save is not None and self.last is not None \
-                and self.last[0] == self.plan.stop_after_save:
+                and self.last[0] == self.plan.stop_after_save and not self.plan.slow_writer:
             self._stop()
 
     def _stop_if_stuck(self) -> None:
@@ -199,7 +206,7 @@ class ScriptRank:
             elif time.monotonic() - since >= STUCK_AFTER_PEER:
                 self.saves.flush()
                 self._let_save_land()
-                self.recorder.write(Kind.STOPPED, step=self.plan.stop_after_save)
+                self._record_stop()
                 self.park()  # this thread waits for good; the harness tears the group down
 
     def _peer_stopped(self) -> bool:
@@ -249,17 +256,24 @@ class ScriptRank:
                 return
             os.kill(os.getpid(), signal.SIGKILL)
         self._let_save_land()
-        self.recorder.write(Kind.STOPPED, step=self.plan.stop_after_save)
+        self._record_stop()
         self.park()
 
     def _let_save_land(self) -> None:
         """A preemption that waits: save k, returned in the background, lands
         before the stop (its writers, a pool's task, a thread or DCP's
-        checkpoint process, go on while this one waits). A hard stop does not wait."""
+        checkpoint process, go on while this one waits; held ones are let
+        go). A hard stop does not wait."""
         step = self.plan.stop_after_save
+        WRITERS.release("stop")
         if step is not None and self.saves.in_background(step) and not self.plan.hard_stop:
             probes.set_phase(phase.after_save(step))
             self.saves.wait_settled(step)
+
+    def _record_stop(self) -> None:
+        """STOPPED, and with save k's writers held, what let them go (`Writers.released_by`)."""
+        held = {"held": WRITERS.released_by} if self.plan.slow_writer else {}
+        self.recorder.write(Kind.STOPPED, step=self.plan.stop_after_save, **held)
 
     def finished(self) -> None:
         """The script returned: its final state is its last save's, with what it observes now."""

@@ -35,8 +35,15 @@ class Stop(enum.Enum):
     #: Every rank that made the save stops once it returned (and, for a job
     #: saving in the background, once that save landed): a preemption.
     GRACEFUL = "graceful"
-    #: At once, the background save still in flight (`Capabilities` "hard_stop").
+    #: At once, the background save still in flight (`Capabilities` "background_saves").
     HARD = "hard"
+    #: The save's writers start only once training went on past it (an
+    #: optimizer step after the hand-over), as on storage slower than a
+    #: training step; the ranks train on to their next save (or the end)
+    #: and stop there once the save landed. What a writer reads of the live
+    #: state after the save returned is then another step's (`Capabilities`
+    #: "background_saves").
+    SLOW_WRITER = "slow-writer"
     #: The first rank there dies, and the launcher restarts the group
     #: (`Capabilities` "launcher_restart").
     CRASH = "crash"
@@ -72,7 +79,7 @@ class RunRequest:
 class Capabilities:
     """What a target can do; for each thing it cannot, why, in a user's words.
 
-    Names of capabilities a target may lack: "hard_stop", "launcher_restart",
+    Names of capabilities a target may lack: "background_saves", "launcher_restart",
     "full_state", "full_state_keys" (its full state is keyed as its
     checkpoints are, so a conversion is held to it), "overwrite_flag",
     "keep_last", "simulated_nodes", "backend", "blocked_report",

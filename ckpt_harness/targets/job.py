@@ -62,8 +62,10 @@ class JobTarget:
         lacks = {"launcher_restart": "a Job's group is run by the harness's fork server, which restarts nothing "
                                      "(torchrun's restart path is a script's: run --script --max-restarts)"}
         if not cls.saves_in_background():
-            lacks["hard_stop"] = ("the job saves synchronously: a save has landed when it returns, so a hard stop "
-                                  "is the graceful one (resume-every-save)")
+            lacks["background_saves"] = (
+                "the job saves synchronously: a save has landed when it returns, so nothing of it is in flight for "
+                "a stop not to wait for (its hard stop is the graceful one, resume-every-save) or for training to "
+                "overlap")
         if not cls.reshardable():
             lacks["full_state"] = "the job defines no full_state(ctx), so it claims no world-size change"
         if cls.checkpoint_layout is None:
@@ -102,7 +104,8 @@ class JobTarget:
         plan = RunPlan(
             job=config.job, ckpt_dir=str(ckpt_dir), seed=config.seed, total_steps=config.steps,
             save_every=config.save_every, keep_last=config.keep_last, overwrite=config.overwrite,
-            stop_after_save=request.stop_after_save, hard_stop=request.stop is Stop.HARD, faults=request.faults,
+            stop_after_save=request.stop_after_save, hard_stop=request.stop is Stop.HARD,
+            slow_writer=request.stop is Stop.SLOW_WRITER, faults=request.faults,
             log_data=request.log_data, trace_files=request.trace_files, full_state=request.full_state,
         )
         spec = GroupSpec(

@@ -60,10 +60,11 @@ LACKS = {
 NO_FULL_STATE = ("the script declares no state that is the same at every world size, so a resume at another "
                  "--nproc-per-node has nothing to be compared with: decorate a function returning its unsharded "
                  "model and optimizer with @ckpt_harness.full_state (docs/scripts.md, \"World-size change\")")
-#: Why a script whose golden run saved nothing in the background lacks "hard_stop" (until then it may have it).
+#: Why a script whose golden run saved nothing in the background lacks "background_saves" (until then it may have it).
 SYNCHRONOUS = ("the script's saves returned once written (none left a writer at work: a future, as dcp.async_save "
-               "returns, a pool task or a thread it handed the write to): a save has landed when it returns, so its "
-               "hard stop is the graceful one, which resume-every-save judges")
+               "returns, a pool task or a thread it handed the write to): a save has landed when it returns, so "
+               "nothing of it is in flight for a stop not to wait for (its hard stop is the graceful one, which "
+               "resume-every-save judges) or for training to overlap")
 #: Why a script given no `--checkpoint-layout` lacks "conversions".
 NO_LAYOUT = ("the script was given no checkpoint layout for a conversion to read: give --checkpoint-layout "
              "(torch_save, dcp, deepspeed, hf_trainer; `ckpt-harness list` shows the conversions)")
@@ -221,7 +222,7 @@ class ScriptTarget:
         if self.config.checkpoint_layout is None:
             lacks["conversions"] = NO_LAYOUT
         if self.known and not self.background:
-            lacks["hard_stop"] = SYNCHRONOUS
+            lacks["background_saves"] = SYNCHRONOUS
         if self.known and not self.full:
             lacks["full_state"] = NO_FULL_STATE
         return Capabilities(reports=False, steps_known=False, live_state=False, parks=False, lacks=lacks,
@@ -280,7 +281,7 @@ class ScriptTarget:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         ckpt = ckpt_dir.resolve()
         plan = ScriptPlan(ckpt_dir=str(ckpt), stop_after_save=request.stop_after_save, crash=crash,
-                          hard_stop=request.stop is Stop.HARD,
+                          hard_stop=request.stop is Stop.HARD, slow_writer=request.stop is Stop.SLOW_WRITER,
                           faults=request.faults, log_data=request.log_data, trace_files=request.trace_files,
                           list_entries=self.values.get("keep_last") is not None,
                           full_state=request.full_state, resumes=_resumes(ckpt))

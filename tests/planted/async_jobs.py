@@ -96,6 +96,22 @@ class SkipsStaging(_OnSlowDisk):
         super().wait_for_saves(ctx)
 
 
+class HandsLiveTensors(DcpAsyncJob):
+    """`async_save` with a stager that copies nothing (pytorch#144657): its
+    writer serializes the live tensors. Where the writer beats the next
+    optimizer step (a tiny model on a fast disk) the checkpoint is right by
+    luck; once training overlaps the write, it holds a later step's weights
+    and optimizer moments beside the save's step: a torn snapshot."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        self.wait_for_saves(ctx)
+        path = step_dir(ctx.ckpt_dir, step)
+        prepare_step_dir(ctx, path)
+        future = dcp.async_save(self._payload(ctx, step), checkpoint_id=path, process_group=self._group,
+                                async_stager=_NoStaging())
+        self._pending = (step, path, future)
+
+
 class SwallowsBackgroundFailure(DcpAsyncJob):
     """A failed background write is logged and forgotten (OLMo-core #831): the
     save is published as if it had landed."""

@@ -7,7 +7,7 @@ import pytest
 from ckpt_harness.errors import ModelError
 from ckpt_harness.oracle import (
     Outcome, accepted, classify_resume, expected, health, judge_blocked, judge_deterministic, judge_fault,
-    judge_fresh_start, judge_late, judge_live, judge_load_step, judge_overwriting_save, judge_replaced,
+    judge_fresh_start, judge_late, judge_live, judge_load_step, judge_overlap, judge_overwriting_save, judge_replaced,
     judge_converted_resume, judge_reshard, judge_reshard_save, judge_same_state, judge_unreported_load, property_for,
     undecided_if,
 )
@@ -690,3 +690,22 @@ def test_a_hard_stop_after_a_scripts_last_save_compares_no_final_state_it_never_
     assert script.verdict is V.PASS, script
     job = oracle.judge_hard_stop("hard@4", golden, stopped, resumed_from_k, K, None, live_state=True)
     assert job.verdict is V.FAIL and "final state" in job.summary, job
+
+
+# -- a save held until training went on (Stop.SLOW_WRITER) ---------------------------------------
+def _stopped(*held):
+    return run(*(rank(r).saved(K)._record("stopped", step=K, held=why) for r, why in enumerate(held)), name="stop")
+
+
+@pytest.mark.parametrize("held, unknown, words", [
+    P(("training", None), False, "", id="a-writer-started-after-a-step"),
+    P(("limit", None), True, "rank 0's by limit", id="the-rank-waited-for-its-writer"),
+    P(("stop", "stop"), True, "rank 0's by stop, rank 1's by stop", id="stopped-first"),
+    P((None, None), True, "nothing was in flight", id="no-writer"),
+])
+def test_a_slow_writer_case_is_judged_only_when_training_overlapped_the_save(held, unknown, words):
+    found = judge_overlap("slow@4", _stopped(*held), K)
+    if not unknown:
+        assert found is None
+        return
+    assert (found.check, found.verdict) == ("overlapped", V.UNKNOWN) and words in found.summary, found.summary

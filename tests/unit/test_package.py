@@ -14,7 +14,7 @@ import pytest
 RANK_SIDE = {
     "ckpt_harness", "ckpt_harness.errors", "ckpt_harness.phase", "ckpt_harness.inject",
     "ckpt_harness.inject.faults", "ckpt_harness.inject.files", "ckpt_harness.inject.probes",
-    "ckpt_harness.inject.trace", "ckpt_harness.inject.tracer",
+    "ckpt_harness.inject.trace", "ckpt_harness.inject.tracer", "ckpt_harness.inject.writers",
 }
 
 

@@ -104,7 +104,7 @@ def test_script_args_refuse_what_cannot_be_passed_saying_what_to_give(given, say
 
 def test_what_a_job_cannot_do_follows_from_its_class():
     sync, background = targets.job("torch_save"), targets.job("dcp_async")
-    assert "hard_stop" in sync.caps.lacks and background.caps.has("hard_stop")
+    assert "background_saves" in sync.caps.lacks and background.caps.has("background_saves")
     assert sync.caps.reports and sync.caps.steps_known and sync.caps.live_state and sync.caps.parks
     assert sync.with_settings({"steps": 6, "keep_last": 1, "faults": ("crash",)}).values["keep_last"] == 1
 
@@ -177,7 +177,7 @@ def test_the_script_itself_and_python_files_are_never_taken_for_config_files(tmp
 
 
 @pytest.mark.parametrize("capability, shown_by, lacking", [
-    ("hard_stop", "background", "returned once written"),
+    ("background_saves", "background", "returned once written"),
     ("full_state", "full_state", "@ckpt_harness.full_state"),
 ])
 def test_what_a_script_can_do_follows_what_its_golden_run_showed(capability, shown_by, lacking):

@@ -3,9 +3,13 @@ other scenario's verdict leans on.
 
 With `stop = "hard"` each stop does not wait for a save still landing in the
 background (`RunPlan.hard_stop`): judged "atomic", S_k or a save from the
-newest published one on. Not applicable to a job that saves synchronously:
-its save has landed when it returns, so its hard stop is the graceful one,
-instruction for instruction, and `resume-every-save` already judges it."""
+newest published one on. With `stop = "slow-writer"` each save's writers
+start only once training went on past it, and the run stops once it landed
+(`Stop.SLOW_WRITER`): the resume must load the state the save was called
+with (snapshot-consistent), every save but the last. Neither applies to a
+job that saves synchronously: its save has landed when it returns, so its
+hard stop is the graceful one, instruction for instruction, and nothing
+of it is in flight while training goes on."""
 
 from __future__ import annotations
 
@@ -20,7 +24,9 @@ class Resume:
     params = (
         *run_settings("steps", "save_every"),
         Setting("stop", str, "graceful", "how each run stops after its save: graceful (a job that saves in the "
-                "background waits for the save in flight) or hard (it does not)", choices=("graceful", "hard")),
+                "background waits for the save in flight), hard (it does not), or slow-writer (the save's writers "
+                "start only once training went on past it; the run stops once it landed)",
+                choices=("graceful", "hard", "slow-writer")),
     )
     #: Its results are checks of a few cases.
     unit = "checks"
@@ -34,10 +40,10 @@ class Resume:
 
         target = bench.target_for(scenario.params)
         stop = scenario.params["stop"]
-        if stop == "hard":  # a script tells only by its golden run whether a save lands in the background
-            caps = target.caps if not target.caps.has("hard_stop") else target.knowing(bench.golden(target)).caps
-            if not caps.has("hard_stop"):
-                raise NotApplicable(caps.lacks["hard_stop"])
+        if stop != "graceful":  # a script tells only by its golden run whether a save lands in the background
+            caps = target.caps if not target.caps.has("background_saves") else target.knowing(bench.golden(target)).caps
+            if not caps.has("background_saves"):
+                raise NotApplicable(caps.lacks["background_saves"])
         root = prepare_workdir(bench.root / scenario.name)
         # judged against the golden run its bench's explorations of the same target share
         return run_verification(target, root, only, stop, golden=bench.golden(target),
