@@ -241,6 +241,28 @@ def test_lightning_resumes_an_epoch_based_run_bitwise_and_a_resume_of_the_weight
     assert judged.verdict is Verdict.FAIL and "from scratch" in judged.summary, judged.summary
 
 
+def test_lightnings_async_checkpoint_io_lands_before_the_stop_and_holds_the_state_it_was_called_with(tmp_path):
+    """Lightning's `AsyncCheckpointIO` (2.6: `save_checkpoint` clones every
+    tensor on the calling thread, hands the write to a one-thread pool and
+    returns nothing to wait on): a save lands when the pool's task is done,
+    the stop waits for it, and with the task held until training went on
+    (slow-background-save) the resume still loads the state the save was
+    called with. Its state is the dict the plugin was handed on the main
+    thread (the pool's `torch.save` joins no save)."""
+    pytest.importorskip("pytorch_lightning")
+    from tests.clirun import cli
+
+    out = cli("scenario", "slow-background-save", "--script", f"{LIGHTNING} {{ckpt_dir}} --async",
+              "--nproc-per-node", "2", "--workdir", str(tmp_path / "work"), cwd=tmp_path)
+    assert out.returncode == 0 and "snapshot-consistent: PASS" in out.stdout, out.stdout + out.stderr
+    golden = [r for r in read_records(tmp_path / "work" / "golden" / "run", 0) if r["event"] == Kind.SAVED]
+    assert all(r.get("background") for r in golden), golden  # rank 0 hands every save to its pool
+    assert "checkpoint.state_dict.layer.weight" in golden[0]["state"], sorted(golden[0]["state"])[-8:]
+    stop = [(r["event"], r.get("step"), r.get("held"))
+            for r in read_records(tmp_path / "work" / "slow-background-save" / "slow@2" / "stop", 0)]
+    assert stop[-1] == (Kind.STOPPED, 2, "training") and (Kind.LANDED, 2, None) in stop, stop
+
+
 def test_lightning_resumes_an_iteration_based_run_into_the_epoch_it_had_finished(tmp_path):
     """The same four steps as `max_steps`, the same checkpoints: Lightning
     restarts iteration-based training inside the epoch its checkpoint

@@ -237,7 +237,8 @@ def follow_threads(tracer: Tracer) -> None:
     @functools.wraps(start)
     def start_in_phase(self: threading.Thread) -> None:
         # A pool's worker thread outlives the save that started it: its tasks are the writers, not it.
-        writer = getattr(self, "_target", None) is not pool_worker
+        # A daemon thread is nothing the process waits for (tqdm's monitor, a watchdog): no writer either.
+        writer = not self.daemon and getattr(self, "_target", None) is not pool_worker
         self.run = handed_over(self.run, writer)  # type: ignore[method-assign]
         start(self)
 

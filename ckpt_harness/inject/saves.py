@@ -8,7 +8,8 @@ saves go through and a save is one call of them:
 * `torch.distributed.checkpoint.save` / `async_save`;
 * `safetensors.torch.save_file` to a path under the checkpoint directory;
 * `transformers.Trainer._save_checkpoint`, `accelerate.Accelerator.save_state`,
-  DeepSpeed's engine `save_checkpoint`, Lightning's `Trainer.save_checkpoint`;
+  DeepSpeed's engine `save_checkpoint`, Lightning's `Trainer.save_checkpoint`
+  (and, inside it, the dict its `AsyncCheckpointIO` hands its pool);
 * ``with ckpt_harness.saving(step):`` around anything else (a save that
   renames its staging directory into place, say).
 
@@ -34,12 +35,12 @@ cannot reproduce, so the oracle compares such saves only as the final one.
 Only the main thread makes boundaries: a saver's background thread
 (an async checkpoint's writer) writes inside the save that started it,
 and what it is handed joins no save's state (what the main thread handed
-the save is the state it was called with). A save whose writers
+the save is the state it was called with). A save that has writers
 (`writers`: work it handed to a pool or a thread, a future its entry
-point returned) are still at work when it returns went on in the
-background; it has landed once they all finished and none raised. A
-done-callback on a future says so, which changes nothing the script sees
-of the future.
+point returned) may go on in the background after it returned, whether
+or not this time they finished first; it has landed once they all
+finished and none raised. A done-callback on a future says so, which
+changes nothing the script sees of the future.
 """
 
 from __future__ import annotations
@@ -74,8 +75,8 @@ class Save:
     #: `dcp.save` was handed the whole state, and its writer's inner
     #: `torch.save` of each piece would only repeat it.
     collects: bool = True
-    #: The save goes on writing after it returned: its entry point returned a
-    #: future (`dcp.async_save`), or a writer it handed work to was still at work.
+    #: The save may go on writing after it returned: its entry point returned a
+    #: future (`dcp.async_save`), or it handed work to a writer (`writers`).
     background: bool = False
 
     def add(self, name: str, obj: Any) -> None:
@@ -169,7 +170,9 @@ class Saves:
             yield
         finally:
             self.current = None
-        save.background = save.background or self.writers.running(step)
+        # Handing work to a writer makes the save one that may return before it landed, whether this time
+        # the writer happened to finish first or not: the golden run's saves tell the same every time.
+        save.background = save.background or self.writers.had(step)
         self.last_step = max(self.last_step, step)
         if self.pending is not None:  # another piece of the same save (each file of a step is a torch.save)
             self.pending.handed += save.handed
@@ -543,6 +546,24 @@ def _lightning(module: Any) -> None:
     _wrap(module.Trainer, "save_checkpoint", _method(lambda self, a, k: self.global_step, "framework"))
 
 
+def _lightning_async(module: Any) -> None:
+    """Lightning's `AsyncCheckpointIO` hands the checkpoint dict to its pool,
+    whose `torch.save` then runs in another thread (and joins no save): the
+    dict it was handed, on the main thread inside the Trainer's save, is
+    the save's state, as `torch.save` is handed it in a synchronous save."""
+    def make(original: Callable) -> Callable:
+        def save_checkpoint(self: Any, *args: Any, **kwargs: Any) -> Any:
+            saves = _require()
+            checkpoint = args[0] if args else kwargs.get("checkpoint")
+            if saves.current is not None and saves.current.collects \
+                    and threading.current_thread() is threading.main_thread():
+                saves.current.add("checkpoint", checkpoint)
+            return original(self, *args, **kwargs)
+        return save_checkpoint
+
+    _wrap(module.AsyncCheckpointIO, "save_checkpoint", make)
+
+
 #: Module -> what wraps its save entry points once it has run.
 _HOOKS: dict[str, Callable[[Any], None]] = {
     "torch": _torch,
@@ -553,6 +574,8 @@ _HOOKS: dict[str, Callable[[Any], None]] = {
     "deepspeed.runtime.engine": _deepspeed,
     "lightning.pytorch.trainer.trainer": _lightning,
     "pytorch_lightning.trainer.trainer": _lightning,
+    "lightning.pytorch.plugins.io.async_plugin": _lightning_async,
+    "pytorch_lightning.plugins.io.async_plugin": _lightning_async,
 }
 
 

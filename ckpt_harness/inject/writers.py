@@ -13,8 +13,12 @@ whether one of them raised: a save has *landed* once its last writer
 finished and none raised.
 
 A thread pool's own worker threads are not writers: they outlive every
-save. The tasks they run are. One table per process, since the threads
-that hand work over and those that do it are the process's.
+save. The tasks they run are. Nor is a daemon thread started during a
+save: the interpreter does not wait for it at exit, so it is no write a
+process means to finish (tqdm's monitor thread, started by the progress
+bar of the Trainer's evaluation inside its save, runs until the process
+ends; counted, that save would never land). One table per process, since
+the threads that hand work over and those that do it are the process's.
 
 A run may *hold* the writers of one save (`hold`, `Stop.SLOW_WRITER`):
 each waits, as it starts, until the process made an optimizer step after

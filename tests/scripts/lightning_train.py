@@ -6,7 +6,14 @@ and `trainer.fit(..., ckpt_path=...)` on the newest one when started again on
 a directory that holds one. The batches of an epoch are the same in every
 epoch and every run (no shuffling, no dropout), so a resume replays them.
 
-    lightning_train.py OUT [--steps N] [--save-every K] [--bug weights-only|max-steps]
+    lightning_train.py OUT [--steps N] [--save-every K] [--async] [--bug weights-only|max-steps]
+
+--async saves through Lightning's `AsyncCheckpointIO` (its plugin, the
+docs' way): `save_checkpoint` clones every tensor of the checkpoint on the
+calling thread and hands the write to a one-thread pool, keeping no future;
+the pool writes through fsspec's local transaction (a temporary file in the
+system's temp directory, moved into OUT), and `Trainer.fit` waits for it as
+it tears down.
 
 The run is N/K epochs (`max_epochs`). Two twins, each a resume that is not
 the uninterrupted run:
@@ -32,12 +39,14 @@ from pathlib import Path
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
+from pytorch_lightning.plugins.io import AsyncCheckpointIO
 from pytorch_lightning.strategies import DDPStrategy
 
 parser = argparse.ArgumentParser()
 parser.add_argument("out", type=Path)
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--save-every", type=int, default=2)
+parser.add_argument("--async", dest="background", action="store_true")
 parser.add_argument("--bug", choices=("weights-only", "max-steps"))
 args = parser.parse_args()
 
@@ -72,6 +81,7 @@ trainer = pl.Trainer(
                                                      auto_insert_metric_name=False, save_top_k=-1,
                                                      every_n_epochs=1, save_on_train_epoch_end=True)],
     logger=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
+    plugins=[AsyncCheckpointIO()] if args.background else None,
 )
 steps = [int(m.group(1)) for p in args.out.iterdir() if (m := re.fullmatch(r"step_(\d+)\.ckpt", p.name))]
 newest = args.out / f"step_{max(steps)}.ckpt" if steps else None
