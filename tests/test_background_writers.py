@@ -116,8 +116,12 @@ def test_a_job_whose_async_save_stages_nothing_is_flagged_once_training_overlaps
     assert stop[-1]["event"] == Kind.STOPPED and stop[-1]["held"] == "training", stop[-1]  # it did overlap
 
 
-def test_a_job_that_saves_synchronously_has_nothing_in_flight_to_slow(tmp_path):
-    out = slow("--job", "dcp", cwd=tmp_path)
+def test_nothing_in_flight_while_training_goes_on_is_no_case(tmp_path):
+    """A Job that saves synchronously, and a script whose only save is its last: n/a, saying why."""
+    out = slow("--job", "dcp", cwd=tmp_path / "sync")
     assert out.returncode == 0, out.stdout + out.stderr
     assert "slow-background-save [dcp] snapshot-consistent: N/A — the job saves synchronously" in out.stdout, \
         out.stdout
+    once = slow("--script", script(steps=2), "--nproc-per-node", "2", cwd=tmp_path / "once")
+    assert once.returncode == 0, once.stdout + once.stderr
+    assert "N/A — the script saves once, at the end: nothing trains after that save" in once.stdout, once.stdout

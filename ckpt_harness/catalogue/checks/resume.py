@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import Setting
+from ckpt_harness.targets import Stop
 from ckpt_harness.verdict import CaseResult
 
 
@@ -41,9 +42,12 @@ class Resume:
         target = bench.target_for(scenario.params)
         stop = scenario.params["stop"]
         if stop != "graceful":  # a script tells only by its golden run whether a save lands in the background
-            caps = target.caps if not target.caps.has("background_saves") else target.knowing(bench.golden(target)).caps
-            if not caps.has("background_saves"):
-                raise NotApplicable(caps.lacks["background_saves"])
+            known = target if not target.caps.has("background_saves") else target.knowing(bench.golden(target))
+            if not known.caps.has("background_saves"):
+                raise NotApplicable(known.caps.lacks["background_saves"])
+            if stop == Stop.SLOW_WRITER.value and len(known.save_steps() or ()) < 2:
+                raise NotApplicable(f"the {known.noun} saves once, at the end: nothing trains after that save, so "
+                                    "none is in flight while training goes on; give it steps past a save")
         root = prepare_workdir(bench.root / scenario.name)
         # judged against the golden run its bench's explorations of the same target share
         return run_verification(target, root, only, stop, golden=bench.golden(target),
