@@ -170,9 +170,6 @@ class Saves:
             yield
         finally:
             self.current = None
-        # Handing work to a writer makes the save one that may return before it landed, whether this time
-        # the writer happened to finish first or not: the golden run's saves tell the same every time.
-        save.background = save.background or self.writers.had(step)
         self.last_step = max(self.last_step, step)
         if self.pending is not None:  # another piece of the same save (each file of a step is a torch.save)
             self.pending.handed += save.handed
@@ -188,7 +185,9 @@ class Saves:
         if its writers are done already; else the last of them records it."""
         with self._landing:  # a writer that finishes now waits: its landing is recorded after the save
             running = self.writers.running(save.step)
-            save.background = save.background or running
+            # Handing work to a writer makes the save one that may return before it landed, whether this
+            # time the writer happened to finish first or not: the golden run's saves tell the same every time.
+            save.background = save.background or self.writers.had(save.step)
             if running:
                 self._awaiting.add(save.step)
             self.ended(save)

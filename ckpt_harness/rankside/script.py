@@ -60,8 +60,8 @@ from typing import Any, Callable, Optional
 from ckpt_harness import phase
 from ckpt_harness import state as state_mod
 from ckpt_harness.inject import probes, saves
-from ckpt_harness.inject.writers import WRITERS
 from ckpt_harness.inject.faults import Fault, parse_plan, plan_label
+from ckpt_harness.inject.writers import WRITERS
 from ckpt_harness.launch.layout import crash_marker, records_path
 from ckpt_harness.rankside.common import entries, install_probes, write_error
 from ckpt_harness.records import Kind, Recorder
