@@ -19,6 +19,9 @@ only once training went on past it): its twin that hands the writer the
 live tensors is flagged naming the keys and ranks; so is a Job whose
 `dcp.async_save` stages nothing (pytorch#144657), while `dcp_async` passes;
 a Job that saves synchronously has nothing in flight to slow (n/a).
+
+And a writer that never comes back (`final-save-writer-frozen`): a trainer
+that waits for it without a timeout is flagged live, with both stacks.
 """
 
 import json
@@ -125,3 +128,26 @@ def test_nothing_in_flight_while_training_goes_on_is_no_case(tmp_path):
     once = slow("--script", script(steps=2), "--nproc-per-node", "2", cwd=tmp_path / "once")
     assert once.returncode == 0, once.stdout + once.stderr
     assert "N/A — the script saves once, at the end: nothing trains after that save" in once.stdout, once.stdout
+
+
+def test_a_trainer_that_waits_for_its_frozen_writer_without_a_timeout_is_flagged_live(tmp_path):
+    """final-save-writer-frozen: the pool task writing the last save blocks
+    for good at its first operation (the rename into place), the rank's own
+    thread goes on. `pool.shutdown(wait=True)` (Lightning's teardown too)
+    waits for it for good: a hang, with the writer's stack and the main
+    thread's. Its twin waits a second for the last write, then leaves."""
+    def frozen(*flags: str):
+        where = tmp_path / ("-".join(flags) or "plain")
+        where.mkdir()
+        return cli("scenario", "final-save-writer-frozen", "--script", script(*flags, steps=4), "--nproc-per-node",
+                   "2", "--workdir", str(where / "work"), cwd=where)
+
+    stuck = frozen()
+    assert stuck.returncode == 1, stuck.stdout + stuck.stderr
+    assert "rank 0's writer blocked before rename None -> step_4.pt of bg_save 4: rank 0 waited for its frozen " \
+           "writer for good" in stuck.stdout, stuck.stdout
+    assert ' in write\n' in stuck.stdout and "concurrent/futures/thread.py" in stuck.stdout, stuck.stdout
+    assert ' in shutdown\n' in stuck.stdout, stuck.stdout  # the main thread, joining the pool at the end
+    right = frozen("--writer-timeout", "1")
+    assert right.returncode == 0, right.stdout + right.stderr
+    assert "live: PASS" in right.stdout and "every rank ended within 5s of the frozen writer" in right.stdout

@@ -42,6 +42,7 @@ from ckpt_harness.records import save_steps, savers, saves_by_step
 from ckpt_harness.oracle.conversions import judge_conversion, judge_converted_resume
 from ckpt_harness.oracle.scenarios import (
     judge_blocked,
+    judge_frozen_writer,
     judge_late,
     judge_overwriting_save,
     judge_replaced,
@@ -52,7 +53,7 @@ from ckpt_harness.oracle.scenarios import (
 
 __all__ = [
     "OTHER_LAYOUT", "PROPERTIES", "Background", "Outcome", "OutcomeKind", "Problem", "Reference", "accepted",
-    "cannot_judge", "classify_resume", "expected",
+    "cannot_judge", "classify_resume", "expected", "judge_frozen_writer",
     "float_noise", "harness_error", "health", "judge_blocked", "judge_conversion", "judge_converted_resume",
     "judge_deterministic",
     "judge_fault", "judge_finished",

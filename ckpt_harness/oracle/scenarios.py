@@ -11,10 +11,10 @@ from typing import Mapping, Optional, Sequence
 
 from ckpt_harness.oracle.judges import Reference, States, judge_finished, judge_same_state
 from ckpt_harness.oracle.outcomes import OutcomeKind, classify_resume, failure_outcome, group_ended
-from ckpt_harness.oracle.problems import health, never_fired
+from ckpt_harness.oracle.problems import health, never_fired, rank_state
 from ckpt_harness.oracle.start import infer_start
 from ckpt_harness.launch import RankStatus
-from ckpt_harness.records import Kind, Run
+from ckpt_harness.records import Kind, RankRun, Run
 from ckpt_harness.state import Record
 from ckpt_harness.verdict import CaseResult, Verdict
 
@@ -139,6 +139,33 @@ def judge_blocked(case: str, check: str, run: Run, blocked: int, budget: float, 
         return result(Verdict.PASS, f"every other rank raised within {budget:g}s{said}")
     problem = health(run)
     return result(Verdict.FAIL, problem.summary if problem else "", problem.details if problem else "")
+
+
+def judge_frozen_writer(case: str, check: str, run: Run, rank: int, budget: float, *, label: str,
+                        repro: Optional[str]) -> CaseResult:
+    """The writer of rank `rank`'s final save froze for good (the rank's
+    main thread did not): every rank must end within `budget` seconds of it,
+    by raising (a wait with a timeout) or by finishing. One still running
+    then waits for the frozen writer, or for a peer that does: a hang,
+    reported with every thread's stack, the trainer's and the writer's."""
+    result = _result(case, check, label, repro)
+    if not run.fired():
+        return result(Verdict.UNKNOWN, never_fired(run))
+    running = [r for r in run.ranks if r.status is RankStatus.HUNG]
+    if any(r.outcome.stack is None for r in running):
+        blind = [r.rank for r in running if r.outcome.stack is None]
+        return result(Verdict.UNKNOWN, f"the harness got no stack from rank(s) {blind}: cannot report the hang")
+    if not running:
+        ended = "; ".join(_ending(r) for r in run.ranks)
+        return result(Verdict.PASS, f"every rank ended within {budget:g}s of the frozen writer: {ended}")
+    problem = health(run)
+    waits = f"rank {rank} waited for its frozen writer for good (give the wait a timeout and raise)"
+    return result(Verdict.FAIL, f"{waits}: {problem.summary if problem else 'hang'}",
+                  problem.details if problem else "")
+
+
+def _ending(r: RankRun) -> str:
+    return f"rank {r.rank} {'finished' if r.status is RankStatus.OK else rank_state(r)}"
 
 
 # -- world-size change -----------------------------------------------------------------------

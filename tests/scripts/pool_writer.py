@@ -6,7 +6,7 @@ save and at the end, Lightning's `self._error`). The data of step s is a
 function of s and the rank, so a resume replays it.
 
     pool_writer.py OUT [--steps N] [--save-every K] [--pg-timeout S]
-                       [--bug latest-early|live-tensors ...]
+                       [--writer-timeout S] [--bug latest-early|live-tensors ...]
 
 Every K steps every rank takes the snapshot (model, optimizer, step),
 inside ``ckpt_harness.saving(step)``, and rank 0 alone submits its write:
@@ -15,7 +15,11 @@ OUT (fsspec's local transaction, which Lightning writes through), fsynced,
 then moved to OUT/step_N.pt, then the pointer OUT/latest, written
 atomically, names it. Started again on a directory whose latest names a
 checkpoint, every rank loads it and training goes on at the step after.
-The pool is shut down, waiting for the writes, before the process group.
+The pool is shut down, waiting for the writes, before the process group:
+for good if a write never ends (Lightning's teardown does so too), or,
+with --writer-timeout S, for at most S seconds for the last one; then the
+rank leaves with exit code 1 at once (a clean exit would wait for the
+stuck pool thread: the interpreter joins it).
 --pg-timeout S bounds every collective, so a rank whose peer is stuck
 raises instead of waiting for good. Bugs (--bug, repeatable), each one a
 real one:
@@ -34,6 +38,7 @@ import argparse
 import copy
 import os
 import shutil
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -50,6 +55,7 @@ parser.add_argument("out", type=Path)
 parser.add_argument("--steps", type=int, default=6)
 parser.add_argument("--save-every", type=int, default=2)
 parser.add_argument("--pg-timeout", type=float, default=30, help="seconds a collective may wait")
+parser.add_argument("--writer-timeout", type=float, help="seconds the end waits for the last write")
 parser.add_argument("--bug", action="append", default=[], choices=("latest-early", "live-tensors"))
 args = parser.parse_args()
 args.out.mkdir(parents=True, exist_ok=True)
@@ -61,6 +67,7 @@ model = DistributedDataParallel(torch.nn.Linear(8, 8))
 optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
 pool = ThreadPoolExecutor(max_workers=1)
 error = None  # what the writer raised, raised again on the main thread
+last_write = None  # the future of the last write handed to the pool
 step = 0
 
 
@@ -117,6 +124,7 @@ def raise_error():
 
 
 def save(s):
+    global last_write
     raise_error()
     with ckpt_harness.saving(s):
         snapshot = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "step": s}
@@ -125,7 +133,7 @@ def save(s):
         if rank == 0:
             if "latest-early" in args.bug:  # as it hands the write over: the writer cannot have landed yet
                 point_latest(s)
-            pool.submit(keep_error, snapshot, s)
+            last_write = pool.submit(keep_error, snapshot, s)
 
 
 start = 0
@@ -142,6 +150,13 @@ for step in range(start + 1, args.steps + 1):
     optimizer.step()
     if step % args.save_every == 0:
         save(step)
+if args.writer_timeout is not None and last_write is not None:
+    try:
+        last_write.result(timeout=args.writer_timeout)
+    except TimeoutError:  # the interpreter would wait at exit for the stuck pool thread: leave without it
+        print(f"rank {rank}: the last checkpoint was not written within {args.writer_timeout:g}s",
+              file=sys.stderr, flush=True)
+        os._exit(1)
 pool.shutdown(wait=True)
 raise_error()
 dist.destroy_process_group()

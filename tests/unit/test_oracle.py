@@ -6,7 +6,8 @@ import pytest
 
 from ckpt_harness.errors import ModelError
 from ckpt_harness.oracle import (
-    Outcome, accepted, classify_resume, expected, health, judge_blocked, judge_deterministic, judge_fault,
+    Outcome, accepted, classify_resume, expected, health, judge_blocked, judge_frozen_writer, judge_deterministic,
+    judge_fault,
     judge_fresh_start, judge_late, judge_live, judge_load_step, judge_overlap, judge_overwriting_save, judge_replaced,
     judge_converted_resume, judge_reshard, judge_reshard_save, judge_same_state, judge_unreported_load, property_for,
     undecided_if,
@@ -709,3 +710,20 @@ def test_a_slow_writer_case_is_judged_only_when_training_overlapped_the_save(hel
         assert found is None
         return
     assert (found.check, found.verdict) == ("overlapped", V.UNKNOWN) and words in found.summary, found.summary
+
+
+# -- a writer frozen for good, its rank going on (final-save-writer-frozen) ----------------------
+@pytest.mark.parametrize("runs, verdict, words", [
+    P(run(rank(0).fault("hang", phase=f"bg_save {K}").hung(), rank(1).final()), V.FAIL,
+      "rank 0 waited for its frozen writer for good", id="the-trainer-waits-forever"),
+    P(run(rank(0).fault("hang", phase=f"bg_save {K}").failed(phase=f"after_save {K}", message="timed out"),
+          rank(1).final()), V.PASS, "every rank ended within 5s of the frozen writer: rank 0 raised",
+      id="it-timed-out"),
+    P(run(rank(0).fault("hang", phase=f"bg_save {K}").final(), rank(1).final()), V.PASS, "rank 0 finished",
+      id="it-finished-without-it"),
+    P(run(rank(0).hung(), rank(1).final()), V.UNKNOWN, "never fired", id="not-fired"),
+])
+def test_a_frozen_writer_is_a_hang_only_when_a_rank_waits_for_it_for_good(runs, verdict, words):
+    found = judge_frozen_writer("hang@r0:bg_save4/write", "live", runs, 0, 5.0, label="rank 0's writer blocked",
+                                repro="repro")
+    assert found.verdict is verdict and words in found.summary, found.summary

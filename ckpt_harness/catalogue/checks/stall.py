@@ -12,7 +12,12 @@ rank's stack and the collective it is in. `frozen` does as `block` with the
 ranks that a sleep does not model: stopped with SIGSTOP (no thread of it
 runs, C++ watchdogs included) and holding the GIL in a C loop (no Python
 thread of it runs), so a job whose liveness hangs on the stuck rank's own
-helper threads is caught.
+helper threads is caught. `writer` blocks, in turn, each rank's writer of
+the final save (a pool task or thread it handed the save to, DCP's writer;
+the injected hang at its first operation) and nothing else: the rank's own
+thread goes on, and every rank must end within `hang_timeout`, by raising
+or finishing (a trainer that waits on its writer without a timeout hangs
+there, as DeepSpeed's decoupled engine did: deepspeedai/DeepSpeed#7741).
 """
 
 from __future__ import annotations
@@ -20,8 +25,8 @@ from __future__ import annotations
 import concurrent.futures
 from typing import Any, Mapping, Optional, Sequence
 
-from ckpt_harness import oracle
-from ckpt_harness.catalogue.checks import run_settings
+from ckpt_harness import oracle, phase
+from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import Setting
 from ckpt_harness.inject.faults import BLOCKING, applicable_kinds
 from ckpt_harness.records import CaseClock
@@ -30,14 +35,16 @@ from ckpt_harness.verdict import CaseResult
 
 
 #: mode -> the fault kinds of its cases, each at each rank in turn.
-MODES = {"block": ("hang",), "frozen": ("sigstop", "gil"), "late": ("delay",)}
+MODES = {"block": ("hang",), "frozen": ("sigstop", "gil"), "late": ("delay",), "writer": ("hang",)}
+WRITER = "writer"
 
 
 class Stall:
     params = (
         Setting("mode", str, "block",
-                "block a rank for good (or freeze it: SIGSTOP, then the GIL held), or make it late",
-                choices=("block", "frozen", "late")),
+                "block a rank for good (or freeze it: SIGSTOP, then the GIL held), make it late, or block its "
+                "writer of the final save for good (writer)",
+                choices=("block", "frozen", "late", WRITER)),
         *run_settings("save_every", delay=2.0, hang_timeout=5.0, steps=6),
     )
     #: Its peers' grace counts from the moment a rank blocked, which the rank must report.
@@ -55,9 +62,15 @@ class Stall:
         nothing = base.nothing_to_break()
         if nothing is not None:
             return [nothing]
+        points = base.points
+        if p["mode"] == WRITER:  # the work the save handed over: its writer's operations
+            points = tuple(pt for pt in points if pt.phase == phase.background(base.phase))
+            if not points:
+                raise NotApplicable(f"save {base.k} handed nothing to a writer (a pool task, a thread, DCP's "
+                                    f"writer): its {base.target.noun} writes it before it returns")
         cases = []
-        for rank in sorted({pt.rank for pt in base.points}):
-            mine = [pt for pt in base.points if pt.rank == rank]
+        for rank in sorted({pt.rank for pt in points}):
+            mine = [pt for pt in points if pt.rank == rank]
             kinds = MODES[p["mode"]]
             able = [pt for pt in mine if applicable_kinds(pt.op, kinds) == list(kinds)]  # not a look (faults.LOOKS)
             point = next((pt for pt in able if pt.op == "collective"), able[0])
@@ -85,8 +98,12 @@ def _stall(bench, scenario, base, case, clock: CaseClock) -> CaseResult:
                    failure_grace=PROPAGATION), run_dir / "ckpt", run_dir / "run"), broken=base.k)
     clock.judging()
     what = {"hang": "blocked", "delay": f"{p['delay']:g}s late"}.get(fault.kind) or BLOCKING[fault.kind]
-    label = f"rank {fault.rank} {what} before {point.op} {point.target} of {fault.phase}"
+    who = f"rank {fault.rank}'s writer" if p["mode"] == WRITER else f"rank {fault.rank}"
+    label = f"{who} {what} before {point.op} {point.target} of {fault.phase}"
     repro = bench.repro(scenario, case.name)
+    if p["mode"] == WRITER:
+        return oracle.judge_frozen_writer(case.name, scenario.property, run, fault.rank, p["hang_timeout"],
+                                          label=label, repro=repro)
     if blocked:
         return oracle.judge_blocked(case.name, scenario.property, run, fault.rank, p["hang_timeout"],
                                     label=label, repro=repro)
