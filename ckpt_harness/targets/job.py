@@ -63,9 +63,9 @@ class JobTarget:
                                      "(torchrun's restart path is a script's: run --script --max-restarts)"}
         if not cls.saves_in_background():
             lacks["background_saves"] = (
-                "the job saves synchronously: a save has landed when it returns, so nothing of it is in flight for "
-                "a stop not to wait for (its hard stop is the graceful one, resume-every-save) or for training to "
-                "overlap")
+                "the job saves synchronously: a save has landed when it returns, so no writer of it is in flight "
+                "for a stop not to wait for (its hard stop is the graceful one, resume-every-save), for training "
+                "to overlap, or to freeze")
         if not cls.reshardable():
             lacks["full_state"] = "the job defines no full_state(ctx), so it claims no world-size change"
         if cls.checkpoint_layout is None:

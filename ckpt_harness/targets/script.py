@@ -62,9 +62,9 @@ NO_FULL_STATE = ("the script declares no state that is the same at every world s
                  "model and optimizer with @ckpt_harness.full_state (docs/scripts.md, \"World-size change\")")
 #: Why a script whose golden run saved nothing in the background lacks "background_saves" (until then it may have it).
 SYNCHRONOUS = ("the script's saves returned once written (none left a writer at work: a future, as dcp.async_save "
-               "returns, a pool task or a thread it handed the write to): a save has landed when it returns, so "
-               "nothing of it is in flight for a stop not to wait for (its hard stop is the graceful one, which "
-               "resume-every-save judges) or for training to overlap")
+               "returns, a pool task or a thread it handed the write to): a save has landed when it returns, so no "
+               "writer of it is in flight for a stop not to wait for (its hard stop is the graceful one, which "
+               "resume-every-save judges), for training to overlap, or to freeze")
 #: Why a script given no `--checkpoint-layout` lacks "conversions".
 NO_LAYOUT = ("the script was given no checkpoint layout for a conversion to read: give --checkpoint-layout "
              "(torch_save, dcp, deepspeed, hf_trainer; `ckpt-harness list` shows the conversions)")

@@ -57,8 +57,11 @@ class Stall:
         from ckpt_harness.pipeline.cases import Case, plan_of
 
         p = scenario.params
+        target = bench.target_for(p)
+        if p["mode"] == WRITER and not target.caps.has("background_saves"):  # a script's tells once its golden ran
+            raise NotApplicable(target.caps.lacks["background_saves"])
         # Its cases corrupt nothing: no run stopped after the save is needed for the explore default's corruptions.
-        base = bench.baseline(bench.target_for(p), bench.plan(p, save="last", corruptions=()))
+        base = bench.baseline(target, bench.plan(p, save="last", corruptions=()))
         nothing = base.nothing_to_break()
         if nothing is not None:
             return [nothing]
