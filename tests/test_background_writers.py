@@ -18,7 +18,8 @@ And snapshot-consistent (`slow-background-save`: a save's writers start
 only once training went on past it): its twin that hands the writer the
 live tensors is flagged naming the keys and ranks; so is a Job whose
 `dcp.async_save` stages nothing (pytorch#144657), while `dcp_async` passes;
-a Job that saves synchronously has nothing in flight to slow (n/a).
+a Job that saves synchronously, or a script whose only save is its last,
+has nothing in flight while training goes on (n/a).
 
 And a writer that never comes back (`final-save-writer-frozen`): a trainer
 that waits for it without a timeout is flagged live, with both stacks.
