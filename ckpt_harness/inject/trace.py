@@ -196,8 +196,11 @@ def where(events: list[Event], blocked: Optional[Collective] = None) -> str:
     blocked_by = next((e for e in events if e.fault in BLOCKING), None)
     if blocked_by is not None:  # the rank never returned from it
         inside = f" in {blocked_by.fields['process']}" if blocked_by.fields.get("process") else ""
-        return (f"{BLOCKING[blocked_by.fault]}{inside} before operation #{blocked_by.fields['index']} of "
-                f"{blocked_by.phase}")
+        at = (f"{BLOCKING[blocked_by.fault]}{inside} before operation #{blocked_by.fields['index']} of "
+              f"{blocked_by.phase}")
+        # A hang blocks the thread it fired on: another than the main one (a save's writer) leaves the rank going.
+        thread = blocked_by.fields.get("thread") if not inside and blocked_by.fault == "hang" else None
+        return f"its thread {thread} {at}, its main thread not" if thread else at
     pending = pending_collective(events)
     threads = pending_collectives(events)
     if len(threads) > 1:  # two threads of the rank in collectives: say each
