@@ -147,8 +147,8 @@ def test_a_trainer_that_waits_for_its_frozen_writer_without_a_timeout_is_flagged
     assert stuck.returncode == 1, stuck.stdout + stuck.stderr
     assert "rank 0's writer blocked before rename None -> step_4.pt of bg_save 4: rank 0 waited for its frozen " \
            "writer for good" in stuck.stdout, stuck.stdout
-    assert "rank 0 its thread ThreadPoolExecutor-" in stuck.stdout and \
-           " blocked by the injected hang before operation #1 of bg_save 4, its main thread not" in stuck.stdout
+    assert "rank 0 (its thread ThreadPoolExecutor-" in stuck.stdout and \
+           ") blocked by the injected hang before operation #1 of bg_save 4, its main thread going on" in stuck.stdout
     assert ' in write\n' in stuck.stdout and "concurrent/futures/thread.py" in stuck.stdout, stuck.stdout
     assert ' in shutdown\n' in stuck.stdout, stuck.stdout  # the main thread, joining the pool at the end
     right = frozen("--writer-timeout", "1")

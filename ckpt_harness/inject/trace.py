@@ -200,7 +200,7 @@ def where(events: list[Event], blocked: Optional[Collective] = None) -> str:
               f"{blocked_by.phase}")
         # A hang blocks the thread it fired on: another than the main one (a save's writer) leaves the rank going.
         thread = blocked_by.fields.get("thread") if not inside and blocked_by.fault == "hang" else None
-        return f"its thread {thread} {at}, its main thread not" if thread else at
+        return f"(its thread {thread}) {at}, its main thread going on" if thread else at
     pending = pending_collective(events)
     threads = pending_collectives(events)
     if len(threads) > 1:  # two threads of the rank in collectives: say each
