@@ -26,6 +26,7 @@ that waits for it without a timeout is flagged live, with both stacks.
 """
 
 import json
+import re
 from pathlib import Path
 
 from ckpt_harness.pipeline.explore import explore_script
@@ -101,7 +102,9 @@ def test_a_pool_writer_handed_the_live_tensors_is_flagged_snapshot_consistent(tm
     assert torn.returncode == 1, torn.stdout + torn.stderr
     assert "slow-background-save [pool_writer.py --steps 4 --bug live-tensors] snapshot-consistent: FAIL" in torn.stdout
     assert "slow@2 / saves after resume: FAIL — save 4 differs from the uninterrupted run's: ranks 0-1" in torn.stdout
-    assert "first at index []: 5.0, expected 4.0" in torn.stdout, torn.stdout  # Adam's step, one ahead
+    # Adam's step ahead: the writer serialized after one optimizer step past the save, or two (it runs beside them)
+    assert re.search(r"observed\.\*\.step \(2 keys\): 1 of 1 elements differ; first at index \[\]: [56]\.0, "
+                     r"expected 4\.0", torn.stdout), torn.stdout
     right = slow("--script", script(steps=4), "--nproc-per-node", "2", cwd=tmp_path / "right")
     assert right.returncode == 0, right.stdout + right.stderr
     assert "snapshot-consistent: PASS" in right.stdout, right.stdout
@@ -113,7 +116,8 @@ def test_a_job_whose_async_save_stages_nothing_is_flagged_once_training_overlaps
     assert "slow@2 / state after load: FAIL — state after load vs. state saved at step 2 differs" in torn.stdout
     for rank in (0, 1):  # every rank's shard holds step 3's moments, and Adam's step 3
         assert f"rank {rank}:\n  model/* (6 keys): values differ" in torn.stdout, torn.stdout
-    assert "optim/*/step (6 keys): 1 of 1 elements differ; first at index []: 3.0, expected 2.0" in torn.stdout
+    assert re.search(r"optim/\*/step \(6 keys\): 1 of 1 elements differ; first at index \[\]: [34]\.0, "
+                     r"expected 2\.0", torn.stdout), torn.stdout
     right = slow("--job", "dcp_async", cwd=tmp_path / "right")
     assert right.returncode == 0 and "snapshot-consistent: PASS" in right.stdout, right.stdout + right.stderr
     stop = read_records(tmp_path / "right" / "work" / "slow-background-save" / "slow@2" / "stop", 0)
