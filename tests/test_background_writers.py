@@ -83,10 +83,9 @@ def test_hard_preemption_runs_on_a_pool_writer(tmp_path):
     assert "hard-preemption [pool_writer.py --steps 6] atomic: PASS" in out.stdout, out.stdout
     stops = list((tmp_path / "work").rglob("stop"))
     assert stops, sorted(p.relative_to(tmp_path) for p in (tmp_path / "work").rglob("*"))
-    for rank in range(2):  # a hard stop does not wait for the writer: the rank stops as the save returned
+    for rank in range(2):  # each rank stopped after save 4 (its writer, not waited for, may land before or after)
         events = [(r["event"], r.get("step")) for r in read_records(stops[0], rank)]
-        stopped = events.index((Kind.STOPPED, 4))  # its writer may land while it waits to be torn down
-        assert events[stopped - 1] == (Kind.SAVED, 4), events
+        assert events.index((Kind.SAVED, 4)) < events.index((Kind.STOPPED, 4)), events
 
 
 def slow(*target: str, cwd: Path):

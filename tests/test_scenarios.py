@@ -48,7 +48,7 @@ def test_builtin_catalogue_covers_every_check_and_property():
         ({"property": "atomic", "check": "faults", "description": "d", "faults": ["crash"], "keep_last": True},
          "keep_last must be an integer or unset, got True"),
         ({"property": "live", "check": "stall", "description": "d", "mode": "stuck"},
-         "mode must be one of block, frozen, late, got 'stuck'"),
+         "mode must be one of block, frozen, late, writer, got 'stuck'"),
         ({"property": "faithful", "check": "resume", "description": "d", "steps": 4, "save_every": 6},
          "save_every \\(6\\) must not exceed steps \\(4\\)"),
         ({"property": "live", "check": "stall", "description": "d", "hang_timeout": 0},
