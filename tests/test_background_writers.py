@@ -81,11 +81,13 @@ def test_hard_preemption_runs_on_a_pool_writer(tmp_path):
               cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "hard-preemption [pool_writer.py --steps 6] atomic: PASS" in out.stdout, out.stdout
-    stops = list((tmp_path / "work").rglob("stop"))
-    assert stops, sorted(p.relative_to(tmp_path) for p in (tmp_path / "work").rglob("*"))
-    for rank in range(2):  # each rank stopped after save 4 (its writer, not waited for, may land before or after)
-        events = [(r["event"], r.get("step")) for r in read_records(stops[0], rank)]
-        assert events.index((Kind.SAVED, 4)) < events.index((Kind.STOPPED, 4)), events
+    stops = sorted((tmp_path / "work" / "hard-preemption").glob("hard@*/stop"))
+    assert [stop.parent.name for stop in stops] == ["hard@2", "hard@4", "hard@6"], stops
+    for stop in stops:  # each rank stopped after save k; its writer, not waited for, may land before or after
+        k = int(stop.parent.name.partition("@")[2])
+        for rank in range(2):
+            events = [(r["event"], r.get("step")) for r in read_records(stop, rank)]
+            assert events.index((Kind.SAVED, k)) < events.index((Kind.STOPPED, k)), events
 
 
 def slow(*target: str, cwd: Path):
