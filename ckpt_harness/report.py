@@ -166,9 +166,11 @@ WRITER_FIX = {
 }
 
 
-def usual_fix(check: str, case: str) -> Optional[str]:
-    """The hint under a group of failing cases of `check`, the first of which is `case`."""
-    in_writer = f":{phase.BACKGROUND}" in case  # "crash@r0:bg_save4/rename(...)"
+def usual_fix(check: str, cases: Iterable[str]) -> Optional[str]:
+    """The hint under a group of failing `cases` of `check`: the writer's when
+    one of them broke a background writer (the group's cause is then the
+    writer's race with the main thread, whichever case the group shows first)."""
+    in_writer = any(f":{phase.BACKGROUND}" in case for case in cases)  # "crash@r0:bg_save4/rename(...)"
     return (WRITER_FIX.get(check) if in_writer else None) or USUAL_FIX.get(check)
 
 
@@ -194,7 +196,7 @@ class Cause:
             others = [c.case for c in self.cases[1:]]
             shown = ", ".join(others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
             lines.append(f"the same cause in: {shown} (every one in full: --all-failures)")
-        fix = usual_fix(check, first.case)
+        fix = usual_fix(check, (c.case for c in self.cases))
         if hint and fix and verdict == Verdict.FAIL.value:
             lines.append(f"usual fix: {fix}")
         return "\n".join(lines)
