@@ -553,11 +553,10 @@ def _lightning_async(module: Any) -> None:
     def make(original: Callable) -> Callable:
         def save_checkpoint(self: Any, *args: Any, **kwargs: Any) -> Any:
             saves = _require()
-            checkpoint = args[0] if args else kwargs.get("checkpoint")
-            if saves.current is not None and saves.current.collects \
-                    and threading.current_thread() is threading.main_thread():
-                saves.current.add("checkpoint", checkpoint)
-            return original(self, *args, **kwargs)
+            if saves.current is None:  # not inside the Trainer's save: nothing to join
+                return original(self, *args, **kwargs)
+            with saves.boundary(None, "path", "checkpoint", args[0] if args else kwargs.get("checkpoint")):
+                return original(self, *args, **kwargs)
         return save_checkpoint
 
     _wrap(module.AsyncCheckpointIO, "save_checkpoint", make)

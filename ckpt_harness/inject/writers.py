@@ -149,10 +149,11 @@ class Writers:
         if self.released_by is None:
             self.released_by = self._why
 
-    def wait(self, step: int, timeout: Optional[float] = None) -> bool:
-        """Until every writer of save `step` finished; True if they did (or there were none)."""
+    def wait(self, step: int) -> None:
+        """Until every writer of save `step`, if any, finished."""
         found = self._steps.get(step)
-        return found is None or found.settled.wait(timeout)
+        if found is not None:
+            found.settled.wait()
 
 
 #: This process's table.

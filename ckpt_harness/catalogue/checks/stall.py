@@ -35,8 +35,8 @@ from ckpt_harness.verdict import CaseResult
 
 
 #: mode -> the fault kinds of its cases, each at each rank in turn.
-MODES = {"block": ("hang",), "frozen": ("sigstop", "gil"), "late": ("delay",), "writer": ("hang",)}
 WRITER = "writer"
+MODES = {"block": ("hang",), "frozen": ("sigstop", "gil"), "late": ("delay",), WRITER: ("hang",)}
 
 
 class Stall:
