@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.inject.corrupt import CORRUPTIONS, DEFAULT_CORRUPTIONS, UNSAFE_PICKLE
-from ckpt_harness.inject.faults import BLOCKING, FAULT_KINDS, KINDS, OPS
+from ckpt_harness.inject.faults import BLOCKING, BY_NAME, FAULT_KINDS, KINDS, OPS
 from ckpt_harness.jobref import JobRef
 from ckpt_harness.launch import MAX_WORLD_SIZE
 
@@ -188,7 +188,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("after", bool, None, "also cut power right after the save returned (default: when power-loss "
                                  "is among the faults)", rule=_after_rule, optional=True),
     Setting("durability", str, "strict", "power-loss model for directory entries", choices=("strict", "ordered")),
-    Setting("delay", float, 0.5, "seconds of a delay fault", positive=True),
+    Setting("delay", float, BY_NAME["delay"].seconds, "seconds of a delay fault", positive=True),
+    Setting("grace", float, BY_NAME["preempt"].seconds, "seconds a preempt fault's notice (SIGTERM to every rank) "
+            "leaves before SIGKILL ends what is left: Slurm's KillWait, Kubernetes' terminationGracePeriodSeconds",
+            positive=True),
     Setting("hang_timeout", float, 3.0,
             f"seconds the peers of a rank blocked for good by a fault ({', '.join(BLOCKING)}) get to fail, "
             "from the moment it blocked", positive=True),
@@ -357,6 +360,7 @@ class ExplorePlan:
     after: Optional[bool] = setting("after")
     durability: str = setting("durability")
     delay: float = setting("delay")
+    grace: float = setting("grace")
     hang_timeout: float = setting("hang_timeout")
     parallel: int = setting("parallel")
     derive_states: bool = setting("derive_states")
@@ -374,6 +378,11 @@ class ExplorePlan:
     @property
     def power_loss_after(self) -> bool:
         return self.after if self.after is not None else "power-loss" in self.faults
+
+    def seconds(self, kind: str) -> Optional[float]:
+        """How long a fault of `kind` lasts under this plan (`FaultKind.lasts`); None for a kind that does not."""
+        lasts = BY_NAME[kind].lasts
+        return getattr(self, lasts) if lasts is not None else None
 
     @property
     def values(self) -> dict[str, Any]:

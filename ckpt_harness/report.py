@@ -166,12 +166,25 @@ WRITER_FIX = {
 }
 
 
+#: The usual fix when a preemption notice (the preempt fault) broke the save: what then cut the
+#: checkpoint is most often the job's own SIGTERM handler, writing until the grace ran out.
+NOTICE_FIX = {
+    "atomic": "write a SIGTERM handler's emergency checkpoint as any save: to a temporary name, fsynced, renamed "
+              "into place once whole (never over the file of a complete save); keep it within the scheduler's "
+              "grace, or save nothing and resume from the last complete checkpoint",
+}
+
+
 def usual_fix(check: str, cases: Iterable[str]) -> Optional[str]:
     """The hint under a group of failing `cases` of `check`: the writer's when
     one of them broke a background writer (the group's cause is then the
-    writer's race with the main thread, whichever case the group shows first)."""
+    writer's race with the main thread, whichever case the group shows first),
+    the notice's when a preemption notice broke it."""
+    cases = list(cases)
     in_writer = any(f":{phase.BACKGROUND}" in case for case in cases)  # "crash@r0:bg_save4/rename(...)"
-    return (WRITER_FIX.get(check) if in_writer else None) or USUAL_FIX.get(check)
+    noticed = any(case.startswith("preempt@") or "+preempt@" in case for case in cases)
+    return ((NOTICE_FIX.get(check) if noticed else None) or (WRITER_FIX.get(check) if in_writer else None)
+            or USUAL_FIX.get(check))
 
 
 @dataclasses.dataclass(frozen=True)

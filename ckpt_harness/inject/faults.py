@@ -51,6 +51,8 @@ ACTS = ("collective", *FILE_OPS)
 #: Every fault point.
 OPS = (*ACTS, *LOOKS)
 DEFAULT_DELAY = 0.5
+#: What Slurm (KillWait) and Kubernetes (terminationGracePeriodSeconds) give by default.
+DEFAULT_GRACE = 30.0
 
 
 class InjectedError(RuntimeError):
@@ -119,6 +121,12 @@ def _sleep(injector: Injector, f: Fault, op: str, what: str) -> None:
     time.sleep(f.seconds)
 
 
+def _notice(injector: Injector, f: Fault, op: str, what: str) -> None:
+    from ckpt_harness.inject import notice  # only where a notice fires
+
+    notice.deliver(f.seconds)
+
+
 # -- the kinds -----------------------------------------------------------------------------------
 class Family(enum.Enum):
     """What the job sees of a fault: that, not the mechanism, decides the
@@ -163,6 +171,10 @@ class FaultKind:
     #: Its place among the kinds `explore` injects unless told otherwise (that order is the
     #: order of a point's cases in a report); None for an opt-in kind.
     default: Optional[int] = None
+    #: For a kind that lasts: the setting (`config.SETTINGS`) that says how many seconds,
+    #: and their default there, which a fault's label leaves out (else `~seconds`).
+    lasts: Optional[str] = None
+    seconds: Optional[float] = None
 
 
 _NO_PEER_WAITS = "no peer waits on the crashed rank, so each ends its save as in the golden run"
@@ -196,7 +208,12 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
               performed=False, severity=6, before=_block(lambda: hold_gil()),  # looked up late: a test stands in
               blocks="holding the GIL in a C loop (injected gil fault)"),
     FaultKind("delay", "sleep before the operation (rank skew), then go on", OPS, Family.DELAY,
-              performed=True, severity=11, before=_sleep),
+              performed=True, severity=12, before=_sleep, lasts="delay", seconds=DEFAULT_DELAY),
+    # Performed: a handler that returns lets the operation run (one that exits, or
+    # SIGTERM's default action, does not). Never replayed by the power-loss model.
+    FaultKind("preempt", "a preemption notice before the operation, as a scheduler gives one: SIGTERM to every "
+                         "rank, SIGKILL to what is left after --grace seconds", ACTS, Family.CRASH,
+              performed=True, severity=11, before=_notice, lasts="grace", seconds=DEFAULT_GRACE),
     FaultKind("power-loss", "the machine loses power before the operation: every rank stops and the "
                             "checkpoint directory keeps only what was durable", ACTS, Family.CRASH,
               performed=False, severity=0, before=_crash, derivable="every rank stops at once", default=6),
@@ -217,6 +234,7 @@ def _check(rows: tuple[FaultKind, ...]) -> None:
         problems.append("defaults are not 0..m-1")
     problems += [f"{k.name}: ops {k.ops} not among OPS" for k in rows if not k.ops or not set(k.ops) <= set(OPS)]
     problems += [f"{k.name}: blocks, yet its operation is performed" for k in rows if k.blocks and k.performed]
+    problems += [f"{k.name}: lasts without a default length" for k in rows if (k.lasts is None) != (k.seconds is None)]
     if problems:
         raise AssertionError(f"inject.faults.FAULT_KINDS: {'; '.join(problems)}")
 
@@ -250,7 +268,8 @@ class Fault:
     #: run; None for a fault named by `at` whose point that run did not reach.
     #: What the cases derived from the golden trace cut it at.
     index: Optional[int]
-    seconds: float = DEFAULT_DELAY
+    #: How long it lasts, for a kind that does (`FaultKind.lasts`): None takes the kind's default.
+    seconds: Optional[float] = None
     #: The operation's `address`: where the fault fires, whatever ran before it in the phase.
     at: Optional[str] = None
     #: Which of the operations with that address in the phase (1: the first).
@@ -261,6 +280,9 @@ class Fault:
             raise ValueError(f"unknown fault kind {self.kind!r}: choose from {', '.join(KINDS)}")
         if self.index is None and self.at is None:
             raise ValueError("a fault needs the index or the address of its operation")
+        default = BY_NAME[self.kind].seconds
+        if default is None or self.seconds is None:  # only a kind that lasts has a length
+            object.__setattr__(self, "seconds", default)
 
     def applies_to(self, op: str) -> bool:
         return op in BY_NAME[self.kind].ops
@@ -278,13 +300,14 @@ class Fault:
         `crash@r0:save4/rename(latest.tmp->latest)` or `hang@r1:save4/barrier#3`
         (the third barrier of rank 1 in save 4); `kind@r<rank>:<phase>#<index>`
         for a fault known only by its position. `~seconds` follows for a
-        delay of other than the default length; `parse` reads both back."""
+        kind that lasts (a delay, a preemption's grace) when its length is not
+        the kind's default; `parse` reads both back."""
         where = f"{self.kind}@r{self.rank}:{phase.compact(self.phase)}"
         if self.at is not None:
             label = f"{where}/{self.at}" + (f"#{self.nth}" if self.nth != 1 else "")
         else:
             label = f"{where}#{self.index}"
-        if self.kind == "delay" and self.seconds != DEFAULT_DELAY:
+        if self.seconds != BY_NAME[self.kind].seconds:
             label += f"~{self.seconds:g}"
         return label
 
@@ -296,7 +319,7 @@ class Fault:
                              "crash@r0:save4/rename(latest.tmp->latest) or crash@r0:save4#7)")
         kind, rank, where, index, at, nth, seconds = match.groups()
         return cls(kind, int(rank), phase.expand(where), int(index) if index is not None else None,
-                   float(seconds) if seconds else DEFAULT_DELAY, at, int(nth) if nth else 1)
+                   float(seconds) if seconds else None, at, int(nth) if nth else 1)
 
     def placed(self, index: int, at: str, nth: int) -> "Fault":
         """This fault at a point of the golden run, known both ways."""

@@ -425,11 +425,20 @@ def _to_path(saves_of: Callable[[], Saves], path_arg: int, path_kw: str, obj_arg
             rel = saves.rel(path)
             if rel is None and saves.current is None:
                 return original(*args, **kwargs)
-            name = os.path.basename(rel) if rel else f"{type(path).__name__}"
+            name = os.path.basename(rel) if rel else _type_name(path)
             with saves.boundary(saves.step_in(path), "path", name, obj):
                 return original(*args, **kwargs)
         return save
     return make
+
+
+def _type_name(target: Any) -> str:
+    """What a save's state calls what it was handed when it wrote to no path
+    (a file object, a buffer): its type, as the job would have it without the
+    probes (a file the probes opened is an `io` class's subclass), so that
+    runs with and without file tracing record the same keys."""
+    plain = next((c for c in type(target).__mro__ if c.__module__ in ("io", "_io")), type(target))
+    return plain.__name__
 
 
 def _method(step_of: Callable[[Any, tuple, dict], Optional[int]], source: str) -> Callable:

@@ -42,8 +42,8 @@ from typing import Mapping, Optional
 
 from ckpt_harness.launch.layout import PathLike, beacon_path
 
-#: issued, waiting, background, blocked, gives_up_at.
-_SLOT = struct.Struct("<qqqqd")
+#: issued, waiting, background, blocked, gives_up_at, pid.
+_SLOT = struct.Struct("<qqqqdq")
 #: `Beacon.waiting` while in a collective whose members the beacon does not
 #: follow (a subgroup, point-to-point): never a reason to cut.
 ELSEWHERE = -1
@@ -64,6 +64,8 @@ class Slot:
     blocked: bool
     #: When the collective it waits in gives up by itself (`time.monotonic()`).
     gives_up_at: float
+    #: The rank's process: what a preemption notice signals (`inject.notice`).
+    pid: int = 0
 
 
 class Beacon:
@@ -85,7 +87,7 @@ class Beacon:
 
     def _store(self) -> None:
         _SLOT.pack_into(self._map, 0, self.issued, self.waiting, self.background, int(self.blocked),
-                        self.gives_up_at)
+                        self.gives_up_at, self.pid)
 
     def issue(self, followed: bool, main: bool, gives_up_at: float) -> None:
         """A collective is about to be called: of the default group (`followed`) or
@@ -129,8 +131,8 @@ def read(run_dir: PathLike, rank: int) -> Optional[Slot]:
         return None
     if len(data) < _SLOT.size:
         return None
-    issued, waiting, background, blocked, gives_up_at = _SLOT.unpack(data)
-    return Slot(issued, waiting, background, bool(blocked), gives_up_at)
+    issued, waiting, background, blocked, gives_up_at, pid = _SLOT.unpack(data)
+    return Slot(issued, waiting, background, bool(blocked), gives_up_at, pid)
 
 
 def cannot_progress(slots: Mapping[int, Optional[Slot]], parked: set[int], running: set[int],
@@ -187,12 +189,22 @@ def timeout_of(group: object) -> float:
 
 
 _mine: Optional[Beacon] = None
+_run_dir: Optional[PathLike] = None
 
 
 def start(run_dir: PathLike, rank: int) -> None:
     """Make this rank's slot (in a rank the launcher started, before its entry)."""
-    global _mine
-    _mine = Beacon(beacon_path(run_dir, rank))
+    global _mine, _run_dir
+    _mine, _run_dir = Beacon(beacon_path(run_dir, rank)), run_dir
+
+
+def group_pids(world_size: int) -> Optional[dict[int, int]]:
+    """rank -> pid of every rank of this rank's group that made its slot, read
+    from their slots; None outside a launched rank (or a process it forked)."""
+    if mine() is None or _run_dir is None:
+        return None
+    slots = {rank: read(_run_dir, rank) for rank in range(world_size)}
+    return {rank: slot.pid for rank, slot in slots.items() if slot is not None and slot.pid}
 
 
 def mine() -> Optional[Beacon]:

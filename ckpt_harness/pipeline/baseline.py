@@ -18,7 +18,7 @@ from ckpt_harness import oracle, phase
 from ckpt_harness.config import ExplorePlan, save_before
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.inject import corrupt, durability
-from ckpt_harness.inject.faults import DEFAULT_DELAY, OPS, Fault, address
+from ckpt_harness.inject.faults import OPS, Fault, address
 from ckpt_harness.inject.trace import Event, EventKind, fields, unseen_writes
 from ckpt_harness.pipeline.resumes import Resumes
 from ckpt_harness.present.from_runs import attach
@@ -42,8 +42,8 @@ class Point:
     at: str = ""
     nth: int = 1
 
-    def fault(self, kind: str, seconds: float = DEFAULT_DELAY) -> Fault:
-        """`kind` armed here, named by address."""
+    def fault(self, kind: str, seconds: Optional[float] = None) -> Fault:
+        """`kind` armed here, named by address; `seconds` for a kind that lasts (its default if None)."""
         return Fault(kind, self.rank, self.phase, self.index, seconds, self.at or None, self.nth)
 
     def describe(self) -> str:

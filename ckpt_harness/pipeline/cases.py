@@ -106,7 +106,7 @@ def plan_cases(baseline: Baseline, points: Optional[Iterable[Point]] = None) -> 
     corruption of each committed file."""
     plan = baseline.plan
     chosen = [p for p in (baseline.points if points is None else points) if not plan.ops or p.op in plan.ops]
-    cases = [Case.of((p.fault(kind, plan.delay),), [p])
+    cases = [Case.of((p.fault(kind, plan.seconds(kind)),), [p])
              for p in chosen for kind in applicable_kinds(p.op, _kinds_at(baseline, p))]
     if plan.power_loss_after:
         cases.append(Case(POWER_LOSS_AFTER, POWER_LOSS_AFTER))
@@ -441,9 +441,13 @@ def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path,
     power = bool(kinds & {"power-loss", POWER_LOSS_AFTER})
     blocked_grace = plan.hang_timeout if kinds & BLOCKING.keys() else None
     stop = _stop(baseline, case)
+    # A notice's grace is the scheduler's to end, not the harness's: a rank its SIGTERM ended first
+    # must not have the others cut while their handlers still write.
+    grace = max((f.seconds for f in case.faults if BY_NAME[f.kind].lasts == "grace"), default=0.0)
     run = clock.run(lambda: baseline.target.run(
         RunRequest("faulted run", stop_after_save=stop, faults=case.faults, log_data=power,
-                   blocked_grace=blocked_grace, failure_grace=PROPAGATION), ckpt, run_dir), broken=baseline.k)
+                   blocked_grace=blocked_grace, failure_grace=PROPAGATION + grace), ckpt, run_dir),
+        broken=baseline.k)
     if power:
         events = run.events()
         records = fields(events)

@@ -1,6 +1,7 @@
 """`beacon.cannot_progress` and `beacon.nothing_left`: the proofs an early cut rests on, case by case."""
 
 import math
+import os
 
 from ckpt_harness.launch.beacon import ELSEWHERE, Beacon, Slot, cannot_progress, nothing_left, read
 
@@ -38,10 +39,10 @@ def test_a_slot_reads_back_what_the_rank_wrote(tmp_path):
     beacon.issue(followed=True, main=True, gives_up_at=5.0)
     beacon.issue(followed=False, main=False, gives_up_at=7.0)  # another thread, a subgroup: the main wait stands
     beacon.handed_over(+1)
-    assert read(tmp_path, 0) == Slot(1, 1, 1, False, 5.0)
+    assert read(tmp_path, 0) == Slot(1, 1, 1, False, 5.0, os.getpid())
     beacon.returned()
     beacon.handed_over(-1)
-    assert read(tmp_path, 0) == Slot(1, 0, 0, False, 0.0)
+    assert read(tmp_path, 0) == Slot(1, 0, 0, False, 0.0, os.getpid())
     assert read(tmp_path, 1) is None
 
 

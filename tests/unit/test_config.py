@@ -38,6 +38,7 @@ BAD = {
     "durability": (True, "lazy"),
     "timelines": (True, "some"),
     "delay": ([0.5], -0.5),
+    "grace": ([30.0], 0),
     "hang_timeout": (None, 0),
     "parallel": (2.0, 0),
     "share_resumes": ("no", ...),

@@ -75,24 +75,31 @@ def old_property_for(kind: str) -> str:
 
 
 # -- the derived views -----------------------------------------------------------------------------
-#: What changed on purpose since: the looks at the directory became points, for a delay only.
+#: What changed on purpose since: the looks at the directory became points, for a delay only; the
+#: preemption notice came (a crash-like kind, before a delay in severity, not among the defaults).
 LOOKS = ("stat", "list")
-NEW_KINDS = {**OLD_KINDS, "delay": ((*OLD_OPS, *LOOKS), OLD_KINDS["delay"][1])}
+PREEMPT = (OLD_OPS, "a preemption notice before the operation, as a scheduler gives one: SIGTERM to every rank, "
+                    "SIGKILL to what is left after --grace seconds")
+NEW_KINDS = {**{k: v for k, v in OLD_KINDS.items() if k != "power-loss"},
+             "delay": ((*OLD_OPS, *LOOKS), OLD_KINDS["delay"][1]), "preempt": PREEMPT,
+             "power-loss": OLD_KINDS["power-loss"]}
+NEW_CRASHES = (*OLD_CRASHES[:-1], "preempt", "power-loss")
+NEW_SEVERITY = (*OLD_SEVERITY[:-1], "preempt", "delay")
 
 
 def test_ordered_views_are_the_old_tables():
     assert (faults.FILE_OPS, faults.ACTS, faults.OPS) == (OLD_FILE_OPS, OLD_OPS, (*OLD_OPS, *LOOKS))
     assert list(faults.KINDS.items()) == list(NEW_KINDS.items())  # the order is `list`'s and `--help`'s
     assert list(faults.BLOCKING.items()) == list(OLD_BLOCKING.items())
-    assert properties.CRASHES == OLD_CRASHES
+    assert properties.CRASHES == NEW_CRASHES
     assert properties.ERRORS == OLD_ERRORS
-    assert cases.SEVERITY == OLD_SEVERITY
+    assert cases.SEVERITY == NEW_SEVERITY
     assert config.DEFAULT_FAULTS == OLD_DEFAULT_FAULTS  # its order is the order of a point's cases
 
 
 def test_membership_views_are_the_old_tables():
     """Only ever asked `kind in ...`: their order was never part of the behaviour."""
-    assert set(durability.FAULTS_PERFORMED) == set(OLD_FAULTS_PERFORMED)
+    assert set(durability.FAULTS_PERFORMED) == {*OLD_FAULTS_PERFORMED, "preempt"}
     assert set(durability.FAULTS_NOT_PERFORMED) == set(OLD_FAULTS_NOT_PERFORMED)
     assert cases._DERIVED_WHY == OLD_DERIVED_WHY
 

@@ -23,7 +23,8 @@ class Faults:
     params = (
         *run_settings(faults=(), corruptions=()),
         *run_settings("ops", after=False),
-        *run_settings("save", "save_every", "keep_last", "nodes", "durability", "delay", "hang_timeout", steps=6),
+        *run_settings("save", "save_every", "keep_last", "nodes", "durability", "delay", "grace", "hang_timeout",
+                      steps=6),
         Setting("rotates", bool, False, "n/a unless the save deletes something (the job honours keep_last)"),
     )
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:

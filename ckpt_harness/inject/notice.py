@@ -1,0 +1,83 @@
+"""A preemption with notice, as a scheduler gives one: SIGTERM, then SIGKILL after a grace.
+
+Slurm (`scancel`, a job reaching its time limit, a node drained) signals
+every process of the job with SIGTERM and sends SIGKILL `KillWait` seconds
+later; Kubernetes sends SIGTERM to the container and SIGKILL after
+`terminationGracePeriodSeconds`; torchrun's agent, told to stop, forwards
+SIGTERM to its workers and kills what is left after its shutdown timeout.
+Both schedulers default to 30 seconds. A trainer's SIGTERM handler often
+spends them writing an emergency checkpoint, and the grace running out
+halfway through that write is the case this fault exists for: the resume
+must then find the emergency save complete or the checkpoint before it
+intact, never half a file taken for a checkpoint.
+
+The rank where the fault fires plays the scheduler, right before the
+operation it is armed at:
+
+1. it starts the *reaper*, a small process (no torch) holding a pidfd of
+   every rank of the group (found through their beacons, `launch.beacon`),
+   which sleeps the grace and SIGKILLs whichever of them is still alive: a
+   pidfd names the process, never a pid some stranger took over since;
+2. it SIGTERMs its peers, then itself, so that its own handler (or
+   SIGTERM's default action, death) comes before the operation, at the
+   point the case names; its peers get theirs wherever they are.
+
+What it cannot avoid changing: the rank forks the reaper (its pidfds are
+closed in the rank at once) and is its parent, so a rank that lives through
+the grace has one more child, which exits after the grace. The reaper stays
+in the rank's process group and session and keeps its environment, so the
+harness's teardown (a Job rank's process group, a torchrun run's tag) ends
+it with the run; a harness killed outright leaves it to run out its grace,
+then exit.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+from ckpt_harness.launch import beacon
+
+#: The reaper: `python -c REAPER grace`, the pidfds it inherited on its stdin's side (fds 3..).
+REAPER = """
+import os, signal, sys, time
+fds = [int(fd) for fd in sys.argv[2:]]
+time.sleep(float(sys.argv[1]))
+for fd in fds:
+    try:
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+"""
+
+
+def deliver(grace: float) -> None:
+    """Give every rank of this rank's group its notice: SIGTERM now (this
+    rank last), SIGKILL `grace` seconds from now to any still alive. In a
+    process that is no launched rank (a checkpoint process it spawned), only
+    that process gets the notice and the kill."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    pids = beacon.group_pids(world) or {}
+    me = os.getpid()
+    peers = [pid for pid in pids.values() if pid != me]
+    fds = []
+    for pid in [*peers, me]:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except ProcessLookupError:  # a peer already gone: nothing to signal
+            continue
+    try:
+        subprocess.Popen([sys.executable, "-I", "-S", "-c", REAPER, repr(grace), *map(str, fds)],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         pass_fds=fds)
+        for fd in fds[:-1]:
+            try:
+                signal.pidfd_send_signal(fd, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    finally:
+        for fd in fds:
+            os.close(fd)
+    os.kill(me, signal.SIGTERM)
