@@ -163,6 +163,8 @@ WRITER_FIX = {
                  "landed, or after waiting for it, and have a stop wait for it",
     "preserving": "keep the writer's outcome (its future, or its exception as Lightning's AsyncCheckpointIO does), "
                   "raise it on the main thread, and never publish a save whose writer failed",
+    "live": "wait for a writer through what it ends either way (its future, a thread's join, an event set in a "
+            "finally), with a timeout, and raise on the main thread what it raised",
 }
 
 

@@ -36,6 +36,8 @@ from tests.clirun import cli
 
 POOL_WRITER = Path(__file__).resolve().parent / "scripts" / "pool_writer.py"
 BG = "bg_save4"
+#: The line of pool_writer.py where the main thread waits for its writer at the end.
+WAITS_AT_END = next(n for n, line in enumerate(POOL_WRITER.read_text().splitlines(), 1) if line == "written.wait()")
 
 
 def script(*flags: str, steps: int = 6) -> str:
@@ -163,3 +165,22 @@ def test_a_trainer_that_waits_for_its_frozen_writer_without_a_timeout_is_flagged
     right = frozen("--writer-timeout", "1")
     assert right.returncode == 0, right.stdout + right.stderr
     assert "live: PASS" in right.stdout and "every rank ended within 5s of the frozen writer" in right.stdout
+
+
+def test_a_trainer_that_waits_without_a_timeout_for_a_writer_that_raised_is_flagged_live(tmp_path):
+    """The writer's thread raises (the injected error at its first file operation of the final save): the
+    correct writer keeps the error and the main thread raises it at the end; its twin waits for good on an
+    event the writer sets only once it succeeded (deepspeedai/DeepSpeed#7741), and the deadline finds it there."""
+    targeted = dict(nproc_per_node=2, save="last", faults=("error",), ops=("open",), corruptions=(), after=False,
+                    timeout=45.0)
+    case = "error@r0:bg_save6/open(latest.tmp)"
+    broken = explore_script(script("--bug", "waits-event", "--pg-timeout", "600"), workdir=tmp_path / "broken",
+                            **targeted)
+    result = next(r for r in broken.results if r.case == case)
+    assert (result.check, result.verdict) == ("live", Verdict.FAIL), broken.explain()
+    assert "the injected error ended rank 0's writer of save 6 and no thread of the rank raised it" in result.summary
+    waits = f'pool_writer.py", line {WAITS_AT_END} in <module>'
+    assert waits in result.details, result.details  # rank 0's stack: its main thread, where it waits
+    assert "usual fix: wait for a writer through what it ends either way" in broken.explain()
+    correct = explore_script(script("--pg-timeout", "600"), workdir=tmp_path / "correct", **targeted)
+    assert case in {r.case for r in correct.results} and correct.verdict is Verdict.PASS, correct.explain()

@@ -203,9 +203,7 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
                                                           "that exited)"),
                                  problem.details if problem else ""))
         elif faulted.outcome.timed_out:  # no rank ended: the one that got the error lived on, and no launcher sees it
-            judged.append(result("live", Verdict.FAIL,
-                                 "the rank that got the error caught it and lived on while its peers waited, which "
-                                 "no launcher ends: " + (problem.summary if problem else "hang"),
+            judged.append(result("live", Verdict.FAIL, _lived_on(faulted) + (problem.summary if problem else "hang"),
                                  problem.details if problem else ""))
     if kind == "delay" and faulted is not None and not faulted.ok:
         problem = health(faulted)
@@ -277,6 +275,20 @@ def _judge_safe_loading(result: Callable[..., CaseResult], resumed: Run, outcome
         return result("safe-loading", Verdict.PASS, "no process ran the planted code (every rank loaded or refused "
                       "before the run hung: a liveness finding, which this property does not judge)")
     return result("safe-loading", Verdict.PASS, "no process ran the planted code")
+
+
+def _lived_on(faulted: Run) -> str:
+    """Why a run whose injected error ended no rank is a hang: the rank caught
+    it and lived on while its peers waited; or, for an error out of a
+    save's writer (a pool task, a thread), the writer died of it and its rank
+    waits on it for good (a wait with no timeout on an event the writer sets
+    only once it succeeded: deepspeedai/DeepSpeed#7741)."""
+    fired = next((e for e in faulted.events() if e.fault in ERRORS), None)
+    if fired is not None and phase.foreground(fired.phase) != fired.phase:
+        return (f"the injected {fired.fault} ended rank {fired.rank}'s writer of {phase.foreground(fired.phase)} "
+                "and no thread of the rank raised it: the rank waits for that writer for good (a wait without a "
+                "timeout, or for a signal the writer sends only once it succeeded): ")
+    return "the rank that got the error caught it and lived on while its peers waited, which no launcher ends: "
 
 
 def _unsurfaced(kind: str, faulted: Optional[Run]) -> str:

@@ -441,12 +441,14 @@ def _faulted_run(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path,
     power = bool(kinds & {"power-loss", POWER_LOSS_AFTER})
     blocked_grace = plan.hang_timeout if kinds & BLOCKING.keys() else None
     stop = _stop(baseline, case)
-    # A notice's grace is the scheduler's to end, not the harness's: a rank its SIGTERM ended first
-    # must not have the others cut while their handlers still write.
+    # A notice's grace is the scheduler's to end, not the harness's: neither a rank its SIGTERM ended
+    # first nor the deadline may have the others cut while their handlers still write.
     grace = max((f.seconds for f in case.faults if BY_NAME[f.kind].lasts == "grace"), default=0.0)
+    timeout = baseline.target.values.get("timeout")
     run = clock.run(lambda: baseline.target.run(
         RunRequest("faulted run", stop_after_save=stop, faults=case.faults, log_data=power,
-                   blocked_grace=blocked_grace, failure_grace=PROPAGATION + grace), ckpt, run_dir),
+                   blocked_grace=blocked_grace, failure_grace=PROPAGATION + grace,
+                   deadline=timeout + grace if grace and timeout else None), ckpt, run_dir),
         broken=baseline.k)
     if power:
         events = run.events()

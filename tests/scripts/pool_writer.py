@@ -6,7 +6,7 @@ save and at the end, Lightning's `self._error`). The data of step s is a
 function of s and the rank, so a resume replays it.
 
     pool_writer.py OUT [--steps N] [--save-every K] [--pg-timeout S]
-                       [--writer-timeout S] [--bug latest-early|live-tensors ...]
+                       [--writer-timeout S] [--bug latest-early|live-tensors|waits-event ...]
 
 Every K steps every rank takes the snapshot (model, optimizer, step),
 inside ``ckpt_harness.saving(step)``, and rank 0 alone submits its write:
@@ -31,7 +31,12 @@ real one:
 * live-tensors: the snapshot is the live `state_dict()`s, no copy: the
   writer serializes tensors the next optimizer steps change in place, a
   torn checkpoint that mixes steps (all but the last save, which nothing
-  trains past).
+  trains past);
+* waits-event: the writer sets an event once it wrote the checkpoint, and
+  the main thread waits on it before the next save and at the end, with no
+  timeout, keeping no error (DeepSpeed's decoupled engine before 0.18.4,
+  deepspeedai/DeepSpeed#7741): a writer that raises never sets it, and the
+  rank waits for good.
 """
 
 import argparse
@@ -40,6 +45,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -56,7 +62,7 @@ parser.add_argument("--steps", type=int, default=6)
 parser.add_argument("--save-every", type=int, default=2)
 parser.add_argument("--pg-timeout", type=float, default=30, help="seconds a collective may wait")
 parser.add_argument("--writer-timeout", type=float, help="seconds the end waits for the last write")
-parser.add_argument("--bug", action="append", default=[], choices=("latest-early", "live-tensors"))
+parser.add_argument("--bug", action="append", default=[], choices=("latest-early", "live-tensors", "waits-event"))
 args = parser.parse_args()
 args.out.mkdir(parents=True, exist_ok=True)
 
@@ -68,6 +74,8 @@ optimizer = torch.optim.AdamW(model.parameters(), lr=0.1)
 pool = ThreadPoolExecutor(max_workers=1)
 error = None  # what the writer raised, raised again on the main thread
 last_write = None  # the future of the last write handed to the pool
+written = threading.Event()  # --bug waits-event: set by the writer once it wrote
+written.set()
 step = 0
 
 
@@ -118,6 +126,11 @@ def keep_error(snapshot, s):
         error = e
 
 
+def signal_written(snapshot, s):
+    write(snapshot, s)
+    written.set()  # not in a finally: a writer that raised never sets it
+
+
 def raise_error():
     if error is not None:
         raise error
@@ -125,6 +138,7 @@ def raise_error():
 
 def save(s):
     global last_write
+    written.wait()  # --bug waits-event: no timeout (set at start otherwise)
     raise_error()
     with ckpt_harness.saving(s):
         snapshot = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "step": s}
@@ -133,7 +147,11 @@ def save(s):
         if rank == 0:
             if "latest-early" in args.bug:  # as it hands the write over: the writer cannot have landed yet
                 point_latest(s)
-            last_write = pool.submit(keep_error, snapshot, s)
+            if "waits-event" in args.bug:
+                written.clear()
+                last_write = pool.submit(signal_written, snapshot, s)
+            else:
+                last_write = pool.submit(keep_error, snapshot, s)
 
 
 start = 0
@@ -157,6 +175,7 @@ if args.writer_timeout is not None and last_write is not None:
         print(f"rank {rank}: the last checkpoint was not written within {args.writer_timeout:g}s",
               file=sys.stderr, flush=True)
         os._exit(1)
+written.wait()
 pool.shutdown(wait=True)
 raise_error()
 dist.destroy_process_group()

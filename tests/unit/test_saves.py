@@ -1,5 +1,7 @@
 """Save boundaries (`inject.saves`): what one save is, its step and its state, without a process group."""
 
+import io
+
 import pytest
 import torch
 
@@ -128,3 +130,18 @@ def test_accelerates_save_state_is_named_by_its_directory_or_under_automatic_nam
         AcceleratorState._reset_state(True)
     assert (tmp_path / "checkpoints" / "checkpoint_6").is_dir()
     assert [(s.step, s.source) for s in ended] == [(6, "path"), (9, "path")]
+
+
+def test_a_file_object_is_named_as_its_plain_io_type_whether_the_probes_opened_it_or_not(tmp_path):
+    """A save's state names what `torch.save(obj, f)` was handed by f's type
+    when f names no path: the probes' file classes must not leak into it, or
+    a run with file tracing and one without (a case's resume) record other
+    keys for the same state, and the resume reads as a different final state."""
+    from ckpt_harness.inject.files import ProbedBufferedWriter
+    from ckpt_harness.inject.saves import _type_name
+
+    with open(tmp_path / "plain.pt", "wb") as plain:
+        assert _type_name(plain) == "BufferedWriter"
+    probed = io.BufferedWriter.__new__(ProbedBufferedWriter)  # its type is what matters, not an open file
+    assert _type_name(probed) == "BufferedWriter"
+    assert _type_name(io.BytesIO()) == "BytesIO" and _type_name(object()) == "object"
