@@ -40,9 +40,9 @@ import sys
 
 from ckpt_harness.launch import beacon
 
-#: The reaper: `python -c REAPER grace`, the pidfds it inherited on its stdin's side (fds 3..).
+#: The reaper, run as `python -I -S -c REAPER GRACE FD...`: the pidfds it inherited, SIGKILLed after GRACE seconds.
 REAPER = """
-import os, signal, sys, time
+import signal, sys, time
 fds = [int(fd) for fd in sys.argv[2:]]
 time.sleep(float(sys.argv[1]))
 for fd in fds:
@@ -58,26 +58,26 @@ def deliver(grace: float) -> None:
     rank last), SIGKILL `grace` seconds from now to any still alive. In a
     process that is no launched rank (a checkpoint process it spawned), only
     that process gets the notice and the kill."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    pids = beacon.group_pids(world) or {}
     me = os.getpid()
-    peers = [pid for pid in pids.values() if pid != me]
-    fds = []
-    for pid in [*peers, me]:
-        try:
-            fds.append(os.pidfd_open(pid))
-        except ProcessLookupError:  # a peer already gone: nothing to signal
-            continue
+    pids = beacon.group_pids(int(os.environ.get("WORLD_SIZE", "1"))) or {}
+    peers = []
+    for pid in pids.values():
+        if pid != me:
+            try:
+                peers.append(os.pidfd_open(pid))
+            except ProcessLookupError:  # a peer already gone: nothing to signal
+                pass
+    mine = os.pidfd_open(me)
     try:
-        subprocess.Popen([sys.executable, "-I", "-S", "-c", REAPER, repr(grace), *map(str, fds)],
+        subprocess.Popen([sys.executable, "-I", "-S", "-c", REAPER, repr(grace), *map(str, [*peers, mine])],
                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         pass_fds=fds)
-        for fd in fds[:-1]:
+                         pass_fds=[*peers, mine])
+        for fd in peers:
             try:
                 signal.pidfd_send_signal(fd, signal.SIGTERM)
             except ProcessLookupError:
                 pass
     finally:
-        for fd in fds:
+        for fd in [*peers, mine]:
             os.close(fd)
     os.kill(me, signal.SIGTERM)

@@ -243,6 +243,22 @@ def test_an_error_whose_peers_waited_is_live_only_where_nothing_ends_the_group()
     assert "would be ended by an elastic launcher" in elastic.also[0].summary
 
 
+def test_an_error_no_rank_raised_is_a_hang_named_for_where_it_struck():
+    """The rank that got the error caught it and lived on; or, where the error
+    ended a save's writer (a pool task, a thread), the rank waits for that
+    writer for good (deepspeedai/DeepSpeed#7741), which a report must say."""
+    def judge(where):
+        lived = run(rank(0).fault("error", phase=where).hung(), rank(1).hung(), timed_out=True, name="faulted")
+        return judge_fault("case", "error", R, lived, resumed(PREV), save_returned=False, detail="at #3",
+                           repro="REPRO")
+
+    writer, caught = judge(f"bg_save {K}"), judge(f"save {K}")
+    assert (writer.check, writer.verdict) == (caught.check, caught.verdict) == ("live", V.FAIL)
+    assert f"the injected error ended rank 0's writer of save {K} and no thread of the rank raised it" \
+        in writer.summary, writer.summary
+    assert "the rank that got the error caught it and lived on" in caught.summary, caught.summary
+
+
 # -- runs: live, loads, states -------------------------------------------------------------------
 @pytest.mark.parametrize("r, words", [
     P(run(rank(0).collective("barrier", 3).hung(), rank(1).hung(None), timed_out=True),
