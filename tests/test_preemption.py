@@ -46,7 +46,8 @@ def test_an_emergency_checkpoint_written_in_place_is_flagged_when_the_grace_runs
     # rank 0's handler, wherever the notice found save 4, left a cut step_4.pt that the resume took for save 4
     for name in ("preempt@r0:save4/rename(step_4.pt.tmp->step_4.pt)~1", "preempt@r0:save4/barrier~1"):
         case = cases[name]
-        assert (case["check"], case["verdict"], case["row"]["outcome"]) == ("atomic", "fail", "refused without naming a file or rank"), case
+        outcome = "refused without naming a file or rank"
+        assert (case["check"], case["verdict"], case["row"]["outcome"]) == ("atomic", "fail", outcome), case
         assert "PytorchStreamReader failed" in case["summary"] and "expected S_k or S_prev" in case["summary"]
     assert "usual fix: write a SIGTERM handler's emergency checkpoint as any save: to a temporary name" in out.stdout
     assert "--grace 1" in out.stdout  # the repro gives the same notice
