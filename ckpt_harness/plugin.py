@@ -626,7 +626,7 @@ def _gate(config: pytest.Config, result: Any) -> Any:
     if baseline is None:
         return None
     config.stash.setdefault(_GATED, []).append(result)
-    return baseline.judge(result.job, result.scenario, result.verdict, result.reason)
+    return baseline.judge(result.job, result.scenario, result.verdict, result.reason, result.causes)
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:

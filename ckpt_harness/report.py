@@ -125,6 +125,7 @@ class Report:
                  "details": r.details, "repro": r.repro, "shares_resume_with": r.shares,
                  "timings": r.timings.to_json() if r.timings is not None else None,
                  "timeline": r.timeline_file, "differences": [d.to_json() for d in r.differences],
+                 "outcome": r.outcome,
                  "also": [{"check": a.check, "verdict": a.verdict.value, "summary": a.summary} for a in r.also],
                  **({"row": dict(zip(EXPLORE_COLUMNS, r.cells))} if r.cells else {})}
                 for r in self.results

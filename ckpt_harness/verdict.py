@@ -191,6 +191,9 @@ class CaseResult:
     timeline_file: Optional[str] = dataclasses.field(default=None, compare=False)
     #: The state differences behind a FAIL of a state comparison, key by key.
     differences: tuple[StateDiff, ...] = dataclasses.field(default=(), compare=False, repr=False)
+    #: What the resume after a fault gave (`oracle.OutcomeKind`'s value: "S_prev", "refused"...);
+    #: None for a judgment with no such resume. Part of why it failed (`oracle.causes`).
+    outcome: Optional[str] = None
 
     def judgments(self) -> tuple["CaseResult", ...]:
         """This judgment and those riding along, one per property."""

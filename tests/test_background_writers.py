@@ -48,11 +48,17 @@ def test_delays_on_every_operation_of_a_pool_writer_without_a_future_change_noth
     out = cli("explore", "--script", script(), "--nproc-per-node", "2", "--save", "4", "--faults", "delay",
               "--corruptions", "", "--no-after", "--json", "report.json", "--workdir", "work", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
-    cases = [c for c in json.loads((tmp_path / "report.json").read_text())["cases"] if c["case"] != "golden"]
+    report = json.loads((tmp_path / "report.json").read_text())
+    cases = [c for c in report["cases"] if c["case"] != "golden"]
     writer = [c for c in cases if f":{BG}/" in c["case"]]
+    # the file written in the temp directory and moved in is named as such, not as bytes the probes cannot see
+    assert any("step_4.pt" in w and "written outside the checkpoint directory (a temporary file elsewhere) and "
+               "renamed in" in w and "channel the probes cannot see" not in w for w in report["warnings"]), \
+        report["warnings"]
     # the writer's whole save: the rename of its file into place, the pointer written and renamed after it
     ops = {(c["row"]["op"], c["row"]["target"]) for c in writer}
-    assert {("rename", "None -> step_4.pt"), ("write", "latest.tmp"), ("rename", "latest.tmp -> latest")} <= ops, ops
+    whole = {("rename", "<outside> -> step_4.pt"), ("write", "latest.tmp"), ("rename", "latest.tmp -> latest")}
+    assert whole <= ops, ops
     assert all(c["verdict"] == "pass" and c["check"] == "skew-safe" and c["row"]["outcome"] == "S_k"
                for c in cases), json.dumps(cases, indent=1)
     for rank in range(2):  # the stop of every case waited for save 4 to land, and only then stopped
@@ -66,7 +72,7 @@ def test_a_pointer_moved_before_the_pool_writer_landed_is_flagged_atomic(tmp_pat
     targeted = dict(nproc_per_node=2, save=4, faults=("crash",), ops=("rename",), corruptions=(), after=False)
     broken = explore_script(script("--bug", "latest-early"), workdir=tmp_path / "broken", **targeted)
     failed = {r.case: r for r in broken.results if r.verdict is Verdict.FAIL}
-    writer = failed.get(f"crash@r0:{BG}/rename(None->step_4.pt)")
+    writer = failed.get(f"crash@r0:{BG}/rename(<outside>->step_4.pt)")
     assert writer is not None and writer.check == "atomic", broken.explain()
     assert "refused: FileNotFoundError" in writer.summary and "step_4.pt" in writer.summary
     # Where save 2's writer is still in flight at save 4 (slower than two training steps), the crash at the
@@ -78,7 +84,7 @@ def test_a_pointer_moved_before_the_pool_writer_landed_is_flagged_atomic(tmp_pat
            "writer once its last file landed" in broken.explain(), broken.explain()
     correct = explore_script(script(), workdir=tmp_path / "correct", **targeted)
     assert correct.verdict is Verdict.PASS, correct.explain()
-    assert {r.case for r in correct.results} >= {f"crash@r0:{BG}/rename(None->step_4.pt)",
+    assert {r.case for r in correct.results} >= {f"crash@r0:{BG}/rename(<outside>->step_4.pt)",
                                                  f"crash@r0:{BG}/rename(latest.tmp->latest)"}
 
 
@@ -156,7 +162,7 @@ def test_a_trainer_that_waits_for_its_frozen_writer_without_a_timeout_is_flagged
 
     stuck = frozen()
     assert stuck.returncode == 1, stuck.stdout + stuck.stderr
-    assert "rank 0's writer blocked before rename None -> step_4.pt of bg_save 4: rank 0 waited for its frozen " \
+    assert "rank 0's writer blocked before rename <outside> -> step_4.pt of bg_save 4: rank 0 waited for its frozen " \
            "writer for good" in stuck.stdout, stuck.stdout
     assert "rank 0 (its thread ThreadPoolExecutor-" in stuck.stdout and \
            ") blocked by the injected hang before operation #1 of bg_save 4, its main thread going on" in stuck.stdout

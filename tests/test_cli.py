@@ -323,8 +323,8 @@ def test_matrix_with_a_baseline_fails_only_on_a_new_failure(tmp_path):
     assert "| tests.planted.scenario_jobs:MergesIntoExisting | ❌ fail |" in known.stdout  # the table says what it is
     assert (f"  expected {merges} · overwrite-larger-world: fail, expected: keeps the shards of a larger run, "
             "issue #12 (expect.toml:6)") in known.stdout
-    assert ("  fixed    torch_save · overwrite-larger-world: pass, the baseline expects fail (expect.toml:12): "
-            "fixed, update the baseline") in known.stdout
+    assert ("  fixed    torch_save · overwrite-larger-world: pass, the baseline expects fail (expect.toml:13): "
+            "fixed, update the baseline") in known.stdout  # line 12: the cause the written entry records
     assert "no new failure, 1 expected, 1 fixed, 0 stale" in known.stdout
 
     # A matrix.json is a baseline too, for one scenario as for the matrix.

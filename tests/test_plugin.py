@@ -307,6 +307,30 @@ def test_baseline_makes_known_failures_xfail_and_reports_fixed_and_new_ones(pyte
     ])
 
 
+def test_a_known_failure_for_another_cause_fails_the_item(pytester, importable):
+    """Baselines by cause (issue 44): the entry expects the scenario's failure for the causes it records;
+    a resume that loses the optimizer where the baseline knows one that loses the RNG state fails, an
+    entry recording what it observes is xfail."""
+    pytester.makepyfile("def test_nothing(): pass")
+    forgets = "tests.planted.jobs:NoOptimizerState"
+    entry = f'[[expect]]\njob = "{forgets}"\nscenario = "resume-every-save"\nverdict = "fail"\nreason = "r"\n'
+    pytester.makefile(".toml", rng=entry + 'cause = ["state after load · rng values"]\n',
+                      optimizer=entry + 'cause = ["final state · model values, optimizer values", "final state · '
+                                        'optimizer missing, optimizer values", "state after load · optimizer '
+                                        'missing, optimizer values"]\n')
+    scenario = (f"--ckpt-job={forgets}", "--ckpt-scenarios=resume-every-save", "-p", "no:cacheprovider", "-rxX")
+    other = pytester.runpytest_inprocess("--ckpt-baseline=rng.toml", *scenario)
+    other.assert_outcomes(passed=1, failed=1)
+    other.stdout.fnmatch_lines([
+        f"  NEW      {forgets} · resume-every-save: fail, for another cause: observed *optimizer missing*; the "
+        "baseline expects it for state after load · rng values (rng.toml:1): *",
+        "1 new failure, 0 expected, 0 fixed, 0 stale",
+    ])
+    same = pytester.runpytest_inprocess("--ckpt-baseline=optimizer.toml", *scenario)
+    same.assert_outcomes(passed=1, xfailed=1)
+    same.stdout.fnmatch_lines(["no new failure, 1 expected, 0 fixed, 0 stale"])
+
+
 def test_a_bad_baseline_is_a_usage_error(pytester, importable):
     pytester.makepyfile("def test_nothing(): pass")
     pytester.makefile(".toml", expect='[[expect]]\njob = "dcp"\nscenario = "x"\nverdict = "fail"\n')

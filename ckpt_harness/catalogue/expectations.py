@@ -19,6 +19,12 @@ user's repo:
     scenario = "power-loss-after-save"   # scenario name, patterns allowed
     verdict = "fail"                     # pass, fail, unknown, error or n/a
     reason = "metadata not fsynced before the rename, pytorch#NNN"
+    cause = ["durable · S_prev"]         # optional: why it fails (`oracle.causes`)
+
+A failure is expected only for the causes its entry records (`cause`; a
+matrix.json records every scenario's, from its cases): one that fails for
+another cause too is a regression hiding behind a known failure, and fails
+the build. An entry without `cause` accepts any.
 
 `run` and `explore` are gated case by case: their entries name a `case`
 (as repro lines do, patterns allowed: `delay@r0:after_save6#*`) instead of
@@ -48,6 +54,8 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 _KEYS = ("job", "scenario", "verdict", "reason")
+#: The optional key of the causes a failure is expected for.
+CAUSE = "cause"
 #: What an entry may name instead of a scenario: a case of `run` or `explore`.
 CASE = "case"
 _HEADER = re.compile(r"^[ \t]*\[\[[ \t]*expect[ \t]*\]\]", re.MULTILINE)
@@ -67,6 +75,8 @@ class Expectation:
     where: str = ""
     #: What `scenario` names: "scenario", or "case" (a case of `run` or `explore`).
     key: str = "scenario"
+    #: The causes (`oracle.causes`, as text) the failure is expected for; None: any.
+    causes: Optional[frozenset[str]] = None
 
     def matches(self, job: str, scenario: str) -> bool:
         return fnmatch.fnmatchcase(job, self.job) and fnmatch.fnmatchcase(scenario, self.scenario)
@@ -84,6 +94,8 @@ class CaseVerdict:
     scenario: str
     verdict: Verdict
     reason: str
+    #: Why it did not pass (`oracle.causes`): its judgments with its verdict.
+    causes: frozenset[str] = frozenset()
 
 
 def case_verdicts(job: str, results: Iterable) -> list[CaseVerdict]:
@@ -96,7 +108,8 @@ def case_verdicts(job: str, results: Iterable) -> list[CaseVerdict]:
     for case, found in by_case.items():
         verdict = fold(r.verdict for r in found)
         first = next(r for r in found if r.verdict is verdict)
-        out.append(CaseVerdict(job, case, verdict, f"{first.check}: {first.summary}"))
+        causes = _causes(found, verdict) if not verdict.ok else frozenset()
+        out.append(CaseVerdict(job, case, verdict, f"{first.check}: {first.summary}", causes))
     return out
 
 
@@ -112,11 +125,15 @@ class Outcome(str, enum.Enum):
     #: Not ok, and the baseline expects something else: a pass (pass → error), or
     #: another failure (fail → error: the harness can no longer tell whether it still fails).
     WORSE = "worse"
+    #: Not ok with the verdict the baseline expects, but for a cause it does not
+    #: record: a regression behind a known failure (a resume that lost one RNG value
+    #: is known; now the weights diverge too).
+    OTHER_CAUSE = "other cause"
 
     @property
     def fails(self) -> bool:
         """This outcome fails the build."""
-        return self in (Outcome.NEW, Outcome.WORSE)
+        return self in (Outcome.NEW, Outcome.WORSE, Outcome.OTHER_CAUSE)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -130,6 +147,8 @@ class Gated:
     expectation: Optional[Expectation]
     #: The result's own one-line reason.
     reason: str = ""
+    #: Why the result did not pass (`oracle.causes`); empty when it passed or nothing says.
+    causes: frozenset[str] = frozenset()
 
     @property
     def expected(self) -> bool:
@@ -144,6 +163,11 @@ class Gated:
             return f"{what}, the baseline expects {e.verdict.value} ({e.where}): fixed, update the baseline"
         if self.outcome is Outcome.WORSE:
             return f"{what}, the baseline expects {e.verdict.value} ({e.where}): {self.reason}"
+        if self.outcome is Outcome.OTHER_CAUSE:
+            known = "; ".join(sorted(e.causes or ()))
+            new = "; ".join(sorted(self.causes - (e.causes or frozenset())))
+            return (f"{what}, for another cause: observed {new}; the baseline expects it for {known} ({e.where}): "
+                    f"{self.reason}")
         return f"{what}: {self.reason}"
 
 
@@ -175,13 +199,13 @@ class Gating:
 
     def explain(self) -> str:
         lines = [f"against the baseline {self.source}:"]
-        for outcome, label in ((Outcome.NEW, "NEW"), (Outcome.WORSE, "WORSE"), (Outcome.EXPECTED, "expected"),
-                               (Outcome.FIXED, "fixed")):
+        for outcome, label in ((Outcome.NEW, "NEW"), (Outcome.OTHER_CAUSE, "NEW"), (Outcome.WORSE, "WORSE"),
+                               (Outcome.EXPECTED, "expected"), (Outcome.FIXED, "fixed")):
             lines += [f"  {label:8} {g.line()}" for g in self.of(outcome)]
         lines += [f"  {'stale':8} {e.where} {e.describe()}: matches nothing this run covered; remove it"
                   for e in self.stale]
         counts = {o: len(self.of(o)) for o in Outcome}
-        regressions = counts[Outcome.NEW] + counts[Outcome.WORSE]
+        regressions = counts[Outcome.NEW] + counts[Outcome.WORSE] + counts[Outcome.OTHER_CAUSE]
         summary = (f"{regressions} new failure{'s' * (regressions != 1)}" if regressions else "no new failure")
         summary += f", {counts[Outcome.EXPECTED]} expected, {counts[Outcome.FIXED]} fixed, {len(self.stale)} stale"
         lines.append(summary)
@@ -219,9 +243,16 @@ class Expectations:
     def expected(self, job: str, scenario: str) -> Optional[Expectation]:
         return next((e for e in self.expectations if e.matches(job, scenario)), None)
 
-    def judge(self, job: str, scenario: str, verdict: Verdict, reason: str = "") -> Gated:
+    def judge(self, job: str, scenario: str, verdict: Verdict, reason: str = "",
+              causes: Iterable[str] = ()) -> Gated:
+        """`causes`: why the result did not pass (`oracle.causes`); an entry that
+        records causes expects the failure for those only."""
         e = self.expected(job, scenario)
-        return Gated(job, scenario, verdict, outcome(verdict, e.verdict if e else None), e, reason)
+        causes = frozenset(causes)
+        found = outcome(verdict, e.verdict if e else None)
+        if found is Outcome.EXPECTED and e is not None and e.causes is not None and not causes <= e.causes:
+            found = Outcome.OTHER_CAUSE
+        return Gated(job, scenario, verdict, found, e, reason, causes)
 
     def gate(
         self,
@@ -239,7 +270,7 @@ class Expectations:
         was run (`scenarios`) or is not in the `catalogue` at all (renamed or
         removed). Entries about scenarios a narrowed run skipped are not stale.
         """
-        gated = tuple(self.judge(r.job, r.scenario, r.verdict, r.reason) for r in results)
+        gated = tuple(self.judge(r.job, r.scenario, r.verdict, r.reason, getattr(r, "causes", ())) for r in results)
         jobs = {g.job for g in gated} if jobs is None else set(jobs)
         scenarios = {g.scenario for g in gated} if scenarios is None else set(scenarios)
         used = {id(g.expectation) for g in gated}
@@ -306,15 +337,32 @@ def from_matrix_json(text: str, source: str = "<matrix.json>") -> Expectations:
     return Expectations(_unique(out), source)
 
 
+def _recorded_causes(entry: dict) -> Optional[frozenset[str]]:
+    """The causes a matrix.json scenario entry failed for (its "causes"); None
+    for one written before causes were recorded: any cause."""
+    causes = entry.get("causes")
+    if Verdict(entry["verdict"]).ok or not isinstance(causes, list):
+        return None
+    return frozenset(str(c) for c in causes)
+
+
+def _causes(results: Iterable, verdict: Verdict) -> frozenset[str]:
+    """`oracle.causes.causes_of`, imported when a cause is asked for: a TOML
+    baseline is read before anything runs, and needs none of the oracle."""
+    from ckpt_harness.oracle.causes import causes_of
+
+    return causes_of(results, verdict)
+
+
 def _entry(entry: object, where: str, need_reason: bool) -> Expectation:
     if not isinstance(entry, dict):
         raise BaselineError(f"{where}: an expectation must be a table with job, scenario, verdict and reason")
     key = "scenario"
     if need_reason:
-        unknown = sorted(set(entry) - set(_KEYS) - {CASE})
+        unknown = sorted(set(entry) - set(_KEYS) - {CASE, CAUSE})
         if unknown:
-            raise BaselineError(f"{where}: unknown key {unknown[0]!r}; an expectation takes {', '.join(_KEYS)} "
-                                f"(or {CASE} instead of scenario, for run and explore)")
+            raise BaselineError(f"{where}: unknown key {unknown[0]!r}; an expectation takes {', '.join(_KEYS)}, "
+                                f"optionally {CAUSE} (or {CASE} instead of scenario, for run and explore)")
         if CASE in entry:
             if "scenario" in entry:
                 raise BaselineError(f"{where}: give scenario (matrix, scenario) or case (run, explore), not both")
@@ -329,7 +377,14 @@ def _entry(entry: object, where: str, need_reason: bool) -> Expectation:
     except ValueError:
         raise BaselineError(f"{where}: verdict {entry['verdict']!r} is not one of "
                             f"{', '.join(v.value for v in PRECEDENCE)}") from None
-    return Expectation(entry["job"], entry["scenario"], verdict, str(entry.get("reason") or ""), where, key)
+    if need_reason:
+        causes = entry.get(CAUSE)
+        if causes is not None and (not isinstance(causes, list) or not all(isinstance(c, str) and c for c in causes)):
+            raise BaselineError(f'{where}: set {CAUSE} = ["..."], the causes a report names for this failure')
+        causes = frozenset(causes) if causes is not None else None
+    else:
+        causes = _recorded_causes(entry)
+    return Expectation(entry["job"], entry["scenario"], verdict, str(entry.get("reason") or ""), where, key, causes)
 
 
 def _unique(entries: Sequence[Expectation]) -> tuple[Expectation, ...]:
@@ -368,6 +423,9 @@ def expectations_toml(results: Iterable, note: str = "", keep: Optional[Expectat
             reason = reason if len(reason) <= 200 else reason[:199] + "…"
         lines += ["", "[[expect]]", f"job = {_string(r.job)}", f"{key} = {_string(r.scenario)}",
                   f"verdict = {_string(r.verdict.value)}", f"reason = {_string(reason)}"]
+        causes = sorted(getattr(r, "causes", ()))
+        if causes:
+            lines.append(f"{CAUSE} = [{', '.join(_string(c) for c in causes)}]")
     return "\n".join(lines) + "\n"
 
 

@@ -135,6 +135,14 @@ class ScenarioResult:
     def ok(self) -> bool:
         return self.verdict.ok
 
+    @property
+    def causes(self) -> frozenset[str]:
+        """Why it did not pass (`oracle.causes`): the causes of its cases'
+        judgments with its verdict; none when it passed, or was never run."""
+        from ckpt_harness.oracle.causes import causes_of
+
+        return causes_of(self.results, self.verdict) if not self.verdict.ok else frozenset()
+
     def report(self, world_size: int, settings: Mapping[str, Any]) -> "Report":
         """As a report of its cases; a scenario never run is one case of its own."""
         from ckpt_harness.report import Report
@@ -167,6 +175,7 @@ class ScenarioResult:
         if self.part is not None:
             out["part"] = self.part.to_json()
         out["results"] = [case_json(r) for r in self.results]
+        out["causes"] = sorted(self.causes)
         if self.by_property:
             out["by_property"] = [{**part.to_json(), "details": "", "results": []} for part in self.by_property]
         return out
@@ -330,7 +339,7 @@ def case_json(r: CaseResult) -> dict[str, Any]:
     return {"case": r.case, "check": r.check, "verdict": r.verdict.value, "summary": r.summary,
             "details": r.details if not r.verdict.ok else "", "repro": r.repro, "cells": list(r.cells),
             "timeline": r.timeline_file, "differences": [d.to_json() for d in r.differences],
-            "also": [case_json(a) for a in r.also]}
+            "outcome": r.outcome, "also": [case_json(a) for a in r.also]}
 
 
 def case_from_json(data: Mapping[str, Any]) -> CaseResult:
@@ -338,6 +347,7 @@ def case_from_json(data: Mapping[str, Any]) -> CaseResult:
         str(data["case"]), str(data["check"]), Verdict(data["verdict"]), str(data.get("summary", "")),
         str(data.get("details", "")), data.get("repro"), tuple(data.get("cells", ())),
         also=tuple(case_from_json(a) for a in data.get("also", ())), timeline_file=data.get("timeline"),
+        outcome=data.get("outcome"),
         differences=tuple(StateDiff(d["key"], int(d["rank"]), d["what"], d["kind"],
                                     tuple(d["first_index"]) if d.get("first_index") is not None else None,
                                     d.get("max_abs")) for d in data.get("differences", ())))

@@ -57,7 +57,7 @@ import warnings
 from typing import Any, Callable, Optional
 
 from ckpt_harness.inject.faults import die
-from ckpt_harness.inject.trace import EventKind
+from ckpt_harness.inject.trace import OUTSIDE, EventKind
 from ckpt_harness.inject.tracer import Tracer
 
 _WRITE_MODES = frozenset("wax+")
@@ -299,7 +299,7 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str =
             if all(r is None for r in rels):
                 return original(*args, **kwargs)
             fields = dict(zip(argnames, rels))
-            what = " -> ".join(str(r) for r in rels)
+            what = " -> ".join(r if r is not None else OUTSIDE for r in rels)
             return tracer.operation(op, what, lambda fault: original(*args, **kwargs), **fields)
 
         return probe

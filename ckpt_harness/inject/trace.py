@@ -21,6 +21,9 @@ from ckpt_harness.inject.faults import BLOCKING
 if TYPE_CHECKING:
     from ckpt_harness.inject.collectives import Collective
 
+#: What a trace names a path outside the checkpoint directory by (the source of a rename into it).
+OUTSIDE = "<outside>"
+
 
 class EventKind(str, enum.Enum):
     PHASE = "phase"
@@ -103,8 +106,9 @@ class Event:
         """What the operation acts on, for reports: a collective's name, a path, or src -> dst."""
         if self.kind is EventKind.COLLECTIVE:
             return self.collective
-        if self.kind is EventKind.RENAME:
-            return f"{self.fields.get('src')} -> {self.fields.get('dst')}"
+        if self.kind is EventKind.RENAME:  # as the probe names it (`files.path_op`): the injector matches it
+            src, dst = self.fields.get("src"), self.fields.get("dst")
+            return f"{src if src is not None else OUTSIDE} -> {dst if dst is not None else OUTSIDE}"
         return self.fields.get("path", "")
 
     @property
@@ -225,25 +229,42 @@ def created_in(events: Iterable[Event], phase: str) -> set[str]:
     return {e.path for e in events if e.phase == phase and e.kind in CREATING and e.path}
 
 
-def unseen_writes(events: Iterable[Event], sizes: Mapping[str, int]) -> list[str]:
+@dataclasses.dataclass(frozen=True)
+class Unseen:
+    """A file of the checkpoint directory holding more bytes than any traced write put there."""
+
+    path: str
+    #: It came in by a rename from outside the checkpoint directory: written
+    #: there (a temporary file elsewhere, as fsspec's local transactions and
+    #: Lightning write), where the probes do not follow writes. Otherwise it
+    #: was written through a channel they cannot see (`mmap`, `sendfile`,
+    #: native code).
+    renamed_in: bool = False
+
+
+def unseen_writes(events: Iterable[Event], sizes: Mapping[str, int]) -> list[Unseen]:
     """Files of `sizes` (relative path -> bytes on disk now) holding more bytes
-    than any traced write put there: written through a channel the probes
-    cannot see (`mmap`, `sendfile`, native code), so no
-    fault or power loss ever touched them.
+    than any traced write put there, so no fault or power loss ever touched
+    those bytes: written outside the checkpoint directory and renamed in, or
+    through a channel the probes cannot see (`mmap`, `sendfile`, native code).
 
     Replays opens, writes, renames and removals of every rank; a file is an
     inode-like cell shared by its descriptors and names, so data written
     through a descriptor after a rename still counts."""
-    names: dict[str, list[int]] = {}  # path -> [bytes traced]; one list per file
-    fids: dict[str, list[int]] = {}
+    names: dict[str, list] = {}  # path -> [bytes traced, renamed in from outside]; one list per file
+    fids: dict[str, list] = {}
     for e in sorted(events, key=lambda e: (e.t, e.rank, e.fields.get("seq", 0))):
         f = e.fields
         if e.kind is EventKind.OPEN:
             cell = names.get(f["path"]) if not f.get("trunc") else None
-            names[f["path"]] = fids[f["fid"]] = cell if cell is not None else [0]
+            names[f["path"]] = fids[f["fid"]] = cell if cell is not None else [0, False]
         elif e.kind is EventKind.WRITE and f.get("fid") in fids:
             cell = fids[f["fid"]]
             cell[0] = max(cell[0], f["offset"] + f["n"])
+        elif e.kind is EventKind.RENAME and f.get("src") is None and f.get("dst") is not None:
+            for p in _under(names, f["dst"]):  # what it replaces
+                del names[p]
+            names[f["dst"]] = [0, True]
         elif e.kind is EventKind.RENAME and f.get("src") is not None:
             moved = {p: names.pop(p) for p in _under(names, f["src"])}
             if f.get("dst") is not None:
@@ -251,7 +272,8 @@ def unseen_writes(events: Iterable[Event], sizes: Mapping[str, int]) -> list[str
         elif e.kind in (EventKind.UNLINK, EventKind.RMDIR, EventKind.RMTREE):
             for p in _under(names, f.get("path", "")):
                 del names[p]
-    return sorted(p for p, size in sizes.items() if size > names.get(p, [0])[0])
+    return [Unseen(p, names.get(p, [0, False])[1]) for p, size in sorted(sizes.items())
+            if size > names.get(p, [0, False])[0]]
 
 
 def _under(names: Mapping[str, Any], path: str) -> list[str]:

@@ -22,7 +22,7 @@ from ckpt_harness.errors import HarnessError
 from ckpt_harness.launch import RankStatus
 from ckpt_harness.records import Kind, Run, save_steps_by_rank, saving_after
 from ckpt_harness.state import Record
-from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict
+from ckpt_harness.verdict import PRECEDENCE, CaseResult, StateDiff, Verdict
 
 States = Mapping[int, Record]
 
@@ -171,9 +171,11 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
     outcome = classify_resume(resumed, ref.saved, ref.k, ref.prev, ends_group=ends_group)
     summary = f"{detail} → {outcome}"
 
-    def result(check: str, verdict: Verdict, why: str = "", details: str = "") -> CaseResult:
+    def result(check: str, verdict: Verdict, why: str = "", details: str = "",
+               differences: tuple[StateDiff, ...] = ()) -> CaseResult:
         return CaseResult(case, check, verdict, f"{summary}{'; ' + why if why else ''}", details,
-                          repro if verdict is not Verdict.PASS else None, row(outcome))
+                          repro if verdict is not Verdict.PASS else None, row(outcome), differences=differences,
+                          outcome=outcome.kind.value)
 
     if prop == "safe-loading":
         return _judge_safe_loading(result, resumed, outcome, ran)
@@ -244,7 +246,8 @@ def _judge_resume(result: Callable[..., CaseResult], prop: str, kind: str, ref: 
         faithful = float_noise(faithful, final, _ranks_of(resumed.states(Kind.FINAL), final),
                                loaded_bitwise=resumed.states(Kind.LOADED) is not None)
         if faithful.verdict is not Verdict.PASS:
-            judged.append(result("faithful", faithful.verdict, faithful.summary, faithful.details))
+            judged.append(result("faithful", faithful.verdict, faithful.summary, faithful.details,
+                                 faithful.differences))
     return judged
 
 

@@ -19,7 +19,7 @@ from ckpt_harness.config import ExplorePlan, save_before
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import OPS, Fault, address
-from ckpt_harness.inject.trace import Event, EventKind, fields, unseen_writes
+from ckpt_harness.inject.trace import Event, EventKind, Unseen, fields, unseen_writes
 from ckpt_harness.pipeline.resumes import Resumes
 from ckpt_harness.present.from_runs import attach
 from ckpt_harness.records import Kind, Run, data_reader, save_steps_by_rank
@@ -57,14 +57,25 @@ def broken_phases(events_by_rank: Mapping[int, Sequence[Event]], k: int, last: b
     handed to other threads (an async save's writer, `phase.background`),
     and if it is the last one, every phase of the job after it to the end of
     the run (the end-of-training deletion of old checkpoints) but the
-    harness's own."""
+    harness's own, and but an earlier save's writer still at work then
+    (`_others_writer`)."""
     where = phase.save(k)
     phases = {where, phase.background(where)}
     for events in events_by_rank.values() if last else ():
         ends = [i for i, e in enumerate(events) if e.phase == where]
         phases |= {e.phase for e in events[ends[-1] + 1 if ends else len(events):]
-                   if not phase.OBSERVING.fullmatch(e.phase) and phase.labelable(e.phase)}
+                   if not phase.OBSERVING.fullmatch(e.phase) and phase.labelable(e.phase)
+                   and not _others_writer(e.phase, k)}
     return phases
+
+
+def _others_writer(name: str, k: int) -> bool:
+    """Is `name` the background share of a save other than `k` ("bg_save 4"
+    for k = 6)? On a loaded machine save 4's writer may still write after
+    save 6 ended, and a fault there breaks save 4, which a case of save 6 is
+    not judged for: the cases of a save must not depend on the golden run's
+    timing."""
+    return phase.foreground(name) != name and phase.save_work(name) not in (None, k)
 
 
 def broken_events(events_by_rank: Mapping[int, Sequence[Event]], k: int, last: bool) -> dict[int, list[Event]]:
@@ -93,14 +104,16 @@ def broken_events(events_by_rank: Mapping[int, Sequence[Event]], k: int, last: b
     for rank, events in events_by_rank.items():
         end = ends[rank]
         if end is not None:
-            out[rank] = [e for i, e in enumerate(events) if e.phase in own or i > end]
+            out[rank] = [e for i, e in enumerate(events)
+                         if e.phase in own or (i > end and not _others_writer(e.phase, k))]
             continue
         start = next((i for i, e in enumerate(events) if e.entering and e.fields.get("n", -1) >= joined), None) \
             if joined is not None else None
         if start is not None:
-            out[rank] = list(events[start:])
+            out[rank] = [e for e in events[start:] if not _others_writer(e.phase, k)]
         else:
-            out[rank] = [e for e in events if e.phase in own or (ended is not None and e.t > ended)]
+            out[rank] = [e for e in events if e.phase in own
+                         or (ended is not None and e.t > ended and not _others_writer(e.phase, k))]
     return out
 
 
@@ -185,7 +198,7 @@ class Baseline:
     #: Files of save k in it (relative), the targets of corruption cases.
     committed_files: tuple[str, ...]
     #: Files in it with bytes no probe saw written (see `trace.unseen_writes`).
-    unseen: tuple[str, ...] = ()
+    unseen: tuple[Unseen, ...] = ()
     #: Why the run stopped after save k left no committed directory ("" when it
     #: did, or was not made): corruption cases have no file to damage then.
     committed_problem: str = ""
@@ -297,7 +310,7 @@ def from_golden(target: Target, plan: ExplorePlan, root: Path, golden: Run, *, c
     gap = _replay_gap(golden, golden_ckpt, target.saves_in_background(), target.noun)
     committed = root / "committed" / "ckpt"
     files: tuple[str, ...] = ()
-    unseen: tuple[str, ...] = ()
+    unseen: tuple[Unseen, ...] = ()
     ok, problem = False, ""
     if committed_run or plan.corruptions or gap:
         stopped = target.run(RunRequest("committed", stop_after_save=k), committed, root / "committed" / "run")
@@ -336,12 +349,27 @@ def _replay_gap(golden: Run, ckpt: Path, background: bool, noun: str) -> str:
     return f"replayed, it leaves {', '.join(differ[:3])}{' and more' if len(differ) > 3 else ''} other than the run did"
 
 
-def unseen_warning(unseen: Sequence[str], limit: int = 3) -> str:
-    """What a person must know when a save wrote past the probes."""
-    shown = ", ".join(unseen[:limit]) + (f" and {len(unseen) - limit} more" if len(unseen) > limit else "")
-    return (f"exploration did not see writes to {shown}: written through a channel the probes cannot see "
-            "(mmap, sendfile, or native code not routed through Python), so no fault or power loss touched those "
-            "bytes; write them through open()/torch.save to have them explored")
+def unseen_warning(unseen: Sequence[Unseen], limit: int = 3) -> str:
+    """What a person must know when a save wrote past the probes: files
+    written outside the checkpoint directory and renamed in (their rename is
+    a point, their writes are not), and files written through a channel the
+    probes cannot see."""
+    def listed(paths: Sequence[str]) -> str:
+        return ", ".join(paths[:limit]) + (f" and {len(paths) - limit} more" if len(paths) > limit else "")
+
+    renamed = [u.path for u in unseen if u.renamed_in]
+    hidden = [u.path for u in unseen if not u.renamed_in]
+    said = []
+    if renamed:
+        said.append(f"{listed(renamed)} {'was' if len(renamed) == 1 else 'were'} written outside the checkpoint "
+                    "directory (a temporary file elsewhere) and renamed in: the rename is a fault point, the writes "
+                    "before it are not, and power loss cannot be modelled for them; write the temporary file inside "
+                    "the checkpoint directory to have them explored")
+    if hidden:
+        said.append(f"exploration did not see writes to {listed(hidden)}: written through a channel the probes "
+                    "cannot see (mmap, sendfile, or native code not routed through Python), so no fault or power "
+                    "loss touched those bytes; write them through open()/torch.save to have them explored")
+    return "; ".join(said)
 
 
 def _covered(path: str, written: set[str]) -> bool:

@@ -69,6 +69,11 @@ class NoRngState(_Forgetful):
     saves = _Forgetful.saves - {"rng"}
 
 
+class NoRngStateTwin(NoRngState):
+    """The same bug under another name: a baseline that expects `NoRngState`'s
+    failure by its cause expects this one's too."""
+
+
 class NoSchedulerState(_Forgetful):
     saves = _Forgetful.saves - {"scheduler"}
 

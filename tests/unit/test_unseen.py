@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from ckpt_harness.inject.trace import Event, unseen_writes
+from ckpt_harness.inject.trace import Event, Unseen, unseen_writes
 
 _seq = itertools.count(1)
 
@@ -20,12 +20,12 @@ def written(path: str, n: int, fid: str = "f0", rank: int = 0) -> list[Event]:
 
 
 def test_a_file_no_probe_saw_is_unseen():
-    assert unseen_writes(written("model.pt", 10), {"model.pt": 10, "raw.bin": 5}) == ["raw.bin"]
+    assert unseen_writes(written("model.pt", 10), {"model.pt": 10, "raw.bin": 5}) == [Unseen("raw.bin")]
 
 
 def test_more_bytes_than_traced_writes_is_unseen():
     """shutil.copyfile's sendfile, or a native writer on a descriptor of a probed open."""
-    assert unseen_writes(written("model.pt", 10), {"model.pt": 4096}) == ["model.pt"]
+    assert unseen_writes(written("model.pt", 10), {"model.pt": 4096}) == [Unseen("model.pt")]
 
 
 def test_renames_of_files_and_directories_carry_what_was_seen():
@@ -36,8 +36,18 @@ def test_renames_of_files_and_directories_carry_what_was_seen():
 
 def test_a_removed_file_recreated_past_the_probes_is_unseen():
     events = [*written("latest", 1), ev("unlink", path="latest")]
-    assert unseen_writes(events, {"latest": 1}) == ["latest"]
+    assert unseen_writes(events, {"latest": 1}) == [Unseen("latest")]
 
 
 def test_empty_files_say_nothing():
     assert unseen_writes([], {"empty": 0}) == []
+
+
+def test_a_file_renamed_in_from_outside_is_told_apart_and_follows_later_renames():
+    """fsspec's local transaction (Lightning's writer): a temporary file outside the
+    checkpoint directory, moved in; the trace records the rename with no source."""
+    events = [ev("rename", src=None, dst="step_4.pt.part"), ev("rename", src="step_4.pt.part", dst="step_4.pt"),
+              *written("latest", 10)]
+    assert unseen_writes(events, {"step_4.pt": 4096, "latest": 10}) == [Unseen("step_4.pt", renamed_in=True)]
+    replaced = [*written("step_4.pt", 4096), ev("rename", src=None, dst="step_4.pt")]  # over a file the probes saw
+    assert unseen_writes(replaced, {"step_4.pt": 4096}) == [Unseen("step_4.pt", renamed_in=True)]

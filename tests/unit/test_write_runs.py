@@ -70,3 +70,23 @@ def test_after_the_last_save_means_after_it_not_the_same_phase_name_earlier():
     assert points == [(0, "save 4", 0), (0, "run", 1), (1, "run", 1)]
     assert [(p.rank, p.phase, p.index) for p in fault_points(broken_events(events, 4, last=False), {"save 4"})] \
         == [(0, "save 4", 0)]
+
+
+def test_an_earlier_saves_writer_still_at_work_after_the_last_save_is_not_its_work():
+    """On a loaded machine save 4's background writer may still write after save 6 ended: a fault there
+    breaks save 4, which the cases of save 6 are not judged for, and the golden run's timing must not
+    decide which cases there are."""
+    from ckpt_harness.pipeline.baseline import broken_events, broken_phases
+    from ckpt_harness.inject.trace import Event
+
+    def event(rank, kind, where, point, t, **fields):
+        return Event.parse({"kind": kind, "rank": rank, "phase": where, "point": point, "t": t, **fields})
+
+    events = {0: [event(0, "mkdir", "save 6", 0, 1.0, path="step_6"), event(0, "open", "bg_save 4", 0, 2.0,
+                                                                         path="latest.tmp", fid="f0"),
+                  event(0, "open", "bg_save 6", 0, 2.5, path="latest.tmp", fid="f1"),
+                  event(0, "unlink", "after_save 6", 0, 3.0, path="step_2.pt")]}
+    phases = broken_phases(events, 6, True)
+    assert phases == {"save 6", "bg_save 6", "after_save 6"}
+    points = [(p.phase, p.index) for p in fault_points(broken_events(events, 6, last=True), phases)]
+    assert points == [("save 6", 0), ("bg_save 6", 0), ("after_save 6", 0)]

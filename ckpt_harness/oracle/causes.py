@@ -1,0 +1,75 @@
+"""Why a case failed, in the terms a regression must be told apart by.
+
+A baseline that matches a case by its verdict alone lets a worse failure
+through: a release whose mid-epoch resume loses one RNG value and an older
+one whose resume diverges in every weight both FAIL `faithful`, and a CI gate
+that knew the first passed the second. A *cause* is what stays the same when
+the same bug fails again and changes when another one does:
+
+- the property the case broke (`check`);
+- what its resume gave (`outcome`: S_prev, refused, garbage... for a fault
+  case; none for a check that has no resume);
+- which kinds of state differ, and how (`differs`: "rng values",
+  "optimizer missing"), from the keys of the state comparison.
+
+Paths, ranks, steps, key counts and timings do not count: the same bug gives
+the same cause on every run, machine and release. A cause is recorded (a
+baseline, matrix.json) as its text, and compared whole.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Iterable, Optional
+
+from ckpt_harness.verdict import CaseResult, Verdict
+
+#: The kinds of state a key is read as, most specific first: the first whose
+#: words a key's parts contain decides. Model weights are what is left.
+KINDS: tuple[tuple[str, frozenset[str]], ...] = (
+    ("rng", frozenset({"rng", "rng_state", "random", "generator", "cuda_rng", "numpy", "python", "torch_rng"})),
+    ("data position", frozenset({"sampler", "dataloader", "data", "epoch", "position", "consumed", "batch",
+                                 "iteration", "iterations", "dataset", "loader"})),
+    ("optimizer", frozenset({"optim", "optimizer", "optimizer_state", "exp_avg", "exp_avg_sq", "momentum_buffer",
+                             "param_groups", "optimizer_states", "fp32_flat_groups"})),
+    ("counters", frozenset({"step", "steps", "global_step", "scheduler", "lr_scheduler", "last_epoch",
+                            "_step_count", "lr", "_last_lr", "base_lrs", "epoch_idx"})),
+)
+_PARTS = re.compile(r"[./:\[\]]+")
+
+
+def kind_of_key(key: str) -> str:
+    """What part of the training state `key` is ("optim/state/0/exp_avg" -> optimizer)."""
+    parts = {p.lower() for p in _PARTS.split(key) if p}
+    return next((kind for kind, words in KINDS if parts & words), "model")
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class Cause:
+    """Why one judgment of a case failed (see the module's docstring)."""
+
+    check: str
+    outcome: str = ""
+    #: "<kind of state> <how it differs>", sorted, each once ("model values", "rng missing").
+    differs: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return " · ".join([self.check, *([self.outcome] if self.outcome else []),
+                           *([", ".join(self.differs)] if self.differs else [])])
+
+
+_HOW = {"missing": "missing", "unexpected": "unexpected", "dtype": "dtype", "shape": "shape", "values": "values"}
+
+
+def cause_of(result: CaseResult) -> Cause:
+    """The cause of one judgment (any verdict; meaningful for one that did not pass)."""
+    differs = sorted({f"{kind_of_key(d.key)} {_HOW.get(d.kind, d.kind)}" for d in result.differences})
+    return Cause(result.check, result.outcome or "", tuple(differs))
+
+
+def causes_of(results: Iterable[CaseResult], verdict: Optional[Verdict] = None) -> frozenset[str]:
+    """The causes (as text) of every judgment of `results` (its riding ones
+    too) with `verdict`, or, without one, of every judgment that did not pass."""
+    return frozenset(str(cause_of(j)) for r in results for j in r.judgments()
+                     if (j.verdict is verdict if verdict is not None else not j.verdict.ok))
