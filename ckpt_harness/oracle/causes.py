@@ -7,8 +7,12 @@ that knew the first passed the second. A *cause* is what stays the same when
 the same bug fails again and changes when another one does:
 
 - the property the case broke (`check`);
-- what its resume gave (`outcome`: S_prev, refused, garbage... for a fault
-  case; none for a check that has no resume);
+- what its resume gave (`outcome`: S_prev, refused, garbage...), for the
+  judgment of a fault case under its own property, where that is the
+  failure; not for `live` or `faithful` riding on it (a run that ends
+  differently is the same bug whichever checkpoint it resumed, and which
+  one it resumed can race between runs: a power loss as one rank enters a
+  collective), nor for a check that has no resume;
 - which kinds of state differ, and how (`differs`: "rng values",
   "optimizer missing"), from the keys of the state comparison.
 
@@ -23,6 +27,7 @@ import dataclasses
 import re
 from typing import Iterable, Optional
 
+from ckpt_harness.oracle.properties import SIDE_PROPERTIES
 from ckpt_harness.verdict import CaseResult, Verdict
 
 #: The kinds of state a key is read as, most specific first: the first whose
@@ -65,7 +70,8 @@ _HOW = {"missing": "missing", "unexpected": "unexpected", "dtype": "dtype", "sha
 def cause_of(result: CaseResult) -> Cause:
     """The cause of one judgment (any verdict; meaningful for one that did not pass)."""
     differs = sorted({f"{kind_of_key(d.key)} {_HOW.get(d.kind, d.kind)}" for d in result.differences})
-    return Cause(result.check, result.outcome or "", tuple(differs))
+    outcome = result.outcome if result.outcome and result.check not in SIDE_PROPERTIES else ""
+    return Cause(result.check, outcome, tuple(differs))
 
 
 def causes_of(results: Iterable[CaseResult], verdict: Optional[Verdict] = None) -> frozenset[str]:

@@ -39,11 +39,14 @@ def judged(check: str, *differences: StateDiff, outcome=None, verdict=V.FAIL, ca
 def test_a_cause_is_the_property_the_outcome_and_the_kinds_of_state_that_differ_nothing_else():
     """Ranks, key counts and which keys of a kind do not count: the same bug gives the same cause."""
     rng_only = judged("faithful", diff("rng/numpy.3"), diff("rng/torch", rank=1), outcome="S_k")
-    assert cause_of(rng_only) == Cause("faithful", "S_k", ("rng values",))
-    assert str(cause_of(rng_only)) == "faithful · S_k · rng values"
+    assert cause_of(rng_only) == Cause("faithful", "", ("rng values",))
+    assert str(cause_of(rng_only)) == "faithful · rng values"
+    # which checkpoint a run that ends differently resumed can race between runs; it is the fault's own
+    # property whose failure the outcome is
+    assert cause_of(dataclasses.replace(rng_only, outcome="S_prev")) == cause_of(rng_only)
     diverged = judged("faithful", diff("model/0.weight"), diff("optim/0.weight/exp_avg"), diff("rng/torch"),
                       outcome="S_k")
-    assert str(cause_of(diverged)) == "faithful · S_k · model values, optimizer values, rng values"
+    assert str(cause_of(diverged)) == "faithful · model values, optimizer values, rng values"
     assert str(cause_of(judged("state after load", diff("optim/0.weight/exp_avg", "missing")))) == \
         "state after load · optimizer missing"
     assert str(cause_of(judged("atomic", outcome="refused"))) == "atomic · refused"
@@ -53,8 +56,7 @@ def test_the_causes_of_results_are_those_of_their_judgments_with_the_verdict():
     failed = judged("atomic", outcome="refused")
     riding = CaseResult("c", "live", V.FAIL, "hang", also=(judged("faithful", diff("step"), outcome="S_k"),))
     passed = judged("atomic", verdict=V.PASS, outcome="S_k")
-    assert causes_of([failed, riding, passed], V.FAIL) == {"atomic · refused", "live",
-                                                          "faithful · S_k · counters values"}
+    assert causes_of([failed, riding, passed], V.FAIL) == {"atomic · refused", "live", "faithful · counters values"}
     assert causes_of([passed]) == frozenset()
 
 
