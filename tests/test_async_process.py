@@ -10,6 +10,7 @@ failed). World size 2, 4 steps.
 """
 
 import dataclasses
+import signal
 
 import pytest
 
@@ -115,3 +116,14 @@ def test_a_hang_in_the_checkpoint_process_is_reported_there(process_job, tmp_pat
     details = health(run).details
     assert "rank 0's checkpoint process stack when the run was stopped:" in details
     assert "rank 1's checkpoint process stack when the run was stopped:" in details
+
+
+def test_a_preemption_notice_in_the_checkpoint_process_reaches_every_rank(process_job, tmp_path):
+    """A scheduler signals every process of the job: the notice fired in rank 0's checkpoint process, at its
+    first file, SIGTERMs both ranks too (their beacons name them), not that process alone, and neither rank
+    has a handler, so both die of it at once."""
+    first = next(p for p in process_job.points if (p.rank, p.phase, p.op) == (0, BG, "open"))
+    run = process_job.target.run(RunRequest("noticed", stop_after_save=4, faults=(first.fault("preempt", 5.0),),
+                                            failure_grace=6.0), tmp_path / "ckpt", tmp_path / "run")
+    assert run.fired(), run.outcome
+    assert [r.outcome.signal for r in run.ranks] == [signal.SIGTERM, signal.SIGTERM], [r.outcome for r in run.ranks]

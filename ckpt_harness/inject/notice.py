@@ -55,9 +55,9 @@ for fd in fds:
 
 def deliver(grace: float) -> None:
     """Give every rank of this rank's group its notice: SIGTERM now (this
-    rank last), SIGKILL `grace` seconds from now to any still alive. In a
-    process that is no launched rank (a checkpoint process it spawned), only
-    that process gets the notice and the kill."""
+    process last), SIGKILL `grace` seconds from now to any still alive. A
+    process a rank spawned that joined it (DCP's checkpoint process) gives
+    it to the ranks and to itself; one that knows no group, to itself only."""
     me = os.getpid()
     pids = beacon.group_pids(int(os.environ.get("WORLD_SIZE", "1"))) or {}
     peers = []

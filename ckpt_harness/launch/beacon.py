@@ -198,10 +198,18 @@ def start(run_dir: PathLike, rank: int) -> None:
     _mine, _run_dir = Beacon(beacon_path(run_dir, rank)), run_dir
 
 
+def follow(run_dir: PathLike) -> None:
+    """In a process a rank spawned that joined it (`link.join_rank`): read the
+    slots of its rank's group (`group_pids`), as the rank itself does."""
+    global _run_dir
+    _run_dir = run_dir
+
+
 def group_pids(world_size: int) -> Optional[dict[int, int]]:
-    """rank -> pid of every rank of this rank's group that made its slot, read
-    from their slots; None outside a launched rank (or a process it forked)."""
-    if mine() is None or _run_dir is None:
+    """rank -> pid of every rank of this process's group that made its slot,
+    read from their slots: in a launched rank, a process it forked, or one it
+    spawned that joined it; None elsewhere."""
+    if _run_dir is None:
         return None
     slots = {rank: read(_run_dir, rank) for rank in range(world_size)}
     return {rank: slot.pid for rank, slot in slots.items() if slot is not None and slot.pid}

@@ -20,6 +20,7 @@ import os
 from pathlib import Path
 from typing import Any, Optional
 
+from ckpt_harness.launch import beacon
 from ckpt_harness.launch import rank as rank_side
 from ckpt_harness.launch.layout import helper_paths, helper_pid_paths
 from ckpt_harness.launch.rank import STACK_SIGNAL
@@ -82,6 +83,7 @@ def join_rank(link: Optional[ChildLink], name: str) -> None:
     if link is None:
         return
     rank_side.report_on(link.status_fd)
+    beacon.follow(link.run_dir)
     pid_file, stack_file = helper_paths(link.run_dir, link.rank, name)
     stack = open(stack_file, "w")  # kept open by faulthandler for the process's life
     faulthandler.register(STACK_SIGNAL, file=stack, all_threads=True, chain=False)
