@@ -23,7 +23,7 @@ from ckpt_harness.inject.collectives import Recording
 from ckpt_harness.inject.faults import BLOCKING
 from ckpt_harness.inject.trace import Event, EventKind
 from ckpt_harness.launch import GroupOutcome, RankOutcome, RankStatus
-from ckpt_harness.launch.layout import PathLike, child_trace_paths, data_path, records_path, trace_path
+from ckpt_harness.launch.layout import PathLike, child_trace_paths, data_path, records_path, trace_path, warm_path
 from ckpt_harness.state import Record
 from ckpt_harness.present.from_runs import Note, attach
 from ckpt_harness.verdict import Breakdown, CaseResult
@@ -194,6 +194,11 @@ class Run:
     @property
     def ok(self) -> bool:
         return self.outcome.ok
+
+    @property
+    def warm_started(self) -> bool:
+        """Did a rank serve a process it spawned from its template (`launch.warm`), not fresh?"""
+        return any(warm_path(self.run_dir, r.rank).exists() for r in self.ranks)
 
     def states(self, kind: Kind, step: Optional[int] = None) -> Optional[dict[int, Record]]:
         """Each rank's state at `kind` (and `step`), or None if a rank lacks it."""
@@ -369,6 +374,7 @@ class CaseClock:
         #: The runs the case is about, in the order they ran: those it builds
         #: on (`context`: the golden run) and those it timed (`run`).
         self.seen: list[Run] = list(context)
+        self._context = len(self.seen)
 
     def run(self, make: Callable[[], Run], broken: Optional[int] = None, resume: bool = False) -> Run:
         """`make()`, a run of this case, timed: the run with its faults (or the
@@ -391,7 +397,17 @@ class CaseClock:
         wall = now - self.started
         return dataclasses.replace(self.runs, harness=wall - self.runs.wall - judging, judging=judging, wall=wall)
 
+    @property
+    def warm(self) -> bool:
+        """Did a run of the case start a spawned process warm (`Run.warm_started`)? Not one it builds
+        on (the golden run): its states are those its ranks recorded, which a spawned process only writes
+        out, and a golden run's own judgments are confirmed where they are made (`pipeline.verify`)."""
+        return any(run.warm_started for run in self.seen[self._context:])
+
     def stamp(self, result: CaseResult, notes: Iterable[Note] = (), every: bool = False) -> CaseResult:
-        """`result` with where its seconds went (`done`) and the timeline of
-        the case's runs (`timeline.attach`)."""
-        return attach(dataclasses.replace(result, timings=self.done()), self.seen, notes, every)
+        """`result` with where its seconds went (`done`), whether a run of it
+        started warm, and the timeline of the case's runs (`timeline.attach`)."""
+        warm = self.warm
+        result = dataclasses.replace(result, timings=self.done(), warm=warm,
+                                     also=tuple(dataclasses.replace(a, warm=warm) for a in result.also))
+        return attach(result, self.seen, notes, every)

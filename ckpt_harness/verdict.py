@@ -194,6 +194,12 @@ class CaseResult:
     #: What the resume after a fault gave (`oracle.OutcomeKind`'s value: "S_prev", "refused"...);
     #: None for a judgment with no such resume. Part of why it failed (`oracle.causes`).
     outcome: Optional[str] = None
+    #: A run of the case started a process its rank spawned from the rank's
+    #: template (`launch.warm`), not fresh: a verdict other than pass is then
+    #: confirmed by a cold run (`pipeline.confirm`).
+    warm: bool = dataclasses.field(default=False, compare=False)
+    #: This is that cold run's verdict, the warm one's said in `details`.
+    confirmed_cold: bool = dataclasses.field(default=False, compare=False)
 
     def judgments(self) -> tuple["CaseResult", ...]:
         """This judgment and those riding along, one per property."""

@@ -263,6 +263,23 @@ def test_lightnings_async_checkpoint_io_lands_before_the_stop_and_holds_the_stat
     assert stop[-1] == (Kind.STOPPED, 2, "training") and (Kind.LANDED, 2, None) in stop, stop
 
 
+def test_no_lightning_checkpoint_survives_a_power_loss_right_after_its_save(tmp_path):
+    """Lightning 2.6's `_atomic_save` writes through fsspec's local
+    transaction: a temporary file in the system's temp directory, moved into
+    place, nothing fsynced. The probes follow the staged file, and the
+    power-loss model finds neither the entries nor the bytes durable (its
+    correct shape passes: `test_background_writers`, the staged pool writer)."""
+    pytest.importorskip("pytorch_lightning")
+    from tests.clirun import cli
+
+    out = cli("scenario", "power-loss-after-save", "--script", f"{LIGHTNING} {{ckpt_dir}}", "--nproc-per-node", "2",
+              "--workdir", str(tmp_path / "work"), cwd=tmp_path)
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "durable: FAIL" in out.stdout and "expected S_k" in out.stdout, out.stdout
+    assert ("step_2.ckpt: renamed in from outside the checkpoint directory, but the checkpoint directory was never "
+            "fsynced") in out.stdout, out.stdout
+
+
 def test_lightning_resumes_an_iteration_based_run_into_the_epoch_it_had_finished(tmp_path):
     """The same four steps as `max_steps`, the same checkpoints: Lightning
     restarts iteration-based training inside the epoch its checkpoint

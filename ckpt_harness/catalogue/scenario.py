@@ -339,7 +339,8 @@ def case_json(r: CaseResult) -> dict[str, Any]:
     return {"case": r.case, "check": r.check, "verdict": r.verdict.value, "summary": r.summary,
             "details": r.details if not r.verdict.ok else "", "repro": r.repro, "cells": list(r.cells),
             "timeline": r.timeline_file, "differences": [d.to_json() for d in r.differences],
-            "outcome": r.outcome, "also": [case_json(a) for a in r.also]}
+            "outcome": r.outcome, "also": [case_json(a) for a in r.also],
+            **({"confirmed_cold": True} if r.confirmed_cold else {})}
 
 
 def case_from_json(data: Mapping[str, Any]) -> CaseResult:
@@ -347,7 +348,7 @@ def case_from_json(data: Mapping[str, Any]) -> CaseResult:
         str(data["case"]), str(data["check"]), Verdict(data["verdict"]), str(data.get("summary", "")),
         str(data.get("details", "")), data.get("repro"), tuple(data.get("cells", ())),
         also=tuple(case_from_json(a) for a in data.get("also", ())), timeline_file=data.get("timeline"),
-        outcome=data.get("outcome"),
+        outcome=data.get("outcome"), confirmed_cold=bool(data.get("confirmed_cold", False)),
         differences=tuple(StateDiff(d["key"], int(d["rank"]), d["what"], d["kind"],
                                     tuple(d["first_index"]) if d.get("first_index") is not None else None,
                                     d.get("max_abs")) for d in data.get("differences", ())))

@@ -17,6 +17,10 @@ save in the order it performs them. A fault armed there fires there: a
 crash kills the checkpoint process, not the rank, which learns of it at its
 next wait for the save's future ("Checkpoint background process is dead").
 
+The process starts warm when the rank has a template (`launch.warm`: the
+one change to how DCP runs, its module's `mp` served through
+`warm.Multiprocessing`), else as DCP spawns it.
+
 The only module that imports DCP's executor internals (torch 2.13).
 """
 
@@ -33,6 +37,7 @@ from torch.distributed.checkpoint import _async_process_executor as executor
 
 from ckpt_harness.inject import probes
 from ckpt_harness.inject.tracer import set_phase, thread_phase
+from ckpt_harness.launch import warm
 
 #: The file-name word of the checkpoint process's trace and data log (`launch.layout.trace_path`).
 ACTOR = "ckpt"
@@ -63,6 +68,8 @@ def follow() -> None:
     cls.__init__ = init_probed
     cls._send = send_in_phase
     cls._ckpt_harness_follows = True
+    # DCP spawns through `mp.get_context("spawn")`: served from the rank's template when it has one.
+    executor.mp = warm.Multiprocessing(executor.mp)
 
 
 def _rank_timeout() -> Optional[float]:

@@ -73,11 +73,22 @@ Why the model looks the way it does:
   The power-loss moment itself is the caller's cut (`events_before` the
   time of the fault event leaves the faulted operation out).
 
+* **A file staged outside the checkpoint directory is an inode of no
+  directory the model keeps** until a rename brings it in (fsspec's local
+  transactions write to the system's temp directory and move the file in;
+  the probes follow such files, `files`, and name them by absolute path in
+  `outside`, `src_outside`). Its data follows the rules above; its entry
+  counts from the rename on, in the destination directory. Outside and
+  inside are one file system to the model (in "ordered" mode an fsync of
+  either commits the journal of both): a move across file systems is a copy,
+  which the probes see as writes inside.
+
 What the model refuses to guess raises `DurabilityError` naming the event: a
 write or fsync on a fid that is not open, a file-system-looking event of an
 unknown kind or missing a field, a fault kind it does not know, a path
-outside the checkpoint directory, a rename into it from outside (unknown
-content), an operation on the checkpoint directory's own entry, an fsync of
+outside the checkpoint directory, a rename into it from outside of a file
+it did not see written from its start (unknown content), an operation on
+the checkpoint directory's own entry, an fsync of
 a directory path that no longer exists (the descriptor followed a rename the
 trace cannot tie to it), a data log shorter than a write, and bytes that were
 never logged (`data` None) but end up in the durable tree. A wrong model
@@ -313,6 +324,10 @@ class _Model:
         self.root = _Inode(True, ".")
         self.dirs: list[_Inode] = [self.root]
         self.fids: dict[str, _Inode] = {}
+        #: Files staged outside the checkpoint directory, by absolute path; those
+        #: whose content before this run is unknown (opened without truncating).
+        self.outside: dict[str, _Inode] = {}
+        self.foreign: set[str] = set()
         #: rank -> (phase, point) of an operation a fault stopped before it ran
         self.faulted: dict[int, tuple[str, int]] = {}
         self._load(start)
@@ -407,6 +422,9 @@ class _Model:
         fid = e["fid"]
         if fid in self.fids:
             raise DurabilityError(f"fid {fid!r} opened twice: {_describe(e)}")
+        if e.get("outside"):
+            self._open_outside(e)
+            return
         parent, name = self.place(e["path"], e)
         if parent is None:
             return  # ENOENT/ENOTDIR
@@ -423,6 +441,21 @@ class _Model:
             node.data = bytearray()
             node.unknown = []
         self.fids[fid] = node
+
+    def _open_outside(self, e: dict) -> None:
+        path = e["outside"]
+        node = self.outside.get(path)
+        if node is None:
+            node = self.outside[path] = _Inode(False, path)
+            if not (e["trunc"] or "x" in e.get("mode", "")):
+                self.foreign.add(path)  # it may have held bytes before this run
+        elif "x" in e.get("mode", ""):
+            return  # EEXIST
+        if e["trunc"]:
+            node.data = bytearray()
+            node.unknown = []
+            self.foreign.discard(path)
+        self.fids[e["fid"]] = node
 
     def on_write(self, e: dict) -> None:
         node = self._fid(e)
@@ -453,6 +486,10 @@ class _Model:
     def on_fsync(self, e: dict) -> None:
         if e["fid"] is not None:
             node = self._fid(e)
+        elif e.get("outside"):  # a staged file (else nothing the model keeps: a directory outside)
+            node = self.outside.get(e["outside"])
+            if node is None:
+                return
         else:
             node = self.lookup(_parts(e["path"], e))
             if node is None:
@@ -513,10 +550,8 @@ class _Model:
 
     def on_rename(self, e: dict) -> None:
         if e["src"] is None:
-            raise DurabilityError(
-                f"rename into the checkpoint directory from outside it: its content is unknown: "
-                f"{_describe(e)}"
-            )
+            self._rename_in(e)
+            return
         src_parent, src_name = self.place(e["src"], e)
         node = src_parent.entries.get(src_name) if src_parent is not None else None
         if node is None:
@@ -524,6 +559,9 @@ class _Model:
         if e["dst"] is None:  # moved out of the checkpoint directory: gone from it
             del src_parent.entries[src_name]
             src_parent.how[src_name] = "moved out of the checkpoint directory"
+            if not node.is_dir and e.get("dst_outside"):  # staged there now: it may come back
+                self.outside[e["dst_outside"]] = node
+                self.foreign.discard(e["dst_outside"])
             return
         dst_parent, dst_name = self.place(e["dst"], e)
         if dst_parent is None:
@@ -539,6 +577,25 @@ class _Model:
         dst_parent.entries[dst_name] = node
         src_parent.how[src_name] = f"renamed to {e['dst']}"
         dst_parent.how[dst_name] = f"renamed from {e['src']}" + (" (replacing a file)" if target is not None else "")
+
+    def _rename_in(self, e: dict) -> None:
+        """A file staged outside moves in: the destination half of a rename."""
+        path = e.get("src_outside") or ""
+        node = self.outside.get(path)
+        if node is None or path in self.foreign:
+            raise DurabilityError(
+                "rename into the checkpoint directory from outside it of a file the probes did not see "
+                f"written from its start (before the save, or not through a probed call): its content is "
+                f"unknown: {_describe(e)}"
+            )
+        dst_parent, dst_name = self.place(e["dst"], e)
+        target = dst_parent.entries.get(dst_name) if dst_parent is not None else None
+        if dst_parent is None or target is not None and target.is_dir:
+            return  # ENOENT, EISDIR
+        del self.outside[path]
+        dst_parent.entries[dst_name] = node
+        dst_parent.how[dst_name] = ("renamed in from outside the checkpoint directory"
+                                    + (" (replacing a file)" if target is not None else ""))
 
     def _inside(self, directory: _Inode, ancestor: _Inode) -> bool:
         """Whether `directory` is `ancestor` or below it, in the current namespace."""

@@ -36,10 +36,22 @@ to the kernel in one call and the probed file in two, so a crash in the
 middle of a kernel write cuts within one buffer of where it would natively.
 `shutil.copyfile` copies through `write()`, not `os.sendfile`.
 
+Outside the checkpoint directory, a save may stage a file and rename it in
+(fsspec's local transactions, which Lightning writes through, put it in the
+system's temp directory; so does `tempfile`). A file opened for writing
+outside it *during a checkpointing phase* (`phase.checkpointing`: a save,
+its writer, what follows it) is probed as any other: its operations are
+named `<outside>` (`trace.OUTSIDE`, one name whatever the temporary name,
+so a fault finds it again in the next run) and carry its absolute path in
+`outside`, which the rename that brings it in names too (`src_outside`);
+the durability model follows its bytes in, and the exploration breaks only
+those that land (`trace.landings`). The harness's own directory (where the
+trace lives) is never probed.
+
 Not seen: `mmap`, `sendfile`, `os.writev`, `ftruncate` (an exploration warns
 about files holding bytes no probe saw: `trace.unseen_writes`). Everything
-outside the checkpoint directory, and every read, takes the original path
-untouched.
+else outside the checkpoint directory, and every read, takes the original
+path untouched.
 """
 
 from __future__ import annotations
@@ -56,6 +68,7 @@ import sys
 import warnings
 from typing import Any, Callable, Optional
 
+from ckpt_harness import phase
 from ckpt_harness.inject.faults import die
 from ckpt_harness.inject.trace import OUTSIDE, EventKind
 from ckpt_harness.inject.tracer import Tracer
@@ -70,11 +83,14 @@ NATIVE_BUFFER = 8192
 
 
 class _Files:
-    def __init__(self, tracer: Tracer, root: str, data_log: Optional[str], actor: str = ""):
+    def __init__(self, tracer: Tracer, root: str, data_log: Optional[str], actor: str = "",
+                 own: Optional[str] = None):
         self.tracer = tracer
         self.actor = actor
         self.root = os.path.abspath(root)
         self.real_root = os.path.realpath(root)
+        #: The harness's directory of this run (traces, data logs): never the job's files.
+        self.own = os.path.abspath(own) if own else None
         self.fids = itertools.count()
         #: Descriptors of files opened for writing: fd -> (fid, relpath). An
         #: fsync of any other descriptor is located by `_path_of`.
@@ -96,6 +112,31 @@ class _Files:
             if absolute == root or absolute.startswith(root + os.sep):
                 return os.path.relpath(absolute, root)
         return None
+
+    def outside(self, path: Any) -> Optional[str]:
+        """The absolute path of a file outside the checkpoint directory that
+        a checkpointing phase writes (it may stage the file there and rename
+        it in), or None: `path` is in the checkpoint directory, no
+        checkpointing phase runs, or it is the harness's own."""
+        if isinstance(path, int) or not phase.checkpointing(self.tracer.current()):
+            return None
+        try:
+            absolute = os.path.abspath(os.fsdecode(os.fspath(path)))
+        except TypeError:
+            return None
+        if self.rel(absolute) is not None or self.own and (absolute + os.sep).startswith(self.own + os.sep):
+            return None
+        return absolute
+
+    def name(self, path: Any) -> Optional[tuple[str, dict]]:
+        """How the trace names a file opened for writing (relative to the
+        checkpoint directory, or `OUTSIDE` with its absolute path in the
+        fields), or None: the probes leave it alone."""
+        rel = self.rel(path)
+        if rel is not None:
+            return rel, {}
+        outside = self.outside(path)
+        return (OUTSIDE, {"outside": outside}) if outside is not None else None
 
     def exact(self) -> bool:
         """Whether each write must be its own trace event: in a rank with a
@@ -267,10 +308,13 @@ def _open_probed(handle: _Handle, file: Any, mode: str, buffering: int, encoding
         raise
 
 
-def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str = "") -> None:
-    """Probe file operations under `ckpt_dir`; `actor` names a spawned process
-    of the rank (its fids and data-log refs say it, `probes.Child`)."""
-    files = _Files(tracer, ckpt_dir, data_log, actor)
+def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str = "",
+            own: Optional[str] = None) -> None:
+    """Probe file operations under `ckpt_dir` (and of files a checkpointing
+    phase writes outside it, but in `own`, the harness's directory of the
+    run); `actor` names a spawned process of the rank (its fids and
+    data-log refs say it, `probes.Child`)."""
+    files = _Files(tracer, ckpt_dir, data_log, actor, own)
     original_open = io.open
 
     @functools.wraps(original_open)
@@ -278,14 +322,16 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str =
                     errors: Any = None, newline: Any = None, closefd: bool = True, opener: Any = None) -> Any:
         if _WRITE_MODES.isdisjoint(mode) or tracer.nested():
             return original_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
-        rel = files.rel(file)
-        if rel is None:
+        named = files.name(file)
+        if named is None:
             return original_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        rel, where = named
         handle = _Handle(files, files.new_fid(), rel, append="a" in mode)
         return tracer.operation(
             "open", rel,
             lambda fault: _open_probed(handle, file, mode, buffering, encoding, errors, newline, closefd, opener),
             path=rel, fid=handle.fid, mode=mode, trunc="w" in mode, create="r" not in mode, append=handle.append,
+            **where,
         )
 
     builtins.open = io.open = probed_open
@@ -298,7 +344,10 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str =
             rels = [files.rel(a) for a in args[: len(argnames)]]
             if all(r is None for r in rels):
                 return original(*args, **kwargs)
-            fields = dict(zip(argnames, rels))
+            fields: dict[str, Any] = dict(zip(argnames, rels))
+            # A rename in from outside (or out): which file, so that the durability model follows its bytes.
+            fields.update({f"{name}_outside": os.path.abspath(os.fsdecode(os.fspath(a)))
+                           for name, a, r in zip(argnames, args, rels) if r is None})
             what = " -> ".join(r if r is not None else OUTSIDE for r in rels)
             return tracer.operation(op, what, lambda fault: original(*args, **kwargs), **fields)
 
@@ -341,13 +390,16 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str =
 
     @functools.wraps(original_os_open)
     def probed_os_open(path: Any, flags: int, mode: int = 0o777, *, dir_fd: Any = None) -> int:
-        rel = files.rel(path) if dir_fd is None else None
-        if rel is None or tracer.nested() or not flags & (os.O_WRONLY | os.O_RDWR):
+        if dir_fd is not None or tracer.nested() or not flags & (os.O_WRONLY | os.O_RDWR):
             return original_os_open(path, flags, mode, dir_fd=dir_fd)
+        named = files.name(path)
+        if named is None:
+            return original_os_open(path, flags, mode, dir_fd=dir_fd)
+        rel, where = named
         handle = _Handle(files, files.new_fid(), rel, append=bool(flags & os.O_APPEND))
         fd = tracer.operation("open", rel, lambda fault: original_os_open(path, flags, mode),
                               path=rel, fid=handle.fid, mode=_mode_of(flags), trunc=bool(flags & os.O_TRUNC),
-                              create=bool(flags & os.O_CREAT), append=handle.append)
+                              create=bool(flags & os.O_CREAT), append=handle.append, **where)
         files.by_fd[fd] = (handle.fid, rel)
         files.raw_fds[fd] = handle
         return fd
@@ -386,11 +438,13 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str =
             if known is not None:  # a file opened for writing: its fid follows the inode
                 fid, rel = known
                 return tracer.operation("fsync", rel, lambda fault: original(fd), path=rel, fid=fid, is_dir=False)
-            rel = files.rel(_path_of(number))  # a directory, or a file opened to read
-            if rel is None:
+            named = files.name(_path_of(number))  # a directory, or a file opened to read
+            if named is None:
                 return original(fd)
+            rel, where = named
             is_dir = stat.S_ISDIR(os.fstat(number).st_mode)
-            return tracer.operation("fsync", rel, lambda fault: original(fd), path=rel, fid=None, is_dir=is_dir)
+            return tracer.operation("fsync", rel, lambda fault: original(fd), path=rel, fid=None, is_dir=is_dir,
+                                    **where)
 
         return probe
 
@@ -431,7 +485,7 @@ def _route_native_savers(files: _Files) -> None:
 
     @functools.wraps(original_save)
     def save(obj: Any, f: Any, *args: Any, **kwargs: Any) -> Any:
-        if isinstance(f, (str, os.PathLike)) and files.rel(f) is not None:
+        if isinstance(f, (str, os.PathLike)) and files.name(f) is not None:
             with open(f, "wb", buffering=NATIVE_BUFFER) as handle:
                 return original_save(obj, handle, *args, **kwargs)
         return original_save(obj, f, *args, **kwargs)
@@ -447,7 +501,7 @@ def _route_native_savers(files: _Files) -> None:
 
         @functools.wraps(original_save_file)
         def save_file(tensors: Any, filename: Any, metadata: Any = None) -> None:
-            if files.rel(filename) is None:
+            if files.name(filename) is None:
                 return original_save_file(tensors, filename, metadata)
             data = memoryview(st.save(tensors, metadata=metadata))
             with open(filename, "wb", buffering=NATIVE_BUFFER) as handle:

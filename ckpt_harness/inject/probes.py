@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
 import threading
 import time
@@ -78,7 +79,7 @@ def install(trace_path: str, rank: int, *, ckpt_dir: Optional[str] = None,
         if thread_phases:
             follow_threads(installed)
         if ckpt_dir is not None:
-            files.install(installed, ckpt_dir, data_log, actor)
+            files.install(installed, ckpt_dir, data_log, actor, own=os.path.dirname(trace_path))
     return tracer()
 
 

@@ -226,7 +226,33 @@ def where(events: list[Event], blocked: Optional[Collective] = None) -> str:
 
 def created_in(events: Iterable[Event], phase: str) -> set[str]:
     """Paths a phase created or renamed into place (files or directories)."""
-    return {e.path for e in events if e.phase == phase and e.kind in CREATING and e.path}
+    return {e.path for e in events if e.phase == phase and e.kind in CREATING and e.path and e.path != OUTSIDE}
+
+
+def landings(events: Iterable[Event]) -> dict[str, str]:
+    """Files written outside the checkpoint directory that a rename brought
+    in: their fids and absolute paths -> the path they landed at. Their
+    operations are points a fault may break (`files`); those of other
+    files a save writes outside it touch no checkpoint."""
+    fids: dict[str, list[str]] = {}  # absolute path -> fids that wrote it
+    out: dict[str, str] = {}
+    for e in sorted(events, key=lambda e: (e.t, e.rank, e.fields.get("seq", 0))):
+        f = e.fields
+        if e.kind is EventKind.OPEN and f.get("outside"):
+            fids.setdefault(f["outside"], []).append(f["fid"])
+        elif e.kind is EventKind.RENAME and f.get("src_outside") and f.get("dst") is not None:
+            out[f["src_outside"]] = f["dst"]
+            out.update(dict.fromkeys(fids.pop(f["src_outside"], ()), f["dst"]))
+    return out
+
+
+def landing(event: Event, landed: Mapping[str, str]) -> Optional[str]:
+    """Where the outside file `event` acts on landed (`landings`); None for
+    any other event, and for an outside file that never came in."""
+    f = event.fields
+    if f.get("path") != OUTSIDE or event.kind is EventKind.RENAME:
+        return None
+    return landed.get(f.get("fid") or "") or landed.get(f.get("outside") or "")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -252,19 +278,22 @@ def unseen_writes(events: Iterable[Event], sizes: Mapping[str, int]) -> list[Uns
     inode-like cell shared by its descriptors and names, so data written
     through a descriptor after a rename still counts."""
     names: dict[str, list] = {}  # path -> [bytes traced, renamed in from outside]; one list per file
+    outside: dict[str, list] = {}  # the same, of files written outside the checkpoint directory (`files`)
     fids: dict[str, list] = {}
     for e in sorted(events, key=lambda e: (e.t, e.rank, e.fields.get("seq", 0))):
         f = e.fields
         if e.kind is EventKind.OPEN:
-            cell = names.get(f["path"]) if not f.get("trunc") else None
-            names[f["path"]] = fids[f["fid"]] = cell if cell is not None else [0, False]
+            place, key = (outside, f["outside"]) if f.get("outside") else (names, f["path"])
+            cell = place.get(key) if not f.get("trunc") else None
+            place[key] = fids[f["fid"]] = cell if cell is not None else [0, False]
         elif e.kind is EventKind.WRITE and f.get("fid") in fids:
             cell = fids[f["fid"]]
             cell[0] = max(cell[0], f["offset"] + f["n"])
         elif e.kind is EventKind.RENAME and f.get("src") is None and f.get("dst") is not None:
             for p in _under(names, f["dst"]):  # what it replaces
                 del names[p]
-            names[f["dst"]] = [0, True]
+            cell = names[f["dst"]] = outside.pop(f.get("src_outside") or "", None) or [0, False]
+            cell[1] = True
         elif e.kind is EventKind.RENAME and f.get("src") is not None:
             moved = {p: names.pop(p) for p in _under(names, f["src"])}
             if f.get("dst") is not None:
@@ -305,7 +334,7 @@ def describe_phase(events: list[Event], phase: str) -> str:
         if e.kind is EventKind.COLLECTIVE:
             parts.append(f"{e.collective}#{e.fields['n']}")
         elif e.kind is EventKind.RENAME:
-            parts.append(f"rename {e.fields['src']} → {e.fields['dst']}")
+            parts.append(f"rename {e.fields['src'] or OUTSIDE} → {e.fields['dst'] or OUTSIDE}")
         else:
             parts.append(f"{e.kind.value} {e.fields.get('path', '')}".rstrip())
     return " → ".join(parts)

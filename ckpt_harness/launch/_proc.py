@@ -27,6 +27,15 @@ def die_with_parent(expected_parent: int) -> None:
         os._exit(70)
 
 
+def outlive_parent() -> None:
+    """Undo `die_with_parent`: a process that now stands on its own (a
+    spawned process outlives its parent until it notices the parent gone)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
     """Signal a whole process group; a group that is already gone is fine."""
     try:

@@ -114,6 +114,10 @@ class GroupSpec:
     #: (`launch.beacon`), instead of when the cut is due: the same outcome,
     #: sooner. Off, for comparing the two (`EARLY_END`).
     early_end: bool = dataclasses.field(default_factory=lambda: EARLY_END)
+    #: Serve a process a rank spawns (DCP's checkpoint process) from a
+    #: template the rank forked as it started, instead of a fresh interpreter
+    #: (`launch.warm`).
+    warm_children: bool = False
 
     def __post_init__(self) -> None:
         check_layout(self.world_size, self.nodes)
@@ -452,6 +456,7 @@ class _GroupRun:
             "env": dict(spec.env),
             "preload": [spec.entry.partition(":")[0], *spec.preload],
             "warmup": spec.warmup,
+            "warm_children": spec.warm_children,
         }
 
     def _next(self, until: float) -> Optional[dict]:

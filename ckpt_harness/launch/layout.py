@@ -46,6 +46,11 @@ def beacon_path(run_dir: PathLike, rank: int) -> Path:
     return Path(run_dir) / f"rank{rank}.beacon"
 
 
+def warm_path(run_dir: PathLike, rank: int) -> Path:
+    """Made by a process `rank` spawned that started from its template (`launch.warm`), not fresh."""
+    return Path(run_dir) / f"rank{rank}.warm-started"
+
+
 def crash_marker(run_dir: PathLike) -> Path:
     """Made by the rank a `ScriptPlan.crash` run killed, just before it died."""
     return Path(run_dir) / "crashed-after-save"

@@ -24,6 +24,7 @@ from datetime import timedelta
 from typing import Any, Callable, Optional
 
 from ckpt_harness.launch import _proc, beacon, flight
+from ckpt_harness.launch.layout import warm_path
 
 #: The signal the harness sends for an all-threads stack dump.
 STACK_SIGNAL = signal.SIGUSR1
@@ -58,6 +59,10 @@ def become_rank(spec: dict, request: dict, status_fd: int, zygote_pid: int) -> N
         _proc.redirect_output(spec["log"])
         faulthandler.enable(file=sys.stderr, all_threads=True)
         faulthandler.register(STACK_SIGNAL, file=sys.stderr, all_threads=True, chain=False)
+        if request.get("warm_children"):  # before the first thread (the flight recorder's)
+            from ckpt_harness.launch import warm
+
+            warm.prepare(warm_path(request["run_dir"], spec["rank"]))
         flight.serve(spec["flight"])
         os.environ.clear()
         os.environ.update(spec["env"])

@@ -19,7 +19,7 @@ from ckpt_harness.config import ExplorePlan, save_before
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import OPS, Fault, address
-from ckpt_harness.inject.trace import Event, EventKind, Unseen, fields, unseen_writes
+from ckpt_harness.inject.trace import OUTSIDE, Event, EventKind, Unseen, fields, landing, landings, unseen_writes
 from ckpt_harness.pipeline.resumes import Resumes
 from ckpt_harness.present.from_runs import attach
 from ckpt_harness.records import Kind, Run, data_reader, save_steps_by_rank
@@ -149,10 +149,12 @@ def fault_points(events_by_rank: Mapping[int, Sequence[Event]], where: Union[str
     """
     names = addresses(events_by_rank) if names is None else names
     phases = {where} if isinstance(where, str) else set(where)
+    landed = landings(e for events in events_by_rank.values() for e in events)
     points = []
     for rank, events in sorted(events_by_rank.items()):
         ops = [(e, e.point + i, op) for e in events
-               if e.phase in phases and e.point is not None and e.kind.value in OPS for i, op in enumerate(e.ops)]
+               if e.phase in phases and e.point is not None and e.kind.value in OPS and _touches(e, landed)
+               for i, op in enumerate(e.ops)]
         runs: list[list[tuple[Event, int, str]]] = []
         for e, index, op in ops:
             first = runs[-1][0] if runs else None
@@ -165,9 +167,22 @@ def fault_points(events_by_rank: Mapping[int, Sequence[Event]], where: Union[str
             chosen = run if run[0][2] not in _WRITES else sorted(
                 {i: (e, i, op) for kind in _WRITES for same in [[w for w in run if w[2] == kind]] if same
                  for e, i, op in (same[0], same[len(same) // 2], same[-1])}.values(), key=lambda w: w[1])
-            points += [Point(rank, e.phase, i, op, e.target, e.caller, *names[(rank, e.phase, i)])
+            points += [Point(rank, e.phase, i, op, _named(e, landed), e.caller, *names[(rank, e.phase, i)])
                        for e, i, op in chosen]
     return points
+
+
+def _touches(e: Event, landed: Mapping[str, str]) -> bool:
+    """Whether a fault at `e` can touch a checkpoint: every operation but
+    those on a file written outside the checkpoint directory that never
+    came in (a log, a cache)."""
+    return e.fields.get("path") != OUTSIDE or e.kind is EventKind.RENAME or landing(e, landed) is not None
+
+
+def _named(e: Event, landed: Mapping[str, str]) -> str:
+    """What a report calls the operation's target: a staged file by where it lands."""
+    dst = landing(e, landed)
+    return e.target if dst is None else f"{OUTSIDE} (renamed in as {dst})"
 
 
 _WRITES = (EventKind.BUFFERED_WRITE.value, EventKind.WRITE.value)
@@ -231,6 +246,11 @@ class Baseline:
 
     def repro(self, case: str) -> str:
         return self.target.repro("explore", self.plan.values, case)
+
+    def cold(self) -> "Baseline":
+        """The same baseline, its cases run with cold starts (`pipeline.confirm`), sharing no warm resume."""
+        return dataclasses.replace(self, target=self.target.replace(cold_start=True), resumes=Resumes(),
+                                   undelayed=Resumes())
 
     def with_plan(self, plan: ExplorePlan) -> "Baseline":
         """The same baseline, with the cases (faults, corruptions, ...) of another plan breaking the same save."""

@@ -24,6 +24,7 @@ from ckpt_harness import oracle, targets
 from ckpt_harness.config import ScriptConfig, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.launch.layout import crash_marker
+from ckpt_harness.pipeline import confirm
 from ckpt_harness.pipeline.workdir import prepare_workdir
 from ckpt_harness.present.from_runs import of_runs
 from ckpt_harness.records import CaseClock, Kind, Run, save_steps_by_rank, saving_after
@@ -148,6 +149,10 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
                 progress(done, 1 + len(chosen), min(found, key=lambda r: PRECEDENCE.index(r.verdict)))
     if results[0].verdict is not Verdict.PASS:
         results = _golden_timeline(results, golden, timelines)
+    if golden.warm_started:  # the golden run's own judgments: a warm start in it may have made them
+        results = [dataclasses.replace(r, warm=True) if r.case == "golden" else r for r in results]
+    results = confirm.confirm(results, lambda: run_verification(
+        target.replace(cold_start=True), root / "cold", cases, stop, timelines=timelines).results)
     return Report(target.name, target.world_size, results, time.monotonic() - started, settings=target.values,
                   noun=target.noun)
 
@@ -170,8 +175,8 @@ def resume_case(target: Target, root: Path, case: str, golden: Run,
     results = _resume_case(target, root, case, golden, nondeterminism, clock)
     # one timeline for all of them, when one did not pass
     timeline = of_runs(case, clock.seen) if every or any(not r.verdict.ok for r in results) else None
-    timings = clock.done()
-    return [dataclasses.replace(r, timings=timings, timeline=timeline) for r in results]
+    timings, warm = clock.done(), clock.warm
+    return [dataclasses.replace(r, timings=timings, timeline=timeline, warm=warm) for r in results]
 
 
 def _resume_case(target: Target, root: Path, case: str, golden: Run,

@@ -115,6 +115,7 @@ class JobTarget:
             blocked_grace=request.blocked_grace,
             warmup=("ckpt_harness.rankside.job:warm_up", (config.job, config.world_size, config.seed))
             if cls.warm_start and config.backend == "gloo" else None,
+            warm_children=not config.cold_start,
         )
         return Run.collect(request.name, run_dir, run_group(spec))
 

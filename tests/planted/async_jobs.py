@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -243,3 +244,42 @@ class RotatesByName(DcpAsyncJob):
                 shutil.rmtree(old)
         dist.barrier()
         ctx.published(step)
+
+
+class _Witness(FileSystemWriter):
+    """A writer that, where it runs (the checkpoint process), writes down how
+    that process started: its parent, its process group, the environment it
+    was given, its working directory."""
+
+    def __init__(self, path, witness: Path):
+        super().__init__(path)
+        self.witness = witness
+
+    def prepare_local_plan(self, plan):
+        import json
+        import os
+
+        self.witness.mkdir(parents=True, exist_ok=True)
+        facts = {"pid": os.getpid(), "ppid": os.getppid(), "pgid": os.getpgid(0), "cwd": os.getcwd(),
+                 "at_save": os.environ.get("WITNESS_AT_SAVE"), "argv": sys.argv}
+        (self.witness / f"{os.getpid()}.json").write_text(json.dumps(facts))
+        return super().prepare_local_plan(plan)
+
+
+class WitnessesItsCheckpointProcess(DcpAsyncProcessJob):
+    """`dcp_async_process` whose checkpoint process writes down how it
+    started (`_Witness`, next to the checkpoint directory); the rank sets
+    WITNESS_AT_SAVE to the step just before each save, long after it
+    started: a spawned process gets the environment of the spawn."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        import os
+
+        os.environ["WITNESS_AT_SAVE"] = str(step)
+        self.wait_for_saves(ctx)
+        path = step_dir(ctx.ckpt_dir, step)
+        prepare_step_dir(ctx, path)
+        writer = _Witness(path, Path(ctx.ckpt_dir).parent / "witness" / f"rank{ctx.rank}")
+        future = dcp.async_save(self._payload(ctx, step), checkpoint_id=path, storage_writer=writer,
+                                process_group=self._group, async_checkpointer_type=self.executor)
+        self._pending = (step, path, future)

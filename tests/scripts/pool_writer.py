@@ -6,7 +6,7 @@ save and at the end, Lightning's `self._error`). The data of step s is a
 function of s and the rank, so a resume replays it.
 
     pool_writer.py OUT [--steps N] [--save-every K] [--pg-timeout S]
-                       [--writer-timeout S] [--bug latest-early|live-tensors|waits-event ...]
+                       [--writer-timeout S] [--bug latest-early|live-tensors|waits-event|stage-unsynced ...]
 
 Every K steps every rank takes the snapshot (model, optimizer, step),
 inside ``ckpt_harness.saving(step)``, and rank 0 alone submits its write:
@@ -36,7 +36,11 @@ real one:
   the main thread waits on it before the next save and at the end, with no
   timeout, keeping no error (DeepSpeed's decoupled engine before 0.18.4,
   deepspeedai/DeepSpeed#7741): a writer that raises never sets it, and the
-  rank waits for good.
+  rank waits for good;
+* stage-unsynced: the temporary file is moved in without an fsync of its
+  bytes (fsspec's local transaction, and so Lightning's saves): the move
+  and the directory are durable, the bytes may not be, and after a power
+  loss the checkpoint `latest` names comes back empty.
 """
 
 import argparse
@@ -62,7 +66,8 @@ parser.add_argument("--steps", type=int, default=6)
 parser.add_argument("--save-every", type=int, default=2)
 parser.add_argument("--pg-timeout", type=float, default=30, help="seconds a collective may wait")
 parser.add_argument("--writer-timeout", type=float, help="seconds the end waits for the last write")
-parser.add_argument("--bug", action="append", default=[], choices=("latest-early", "live-tensors", "waits-event"))
+parser.add_argument("--bug", action="append", default=[],
+                    choices=("latest-early", "live-tensors", "waits-event", "stage-unsynced"))
 args = parser.parse_args()
 args.out.mkdir(parents=True, exist_ok=True)
 
@@ -107,11 +112,12 @@ def write(snapshot, s):
     fd, tmp = tempfile.mkstemp(prefix="pool-writer-")
     os.close(fd)
     torch.save(snapshot, tmp)
-    fd = os.open(tmp, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    if "stage-unsynced" not in args.bug:
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
     shutil.move(tmp, args.out / f"step_{s}.pt")
     fsync_dir(args.out)
     if "latest-early" not in args.bug:

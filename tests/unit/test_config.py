@@ -25,6 +25,7 @@ BAD = {
     "save_every": (True, 0),
     "keep_last": ("3", 0),
     "overwrite": (1, ...),
+    "cold_start": ("yes", ...),
     "seed": (1.5, ...),
     "timeout": ("60", 0.0),
     "backend": (1, "mpi"),

@@ -492,6 +492,74 @@ def test_an_uninterpretable_trace_leaves_the_directory_as_it_was(tmp_path):
     assert (tmp_path / "keep").read_text() == "x"
 
 
+# -- files staged outside the checkpoint directory ------------------------------------------
+def stage(r: "Rank", path: str, data: bytes, fsync: bool, mode: str = "wb") -> None:
+    """A file written outside the checkpoint directory (`files`: path `<outside>`, its absolute path in `outside`)."""
+    fid = f"r{r.r}f{next(r.fids)}"
+    r.emit("open", path="<outside>", outside=path, fid=fid, mode=mode, trunc="w" in mode, create=True, append=False)
+    r.ends[fid] = 0
+    r.write(fid, data)
+    if fsync:
+        r.fsync(fid)
+    r.close(fid)
+
+
+def move_in(r: "Rank", src: str, dst: str) -> None:
+    r.emit("rename", src=None, src_outside=src, dst=dst)
+
+
+@BOTH
+def test_a_staged_file_fsynced_moved_in_and_its_directory_fsynced_is_durable(mode):
+    """The correct pattern through the system's temp directory (`tests/scripts/pool_writer.py`)."""
+    run = Run()
+    r0 = run.rank(0)
+    stage(r0, "/tmp/tmpab12", b"weights", fsync=True)
+    move_in(r0, "/tmp/tmpab12", "step_2.pt")
+    before = run.now()
+    r0.fsync_dir(".")
+    assert run.state(mode=mode) == tree({"step_2.pt": b"weights"})
+    assert run.state(mode=mode, until=before) == tree({})  # the move is durable with its directory
+
+
+def test_a_staged_file_moved_in_without_an_fsync_of_its_bytes_comes_back_empty():
+    """fsspec's local transaction (Lightning's saves): the move and the directory durable, the bytes not."""
+    run = Run()
+    r0 = run.rank(0)
+    stage(r0, "/tmp/tmpab12", b"weights", fsync=False)
+    move_in(r0, "/tmp/tmpab12", "step_2.pt")
+    r0.fsync_dir(".")
+    result = power_loss(Snapshot(), run.events, run.read_data)
+    assert result.durable == tree({"step_2.pt": b""})
+    assert [(loss.path, loss.kind) for loss in result.losses] == [("step_2.pt", LossKind.DATA)]
+    assert "never fsynced" in result.losses[0].why
+
+
+def test_a_staged_file_fsynced_by_path_and_one_moved_out_and_back_are_followed():
+    """An fsync of a descriptor opened to read (`fid` None) reaches the staged file by
+    its path; a file moved out of the directory is staged again, and may come back."""
+    run = Run()
+    r0 = run.rank(0)
+    stage(r0, "/tmp/a", b"A", fsync=False)
+    r0.emit("fsync", path="<outside>", outside="/tmp/a", fid=None, is_dir=False)
+    r0.emit("fsync", path="<outside>", outside="/tmp", fid=None, is_dir=True)  # a directory outside: nothing kept
+    move_in(r0, "/tmp/a", "a")
+    r0.write_file("b", b"B")
+    r0.emit("rename", src="b", dst=None, dst_outside="/tmp/b")
+    move_in(r0, "/tmp/b", "c")
+    r0.fsync_dir(".")
+    assert run.state() == tree({"a": b"A", "c": b"B"})
+
+
+def test_a_file_moved_in_that_was_not_written_from_its_start_is_refused():
+    """Opened outside without truncating it: what it held before the run is unknown."""
+    run = Run()
+    r0 = run.rank(0)
+    stage(r0, "/tmp/old", b"tail", fsync=True, mode="r+b")
+    move_in(r0, "/tmp/old", "step_2.pt")
+    with pytest.raises(DurabilityError, match="not see written from its start"):
+        run.state()
+
+
 def test_snapshot_refuses_symlinks(tmp_path):
     (tmp_path / "target").write_text("x")
     (tmp_path / "link").symlink_to(tmp_path / "target")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from ckpt_harness.inject.trace import Event, Unseen, unseen_writes
+from ckpt_harness.inject.trace import OUTSIDE, Event, Unseen, landing, landings, unseen_writes
 
 _seq = itertools.count(1)
 
@@ -51,3 +51,19 @@ def test_a_file_renamed_in_from_outside_is_told_apart_and_follows_later_renames(
     assert unseen_writes(events, {"step_4.pt": 4096, "latest": 10}) == [Unseen("step_4.pt", renamed_in=True)]
     replaced = [*written("step_4.pt", 4096), ev("rename", src=None, dst="step_4.pt")]  # over a file the probes saw
     assert unseen_writes(replaced, {"step_4.pt": 4096}) == [Unseen("step_4.pt", renamed_in=True)]
+
+
+def test_a_file_staged_outside_under_the_probes_is_seen_and_where_it_lands_is_known():
+    """A file a save writes outside the checkpoint directory is probed (`files`):
+    its bytes follow it in; its operations name where it landed, and those of
+    a file that never comes in touch no checkpoint."""
+    staged = [ev("open", path=OUTSIDE, outside="/tmp/tmpab12", fid="f0", trunc=True, create=True),
+              ev("write", fid="f0", path=OUTSIDE, offset=0, n=4096, data=None),
+              ev("fsync", fid=None, path=OUTSIDE, outside="/tmp/tmpab12", is_dir=False),
+              ev("close", fid="f0", path=OUTSIDE),
+              ev("open", path=OUTSIDE, outside="/tmp/log", fid="f1", trunc=True, create=True),
+              ev("rename", src=None, src_outside="/tmp/tmpab12", dst="step_4.pt")]
+    assert unseen_writes(staged, {"step_4.pt": 4096}) == []
+    assert unseen_writes(staged, {"step_4.pt": 8192}) == [Unseen("step_4.pt", renamed_in=True)]
+    landed = landings(staged)
+    assert [landing(e, landed) for e in staged] == ["step_4.pt"] * 4 + [None, None]
