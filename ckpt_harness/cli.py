@@ -289,10 +289,10 @@ def _chosen(args: argparse.Namespace, command: str, config: str):
 TRACE_SETTINGS = ("world_size", "steps", "save_every", "keep_last", "overwrite", "seed", "timeout", "nodes", "save",
                   "nproc_per_node", "nnodes")
 #: The settings of a bench's target (a job at a world size, a script at a layout) that `scenario` takes.
-BENCH_TARGET_SETTINGS = ("world_size", "timeout", "launcher", "script_args", "nproc_per_node", "nnodes",
+BENCH_TARGET_SETTINGS = ("world_size", "timeout", "launcher", "cold_start", "script_args", "nproc_per_node", "nnodes",
                          "checkpoint_layout", "keeps_best", "resume_args")
 #: The settings of a bench (a job at a world size) that `matrix` takes.
-BENCH_SETTINGS = ("world_size", "timeout", "launcher", "parallel")
+BENCH_SETTINGS = ("world_size", "timeout", "launcher", "cold_start", "parallel")
 #: The script-mode settings `matrix --script` takes besides --script: one
 #: layout for every row (--max-restarts is refused: a matrix row, like
 #: `explore --script`, runs each resume itself).
@@ -521,6 +521,9 @@ def _matrix_scripts(args: argparse.Namespace) -> list:
     if hasattr(args, "world_size"):
         raise UsageError("--world-size applies to --job rows only: a script's world size is "
                          "--nnodes x --nproc-per-node")
+    if hasattr(args, "cold_start"):
+        raise UsageError("--cold-start applies to --job rows only: a script's workers, and what they spawn, are "
+                         "fresh interpreters torchrun starts")
     if hasattr(args, "launcher"):
         raise UsageError("--launcher applies to --job rows only: a script runs under torchrun, whose agent ends "
                          "the group when a worker exits with an error (launcher = elastic)")

@@ -451,6 +451,7 @@ def run_matrix(
     world_size: int = SETTINGS["world_size"].default,
     timeout: float = SETTINGS["timeout"].default,
     launcher: str = SETTINGS["launcher"].default,
+    cold_start: bool = SETTINGS["cold_start"].default,
     parallel: int = SETTINGS["parallel"].default,
     reduce: bool = True,
     scenarios_at_once: int = SCENARIOS_AT_ONCE,
@@ -508,7 +509,8 @@ def run_matrix(
         except Unavailable as exc:  # a framework not installed here: not run, and said why
             skipped[job if isinstance(job, str) else job.__qualname__] = str(exc)
             continue
-        rows.append((targets.of(RunConfig.build(ref, world_size=world_size, timeout=timeout, launcher=launcher)),
+        rows.append((targets.of(RunConfig.build(ref, world_size=world_size, timeout=timeout, launcher=launcher,
+                                                cold_start=cold_start)),
                      ref.display))
         given.append(ref.display)
     names: list[str] = []
@@ -539,7 +541,8 @@ def run_matrix(
     wanted = set(mine) - set(finished)
     todo = [task for task, key in zip(tasks, plan) if key in wanted]
     layout = {"nproc_per_node": scripts[0].nproc_per_node, "nnodes": scripts[0].nnodes} if scripts else {}
-    launched = {} if scripts else {"launcher": launcher}  # a script runs under real torchrun
+    # a script runs under real torchrun; a cold start is recorded only where asked for
+    launched = {} if scripts else {"launcher": launcher, **({"cold_start": True} if cold_start else {})}
 
     def matrix(stopped_by: Optional[str] = None) -> Matrix:
         return Matrix(world_size, names, [finished[t] for t in plan if t in finished], list(scenarios),
@@ -627,5 +630,6 @@ def resume(previous: Matrix, *, workdir: Optional[Path] = None, keep: bool = Fal
                           progress=progress, scripts=scripts, previous=previous)
     # a matrix.json from before the setting judged every row as launched plainly
     return run_matrix(jobs, previous.scenarios, world_size=previous.world_size, timeout=settings["timeout"],
-                      launcher=settings.get("launcher", PLAIN), parallel=settings["parallel"], workdir=workdir,
+                      launcher=settings.get("launcher", PLAIN), cold_start=settings.get("cold_start", False),
+                      parallel=settings["parallel"], workdir=workdir,
                       keep=keep, progress=progress, previous=previous)

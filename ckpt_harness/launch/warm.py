@@ -84,11 +84,6 @@ def prepare(marker: "os.PathLike[str] | str") -> None:
     _template = _Template(pid, ours)
 
 
-def warm() -> bool:
-    """Whether the next spawn of this process is served from its template."""
-    return _template is not None
-
-
 def _threads() -> int:
     return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else 0
 

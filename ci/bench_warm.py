@@ -1,0 +1,102 @@
+"""Warm starts against cold ones: the same matrix rows, verdicts compared case by case.
+
+    python ci/bench_warm.py [--job NAME ...] [--scenarios PATTERNS] [--repeat N]
+
+A Job's rank serves the process DCP spawns for its checkpoints from a
+template of itself (`launch.warm`) unless `--cold-start` is given. For each
+job (default: `dcp_async_process`, the row that spawns, and `dcp_async`,
+the same job with a thread, as the yardstick) this runs `ckpt-harness
+matrix` warm and cold, interleaved, each in a fresh process with its own
+fork server, and prints:
+
+- the wall time of each and the ratio cold / warm (and, with two jobs, the
+  PROCESS row's warm time next to the THREAD row's);
+- every cell and every case whose verdict differs between the two (none is
+  the claim), and how many cases each side confirmed cold.
+
+Run it from outside the checkout's root; its output is what
+`docs/speed.md` quotes. No assertion here: a timed test would fail on a
+loaded machine; the verdict comparison is printed for a person to read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load() -> str:
+    return "load {:.1f}".format(os.getloadavg()[0])
+
+
+def matrix(job: str, scenarios: str, out: Path, cold: bool) -> tuple[float, dict]:
+    args = [sys.executable, "-c", "import sys; from ckpt_harness.cli import main; sys.exit(main())", "matrix", "--job", job, "--out", str(out), "--quiet"]
+    args += ["--scenarios", scenarios] if scenarios else []
+    args += ["--cold-start"] if cold else []
+    started = time.monotonic()
+    done = subprocess.run(args, capture_output=True, text=True, cwd=out.parent,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    wall = time.monotonic() - started
+    if not (out / "matrix.json").exists():
+        sys.exit(f"matrix {'cold' if cold else 'warm'} of {job} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    return wall, json.loads((out / "matrix.json").read_text())
+
+
+def verdicts(result: dict) -> tuple[dict, dict, int]:
+    """(cell -> verdict, (scenario, case, check) -> verdict, cases confirmed cold)."""
+    cells = {(c["job"], c["property"]): c["verdict"] for c in result["cells"]}
+    cases, confirmed = {}, 0
+    for s in result["scenarios"]:
+        for r in s.get("results", ()):
+            for j in (r, *r.get("also", ())):
+                cases[(s["scenario"], j["case"], j["check"])] = j["verdict"]
+            confirmed += bool(r.get("confirmed_cold"))
+    return cells, cases, confirmed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--job", action="append", help="a matrix row (repeatable)")
+    parser.add_argument("--scenarios", default="", help="scenario patterns, as `matrix --scenarios` takes them")
+    parser.add_argument("--repeat", type=int, default=1)
+    args = parser.parse_args()
+    jobs = args.job or ["dcp_async_process", "dcp_async"]
+    warm_walls: dict[str, list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-warm-") as tmp:
+        for job in jobs:
+            for i in range(args.repeat):
+                sides = {}
+                for cold in (False, True) if i % 2 == 0 else (True, False):
+                    out = Path(tmp, f"{job.replace(':', '_')}-{i}-{'cold' if cold else 'warm'}")
+                    out.mkdir()
+                    at = load()
+                    wall, result = matrix(job, args.scenarios, out, cold)
+                    sides[cold] = (wall, *verdicts(result))
+                    print(f"{job} {'cold' if cold else 'warm'}: {wall:.1f} s ({at}), "
+                          f"{len(sides[cold][2])} judgments, {sides[cold][3]} confirmed cold", flush=True)
+                (warm, wcells, wcases, _), (cold_wall, ccells, ccases, _) = sides[False], sides[True]
+                warm_walls.setdefault(job, []).append(warm)
+                print(f"{job}: cold / warm = {cold_wall / warm:.2f}x")
+                differ = sorted(k for k in wcells.keys() | ccells.keys() if wcells.get(k) != ccells.get(k))
+                for k in differ:
+                    print(f"  cell {k}: warm {wcells.get(k)}, cold {ccells.get(k)}")
+                cases = sorted(k for k in wcases.keys() | ccases.keys() if wcases.get(k) != ccases.get(k))
+                for k in cases:
+                    print(f"  case {k}: warm {wcases.get(k)}, cold {ccases.get(k)}")
+                print(f"  {len(differ)} cells and {len(cases)} of {len(wcases.keys() | ccases.keys())} judgments "
+                      "differ")
+    if "dcp_async_process" in warm_walls and "dcp_async" in warm_walls:
+        process, thread = min(warm_walls["dcp_async_process"]), min(warm_walls["dcp_async"])
+        print(f"warm dcp_async_process / dcp_async = {process / thread:.2f}x ({process:.1f} s / {thread:.1f} s)")
+
+
+if __name__ == "__main__":
+    main()
