@@ -38,7 +38,8 @@ def load() -> str:
 
 
 def matrix(job: str, scenarios: str, out: Path, cold: bool) -> tuple[float, dict]:
-    args = [sys.executable, "-c", "import sys; from ckpt_harness.cli import main; sys.exit(main())", "matrix", "--job", job, "--out", str(out), "--quiet"]
+    cli = "import sys; from ckpt_harness.cli import main; sys.exit(main())"
+    args = [sys.executable, "-c", cli, "matrix", "--job", job, "--out", str(out), "--quiet"]
     args += ["--scenarios", scenarios] if scenarios else []
     args += ["--cold-start"] if cold else []
     started = time.monotonic()
