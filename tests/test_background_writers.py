@@ -44,6 +44,15 @@ def script(*flags: str, steps: int = 6) -> str:
     return " ".join([str(POOL_WRITER), "{ckpt_dir}", "--steps", str(steps), *flags])
 
 
+def scenario_of(name: str, tmp_path: Path, *flags: str, steps: int = 4):
+    """`ckpt-harness scenario NAME` on the pool writer with `flags`, in a directory of its own (absolute: the
+    in-process fork server keeps the first call's directory)."""
+    where = tmp_path / ("-".join(flags) or "plain")
+    where.mkdir()
+    return cli("scenario", name, "--script", script(*flags, steps=steps), "--nproc-per-node", "2",
+               "--workdir", str(where / "work"), cwd=where)
+
+
 def test_delays_on_every_operation_of_a_pool_writer_without_a_future_change_nothing(tmp_path):
     out = cli("explore", "--script", script(), "--nproc-per-node", "2", "--save", "4", "--faults", "delay",
               "--corruptions", "", "--no-after", "--json", "report.json", "--workdir", "work", cwd=tmp_path)
@@ -156,13 +165,7 @@ def test_a_trainer_that_waits_for_its_frozen_writer_without_a_timeout_is_flagged
     thread goes on. `pool.shutdown(wait=True)` (Lightning's teardown too)
     waits for it for good: a hang, with the writer's stack and the main
     thread's. Its twin waits a second for the last write, then leaves."""
-    def frozen(*flags: str):
-        where = tmp_path / ("-".join(flags) or "plain")
-        where.mkdir()
-        return cli("scenario", "final-save-writer-frozen", "--script", script(*flags, steps=4), "--nproc-per-node",
-                   "2", "--workdir", str(where / "work"), cwd=where)
-
-    stuck = frozen()
+    stuck = scenario_of("final-save-writer-frozen", tmp_path)
     assert stuck.returncode == 1, stuck.stdout + stuck.stderr
     assert "rank 0's writer blocked before open <outside> (renamed in as step_4.pt) of bg_save 4: rank 0 waited " \
            "for its frozen writer for good" in stuck.stdout, stuck.stdout
@@ -170,7 +173,7 @@ def test_a_trainer_that_waits_for_its_frozen_writer_without_a_timeout_is_flagged
            ") blocked by the injected hang before operation #0 of bg_save 4, its main thread going on" in stuck.stdout
     assert ' in write\n' in stuck.stdout and "concurrent/futures/thread.py" in stuck.stdout, stuck.stdout
     assert ' in shutdown\n' in stuck.stdout, stuck.stdout  # the main thread, joining the pool at the end
-    right = frozen("--writer-timeout", "1")
+    right = scenario_of("final-save-writer-frozen", tmp_path, "--writer-timeout", "1")
     assert right.returncode == 0, right.stdout + right.stderr
     assert "live: PASS" in right.stdout and "every rank ended within 5s of the frozen writer" in right.stdout
 
@@ -200,16 +203,10 @@ def test_a_file_staged_outside_and_moved_in_is_judged_by_the_power_loss_model(tm
     (before, the power-loss model gave up on a rename from outside: UNKNOWN):
     fsynced before the move, save 4 survives a power loss right after it;
     moved in unsynced (fsspec's and so Lightning's way), it comes back empty."""
-    def after(*flags: str):
-        where = tmp_path / ("-".join(flags) or "plain")
-        where.mkdir()
-        return cli("scenario", "power-loss-after-save", "--script", script(*flags, steps=4), "--nproc-per-node",
-                   "2", "--workdir", str(where / "work"), cwd=where)
-
-    right = after()
+    right = scenario_of("power-loss-after-save", tmp_path)
     assert right.returncode == 0, right.stdout + right.stderr
     assert "durable: PASS — power-loss-after: power loss right after the save returned → S_k (step 4)" in right.stdout
-    unsynced = after("--bug", "stage-unsynced")
+    unsynced = scenario_of("power-loss-after-save", tmp_path, "--bug", "stage-unsynced")
     assert unsynced.returncode == 1, unsynced.stdout + unsynced.stderr
     assert "durable: FAIL" in unsynced.stdout, unsynced.stdout
     assert "step_4.pt: 4301 bytes written but never fsynced: it comes back with 0 bytes" in unsynced.stdout
