@@ -113,10 +113,10 @@ class _Files:
                 return os.path.relpath(absolute, root)
         return None
 
-    def outside(self, path: Any) -> Optional[str]:
-        """The absolute path of a file outside the checkpoint directory that
-        a checkpointing phase writes (it may stage the file there and rename
-        it in), or None: `path` is in the checkpoint directory, no
+    def _outside(self, path: Any) -> Optional[str]:
+        """The absolute path of `path`, not in the checkpoint directory
+        (`name` asked `rel` first), when a checkpointing phase writes it (it
+        may stage the file there and rename it in); None when no
         checkpointing phase runs, or it is the harness's own."""
         if isinstance(path, int) or not phase.checkpointing(self.tracer.current()):
             return None
@@ -124,9 +124,7 @@ class _Files:
             absolute = os.path.abspath(os.fsdecode(os.fspath(path)))
         except TypeError:
             return None
-        if self.rel(absolute) is not None or self.own and (absolute + os.sep).startswith(self.own + os.sep):
-            return None
-        return absolute
+        return None if self.own and (absolute + os.sep).startswith(self.own + os.sep) else absolute
 
     def name(self, path: Any) -> Optional[tuple[str, dict]]:
         """How the trace names a file opened for writing (relative to the
@@ -135,7 +133,7 @@ class _Files:
         rel = self.rel(path)
         if rel is not None:
             return rel, {}
-        outside = self.outside(path)
+        outside = self._outside(path)
         return (OUTSIDE, {"outside": outside}) if outside is not None else None
 
     def exact(self) -> bool:

@@ -9,7 +9,7 @@ itself takes a tenth of a second (`docs/speed.md`, "The expensive rows").
 So a rank forks a *template* of itself as it starts (`prepare`), before it
 has a thread, a process group or any state of the job: a copy of the warm
 fork server's child with torch already imported, parked on a socket. When
-the job's framework spawns, the spawn is served from it (`context`): the
+the job's framework spawns, the spawn is served from it (`Multiprocessing`): the
 rank pickles the process exactly as spawn does (its preparation data and
 the `Process`, the descriptors a `Connection` or `ChildLink` carries passed
 as SCM_RIGHTS), sends its environment as it is at that moment, and the
