@@ -374,15 +374,16 @@ class _ElasticRun:
             if self._stopped(last):
                 self.preempted, self.preempted_at = True, time.monotonic()
                 return True
-            if self.spec.early_end and self._stuck(last):
-                self.ended_early = True
-                return False
+            # Bounds first: a run found stuck ends early with the cut it would have come to.
             if not graced and any(self._failed_for_good(r) for r in last.values()):
                 graced = True
                 self._bound(now + self.spec.failure_grace, Cut.FAILURE)
             blocked = [r.blocked for r in last.values() if r.blocked is not None]
             if self.spec.blocked_grace is not None and blocked and self.bound is not Cut.BLOCKED:
                 self._bound(min(blocked) + self.spec.blocked_grace, Cut.BLOCKED)
+            if self.spec.early_end and self._stuck(last):
+                self.ended_early = True
+                return False
             time.sleep(POLL)
         return True
 

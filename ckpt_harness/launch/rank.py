@@ -122,18 +122,22 @@ def report_blocked() -> None:
     `GroupSpec.blocked_grace` from this moment, not from the group's start,
     so a run-up of any length (a checkpoint process to spawn, a cold cache)
     does not eat their budget. A no-op outside a rank the launcher started,
-    or a process it spawned that joined it (`link.join_rank`)."""
+    or a process it spawned that joined it (`link.join_rank`).
+
+    The watch's own channel (the record, the status pipe) hears it before the
+    beacon does: a watch that proves the group stuck from the beacons then
+    already knows the block, and names the cut it would have made (the
+    blocked grace, not the deadline)."""
+    if _on_blocked is not None:
+        _on_blocked()
+    if _status_fd is not None:
+        try:
+            os.write(_status_fd, BLOCKED)
+        except OSError:  # the harness is already tearing the group down
+            pass
     slot = beacon.mine()
     if slot is not None:
         slot.block()
-    if _on_blocked is not None:
-        _on_blocked()
-    if _status_fd is None:
-        return
-    try:
-        os.write(_status_fd, BLOCKED)
-    except OSError:  # the harness is already tearing the group down
-        pass
 
 
 def status_pipe() -> Optional[tuple[int, str, int]]:
