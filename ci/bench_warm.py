@@ -1,13 +1,17 @@
 """Warm starts against cold ones: the same matrix rows, verdicts compared case by case.
 
-    python ci/bench_warm.py [--job NAME ...] [--scenarios PATTERNS] [--repeat N]
+    python ci/bench_warm.py [--job NAME ...] [--script 'CMD' ... [--script-arg ARG ...]]
+                            [--scenarios PATTERNS] [--repeat N]
 
 A Job's rank serves the process DCP spawns for its checkpoints from a
-template of itself (`launch.warm`) unless `--cold-start` is given. For each
-job (default: `dcp_async_process`, the row that spawns, and `dcp_async`,
-the same job with a thread, as the yardstick) this runs `ckpt-harness
-matrix` warm and cold, interleaved, each in a fresh process with its own
-fork server, and prints:
+template of itself (`launch.warm`), and a script's torchrun workers are
+forked from a template of their agent (`launch.warm_workers`), unless
+`--cold-start` is given. For each job (default: `dcp_async_process`, the
+row that spawns, and `dcp_async`, the same job with a thread, as the
+yardstick; none once scripts are given), and for the scripts given (one
+matrix of them all, at two workers), this runs `ckpt-harness matrix` warm
+and cold, interleaved, each in a fresh process with its own servers, and
+prints:
 
 - the wall time of each and the ratio cold / warm (and, with two jobs, the
   PROCESS row's warm time next to the THREAD row's);
@@ -37,9 +41,10 @@ def load() -> str:
     return "load {:.1f}".format(os.getloadavg()[0])
 
 
-def matrix(job: str, scenarios: str, out: Path, cold: bool) -> tuple[float, dict]:
+def matrix(rows: list[str], scenarios: str, out: Path, cold: bool) -> tuple[float, dict]:
+    """`rows`: ["--job", NAME] or ["--script", CMD, ...] and what else the matrix takes."""
     cli = "import sys; from ckpt_harness.cli import main; sys.exit(main())"
-    args = [sys.executable, "-c", cli, "matrix", "--job", job, "--out", str(out), "--quiet"]
+    args = [sys.executable, "-c", cli, "matrix", *rows, "--out", str(out), "--quiet"]
     args += ["--scenarios", scenarios] if scenarios else []
     args += ["--cold-start"] if cold else []
     started = time.monotonic()
@@ -47,7 +52,7 @@ def matrix(job: str, scenarios: str, out: Path, cold: bool) -> tuple[float, dict
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     wall = time.monotonic() - started
     if not (out / "matrix.json").exists():
-        sys.exit(f"matrix {'cold' if cold else 'warm'} of {job} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+        sys.exit(f"matrix {'cold' if cold else 'warm'} of {rows} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return wall, json.loads((out / "matrix.json").read_text())
 
 
@@ -66,20 +71,28 @@ def verdicts(result: dict) -> tuple[dict, dict, int]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--job", action="append", help="a matrix row (repeatable)")
+    parser.add_argument("--script", action="append", default=[],
+                        help="a script row, as `matrix --script` takes it (repeatable: one matrix of them all)")
+    parser.add_argument("--script-arg", action="append", default=[],
+                        help="a `--script-args` entry for the script matrix (repeatable)")
     parser.add_argument("--scenarios", default="", help="scenario patterns, as `matrix --scenarios` takes them")
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
-    jobs = args.job or ["dcp_async_process", "dcp_async"]
+    jobs = args.job or ([] if args.script else ["dcp_async_process", "dcp_async"])
+    units = {job: ["--job", job] for job in jobs}
+    if args.script:
+        units["scripts"] = [*(a for s in args.script for a in ("--script", s)), "--nproc-per-node", "2",
+                            *(["--script-args", ",".join(args.script_arg)] if args.script_arg else [])]
     warm_walls: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-warm-") as tmp:
-        for job in jobs:
+        for job, rows in units.items():
             for i in range(args.repeat):
                 sides = {}
                 for cold in (False, True) if i % 2 == 0 else (True, False):
                     out = Path(tmp, f"{job.replace(':', '_')}-{i}-{'cold' if cold else 'warm'}")
                     out.mkdir()
                     at = load()
-                    wall, result = matrix(job, args.scenarios, out, cold)
+                    wall, result = matrix(rows, args.scenarios, out, cold)
                     sides[cold] = (wall, *verdicts(result))
                     print(f"{job} {'cold' if cold else 'warm'}: {wall:.1f} s ({at}), "
                           f"{len(sides[cold][2])} judgments, {sides[cold][3]} confirmed cold", flush=True)

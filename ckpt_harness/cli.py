@@ -521,13 +521,11 @@ def _matrix_scripts(args: argparse.Namespace) -> list:
     if hasattr(args, "world_size"):
         raise UsageError("--world-size applies to --job rows only: a script's world size is "
                          "--nnodes x --nproc-per-node")
-    if hasattr(args, "cold_start"):
-        raise UsageError("--cold-start applies to --job rows only: a script's workers, and what they spawn, are "
-                         "fresh interpreters torchrun starts")
     if hasattr(args, "launcher"):
         raise UsageError("--launcher applies to --job rows only: a script runs under torchrun, whose agent ends "
                          "the group when a worker exits with an error (launcher = elastic)")
-    given = {name: getattr(args, name) for name in (*MATRIX_SCRIPT_SETTINGS, "timeout") if hasattr(args, name)}
+    given = {name: getattr(args, name) for name in (*MATRIX_SCRIPT_SETTINGS, "timeout", "cold_start")
+             if hasattr(args, name)}
     return [ScriptConfig(script=script, **given) for script in scripts]
 
 

@@ -174,10 +174,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("timeout", float, 60.0, "seconds a group run may take before it counts as hung", positive=True),
     Setting("backend", str, "gloo", "process group backend", choices=("gloo", "nccl")),
     Setting("nodes", int, 1, "simulated nodes sharing the ranks and one file system", low=1),
-    Setting("cold_start", bool, False, "start the process a rank spawns to save (DCP's checkpoint process) as a "
-            "fresh interpreter, as outside the harness, instead of from a copy of the rank made as it started "
-            "(3-4 s of CPU less per rank and run); a case that does not pass warm is run again cold either way and "
-            "judged by that run"),
+    Setting("cold_start", bool, False, "start a script's torchrun workers, and the process a rank spawns to save "
+            "(DCP's checkpoint process), as fresh interpreters, as outside the harness, instead of forked from a "
+            "template that imported torch (2-4 s of CPU less per process and run); a case that does not pass warm "
+            "is run again cold either way and judged by that run"),
     Setting("launcher", str, "elastic", "how the job is launched in production, which decides whether a rank "
             "whose error ended it, its peers waiting in a collective, is a hang: elastic (torchrun, deepspeed, "
             "accelerate launch and mp.spawn end the group when a worker exits with an error) or plain (nothing "
@@ -325,6 +325,7 @@ class ScriptConfig:
     keeps_best: bool = setting("keeps_best")
     resume_args: str = setting("resume_args")
     timeout: float = setting("timeout", 180.0)
+    cold_start: bool = setting("cold_start")
 
     def __post_init__(self) -> None:
         for name, s in settings_of(type(self)).items():

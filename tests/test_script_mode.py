@@ -133,7 +133,8 @@ def test_torchruns_own_restart_after_a_crash_is_judged_as_a_resume(correct_runs,
         assert found[("restart@2", "load step")] is Verdict.FAIL, report.explain()
         failed = next(r for r in report.results if r.check == "load step")
         assert "saved step 2 again" in failed.summary
-        assert failed.repro.endswith("--nproc-per-node 2 --max-restarts 1 --case restart@2"), failed.repro
+        # judged by its cold run (`pipeline.confirm`), which its repro replays
+        assert failed.repro.endswith("--nproc-per-node 2 --max-restarts 1 --cold-start --case restart@2"), failed.repro
 
 
 def test_a_staging_rename_on_every_node_passes_on_one_node(tmp_path):

@@ -190,8 +190,8 @@ class Bench:
         try:
             results = check.run(bench, scenario, cases)
             if confirm.doubted(results):  # its check's own runs started warm: judged by a cold run
-                cold = copy.copy(bench)
-                cold.target = self.target.replace(cold_start=True)
+                cold = copy.copy(bench)  # in directories of its own: a check's runs go by scenario and case
+                cold.target, cold.root = self.target.replace(cold_start=True), self.root / "cold"
                 results = confirm.confirm(results, lambda: check.run(cold, scenario, cases))
         except (NotApplicable, ConfigError) as exc:  # e.g. nodes = 2 at world size 3
             result = not_applicable(self.job, scenario, str(exc))

@@ -490,10 +490,11 @@ def run_matrix(
     if scripts:
         if jobs:
             raise UsageError("a matrix has rows of jobs or of scripts, not both: run one matrix of each")
-        layouts = {(s.nproc_per_node, s.nnodes, s.timeout) for s in scripts}
+        layouts = {(s.nproc_per_node, s.nnodes, s.timeout, s.cold_start) for s in scripts}
         if len(layouts) > 1:
-            raise UsageError("the scripts of one matrix share one layout and timeout (nproc_per_node, nnodes, "
-                             f"timeout); got {', '.join(map(str, sorted(layouts)))}")
+            raise UsageError("the scripts of one matrix share one layout, timeout and start (nproc_per_node, nnodes, "
+                             f"timeout, cold_start); got {', '.join(map(str, sorted(layouts)))}")
+        cold_start = scripts[0].cold_start
         if any(s.max_restarts for s in scripts):
             raise UsageError("a matrix row runs each resume itself, and torchrun restarting a faulted group would "
                              "run its fault again: leave out --max-restarts")
@@ -542,7 +543,7 @@ def run_matrix(
     todo = [task for task, key in zip(tasks, plan) if key in wanted]
     layout = {"nproc_per_node": scripts[0].nproc_per_node, "nnodes": scripts[0].nnodes} if scripts else {}
     # a script runs under real torchrun; a cold start is recorded only where asked for
-    launched = {} if scripts else {"launcher": launcher, **({"cold_start": True} if cold_start else {})}
+    launched = {**({} if scripts else {"launcher": launcher}), **({"cold_start": True} if cold_start else {})}
 
     def matrix(stopped_by: Optional[str] = None) -> Matrix:
         return Matrix(world_size, names, [finished[t] for t in plan if t in finished], list(scenarios),
@@ -622,7 +623,8 @@ def resume(previous: Matrix, *, workdir: Optional[Path] = None, keep: bool = Fal
                          "then vs. now): a matrix is one measurement; run it again whole")
     settings = previous.settings
     scripts = [ScriptConfig(script=previous.scripts[row], nproc_per_node=settings["nproc_per_node"],
-                            nnodes=settings["nnodes"], timeout=settings["timeout"])
+                            nnodes=settings["nnodes"], timeout=settings["timeout"],
+                            cold_start=settings.get("cold_start", False))
                for row in previous.jobs if row in previous.scripts]
     jobs = [previous.job_refs[row] for row in previous.jobs if row in previous.job_refs]
     if scripts:

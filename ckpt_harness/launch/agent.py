@@ -8,8 +8,13 @@ Here one server per harness imports torch once, and each agent is a fork
 of it that then runs torchrun's ``__main__`` exactly as ``python -m
 torch.distributed.run ARGS`` would: its arguments, the environment and
 working directory the harness gives, its own session, stdin from /dev/null,
-its output to the agent's log. The workers it starts are untouched: fresh
-interpreters, launched by torchrun's code.
+its output to the agent's log. The workers it starts are torchrun's to
+start; unless the run starts cold, the agent's `Popen` of a worker is
+served from a template it forks of itself as it starts
+(`launch.warm_workers`), which is why the server also imports what a
+worker imports before its script (`warm_workers.PRELOAD`), records what
+those imports read from the environment, and runs with ``-u`` as
+torchrun's workers do.
 
 What a fork keeps that a fresh interpreter would not have, and why it does
 not matter to an agent: `torch` itself is already imported (with the
@@ -34,6 +39,8 @@ harness ``{"op": "started", "pid"}`` or ``{"op": "error", "message"}``,
 from __future__ import annotations
 
 import atexit
+import gc
+import importlib
 import os
 import queue
 import runpy
@@ -48,7 +55,7 @@ import traceback
 from pathlib import Path
 from typing import Mapping, Optional
 
-from ckpt_harness.launch import _proc, _wire
+from ckpt_harness.launch import _proc, _wire, warm_workers
 from ckpt_harness.launch.group import LaunchError
 
 #: How long the server may take to import torch before the harness gives up
@@ -112,16 +119,19 @@ def _fork_agent(sock: socket.socket, request: dict) -> int:
             os.environ.update(request["env"])
             signal.signal(signal.SIGINT, signal.default_int_handler)
             sys.argv = ["torchrun", *request["argv"]]
+            if request.get("warm_workers"):
+                warm_workers.start_template()  # the template's workers leave from here (`Become`)
             runpy.run_module("torch.distributed.run", run_name="__main__", alter_sys=True)
             code = 0
+        except warm_workers.Become:
+            raise
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         except BaseException:
             traceback.print_exc()
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(code)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     os.close(log)
     return pid
 
@@ -131,8 +141,10 @@ def main(argv: list[str]) -> None:
     _proc.die_with_parent(parent)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
     sock = socket.socket(fileno=fd)
-    import torch  # noqa: F401  the one import every agent would otherwise make
-
+    # What every agent, and every worker before its script, would otherwise import.
+    warm_workers.prepare_server(lambda: [importlib.import_module(m) for m in warm_workers.PRELOAD])
+    # Out of the collector's sight for as long as the server lives: no fork pays for walking it.
+    gc.freeze()
     _wire.send(sock, {"op": "ready"})
     _serve(sock)
     sys.stdout.flush()
@@ -186,20 +198,23 @@ class _Server:
         ours, theirs = socket.socketpair()
         fd, self.log_path = tempfile.mkstemp(prefix="ckpt-harness-agents-", suffix=".log")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ckpt_harness.launch.agent", str(theirs.fileno()), str(os.getpid())],
+            # -u: the flags a worker forked from an agent has are the server's (`warm_workers`).
+            [sys.executable, "-u", "-m", "ckpt_harness.launch.agent", str(theirs.fileno()), str(os.getpid())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
             start_new_session=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
+                 **warm_workers.reserved_env()},
         )
         os.close(fd)
         theirs.close()
         self.sock = ours
         self.ready = False
 
-    def start(self, argv: list[str], env: Mapping[str, str], log: Path) -> Agent:
+    def start(self, argv: list[str], env: Mapping[str, str], log: Path, warm_workers: bool) -> Agent:
         with self.lock:
             self._await_ready()
-            reply = self._ask({"op": "start", "argv": argv, "env": dict(env), "cwd": os.getcwd(), "log": str(log)})
+            reply = self._ask({"op": "start", "argv": argv, "env": dict(env), "cwd": os.getcwd(), "log": str(log),
+                               "warm_workers": warm_workers})
             if reply["op"] != "started":
                 raise LaunchError(f"the agent server could not start torchrun:\n{reply.get('message')}")
             return Agent(self, reply["pid"])
@@ -302,10 +317,11 @@ class _Holder:
 _holder = _Holder()
 
 
-def start_agent(argv: list[str], env: Mapping[str, str], log: Path) -> Agent:
+def start_agent(argv: list[str], env: Mapping[str, str], log: Path, warm_workers: bool = False) -> Agent:
     """Start ``torchrun ARGV`` (as a warm fork) with `env`, in this process's
-    working directory, its output to `log`."""
-    return _holder.get().start(argv, env, log)
+    working directory, its output to `log`; its workers forked from a
+    template of it if `warm_workers` (`launch.warm_workers`), else fresh."""
+    return _holder.get().start(argv, env, log, warm_workers)
 
 
 def prestart() -> None:
@@ -321,4 +337,10 @@ def shutdown() -> None:
 atexit.register(shutdown)
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    worker: Optional[warm_workers.Become] = None
+    try:
+        main(sys.argv[1:])
+    except warm_workers.Become as become:  # a worker forked from an agent's template, every frame of it left
+        worker = become
+    if worker is not None:
+        worker.run()

@@ -4,9 +4,10 @@ A Job runs on the harness's warm fork server; a script runs the way its
 users run it: M agents of ``torch.distributed.run`` meeting at one c10d
 rendezvous are M nodes sharing this machine's file system (on a cluster the
 same agent command runs once per node). The agents start, restart and stop
-the workers; the harness only watches, to a deadline, and tears down. Its
-answer is the fork server's `GroupOutcome`, so records and the oracle read
-a script run exactly like a Job run.
+the workers (forked warm from a template of their agent unless the run
+starts cold: `launch.warm_workers`); the harness only watches, to a
+deadline, and tears down. Its answer is the fork server's `GroupOutcome`,
+so records and the oracle read a script run exactly like a Job run.
 
 torch elastic's process model, as far as it matters here (torch 2.13):
 
@@ -159,6 +160,8 @@ class ScriptSpec:
     stop_ranks: Optional[frozenset[int]] = None
     #: End the run as soon as no running worker can progress (`GroupSpec.early_end`).
     early_end: bool = dataclasses.field(default_factory=lambda: group.EARLY_END)  # read when made: a benchmark sets it
+    #: Workers forked from a template of their agent (`launch.warm_workers`), not fresh interpreters.
+    warm_workers: bool = False
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -331,7 +334,8 @@ class _ElasticRun:
         else:
             env[ENTRY_ENV] = spec.entry
         for node in range(spec.nnodes):
-            self.agents.append(start_agent(spec.agent_args(port, self.tag, node), env, agent_log(self.run_dir, node)))
+            self.agents.append(start_agent(spec.agent_args(port, self.tag, node), env, agent_log(self.run_dir, node),
+                                           warm_workers=spec.warm_workers))
 
     def _watch(self, until: float) -> bool:
         """Follow the run until the agents ended or every worker exited for

@@ -262,7 +262,7 @@ class ScriptTarget:
     def warm(self, parallel: int) -> None:
         from ckpt_harness.launch.agent import prestart
 
-        prestart()  # the agents' torch, imported once while the harness starts up; workers start fresh
+        prestart()  # the agents' torch, imported once while the harness starts up (and forked into workers)
 
     def run(self, request: RunRequest, ckpt_dir: Path, run_dir: Path) -> Run:
         """One torchrun run on `ckpt_dir`. A run stopped after save k stops the
@@ -292,7 +292,7 @@ class ScriptTarget:
             nproc_per_node=self.config.nproc_per_node, nnodes=self.config.nnodes,
             max_restarts=self.config.max_restarts, env={PLAN_ENV: plan.to_env(), CKPT_DIR_ENV: str(ckpt)},
             failure_grace=request.failure_grace, stop_ranks=None if crash else stop_ranks,
-            entry="ckpt_harness.rankside.script:arm",
+            entry="ckpt_harness.rankside.script:arm", warm_workers=not self.config.cold_start,
         )
         return Run.collect(request.name, run_dir, run_elastic(spec))
 

@@ -42,7 +42,11 @@ when told (`--resume-args '--init_from=resume'`). Bugs (--bug, repeatable), each
 * rotate-by-name: --keep-last orders checkpoints by name, not number
   (accelerate 0.16: checkpoint_10 sorts before checkpoint_9);
 * overwrite-in-place: --overwrite moves the new files into the existing
-  directory, leaving files of the earlier run that it did not write.
+  directory, leaving files of the earlier run that it did not write;
+* forget-optimizer-when-warm: forget-optimizer, only in a process the
+  harness started warm (`launch.warm_workers`): a script whose behaviour
+  depends on what was imported before it, which the harness must never
+  report as the checkpointing's failure.
 
 --full-state declares the model and optimizer as its full state
 (`ckpt_harness.full_state`: replicated by DDP, the same at every world
@@ -62,6 +66,7 @@ import os
 import re
 from datetime import timedelta
 import shutil
+import sys
 from pathlib import Path
 
 import torch
@@ -82,12 +87,13 @@ parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--pg-timeout", type=float, help="seconds a collective may wait (init_process_group's timeout)")
 parser.add_argument("--bug", action="append", default=[], choices=(
     "forget-optimizer", "from-scratch", "rename-per-node", "skip-barrier", "rotate-by-name", "overwrite-in-place",
-    "skip-final-barrier"))
+    "skip-final-barrier", "forget-optimizer-when-warm"))
 parser.add_argument("--no-marker", action="store_true")
 parser.add_argument("--full-state", action="store_true")
 parser.add_argument("--any-world-size", action="store_true")
 parser.add_argument("--init-from", "--init_from", choices=("auto", "scratch", "resume"), default="auto")
 args = parser.parse_args()
+warm = "ckpt_harness.launch.warm_workers" in sys.modules
 
 dist.init_process_group("gloo", **({"timeout": timedelta(seconds=args.pg_timeout)} if args.pg_timeout else {}))
 rank, local_rank, world = dist.get_rank(), int(os.environ["LOCAL_RANK"]), dist.get_world_size()
@@ -131,7 +137,7 @@ def commit(staging, final):
 
 def save(step):
     state = {"model": model.module.state_dict(), "step": step, "world_size": world, "seed": args.seed}
-    if "forget-optimizer" not in args.bug:
+    if "forget-optimizer" not in args.bug and not ("forget-optimizer-when-warm" in args.bug and warm):
         state["optimizer"] = optimizer.state_dict()
     if not args.staging:
         if rank == 0:

@@ -1,0 +1,139 @@
+"""Warm script workers, confirmed cold (issue 48, item 1): torchrun's workers
+forked from a template of their agent (`launch.warm_workers`) are the
+process a fresh interpreter would be, and a case that does not pass warm is
+judged by a cold run of it.
+
+- A probe script run warm and cold under real torchrun writes down its
+  process: `sys.argv`, `sys.orig_argv`, `sys.path`, `__main__`, environment
+  (also as ``/proc`` shows it: the run's tag, by which the teardown finds
+  processes), flags, torch's thread counts, signal dispositions and mask,
+  descriptors, session, parent (the agent), and leaves an unclosed file, a
+  sleeping non-daemon thread and an atexit hook to the interpreter's exit.
+  Everything is the same but what names the run; only warm leaves the
+  marker a run reads (`Run.warm_started`).
+- A worker whose environment differs where an import read it (OMP_NUM_THREADS)
+  starts cold, and the agent's log says why.
+- A script that forgets its optimizer state only when started warm is
+  flagged warm, run again cold, and passes there: its verdict is the cold
+  run's and says so; its twin that always forgets fails warm and cold.
+"""
+
+import json
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from ckpt_harness.launch.elastic import ScriptSpec, run_elastic
+from ckpt_harness.launch.group import RankStatus
+from ckpt_harness.launch.warm_workers import record_reads
+from ckpt_harness.pipeline.verify import verify_script
+from ckpt_harness.verdict import Verdict
+from tests.clirun import cli
+from tests.test_script_mode import script
+
+FACTS = Path(__file__).resolve().parent / "scripts" / "process_facts.py"
+
+
+def run_facts(run_dir: Path, warm: bool, **env: str):
+    run_dir.mkdir(parents=True)
+    outcome = run_elastic(ScriptSpec(command=[str(FACTS), str(run_dir / "facts")], run_dir=run_dir, deadline=120,
+                                     nproc_per_node=2, nnodes=1, warm_workers=warm, env=env))
+    assert [r.status for r in outcome.ranks] == [RankStatus.OK] * 2, outcome
+    return outcome
+
+
+def facts(run_dir: Path, rank: int) -> dict:
+    """The probe's facts with what names the run (its directory, tag, port) put in words; of the
+    environment ``/proc`` shows, the run's tag (the rest is the agent server's, warm)."""
+    text = (run_dir / f"facts.{rank}.json").read_text().replace(str(run_dir), "<run>")
+    found = json.loads(text)
+    names = {found["env"]["CKPT_HARNESS_ELASTIC_RUN"]: "<tag>", found["env"]["MASTER_PORT"]: "<port>"}
+    text = re.sub("|".join(map(re.escape, names)), lambda m: names[m.group(0)], text)
+    found = json.loads(re.sub(r"<tag>_[a-z0-9_]+", "<tag>_<dir>", text))
+    found["proc_environ"] = [e for e in found["proc_environ"] if e.startswith("CKPT_HARNESS_ELASTIC_RUN=")]
+    return found
+
+
+@pytest.fixture(scope="module")
+def both(tmp_path_factory) -> dict[bool, Path]:
+    root = tmp_path_factory.mktemp("facts")
+    for warm in (False, True):
+        run_facts(root / str(warm), warm)
+    return {warm: root / str(warm) for warm in (False, True)}
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_warm_worker_is_the_process_a_fresh_interpreter_would_be(both, rank):
+    cold, warm = facts(both[False], rank), facts(both[True], rank)
+    differ = {key: (cold[key], warm.get(key)) for key in cold if cold[key] != warm.get(key)}
+    assert not differ, differ
+    assert "ckpt_harness.launch.agent" in warm["parent"]  # torchrun's agent waits for it, as for a Popen'd one
+    assert "CKPT_HARNESS_ELASTIC_RUN=<tag>" in warm["proc_environ"]  # what the teardown finds it by
+    assert warm["leads_session"]  # and no descriptor but those a fresh worker has (the comparison above)
+    assert warm["threads"] == 1  # OMP_NUM_THREADS=1, as torchrun sets it for two workers per node
+
+
+def test_a_warm_worker_ends_as_python_ends_a_program(both):
+    """Its atexit hooks run and its non-daemon threads are joined; a file it
+    never closed ends as a fresh interpreter leaves it (CPython 3.11 leaves
+    this one, still reachable from the script's globals, unflushed)."""
+    for rank in (0, 1):
+        left = {warm: {end: (run_dir / f"facts.{rank}.{end}").read_text() for end in ("atexit", "thread", "unclosed")}
+                for warm, run_dir in both.items()}
+        assert left[True] == left[False], left
+        assert (left[True]["atexit"], left[True]["thread"]) == ("ran\n", "joined\n"), left
+
+
+def test_only_a_warm_start_leaves_the_marker_a_run_reads(both):
+    assert sorted(p.name for p in both[True].glob("*.warm-started")) == ["rank0.warm-started", "rank1.warm-started"]
+    assert not list(both[False].glob("*.warm-started"))
+
+
+def test_what_an_import_read_of_the_environment_decides_a_warm_start(monkeypatch):
+    """A name read (also one looked for and absent), a prefix native code
+    reads, and the names a known walk keeps must be as at import; any other
+    may differ. A walk of unknown purpose makes every difference count."""
+    monkeypatch.setenv("CKPT_TEST_READ", "a")
+    monkeypatch.delenv("CKPT_TEST_ABSENT", raising=False)
+
+    def imports() -> None:
+        os.environ.get("CKPT_TEST_READ")
+        assert "CKPT_TEST_ABSENT" not in os.environ
+        exec("dict(os.environ.items())", {"__name__": "tqdm.utils", "os": os})  # tqdm's envwrap, by its module
+
+    seen, now = record_reads(imports), dict(os.environ)
+    assert seen.differs({**now, "RANK": "0", "MASTER_PORT": "1234"}) == []
+    assert seen.differs({**now, "CKPT_TEST_READ": "b"}) == ["CKPT_TEST_READ"]
+    assert seen.differs({**now, "CKPT_TEST_ABSENT": "1"}) == ["CKPT_TEST_ABSENT"]
+    assert seen.differs({**now, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "7"}) == ["OMP_NUM_THREADS", "TQDM_DISABLE"]
+
+    unknown = record_reads(lambda: exec("dict(os.environ.items())", {"__name__": "somelib", "os": os}))
+    assert unknown.walked_by == {"somelib"} and unknown.differs({**now, "RANK": "0"}) == ["RANK"]
+
+
+def test_a_worker_whose_environment_an_import_read_differently_starts_cold(tmp_path):
+    outcome = run_facts(tmp_path / "run", True, OMP_NUM_THREADS="2")
+    assert not list((tmp_path / "run").glob("*.warm-started"))
+    log = "".join(Path(p).read_text() for p in outcome.agent_logs)
+    assert "worker started cold: OMP_NUM_THREADS differ" in log, log
+    assert facts(tmp_path / "run", 0)["threads"] == 2
+
+
+@pytest.mark.parametrize("bug, after_cold", [("forget-optimizer-when-warm", Verdict.PASS),
+                                             ("forget-optimizer", Verdict.FAIL)])
+def test_a_script_case_that_fails_warm_is_judged_by_its_cold_run(tmp_path, bug, after_cold):
+    report = verify_script(script("--bug", bug), workdir=tmp_path, cases=["resume@2"], nproc_per_node=2)
+    judged = next(r for r in report.results if r.check == "saves after resume")
+    assert judged.verdict is after_cold and judged.confirmed_cold and not judged.warm, report.explain()
+    said = "the warm run said the same" if after_cold is Verdict.FAIL else "the warm run said FAIL"
+    assert "confirmed with cold starts" in judged.details and said in judged.details, judged.details
+
+
+def test_cold_start_reaches_a_scripts_workers_through_the_cli(tmp_path):
+    out = cli("run", "--script", script(), "--nproc-per-node", "2", "--case", "resume@2", "--cold-start",
+              "--workdir", str(tmp_path / "work"), cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert list((tmp_path / "work").glob("**/rank0.log")), "no worker ran"
+    assert not list((tmp_path / "work").glob("**/*.warm-started")), "a cold start left a warm marker"
