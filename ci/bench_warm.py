@@ -1,6 +1,6 @@
 """Warm starts against cold ones: the same matrix rows, verdicts compared case by case.
 
-    python ci/bench_warm.py [--job NAME ...] [--script 'CMD' ... [--script-arg ARG ...]]
+    python ci/bench_warm.py [--job NAME ...] [--script 'CMD' [--script-args LIST] ...]
                             [--scenarios PATTERNS] [--repeat N]
 
 A Job's rank serves the process DCP spawns for its checkpoints from a
@@ -8,8 +8,8 @@ template of itself (`launch.warm`), and a script's torchrun workers are
 forked from a template of their agent (`launch.warm_workers`), unless
 `--cold-start` is given. For each job (default: `dcp_async_process`, the
 row that spawns, and `dcp_async`, the same job with a thread, as the
-yardstick; none once scripts are given), and for the scripts given (one
-matrix of them all, at two workers), this runs `ckpt-harness matrix` warm
+yardstick; none once scripts are given), and for each script given (a
+matrix of it alone, at two workers), this runs `ckpt-harness matrix` warm
 and cold, interleaved, each in a fresh process with its own servers, and
 prints:
 
@@ -72,17 +72,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--job", action="append", help="a matrix row (repeatable)")
     parser.add_argument("--script", action="append", default=[],
-                        help="a script row, as `matrix --script` takes it (repeatable: one matrix of them all)")
-    parser.add_argument("--script-arg", action="append", default=[],
-                        help="a `--script-args` entry for the script matrix (repeatable)")
+                        help="a script, as `matrix --script` takes it: a matrix of it alone (repeatable)")
+    parser.add_argument("--script-args", action="append", default=[],
+                        help="`matrix --script-args` of the script given in the same place (repeatable)")
     parser.add_argument("--scenarios", default="", help="scenario patterns, as `matrix --scenarios` takes them")
     parser.add_argument("--repeat", type=int, default=1)
     args = parser.parse_args()
     jobs = args.job or ([] if args.script else ["dcp_async_process", "dcp_async"])
     units = {job: ["--job", job] for job in jobs}
-    if args.script:
-        units["scripts"] = [*(a for s in args.script for a in ("--script", s)), "--nproc-per-node", "2",
-                            *(["--script-args", ",".join(args.script_arg)] if args.script_arg else [])]
+    for i, script in enumerate(args.script):
+        told = args.script_args[i] if i < len(args.script_args) else ""
+        units[script.split()[0].rsplit("/", 1)[-1]] = ["--script", script, "--nproc-per-node", "2",
+                                                        *(["--script-args", told] if told else [])]
     warm_walls: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-warm-") as tmp:
         for job, rows in units.items():

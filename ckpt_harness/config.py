@@ -200,6 +200,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             f"seconds the peers of a rank blocked for good by a fault ({', '.join(BLOCKING)}) get to fail, "
             "from the moment it blocked", positive=True),
     Setting("parallel", int, 2, "cases run at once", low=1, replayed=False),
+    Setting("max_cases", int, None, "run at most N of the exploration's cases, chosen to cover every rank, phase, "
+            "operation and fault kind before repeating one (the same N for the same plan); the report names "
+            "those left out and the command that runs them", low=1, optional=True, replayed=False),
     Setting("derive_states", bool, True, "take the directory a power loss, or a crash no peer notices, leaves "
                                          "from the golden run's trace instead of running the faulted save",
             replayed=False),
@@ -369,6 +372,7 @@ class ExplorePlan:
     grace: float = setting("grace")
     hang_timeout: float = setting("hang_timeout")
     parallel: int = setting("parallel")
+    max_cases: Optional[int] = setting("max_cases")
     derive_states: bool = setting("derive_states")
     share_resumes: bool = setting("share_resumes")
     timelines: str = setting("timelines")

@@ -113,11 +113,27 @@ def test_what_an_import_read_of_the_environment_decides_a_warm_start(monkeypatch
     assert unknown.walked_by == {"somelib"} and unknown.differs({**now, "RANK": "0"}) == ["RANK"]
 
 
+def test_a_variable_an_import_sets_itself_may_come_back_with_the_value_it_set(monkeypatch):
+    """`torch._dynamo` sets TORCHINDUCTOR_CACHE_DIR to its default when unset; a
+    harness that imported it hands that value on, which a cold worker's
+    import reads back: the same. Another value is not."""
+    monkeypatch.delenv("CKPT_TEST_MADE", raising=False)
+
+    def imports() -> None:
+        os.environ["CKPT_TEST_MADE"] = os.environ.get("CKPT_TEST_MADE") or "/tmp/default"
+
+    seen = record_reads(imports)
+    before = {k: v for k, v in os.environ.items() if k != "CKPT_TEST_MADE"}
+    assert seen.differs(before) == [] and seen.differs({**before, "CKPT_TEST_MADE": "/tmp/default"}) == []
+    assert seen.differs({**before, "CKPT_TEST_MADE": "/elsewhere"}) == ["CKPT_TEST_MADE"]
+
+
 def test_a_worker_whose_environment_an_import_read_differently_starts_cold(tmp_path):
     outcome = run_facts(tmp_path / "run", True, OMP_NUM_THREADS="2")
     assert not list((tmp_path / "run").glob("*.warm-started"))
     log = "".join(Path(p).read_text() for p in outcome.agent_logs)
-    assert "worker started cold: OMP_NUM_THREADS differ" in log, log
+    said = [line for line in log.splitlines() if line.startswith("[ckpt_harness] worker started cold: ")]
+    assert len(said) == 2 and all("OMP_NUM_THREADS" in line for line in said), log
     assert facts(tmp_path / "run", 0)["threads"] == 2
 
 

@@ -76,6 +76,8 @@ def _serve(sock: socket.socket) -> None:
             return
         if message["op"] == "start":
             try:
+                if message.get("warm_workers"):
+                    warm_workers.preload(message.get("preload", ()))
                 pid = _fork_agent(sock, message)
             except Exception:
                 _wire.send(sock, {"op": "error", "message": traceback.format_exc()})
@@ -210,11 +212,12 @@ class _Server:
         self.sock = ours
         self.ready = False
 
-    def start(self, argv: list[str], env: Mapping[str, str], log: Path, warm_workers: bool) -> Agent:
+    def start(self, argv: list[str], env: Mapping[str, str], log: Path, warm_workers: bool,
+              preload: tuple[str, ...]) -> Agent:
         with self.lock:
             self._await_ready()
             reply = self._ask({"op": "start", "argv": argv, "env": dict(env), "cwd": os.getcwd(), "log": str(log),
-                               "warm_workers": warm_workers})
+                               "warm_workers": warm_workers, "preload": preload})
             if reply["op"] != "started":
                 raise LaunchError(f"the agent server could not start torchrun:\n{reply.get('message')}")
             return Agent(self, reply["pid"])
@@ -317,11 +320,13 @@ class _Holder:
 _holder = _Holder()
 
 
-def start_agent(argv: list[str], env: Mapping[str, str], log: Path, warm_workers: bool = False) -> Agent:
+def start_agent(argv: list[str], env: Mapping[str, str], log: Path, warm_workers: bool = False,
+                preload: tuple[str, ...] = ()) -> Agent:
     """Start ``torchrun ARGV`` (as a warm fork) with `env`, in this process's
     working directory, its output to `log`; its workers forked from a
-    template of it if `warm_workers` (`launch.warm_workers`), else fresh."""
-    return _holder.get().start(argv, env, log, warm_workers)
+    template of it if `warm_workers` (`launch.warm_workers`), which has
+    imported `preload` too, else fresh."""
+    return _holder.get().start(argv, env, log, warm_workers, preload)
 
 
 def prestart() -> None:

@@ -335,7 +335,8 @@ class _ElasticRun:
             env[ENTRY_ENV] = spec.entry
         for node in range(spec.nnodes):
             self.agents.append(start_agent(spec.agent_args(port, self.tag, node), env, agent_log(self.run_dir, node),
-                                           warm_workers=spec.warm_workers))
+                                           warm_workers=spec.warm_workers,
+                                           preload=(spec.entry.partition(":")[0],) if spec.entry else ()))
 
     def _watch(self, until: float) -> bool:
         """Follow the run until the agents ended or every worker exited for

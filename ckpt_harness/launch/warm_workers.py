@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import importlib
 import json
 import os
 import pickle
@@ -55,16 +56,16 @@ import subprocess
 import sys
 import threading
 import types
-from typing import Any, Callable, Mapping, NoReturn, Optional
+from typing import Any, Callable, Mapping, NoReturn, Optional, Sequence
 
 from ckpt_harness.launch import _proc
 from ckpt_harness.launch.layout import warm_path
 
-#: What every worker imports before its script runs (the bootstrap and the harness's probes,
-#: `rankside.script`: torch, `torch.distributed`, DCP), and `torch._dynamo`, which the first
+#: What every worker imports before its script runs (the bootstrap; the entry that arms it, named
+#: by the run, is preloaded at its first run: `preload`), and `torch._dynamo`, which the first
 #: `torch.optim` optimizer a script makes imports (1.1 s of a worker's ~3, `docs/speed.md`).
 PRELOAD = ("torch", "torch.distributed", "torch.distributed.checkpoint", "torch._dynamo",
-           "ckpt_harness.launch.worker", "ckpt_harness.rankside.script")
+           "ckpt_harness.launch.worker")
 #: The worker command torchrun runs (``-u`` and ``-m`` are its own; `elastic.ScriptSpec.agent_args`).
 WORKER = ("-u", "-m", "ckpt_harness.launch.worker")
 #: Read by native code as a library loads (OpenMP, MKL, glibc, the interpreter's own start-up):
@@ -98,15 +99,20 @@ class ImportEnv:
     difference at all counts)."""
 
     def __init__(self, values: Mapping[str, str], read: frozenset[str], prefixes: tuple[str, ...] = (),
-                 walked_by: frozenset[str] = frozenset()):
+                 walked_by: frozenset[str] = frozenset(), made: Optional[Mapping[str, str]] = None):
         self.values, self.read, self.walked_by = dict(values), read, walked_by
         self.prefixes = (*NATIVE_PREFIXES, *prefixes)
+        #: Read names the imports then set themselves, with the value they set: `torch._dynamo` sets
+        #: ``TORCHINDUCTOR_CACHE_DIR`` to the default it computed when unset, so a process that
+        #: imported it carries that value on to its children, where the import reads it back.
+        self.made = dict(made or {})
 
     def differs(self, env: Mapping[str, str]) -> list[str]:
-        """The names whose value in `env` is not the one the imports saw."""
+        """The names whose value in `env` is not the one the imports saw (or made)."""
         every = {*self.values, *env}
         names = every if self.walked_by else self.read | {n for n in every if n.startswith(self.prefixes)}
-        return sorted(n for n in names - REMADE if env.get(n) != self.values.get(n))
+        return sorted(n for n in names - REMADE
+                      if env.get(n) != self.values.get(n) and not (n in self.made and env.get(n) == self.made[n]))
 
 
 def record_reads(imports: Callable[[], None]) -> ImportEnv:
@@ -147,14 +153,17 @@ def record_reads(imports: Callable[[], None]) -> ImportEnv:
     finally:
         environ.__getitem__, environ.__contains__, environ.__iter__ = (  # type: ignore[method-assign]
             getitem, contains, iterate)
-    return ImportEnv(values, frozenset(read), tuple(prefixes), frozenset(walked_by))
+    after = dict(os.environ)
+    made = {n: after[n] for n in read if n in after and after[n] != values.get(n)}
+    return ImportEnv(values, frozenset(read), tuple(prefixes), frozenset(walked_by), made)
 
 
 # -- in the agent server, as it starts -------------------------------------------------------------
 class _Server:
     """What the server learnt before any agent forked: inherited by every fork."""
 
-    import_env: Optional[ImportEnv] = None
+    #: What each preload read (`prepare_server`, then each `preload`).
+    import_envs: list[ImportEnv] = []
     #: Where the run's tag's value sits in the environment block the kernel shows (`_show_tag`).
     tag_at: Optional[int] = None
     #: ``sys.path`` after ``PYTHONPATH``'s entries in a fresh interpreter (`_sys_path`).
@@ -182,7 +191,26 @@ def prepare_server(import_modules: Callable[[], None]) -> None:
         fresh = json.loads(probe.stdout)
         if mark in fresh:
             _Server.base_path = fresh[fresh.index(mark) + 1:]
-    _Server.import_env = record_reads(import_modules)
+    _Server.import_envs.append(record_reads(import_modules))
+
+
+def preload(modules: Sequence[str]) -> None:
+    """In the agent server, before it forks an agent: import `modules` too
+    (the entry a run arms its workers with), recording what they read. One
+    that fails to import is left to the worker, which says why."""
+    new = [m for m in modules if m not in sys.modules]
+    if not new or _Server.base_path is None:
+        return
+
+    def imports() -> None:
+        for module in new:
+            try:
+                importlib.import_module(module)
+            except Exception:  # noqa: BLE001 - the worker imports it again and fails there, with its traceback
+                pass
+
+    _Server.import_envs.append(record_reads(imports))
+    gc.freeze()
 
 
 # -- in an agent, as it starts -----------------------------------------------------------------------
@@ -217,7 +245,7 @@ def start_template() -> None:
     template, and hand torchrun's `SubprocessHandler` the `WarmPopen`. Does
     nothing where the server could not prepare (`prepare_server`) or the
     agent already runs a thread."""
-    if _Server.import_env is None or _Server.base_path is None or _threads() != 1:
+    if not _Server.import_envs or _Server.base_path is None or _threads() != 1:
         return
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
@@ -455,10 +483,9 @@ def _refused(args: Any, executable: Any, preexec_fn: Any, close_fds: bool, pass_
         return "not the harness's worker command"
     if env is None:
         return "no environment given"
-    assert _Server.import_env is not None
-    differs = _Server.import_env.differs(env)
+    differs = sorted({n for seen in _Server.import_envs for n in seen.differs(env)})
     if differs:
-        walked = _Server.import_env.walked_by
+        walked = {w for seen in _Server.import_envs for w in seen.walked_by}
         why = f" ({', '.join(sorted(walked))} read the whole environment as it was imported)" if walked else ""
         return f"{', '.join(differs)} differ from the environment the warm template imported torch in{why}"
     return ""

@@ -18,6 +18,7 @@ from ckpt_harness import phase, targets
 from ckpt_harness.config import ExplorePlan, ScriptExploreConfig, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.pipeline import baseline as baselines
+from ckpt_harness.pipeline import budget
 from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
 from ckpt_harness.pipeline.cases import named, plan_cases, run_cases
 from ckpt_harness.pipeline.workdir import prepare_workdir
@@ -103,6 +104,9 @@ def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,
     cases = plan_cases(base)
     if only:
         cases = named(base, only, cases)
+    elif base.plan.max_cases is not None:
+        cases, left = budget.within(cases, base.plan.max_cases)
+        warnings += (budget.left_out(base, cases, left),) if left else ()
     missing = base.nothing_to_corrupt()
     return run_cases(base, cases, progress) + ([missing] if missing is not None and not only else []), warnings
 
