@@ -42,6 +42,7 @@ BAD = {
     "grace": ([30.0], 0),
     "hang_timeout": (None, 0),
     "parallel": (2.0, 0),
+    "max_cases": (2.5, 0, -1),
     "share_resumes": ("no", ...),
     "derive_states": (0, ...),
     "script": (["train.py"], ...),
