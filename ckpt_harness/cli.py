@@ -404,7 +404,11 @@ def _matrix(args: argparse.Namespace) -> int:
 
 
 def _matrix_done(args: argparse.Namespace, matrix, out: Path, baseline, catalogue) -> int:
-    """Write the matrix, print it, gate the exit code on it."""
+    """Gate the matrix on the baseline, write it, print it, and exit with the
+    baseline's word (`--fail-on`'s without one)."""
+    if baseline is not None:
+        matrix.gating = baseline.gate(matrix.results, jobs=matrix.jobs, scenarios=[s.name for s in matrix.scenarios],
+                                      catalogue=[s.name for s in catalogue])
     try:
         matrix = matrix.with_timelines(out)
         md, js = matrix.write(out)
@@ -419,8 +423,11 @@ def _matrix_done(args: argparse.Namespace, matrix, out: Path, baseline, catalogu
         html.write(html.matrix_page(matrix, out), args.html)
         print(f"HTML report: {args.html} ({args.html.stat().st_size / 2**20:.1f} MB in "
               f"{time.monotonic() - started:.1f} s)")
-    gated = _gate_matrix(args, matrix, baseline, catalogue)
-    return _matrix_exit(matrix, args.fail_on) if gated is None else gated
+    _write_matrix_baseline(args, matrix, baseline)
+    if matrix.gating is None:
+        return _matrix_exit(matrix, args.fail_on)
+    print(matrix.gating.explain())
+    return exit_code(matrix.gating.verdict)
 
 
 def _matrix_stopped(stop, out: Path) -> int:
@@ -650,9 +657,9 @@ def _load_baseline(args: argparse.Namespace):
     return load(args.baseline) if args.baseline else None
 
 
-def _gate_matrix(args: argparse.Namespace, matrix, baseline, catalogue) -> Optional[int]:
-    """Write the expectations file asked for; with a baseline, its word is the
-    exit code (None: no baseline, `--fail-on` decides)."""
+def _write_matrix_baseline(args: argparse.Namespace, matrix, baseline) -> None:
+    """Write the expectations file `--write-baseline` asks for (the reasons of
+    `baseline`'s entries kept)."""
     from ckpt_harness.catalogue.expectations import expectations_toml
 
     if args.write_baseline:
@@ -663,12 +670,6 @@ def _gate_matrix(args: argparse.Namespace, matrix, baseline, catalogue) -> Optio
         failures = sum(not r.verdict.ok for r in matrix.results)
         print(f"wrote {args.write_baseline}: {failures} expected failure{'s' * (failures != 1)}; "
               "replace each reason with why it is known")
-    if baseline is None:
-        return None
-    gating = baseline.gate(matrix.results, jobs=matrix.jobs, scenarios=[s.name for s in matrix.scenarios],
-                           catalogue=[s.name for s in catalogue])
-    print(gating.explain())
-    return exit_code(gating.verdict)
 
 
 def _gate_cases(args: argparse.Namespace, report, baseline) -> Optional[int]:

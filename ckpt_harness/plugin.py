@@ -538,6 +538,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     elsewhere, write the page of every item's results, the workers' too."""
     config = session.config
     path = config.getoption("ckpt_html")
+    if hasattr(config, "workeroutput"):  # the controller gates and writes what every worker judged
+        config.workeroutput["ckpt_gated"] = [g.to_json() for g in config.stash.get(_GATED, [])]  # type: ignore
     if not path:
         return
     mine = [(item.world_size, item.scenario.to_json(), result.to_json()) for item, result in _results(config)]
@@ -552,10 +554,16 @@ _FROM_WORKERS = pytest.StashKey[list]()
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node: Any, error: Any) -> None:
-    """An xdist worker's results for --ckpt-html."""
-    found = getattr(node, "workeroutput", {}).get("ckpt_results")
+    """An xdist worker's results, for --ckpt-html and the baseline's summary."""
+    output = getattr(node, "workeroutput", {})
+    found = output.get("ckpt_results")
     if found:
         node.config.stash.setdefault(_FROM_WORKERS, []).extend(found)
+    gated = output.get("ckpt_gated")
+    if gated:
+        from ckpt_harness.catalogue.expectations import Judged
+
+        node.config.stash.setdefault(_GATED, []).extend(Judged.from_json(g) for g in gated)
 
 
 def _write_html(config: pytest.Config, path: Path, results: list) -> None:
@@ -625,7 +633,9 @@ def _gate(config: pytest.Config, result: Any) -> Any:
     baseline = config.stash.get(_BASELINE, None)
     if baseline is None:
         return None
-    config.stash.setdefault(_GATED, []).append(result)
+    from ckpt_harness.catalogue.expectations import Judged
+
+    config.stash.setdefault(_GATED, []).append(Judged.of(result))
     return baseline.judge(result.job, result.scenario, result.verdict, result.reason, result.causes)
 
 

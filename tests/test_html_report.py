@@ -177,14 +177,24 @@ def test_walk_flags_a_link_to_the_wrong_case_and_a_missing_fault_marker(browser,
     assert problems and all("shows no fault" in p for p in problems), problems
 
 
-def test_a_matrix_opens_from_a_failing_cell_to_its_cases(browser, tmp_path):
-    from selenium.webdriver.common.by import By
-
+@pytest.fixture(scope="module")
+def matrixed(tmp_path_factory):
+    """A matrix of the checkpointer that deletes the previous checkpoint first:
+    its atomic cell fails (crash-every-phase), its detecting cell passes."""
+    out = tmp_path_factory.mktemp("matrixed")
     started = time.monotonic()
     done = cli("matrix", "--job", BROKEN, "--scenarios", "crash-every-phase,missing-shard", "--out", "out",
-               "--html", "matrix.html", "--quiet", cwd=tmp_path, env_extra=ENV)
+               "--html", "matrix.html", "--quiet", cwd=out, env_extra=ENV)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "HTML report: matrix.html" in done.stdout
+    assert time.monotonic() - started < 600
+    return out
+
+
+def test_a_matrix_opens_from_a_failing_cell_to_its_cases(browser, matrixed):
+    from selenium.webdriver.common.by import By
+
+    tmp_path = matrixed
     data = json.loads((tmp_path / "out" / "matrix.json").read_text())
     failing = {(c["job"], c["property"]) for c in data["cells"] if c["verdict"] == "fail"}
     assert failing, data["cells"]
@@ -197,4 +207,58 @@ def test_a_matrix_opens_from_a_failing_cell_to_its_cases(browser, tmp_path):
     # the timelines the page draws are the files in out/timelines, named in matrix.json relative to it
     files = [c["timeline"] for s in data["scenarios"] for c in s["results"] if c["timeline"]]
     assert files and all((tmp_path / "out" / f).is_file() for f in files), files
-    assert time.monotonic() - started < 600
+
+
+BASELINE = f"""
+[[expect]]
+job = "{BROKEN.partition(':')[0]}:*"
+scenario = "crash-every-phase"
+verdict = "fail"
+reason = "deletes the previous checkpoint before the new one is whole"
+cause = [{{cause}}]
+
+[[expect]]
+job = "{BROKEN}"
+scenario = "missing-shard"
+verdict = "fail"
+reason = "flagged by an older release"
+"""
+
+
+@pytest.mark.parametrize("cause, label, gated", [
+    ('"atomic · refused"', "NEW", "other cause"),
+    ('"atomic · fresh start"', "expected", "expected"),
+])
+def test_a_matrix_against_a_baseline_marks_each_cell_new_expected_or_fixed(browser, matrixed, tmp_path, cause,
+                                                                           label, gated):
+    """The baseline's word per cell, in matrix.json and on the grid a person
+    reads: the failing cell is NEW when the baseline expects it for another
+    cause and expected for its own; the cell the baseline expects to fail and
+    that passes is fixed. (`--resume` of a whole matrix runs nothing and gates
+    it again.)"""
+    from selenium.webdriver.common.by import By
+
+    (tmp_path / "base.toml").write_text(BASELINE.format(cause=cause))
+    done = cli("matrix", "--resume", str(matrixed / "out"), "--out", "out", "--baseline", "base.toml",
+               "--html", "matrix.html", "--quiet", cwd=tmp_path, env_extra=ENV)
+    assert done.returncode == (1 if label == "NEW" else 0), done.stdout + done.stderr
+    data = json.loads((tmp_path / "out" / "matrix.json").read_text())
+    cells = {c["property"]: c for c in data["cells"]}
+    assert cells["atomic"]["baseline"]["label"] == label, cells["atomic"]
+    assert cells["atomic"]["baseline"]["scenarios"] == {"crash-every-phase": gated}
+    assert cells["detecting"]["baseline"]["label"] == "fixed", cells["detecting"]
+    assert data["baseline"]["counts"]["fixed"] == 1 and data["baseline"]["ok"] is (label != "NEW")
+    assert f"❌ fail · {label} | ✅ pass · fixed |" in (tmp_path / "out" / "matrix.md").read_text()
+
+    url = (tmp_path / "matrix.html").as_uri()
+    browser.get(url)
+    grid = {td.get_attribute("class"): td.text for td in browser.find_elements(By.CSS_SELECTOR, "table.grid td")}
+    assert grid == {f"cell v-fail b-{label}": f"FAIL {label}", "cell v-pass b-fixed": "PASS fixed"}, grid
+    click(browser, browser.find_element(By.CSS_SELECTOR, "table.grid td.v-fail a"))
+    said = browser.find_element(By.CSS_SELECTOR, "section.page.shown ul.baseline").text
+    if label == "NEW":
+        assert "for another cause: observed atomic · fresh start; the baseline expects it for atomic · refused" in said
+    else:
+        assert "expected: deletes the previous checkpoint before the new one is whole (base.toml:2)" in said, said
+    row = browser.find_element(By.CSS_SELECTOR, "section.page.shown table.scenarios tbody tr").text
+    assert row.startswith(f"crash-every-phase FAIL {label} "), row

@@ -331,6 +331,30 @@ def test_a_known_failure_for_another_cause_fails_the_item(pytester, importable):
     same.stdout.fnmatch_lines(["no new failure, 1 expected, 0 fixed, 0 stale"])
 
 
+def test_the_baseline_summary_is_made_of_every_xdist_workers_results(pytester, importable):
+    """Under pytest-xdist the items run in workers and the summary is the
+    controller's: the workers hand it what they judged, so the baseline's
+    lines (NEW for another cause, expected for the one it records) are
+    printed as they are without xdist. A real subprocess: xdist starts its
+    workers as processes."""
+    pytester.makepyfile("def test_nothing(): pass")
+    forgets = "tests.planted.jobs:NoOptimizerState"
+    entry = f'[[expect]]\njob = "{forgets}"\nscenario = "%s"\nverdict = "fail"\nreason = "r"\n'
+    pytester.makefile(".toml", rng=entry % "resume-every-save" + 'cause = ["state after load · rng values"]\n\n'
+                      + entry % "missing-shard")
+    result = pytester.runpytest_subprocess(
+        "-n", "2", "-p", "no:cacheprovider", f"--ckpt-job={forgets}", "--ckpt-baseline=rng.toml",
+        "--ckpt-scenarios=resume-every-save,missing-shard", f"--basetemp={pytester.path / 'base'}")
+    result.assert_outcomes(passed=1, failed=1, xfailed=1)
+    result.stdout.fnmatch_lines([
+        "*- ckpt baseline -*",
+        "against the baseline rng.toml:",
+        f"  NEW      {forgets} · resume-every-save: fail, for another cause: observed *optimizer missing*",
+        f"  expected {forgets} · missing-shard: fail, expected: r (rng.toml:8)",
+        "1 new failure, 1 expected, 0 fixed, 0 stale",
+    ])
+
+
 def test_a_bad_baseline_is_a_usage_error(pytester, importable):
     pytester.makepyfile("def test_nothing(): pass")
     pytester.makefile(".toml", expect='[[expect]]\njob = "dcp"\nscenario = "x"\nverdict = "fail"\n')

@@ -86,9 +86,10 @@ class Expectation:
 
 
 @dataclasses.dataclass(frozen=True)
-class CaseVerdict:
-    """One case of a `run` or `explore` report, as a baseline gates it: its
-    name in the place of a scenario's."""
+class Judged:
+    """One result as a baseline gates it, with nothing else: a scenario's (sent
+    from an xdist worker), or a case of a `run` or `explore` report, its name
+    in the place of a scenario's."""
 
     job: str
     scenario: str
@@ -97,8 +98,21 @@ class CaseVerdict:
     #: Why it did not pass (`oracle.causes`): its judgments with its verdict.
     causes: frozenset[str] = frozenset()
 
+    @classmethod
+    def of(cls, result: Any) -> "Judged":
+        """Of anything with job, scenario, verdict, reason and causes (a `ScenarioResult`)."""
+        return cls(result.job, result.scenario, result.verdict, result.reason, frozenset(result.causes))
 
-def case_verdicts(job: str, results: Iterable) -> list[CaseVerdict]:
+    def to_json(self) -> list:
+        return [self.job, self.scenario, self.verdict.value, self.reason, sorted(self.causes)]
+
+    @classmethod
+    def from_json(cls, data: Sequence) -> "Judged":
+        job, scenario, verdict, reason, causes = data
+        return cls(job, scenario, Verdict(verdict), reason, frozenset(causes))
+
+
+def case_verdicts(job: str, results: Iterable) -> list[Judged]:
     """The cases of a report's `results` (`CaseResult`s), each the fold of its
     checks, with the summary of its first worst one."""
     by_case: dict[str, list] = {}
@@ -109,7 +123,7 @@ def case_verdicts(job: str, results: Iterable) -> list[CaseVerdict]:
         verdict = fold(r.verdict for r in found)
         first = next(r for r in found if r.verdict is verdict)
         causes = _causes(found, verdict) if not verdict.ok else frozenset()
-        out.append(CaseVerdict(job, case, verdict, f"{first.check}: {first.summary}", causes))
+        out.append(Judged(job, case, verdict, f"{first.check}: {first.summary}", causes))
     return out
 
 
@@ -135,6 +149,17 @@ class Outcome(str, enum.Enum):
         """This outcome fails the build."""
         return self in (Outcome.NEW, Outcome.WORSE, Outcome.OTHER_CAUSE)
 
+    @property
+    def label(self) -> str:
+        """How reports show it: a regression is NEW whatever made it one."""
+        return {Outcome.NEW: "NEW", Outcome.OTHER_CAUSE: "NEW", Outcome.WORSE: "WORSE"}.get(self, self.value)
+
+    @property
+    def weight(self) -> int:
+        """What a cell of several results shows: a regression before a fix to
+        record, a fix before a known failure, a known failure before a pass."""
+        return 3 if self.fails else {Outcome.FIXED: 2, Outcome.EXPECTED: 1}.get(self, 0)
+
 
 @dataclasses.dataclass(frozen=True)
 class Gated:
@@ -153,6 +178,15 @@ class Gated:
     @property
     def expected(self) -> bool:
         return self.outcome is Outcome.EXPECTED
+
+    def to_json(self) -> dict[str, Any]:
+        """What matrix.json keeps of it: the outcome, and the entry that decided it."""
+        e = self.expectation
+        return {"job": self.job, "scenario": self.scenario, "verdict": self.verdict.value,
+                "outcome": self.outcome.value, "label": self.outcome.label, "causes": sorted(self.causes),
+                "expected": None if e is None else {
+                    "verdict": e.verdict.value, "reason": e.reason, "where": e.where,
+                    "causes": None if e.causes is None else sorted(e.causes)}}
 
     def line(self) -> str:
         what = f"{self.job} · {self.scenario}: {self.verdict.value}"
@@ -197,6 +231,21 @@ class Gating:
         """The baseline has entries to drop: fixed failures or stale entries."""
         return bool(self.of(Outcome.FIXED) or self.stale)
 
+    def part(self, job: str, scenarios: Collection[str]) -> "CellGate":
+        """What the baseline says of one cell of a matrix: of the results of
+        `job` on `scenarios` (those behind the cell), and of its stale entries
+        (an entry about the job and one of them that matched no result)."""
+        gated = tuple(g for g in self.gated if g.job == job and g.scenario in scenarios)
+        stale = tuple(e for e in self.stale
+                      if fnmatch.fnmatchcase(job, e.job) and any(fnmatch.fnmatchcase(s, e.scenario) for s in scenarios))
+        return CellGate(gated, stale)
+
+    def to_json(self) -> dict[str, Any]:
+        counts = {o.value: len(self.of(o)) for o in Outcome}
+        return {"source": self.source, "ok": self.ok, "verdict": self.verdict.value, "counts": counts,
+                "gated": [g.to_json() for g in self.gated],
+                "stale": [{"where": e.where, "entry": e.describe()} for e in self.stale]}
+
     def explain(self) -> str:
         lines = [f"against the baseline {self.source}:"]
         for outcome, label in ((Outcome.NEW, "NEW"), (Outcome.OTHER_CAUSE, "NEW"), (Outcome.WORSE, "WORSE"),
@@ -204,12 +253,47 @@ class Gating:
             lines += [f"  {label:8} {g.line()}" for g in self.of(outcome)]
         lines += [f"  {'stale':8} {e.where} {e.describe()}: matches nothing this run covered; remove it"
                   for e in self.stale]
-        counts = {o: len(self.of(o)) for o in Outcome}
-        regressions = counts[Outcome.NEW] + counts[Outcome.WORSE] + counts[Outcome.OTHER_CAUSE]
-        summary = (f"{regressions} new failure{'s' * (regressions != 1)}" if regressions else "no new failure")
-        summary += f", {counts[Outcome.EXPECTED]} expected, {counts[Outcome.FIXED]} fixed, {len(self.stale)} stale"
-        lines.append(summary)
+        lines.append(self.summary())
         return "\n".join(lines)
+
+    def summary(self) -> str:
+        """"2 new failures, 4 expected, 1 fixed, 0 stale"."""
+        counts = {o: len(self.of(o)) for o in Outcome}
+        regressions = sum(n for o, n in counts.items() if o.fails)
+        summary = (f"{regressions} new failure{'s' * (regressions != 1)}" if regressions else "no new failure")
+        return (summary + f", {counts[Outcome.EXPECTED]} expected, {counts[Outcome.FIXED]} fixed, "
+                f"{len(self.stale)} stale")
+
+
+@dataclasses.dataclass(frozen=True)
+class CellGate:
+    """The baseline's word on a matrix cell: the gated results behind it, and
+    its stale entries. Its `outcome` is the weightiest of its results'."""
+
+    gated: tuple[Gated, ...]
+    stale: tuple[Expectation, ...] = ()
+
+    @property
+    def outcome(self) -> Outcome:
+        return max((g.outcome for g in self.gated), key=lambda o: o.weight, default=Outcome.OK)
+
+    @property
+    def label(self) -> str:
+        """"NEW", "WORSE", "fixed", "expected", "stale", or "" (as the baseline says, nothing to tell)."""
+        found = self.outcome
+        if found is not Outcome.OK:
+            return found.label
+        return "stale" if self.stale else ""
+
+    def lines(self) -> list[str]:
+        """One line per result the baseline had a word on, and per stale entry."""
+        return ([g.line() for g in self.gated if g.outcome is not Outcome.OK]
+                + [f"stale: {e.where} {e.describe()} matches nothing this run covered; remove it" for e in self.stale])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"outcome": self.outcome.value, "label": self.label,
+                "scenarios": {g.scenario: g.outcome.value for g in self.gated},
+                "stale": [e.where for e in self.stale]}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -31,6 +31,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness import targets
 from ckpt_harness.catalogue.bench import Bench
+from ckpt_harness.catalogue.expectations import CellGate, Gating
 from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult
 from ckpt_harness.catalogue.shards import Shard, Task, assign
 from ckpt_harness.config import PLAIN, SETTINGS, RunConfig, ScriptConfig
@@ -51,6 +52,8 @@ SCENARIOS_AT_ONCE = 2
 ABANDON_WAIT = 1.5
 #: The mark of a cell some of whose scenarios did not run.
 NOT_RUN = "⏳ not run"
+#: A cell the baseline has no word on.
+_NO_GATE = CellGate(())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +119,9 @@ class Matrix:
     shard: Optional[Shard] = None
     #: The signal that stopped the run ("SIGINT", "SIGTERM"), if one did.
     stopped_by: Optional[str] = None
+    #: The matrix against `--baseline` (NEW, expected, fixed, stale per cell);
+    #: not read back by `from_json`: a resumed or merged matrix is gated again.
+    gating: Optional[Gating] = None
 
     def __post_init__(self) -> None:
         if not self.plan:
@@ -139,6 +145,22 @@ class Matrix:
         """Stopped before its tasks all ran: `--resume` finishes it."""
         return bool(self.missing)
 
+    def behind(self, job: str, prop: str) -> list[tuple[ScenarioResult, ScenarioResult]]:
+        """The results a cell folds, each with what it says of `prop`
+        (`ScenarioResult.under`): its own scenarios first, then failures of it
+        the row's others found."""
+        done = {(r.job, r.scenario): r for r in self.results}
+        row = [done[job, t.scenario] for t in self.plan if t.row == job and (job, t.scenario) in done]
+        row.sort(key=lambda r: r.property != prop)
+        return [(r, part) for r in row if (part := r.under(prop)) is not None]
+
+    def gate(self, job: str, prop: str) -> Optional[CellGate]:
+        """The baseline's word on a cell (None: the matrix was run without one)."""
+        if self.gating is None:
+            return None
+        own = {s.name for s in self.scenarios if s.property == prop}
+        return self.gating.part(job, own | {r.scenario for r, _ in self.behind(job, prop)})
+
     def cells(self) -> list[Cell]:
         prop = {s.name: s.property for s in self.scenarios}
         done = {(r.job, r.scenario): r for r in self.results}
@@ -148,10 +170,8 @@ class Matrix:
             for p in self.properties:
                 planned = [t.scenario for t in self.plan if t.row == job and prop.get(t.scenario) == p]
                 pending = tuple(s for s in planned if (job, s) not in done)
-                if not pending:  # its own scenarios first, then failures of it the row's others found
-                    row = [done[job, t.scenario] for t in self.plan if t.row == job and (job, t.scenario) in done]
-                    row.sort(key=lambda r: r.property != p)
-                    out.append(cell(job, p, [v for r in row if (v := r.under(p)) is not None]))
+                if not pending:
+                    out.append(cell(job, p, [part for _, part in self.behind(job, p)]))
                     continue
                 elsewhere = [s for s in pending if Task(job, s) not in mine]
                 why = "another shard runs it" if elsewhere else "the run was stopped first"
@@ -192,7 +212,7 @@ class Matrix:
             "|---|" + "---|" * len(props),
         ]
         for job in self.jobs:
-            lines.append(f"| {job} | " + " | ".join(cells[job, p].mark for p in props) + " |")
+            lines.append(f"| {job} | " + " | ".join(self._mark(cells[job, p]) for p in props) + " |")
         if self.skipped:
             lines += ["", "Not run: " + "; ".join(f"{j} ({why})" for j, why in self.skipped.items())]
         lines += ["", "Properties: " + "; ".join(f"**{p}**: {PROPERTIES[p]}" for p in props) + ".", ""]
@@ -203,14 +223,24 @@ class Matrix:
                 lines += [f"### {c.job} · {c.property}: {c.verdict.value}", "", _md(c.reason), ""]
                 if c.repro:
                     lines += ["```sh", c.repro, "```", ""]
-        lines += ["## Every cell", "", f"| {row} | property | verdict | scenarios | reason |", "|---|---|---|---|---|"]
+        if self.gating is not None:
+            lines += [f"## Against the baseline {self.gating.source}", "", "```text", self.gating.explain(), "```", ""]
+        gated = self.gating is not None
+        lines += ["## Every cell", "", f"| {row} | property | verdict | {'baseline | ' * gated}scenarios | reason |",
+                  "|---|---|---|" + "---|" * gated + "---|---|"]
         for c in self.cells():
-            lines.append(f"| {c.job} | {c.property} | {c.shown} | {', '.join(c.scenarios)} | "
+            label = f"{(self.gate(c.job, c.property) or _NO_GATE).label} | " if gated else ""
+            lines.append(f"| {c.job} | {c.property} | {c.shown} | {label}{', '.join(c.scenarios)} | "
                          f"{_md(c.reason, 240)} |")
         lines += ["", "## Scenarios", "", "| scenario | property | check | what it does |", "|---|---|---|---|"]
         for s in self.scenarios:
             lines.append(f"| {s.name} | {s.property} | {s.check} | {_md(s.description)} |")
         return "\n".join(lines) + "\n"
+
+    def _mark(self, c: Cell) -> str:
+        """A grid cell: its verdict, and what the baseline says of it if anything."""
+        gate = self.gate(c.job, c.property)
+        return f"{c.mark} · {gate.label}" if gate is not None and gate.label else c.mark
 
     @property
     def verdict(self) -> Verdict:
@@ -242,12 +272,17 @@ class Matrix:
             "missing": [list(t) for t in self.missing],
             "shard": None if self.shard is None else {
                 "index": self.shard.index, "count": self.shard.count, "tasks": [list(t) for t in self.tasks or ()]},
-            "cells": [dataclasses.asdict(c) for c in self.cells()],
+            "cells": [self._cell_json(c) for c in self.cells()],
+            "baseline": None if self.gating is None else self.gating.to_json(),
             "scenarios": [r.to_json() for r in self.results],
             "job_refs": self.job_refs,
             "catalogue": [s.to_json() for s in self.scenarios],
             "plan": [list(t) for t in self.plan],
         }
+
+    def _cell_json(self, c: Cell) -> dict[str, Any]:
+        gate = self.gate(c.job, c.property)
+        return {**dataclasses.asdict(c), **({} if gate is None else {"baseline": gate.to_json()})}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], source: str = "matrix.json") -> "Matrix":

@@ -70,6 +70,12 @@ class CellView:
     verdict: str
     reason: str
     scenarios: tuple[tuple[ScenarioView, "ScenarioResult"], ...]
+    #: What the baseline says of it ("NEW", "expected", "fixed", "stale"; "" nothing).
+    baseline: str = ""
+    #: The baseline's lines about it, with the entries that decided them.
+    baseline_lines: tuple[str, ...] = ()
+    #: Each scenario's outcome against the baseline (`Outcome.label`), by name.
+    outcomes: tuple[tuple[str, str], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,13 +154,16 @@ def matrix_page(matrix: "Matrix", base: Path = Path("."), share: bool = True) ->
     by_cell = {(c.job, c.property): c for c in matrix.cells()}
     rows = []
     for job in matrix.jobs:
-        mine = [r for r in matrix.results if r.job == job]
         cells = []
         for prop in matrix.properties:
             c = by_cell[job, prop]
-            ordered = sorted(mine, key=lambda r: r.property != prop)
-            shown = tuple((views[job, r.scenario], part) for r in ordered if (part := r.under(prop)) is not None)
-            cells.append(CellView(ids("cell", job, prop), job, prop, c.shown.replace(" ", ""), c.reason, shown))
+            shown = tuple((views[job, r.scenario], part) for r, part in matrix.behind(job, prop))
+            gate = matrix.gate(job, prop)
+            said = {} if gate is None else {
+                "baseline": gate.label, "baseline_lines": tuple(gate.lines()),
+                "outcomes": tuple((g.scenario, g.outcome.label) for g in gate.gated if g.outcome.label != "ok")}
+            cells.append(CellView(ids("cell", job, prop), job, prop, c.shown.replace(" ", ""), c.reason, shown,
+                                  **said))
         rows.append((job, tuple(cells)))
     # a scenario's back link goes to the cell of its own property
     cell_of = {(c.job, c.property): c.id for _, cells in rows for c in cells}
@@ -163,6 +172,8 @@ def matrix_page(matrix: "Matrix", base: Path = Path("."), share: bool = True) ->
     facts = (("world size", str(matrix.world_size)), ("elapsed", f"{matrix.elapsed / 60:.1f} min"),
              ("scenarios run", str(len(matrix.results))), ("cases", str(sum(r.cases for r in matrix.results))),
              ("date", matrix.date), *matrix.versions.items())
+    if matrix.gating is not None:
+        facts += (("baseline", f"{matrix.gating.source}: {matrix.gating.summary()}"),)
     return Page("ckpt_harness matrix", f"{len(matrix.jobs)} rows × {len(matrix.properties)} properties", "matrix",
                 matrix.verdict.value, tuple(matrix.properties), tuple(rows), scenario_views, facts=facts,
                 parts=_parts(ids))
