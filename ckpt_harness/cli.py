@@ -53,7 +53,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return EXIT_USAGE
-    with _stop_on_signals():
+    with _stop_on_signals(), _heartbeat_restored():
         try:
             code = args.command(args)
         except _USER_ERRORS as exc:
@@ -68,6 +68,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if code > 128 and argv is None:  # stopped by a signal, on the command line rather than from a caller's Python
         _exit_now(code)
     return code
+
+
+@contextlib.contextmanager
+def _heartbeat_restored() -> Iterator[None]:
+    """A command sends its runs' heartbeat lines through its progress printer
+    (`_progress`) while it runs, and to where they went before once it is
+    done: a caller's own Python goes on with its stderr, not a spent printer."""
+    try:
+        yield
+    finally:
+        if "ckpt_harness.launch.heartbeat" in sys.modules:
+            from ckpt_harness.launch import heartbeat
+
+            heartbeat.report_to(heartbeat.default)
 
 
 def interrupted_exit(exc: KeyboardInterrupt) -> int:
@@ -362,11 +376,10 @@ def _matrix(args: argparse.Namespace) -> int:
         return _merge(args)
     from ckpt_harness.launch import prestart
     from ckpt_harness.catalogue.matrix import MatrixInterrupted, load, read_costs, resume, run_matrix
-    from ckpt_harness.progress import Progress
     from ckpt_harness.catalogue.scenario import builtin_catalogue, default_jobs, select
 
     bench = _bench_settings(args)
-    progress = Progress(quiet=args.quiet)
+    progress = _progress(args)
     out = args.out or (_matrix_dir(args.resume) if args.resume else Path("ckpt-matrix"))
     try:
         baseline = _load_baseline(args)
@@ -556,7 +569,6 @@ def _scenario(args: argparse.Namespace) -> int:
     from ckpt_harness.catalogue.scenario import select
     from ckpt_harness.catalogue.shards import Shard
     from ckpt_harness.config import SETTINGS
-    from ckpt_harness.progress import Progress
 
     if args.merge:
         return _scenario_merge(args)
@@ -567,7 +579,7 @@ def _scenario(args: argparse.Namespace) -> int:
         print(f"ckpt-harness scenario: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     parallel = getattr(args, "parallel", SETTINGS["parallel"].default)
-    progress = Progress(quiet=args.quiet)
+    progress = _progress(args)
     made: list = []
 
     def produce(workdir: Path):
@@ -694,6 +706,17 @@ def _gate_cases(args: argparse.Namespace, report, baseline) -> Optional[int]:
     return exit_code(gating.verdict)
 
 
+def _progress(args: argparse.Namespace):
+    """The command's progress printer, which also prints the heartbeat lines
+    of runs that wait on their deadline (`launch.heartbeat`); `--quiet` neither."""
+    from ckpt_harness.launch import heartbeat
+    from ckpt_harness.progress import Progress
+
+    progress = Progress(quiet=args.quiet)
+    heartbeat.report_to(progress.line)
+    return progress
+
+
 def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
@@ -701,7 +724,6 @@ def _split(value: str) -> list[str]:
 def _explore(args: argparse.Namespace) -> int:
     from ckpt_harness import targets
     from ckpt_harness.pipeline.explore import run_exploration
-    from ckpt_harness.progress import Progress
 
     # --faults alone means those faults only, and --corruptions alone those corruptions only
     if hasattr(args, "faults") != hasattr(args, "corruptions"):
@@ -712,7 +734,7 @@ def _explore(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"ckpt-harness explore: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    progress = Progress(quiet=args.quiet)
+    progress = _progress(args)
 
     def produce(workdir: Path):
         target, plan = targets.split(config())  # bad settings fail before the fork server starts
@@ -783,14 +805,13 @@ def _run(args: argparse.Namespace) -> int:
     from ckpt_harness import targets
     from ckpt_harness.config import SETTINGS
     from ckpt_harness.pipeline.verify import run_verification
-    from ckpt_harness.progress import Progress
 
     try:
         _, config = _chosen(args, "run", "run")
     except UsageError as exc:
         print(f"ckpt-harness run: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    progress = Progress(quiet=args.quiet)
+    progress = _progress(args)
 
     def produce(workdir: Path):
         target = targets.of(config())

@@ -305,3 +305,38 @@ def peer_waits_for_a_parked_rank(info, payload):
         dist.monitored_barrier(timeout=datetime.timedelta(seconds=2))
     else:
         dist.barrier()
+
+
+def collectives_of_two_kinds(info, payload):
+    """Each rank calls the collective `payload` names for it ("all_reduce
+    barrier": rank 0 all_reduce, rank 1 barrier), after a barrier both
+    join: "all_reduce barrier" never match (the seeds' final save, where
+    rank 0 runs a collective its peer never joins); "all_gather_object
+    all_gather2" match, partly (rank 1 runs the two all_gathers the object
+    collective is made of); "all_reduce late-all_reduce" match, rank 1
+    arriving 3 s later (slow, not stuck; a third word: that many seconds)."""
+    _probed(info)
+    dist.barrier()
+    words = payload.split()
+    op = words[info.rank]
+    t = torch.ones(2)
+    if op == "all_reduce":
+        dist.all_reduce(t)
+    elif op == "late-all_reduce":
+        time.sleep(float(words[2]) if len(words) > 2 else 3.0)
+        dist.all_reduce(t)
+    elif op == "barrier":
+        dist.barrier()
+    elif op == "all_gather_object":
+        out = [None, None]
+        dist.all_gather_object(out, {"rank": info.rank})
+    elif op == "all_gather2":  # what all_gather_object does, by hand (torch.distributed_c10d)
+        import pickle
+
+        data = torch.frombuffer(bytearray(pickle.dumps({"rank": info.rank})), dtype=torch.uint8)
+        sizes = [torch.zeros(1, dtype=torch.long) for _ in range(2)]
+        dist.all_gather(sizes, torch.tensor([data.numel()], dtype=torch.long))
+        largest = int(max(s.item() for s in sizes))
+        padded = torch.zeros(largest, dtype=torch.uint8)
+        padded[:data.numel()] = data
+        dist.all_gather([torch.zeros(largest, dtype=torch.uint8) for _ in range(2)], padded)

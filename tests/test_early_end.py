@@ -2,6 +2,8 @@
 (`launch.beacon`); one that could still move, by its own timeout or a thread
 still at work, is left to the cut. Both ways, on real gloo groups."""
 
+import re
+
 import pytest
 
 from ckpt_harness.launch import GroupSpec, run_group
@@ -67,3 +69,51 @@ def test_a_rank_that_raised_with_its_only_peer_blocked_for_good_ends_the_run_at_
 def test_a_rank_that_raised_with_work_still_going_in_a_thread_is_left_to_the_cut(tmp_path, pace):
     outcome = run(tmp_path, "block monitored-background", pace, failure_grace=3.0)
     assert not outcome.ended_early and outcome.cut is Cut.FAILURE and outcome.elapsed >= 3.0, outcome
+
+
+def mismatched(tmp_path, pace, payload):
+    spec = GroupSpec(world_size=2, entry="tests.entries:collectives_of_two_kinds", payload=payload,
+                     run_dir=tmp_path, deadline=pace(120.0), failure_grace=GRACE)
+    return run_group(spec)
+
+
+def test_ranks_in_collectives_of_two_kinds_at_one_number_are_cut_at_once_as_a_hang(tmp_path, pace):
+    """Rank 0 in all_reduce #2, rank 1 in barrier #2: gloo never matches them,
+    so each would wait out its group's timeout (600 s here) and the run its
+    120 s deadline; it ends within seconds, as the deadline's cut, each rank's
+    stack naming its collective."""
+    outcome = mismatched(tmp_path, pace, "all_reduce barrier")
+    first, second = outcome.ranks
+    assert outcome.ended_early and outcome.cut is Cut.DEADLINE and outcome.timed_out, outcome
+    assert "collectives of different kinds" in outcome.ended_why, outcome.ended_why
+    assert "all_reduce" in first.stack and "barrier" in second.stack
+    assert outcome.elapsed < 20.0, outcome.elapsed  # SETTLE is 1 s: well within 5 s on an idle box
+
+
+@pytest.mark.parametrize("payload", ["all_gather_object all_gather2", "all_reduce late-all_reduce"])
+def test_collectives_that_match_in_part_or_late_are_not_cut(tmp_path, pace, payload):
+    """An object collective against the tensor ones it is made of matches (the
+    first all_gather moves both ranks on); a peer 3 s late joins its
+    collective: both runs finish."""
+    outcome = mismatched(tmp_path, pace, payload)
+    assert not outcome.ended_early and not outcome.timed_out, outcome
+    assert [r.status for r in outcome.ranks] == ["ok", "ok"], outcome
+
+
+def test_a_run_that_waits_says_every_few_seconds_what_each_rank_waits_in(tmp_path, pace):
+    """The heartbeat (`launch.heartbeat`): rank 0 waits in all_reduce #2 while
+    rank 1 sleeps 12 s before joining it (slow, not stuck: the run finishes);
+    10 s in, a line says how long the run has gone, when it will be cut, and
+    where each rank is."""
+    from ckpt_harness.launch import heartbeat
+
+    lines: list[str] = []
+    heartbeat.report_to(lines.append)
+    try:
+        outcome = mismatched(tmp_path, pace, "all_reduce late-all_reduce 12")
+    finally:
+        heartbeat.report_to(heartbeat.default)
+    assert not outcome.ended_early and [r.status for r in outcome.ranks] == ["ok", "ok"], outcome
+    assert lines, outcome
+    assert re.fullmatch(r"\[ckpt_harness\] \S+/\S+: running for 1\d s, cut in \d+ s; rank 0 in all_reduce #2 for "
+                        r"\d+ s, rank 1 running", lines[0]), lines

@@ -282,7 +282,8 @@ def _collective_probe(tracer: Tracer, name: str, original: Callable) -> Callable
 
         def call(fault: Optional[Fault]) -> Any:
             if slot is not None:  # right before the call: a fault fired before it blocks short of it
-                slot.issue(_followed(name, group), main, _gives_up_at(group, timeout))
+                followed = _followed(name, group)
+                slot.issue(followed, main, _gives_up_at(group, timeout), name, followed and _kinds_differ())
             return original(*args, **kwargs)
 
         try:
@@ -312,6 +313,18 @@ def _followed(name: str, group: Any) -> bool:
     import torch.distributed as dist
 
     return group is dist.group.WORLD or group is dist.distributed_c10d._get_default_group()
+
+
+def _kinds_differ() -> bool:
+    """Does the default group's backend never match collectives of different
+    kinds (`beacon.mismatched`): gloo alone (NCCL runs a barrier as an
+    all-reduce, and a group of several backends is not claimed)."""
+    import torch.distributed as dist
+
+    try:
+        return dist.get_backend() == "gloo"
+    except Exception:  # noqa: BLE001 - no default group, or a torch that hides it: never claimed
+        return False
 
 
 def _position(fn: Callable, parameter: str) -> Optional[int]:

@@ -22,6 +22,18 @@ No peer is left to see a death and raise, so what the cut would find is
 what is there now (a correct job's peer that raised within its timeout of
 a blocked rank, then waited out the failure grace).
 
+Or, with every rank running: each waits in the n-th collective of the
+default group, the same n, and not all in the same kind of collective
+(rank 0 in `all_reduce` #26, rank 1 in `barrier` #26: a rank ran a
+collective its peer never joins), on a backend where collectives of
+different kinds never match (gloo: each then waits out its timeout; NCCL
+runs a barrier as an all-reduce and is never claimed), for `SETTLE`
+seconds, giving up by itself after the cut, no work elsewhere
+(`mismatched`). A kind is what a collective first sends: an object
+collective starts as its tensor one (`all_gather_object` with
+`all_gather`), and a pair that partly matches moves on, which the watch
+sees as a slot that changed.
+
 Each rank keeps one fixed-size slot in a shared memory map (`layout.
 beacon_path`), written by the collective probes with plain stores: no
 system call and no lock in the rank (what the probes must not alter), and
@@ -38,15 +50,29 @@ import mmap
 import os
 import struct
 import threading
+import time
 from typing import Mapping, Optional
 
 from ckpt_harness.launch.layout import PathLike, beacon_path
 
-#: issued, waiting, background, blocked, gives_up_at, pid.
-_SLOT = struct.Struct("<qqqqdq")
+#: issued, waiting, background, blocked, gives_up_at, pid, since, op, kinds_differ.
+_OP = 24
+_SLOT = struct.Struct(f"<qqqqdqd{_OP}sq")
 #: `Beacon.waiting` while in a collective whose members the beacon does not
 #: follow (a subgroup, point-to-point): never a reason to cut.
 ELSEWHERE = -1
+#: Seconds every rank must have waited in mismatched collectives before the
+#: run is taken for stuck: a pair that partly matches (an object collective
+#: against its tensor one) moves on well within it.
+SETTLE = 1.0
+#: What a collective sends first (`mismatched`): aliases, and object
+#: collectives by the tensor collective they start with (`distributed_c10d`).
+KIND = {
+    "all_gather_object": "all_gather", "all_gather_into_tensor": "all_gather", "all_gather_coalesced": "all_gather",
+    "gather_object": "all_gather", "broadcast_object_list": "broadcast", "scatter_object_list": "broadcast",
+    "all_reduce_coalesced": "all_reduce", "reduce_scatter_tensor": "reduce_scatter",
+    "all_to_all_single": "all_to_all",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +92,22 @@ class Slot:
     gives_up_at: float
     #: The rank's process: what a preemption notice signals (`inject.notice`).
     pid: int = 0
+    #: When the main thread entered the collective it waits in (`time.monotonic()`).
+    since: float = 0.0
+    #: That collective's name ("all_reduce"); "" when in none.
+    op: str = ""
+    #: Its group's backend never matches collectives of different kinds (gloo).
+    kinds_differ: bool = False
+
+    def doing(self, now: float) -> str:
+        """What the rank does, for a person: "in all_reduce #26 for 12 s"."""
+        if self.blocked:
+            return "blocked for good"
+        if self.waiting == ELSEWHERE:
+            return f"in {self.op or 'a collective'} of a subgroup for {now - self.since:.0f} s"
+        if self.waiting > 0:
+            return f"in {self.op or 'a collective'} #{self.waiting} for {now - self.since:.0f} s"
+        return "running"
 
 
 class Beacon:
@@ -82,28 +124,33 @@ class Beacon:
         self.pid = os.getpid()
         self.issued = self.waiting = self.background = 0
         self.blocked = False
-        self.gives_up_at = 0.0
+        self.gives_up_at = self.since = 0.0
+        self.op = ""
+        self.kinds_differ = False
         self._store()
 
     def _store(self) -> None:
         _SLOT.pack_into(self._map, 0, self.issued, self.waiting, self.background, int(self.blocked),
-                        self.gives_up_at, self.pid)
+                        self.gives_up_at, self.pid, self.since, self.op.encode()[:_OP], int(self.kinds_differ))
 
-    def issue(self, followed: bool, main: bool, gives_up_at: float) -> None:
+    def issue(self, followed: bool, main: bool, gives_up_at: float, op: str = "", kinds_differ: bool = False) -> None:
         """A collective is about to be called: of the default group (`followed`) or
-        not, from the main thread or not, timing out by itself at `gives_up_at`."""
+        not, from the main thread or not, timing out by itself at `gives_up_at`;
+        `op`, its name; `kinds_differ`, on a backend where collectives of
+        different kinds never match."""
         with self._lock:
             if followed:
                 self.issued += 1
             if main:
                 self.waiting = self.issued if followed else ELSEWHERE
                 self.gives_up_at = gives_up_at
+                self.since, self.op, self.kinds_differ = time.monotonic(), op, kinds_differ
             self._store()
 
     def returned(self) -> None:
         """The main thread's collective returned or raised."""
         with self._lock:
-            self.waiting, self.gives_up_at = 0, 0.0
+            self.waiting, self.gives_up_at, self.since, self.op, self.kinds_differ = 0, 0.0, 0.0, "", False
             self._store()
 
     def handed_over(self, delta: int) -> None:
@@ -131,8 +178,30 @@ def read(run_dir: PathLike, rank: int) -> Optional[Slot]:
         return None
     if len(data) < _SLOT.size:
         return None
-    issued, waiting, background, blocked, gives_up_at, pid = _SLOT.unpack(data)
-    return Slot(issued, waiting, background, bool(blocked), gives_up_at, pid)
+    issued, waiting, background, blocked, gives_up_at, pid, since, op, kinds_differ = _SLOT.unpack(data)
+    return Slot(issued, waiting, background, bool(blocked), gives_up_at, pid, since,
+                op.rstrip(b"\0").decode(errors="replace"), bool(kinds_differ))
+
+
+#: Why a run was proven stuck (`GroupOutcome.ended_why`), by each proof.
+PARKED_PEER = "every running rank waited in a collective for a rank that had ended or blocked for good"
+NOTHING_LEFT = "every rank still running was blocked for good, and every other one had ended"
+MISMATCH = ("every rank waited in the same collective, by number, in collectives of different kinds, which never "
+            "match")
+
+
+def why_stuck(slots: Mapping[int, Optional[Slot]], parked: set[int], running: set[int], cut_at: float,
+              now: float) -> str:
+    """Which proof (the module's docstring) shows that the ranks in `running`
+    cannot progress before `cut_at`, as its text; "" when none does. Every
+    rank is in `parked` or `running` (a rank that died is for the caller)."""
+    if cannot_progress(slots, parked, running, cut_at):
+        return PARKED_PEER
+    if nothing_left(slots, running):
+        return NOTHING_LEFT
+    if not parked and mismatched(slots, running, cut_at, now):
+        return MISMATCH
+    return ""
 
 
 def cannot_progress(slots: Mapping[int, Optional[Slot]], parked: set[int], running: set[int],
@@ -158,6 +227,23 @@ def cannot_progress(slots: Mapping[int, Optional[Slot]], parked: set[int], runni
         if not any(slots[g].issued < slot.waiting for g in gone):  # type: ignore[union-attr]
             return False
     return True
+
+
+def mismatched(slots: Mapping[int, Optional[Slot]], running: set[int], cut_at: float, now: float) -> bool:
+    """True when every rank (all in `running`) has waited `SETTLE` seconds in
+    the same collective number of the default group, not all in the same kind
+    of collective, on a backend where such collectives never match, none
+    giving up by itself before `cut_at` and no work elsewhere (the module's
+    docstring)."""
+    if len(running) < 2 or any(slots.get(r) is None for r in running):
+        return False
+    mine = [slots[r] for r in running]
+    if any(s.blocked or s.background or s.waiting <= 0 or not s.kinds_differ  # type: ignore[union-attr]
+           or s.gives_up_at <= cut_at or now - s.since < SETTLE for s in mine):  # type: ignore[union-attr]
+        return False
+    if len({s.waiting for s in mine}) != 1:  # type: ignore[union-attr]
+        return False
+    return len({KIND.get(s.op, s.op) for s in mine}) > 1  # type: ignore[union-attr]
 
 
 def nothing_left(slots: Mapping[int, Optional[Slot]], running: set[int]) -> bool:

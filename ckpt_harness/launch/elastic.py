@@ -95,6 +95,7 @@ from ckpt_harness.launch.layout import (
     trace_path,
     workers_dir,
 )
+from ckpt_harness.launch.heartbeat import Heartbeat
 from ckpt_harness.launch.link import helpers
 from ckpt_harness.launch.stacks import StackRequest, await_answers
 from ckpt_harness.launch.worker import ENTRY_ENV, PG_TIMEOUT_ENV, RUN_DIR_ENV, RUN_TAG_ENV, WorkerRecord
@@ -108,6 +109,8 @@ from ckpt_harness.launch.worker import ENTRY_ENV, PG_TIMEOUT_ENV, RUN_DIR_ENV, R
 SHARE_STORE_ENV = "TORCH_DISABLE_SHARE_RDZV_TCP_STORE"
 #: How often the harness looks at the workers; the agents look as often.
 POLL = 0.05
+#: How a worker that ended (`WorkerRecord.end`) is told in a heartbeat line.
+_ENDED = {"ok": "finished", "raised": "raised", "stopped": "stopped where a preempted run stops"}
 #: After a deadline: how long workers get to write their stacks and
 #: collectives. Longer than a Job rank's: a fresh interpreter does its
 #: first recorder dump cold (1.0 s seen under a load of 7 on two cores;
@@ -277,6 +280,8 @@ class _ElasticRun:
         self.bound_at, self.bound = float("inf"), Cut.DEADLINE
         #: The watch ended at once, no worker able to progress before `bound_at` (`_stuck`).
         self.ended_early = False
+        #: Why the run was proven stuck (`beacon.why_stuck`), once it was.
+        self.ended_why = ""
         #: What `_stuck` last proved (None: nothing), to prove it twice in a row.
         self._proven: Optional[tuple] = None
 
@@ -353,6 +358,7 @@ class _ElasticRun:
         graced = False
         ended: Optional[float] = None
         self.bound_at, self.bound = until, Cut.DEADLINE
+        pulse = Heartbeat(self.run_dir, self.spec.world_size, time.monotonic(), until)
         while any(a.poll() is None for a in self.agents):
             if cancelled():  # the harness is stopping: `run`'s teardown takes every process down
                 raise Cancelled()
@@ -389,6 +395,7 @@ class _ElasticRun:
             if self.spec.early_end and self._stuck(last):
                 self.ended_early = True
                 return False
+            pulse({r.rank: _ENDED.get(r.end, "ended") for r in last.values() if r.end is not None}, self.bound_at)
             time.sleep(POLL)
         return True
 
@@ -396,8 +403,9 @@ class _ElasticRun:
         """No running worker can progress before the watch's cut: each waits
         in a collective of the default group that a held (returned) or
         blocked worker never issued, and would not give up before the cut
-        (`beacon.cannot_progress`); proven twice in a row, nothing changed.
-        Never once a worker raised or died (gloo tells its peers, and the
+        (`beacon.cannot_progress`), or every worker waits in the same
+        collective by number, of different kinds (`beacon.mismatched`);
+        proven twice in a row, nothing changed. Never once a worker raised or died (gloo tells its peers, and the
         failure grace is the cut) unless no worker is left to hear it, every
         one still running blocked for good (`beacon.nothing_left`); nor once
         one stopped where a preempted run stops (a peer waiting for it stops
@@ -410,12 +418,16 @@ class _ElasticRun:
         running = {r.rank for r in last.values() if r.end is None} & alive
         ended = {r.rank for r in last.values() if self._failed_for_good(r)}
         slots = {rank: beacon.read(self.run_dir, rank) for rank in last}
-        proven = ((len(alive) == len(parked | running) == self.spec.world_size
-                   and beacon.cannot_progress(slots, parked, running, self.bound_at)
-                   or len(parked | running | ended) == self.spec.world_size and beacon.nothing_left(slots, running))
-                  and not any(helpers(str(self.run_dir), rank) for rank in parked | running))
+        if len(alive) == len(parked | running) == self.spec.world_size:
+            why = beacon.why_stuck(slots, parked, running, self.bound_at, time.monotonic())
+        elif len(parked | running | ended) == self.spec.world_size and beacon.nothing_left(slots, running):
+            why = beacon.NOTHING_LEFT
+        else:
+            why = ""
+        proven = bool(why) and not any(helpers(str(self.run_dir), rank) for rank in parked | running)
         seen = (tuple(sorted(parked)), tuple(slots[r] for r in sorted(slots))) if proven else None
         stuck, self._proven = proven and seen == self._proven, seen
+        self.ended_why = why
         return stuck
 
     def _bound(self, at: float, cut: Cut) -> None:
@@ -504,7 +516,7 @@ class _ElasticRun:
             ranks=ranks, timed_out=timed_out or stuck, elapsed=time.monotonic() - start,
             stuck_after_failure=stuck, stopped_at=stopped_at, cut=cut,
             restarts=_restarts(WorkerRecord.read_all(self.run_dir)), agent_logs=self.agent_logs,
-            ended_early=self.ended_early,
+            ended_early=self.ended_early, ended_why=self.ended_why if self.ended_early else "",
         )
 
     def _rank(self, rank: int, record: Optional[WorkerRecord], exits: dict[int, int],

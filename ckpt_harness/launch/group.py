@@ -26,6 +26,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.errors import ConfigError, HarnessError
 from ckpt_harness.launch import _proc, _wire, beacon, flight
+from ckpt_harness.launch.heartbeat import Heartbeat
 from ckpt_harness.launch.layout import beacon_path, flight_path, log_path, store_path
 from ckpt_harness.launch.link import helpers
 from ckpt_harness.launch.stacks import StackRequest, await_answers
@@ -36,6 +37,8 @@ MAX_WORLD_SIZE = 8
 EARLY_END = True
 #: How often the watch asks the beacons whether anything can still happen.
 _LOOK = 0.02
+#: The same with every rank running: a stall there (`beacon.mismatched`) needs a second of waiting.
+_LOOK_ALL_RUNNING = 0.25
 #: How long the warm parent may take to import torch and a job's preloads.
 STARTUP_TIMEOUT = 180.0
 #: After a deadline: how long ranks get to print their stacks.
@@ -69,6 +72,11 @@ class RankStatus(str, enum.Enum):
     @property
     def ended_badly(self) -> bool:
         return self in (RankStatus.FAILED, RankStatus.CRASHED)
+
+
+#: How a rank that is no longer running is told in a heartbeat line.
+_ENDED = {RankStatus.OK: "finished", RankStatus.FAILED: "raised", RankStatus.CRASHED: "died",
+          RankStatus.HUNG: "hung"}
 
 
 def check_layout(world_size: int, nodes: int = 1) -> None:
@@ -195,6 +203,8 @@ class GroupOutcome:
     #: The cut was made before its time, since no running rank could progress
     #: until then (`GroupSpec.early_end`).
     ended_early: bool = False
+    #: Why no rank could progress (`beacon.PARKED_PEER`, `beacon.MISMATCH`); "" if the run was not ended early.
+    ended_why: str = ""
     #: `time.monotonic()` when the launcher asked for the ranks, when they
     #: were all started, when it first heard of trouble (a rank failed, died
     #: or reported itself blocked), when it decided the run was over, and
@@ -356,10 +366,16 @@ class _Stall:
     def __init__(self, spec: GroupSpec):
         self.run_dir = Path(spec.run_dir)
         self.last: Optional[tuple] = None
+        #: Why the last look proved the ranks stuck (`beacon.PARKED_PEER`, `beacon.MISMATCH`).
+        self.why = ""
 
-    def watching(self, ranks: Sequence[RankOutcome], blocked: bool) -> bool:
-        """Worth looking: a rank parked, or one said it blocks for good, while others run."""
-        return blocked or any(r.status in (RankStatus.OK, RankStatus.FAILED) for r in ranks)
+    def look_in(self, ranks: Sequence[RankOutcome], blocked: bool) -> float:
+        """Seconds to the next look: `_LOOK` once a rank parked, or one said it
+        blocks for good, while others run; else `_LOOK_ALL_RUNNING` (ranks in
+        collectives that never match: `beacon.mismatched` waits `SETTLE` anyway)."""
+        if blocked or any(r.status in (RankStatus.OK, RankStatus.FAILED) for r in ranks):
+            return _LOOK
+        return _LOOK_ALL_RUNNING
 
     def stuck(self, ranks: Sequence[RankOutcome], exited: set[int], cut_at: float) -> bool:
         """Proven twice in a row. Never once a rank's process is gone (gloo tells its peers,
@@ -368,11 +384,14 @@ class _Stall:
         slots = {r.rank: beacon.read(self.run_dir, r.rank) for r in ranks}
         parked = {r.rank for r in ranks if r.status in (RankStatus.OK, RankStatus.FAILED)}
         running = {r.rank for r in ranks if r.status is RankStatus.RUNNING}
-        proven = ((not exited and beacon.cannot_progress(slots, parked, running, cut_at)
-                   or beacon.nothing_left(slots, running))
-                  and not any(helpers(str(self.run_dir), r) for r in parked | running))
+        if exited:
+            why = beacon.PARKED_PEER if beacon.nothing_left(slots, running) else ""
+        else:
+            why = beacon.why_stuck(slots, parked, running, cut_at, time.monotonic())
+        proven = bool(why) and not any(helpers(str(self.run_dir), r) for r in parked | running)
         seen = (tuple(sorted(parked)), tuple(sorted(running)), tuple(slots[r] for r in sorted(slots)))
         stuck, self.last = proven and seen == self.last, seen if proven else None
+        self.why = why
         return stuck
 
 
@@ -384,6 +403,7 @@ class _GroupRun:
         self.ranks: list[RankOutcome] = []
         self.exited: set[int] = set()
         self.ended_early = False
+        self.ended_why = ""
         #: When a rank first failed, died or reported itself blocked (`GroupOutcome.troubled_at`).
         self.troubled_at: Optional[float] = None
 
@@ -417,7 +437,7 @@ class _GroupRun:
             self._teardown()
         ended = time.monotonic()
         return GroupOutcome(self.ranks, cut is not None, ended - start, cut is Cut.FAILURE, stopped_at, cut,
-                            self.ended_early, requested_at=requested, started_at=start,
+                            self.ended_early, self.ended_why, requested_at=requested, started_at=start,
                             troubled_at=self.troubled_at, decided_at=decided, ended_at=ended)
 
     def _spawn_request(self, run_dir: Path, store: Path) -> dict:
@@ -474,18 +494,20 @@ class _GroupRun:
         with the cut it would have been."""
         bounds = {Cut.DEADLINE: deadline}
         stall = _Stall(self.spec) if self.spec.early_end else None
+        pulse = Heartbeat(self.spec.run_dir, self.spec.world_size, start, deadline)
         blocked = False
         while any(r.status is RankStatus.RUNNING for r in self.ranks):
             cut = min(bounds, key=bounds.__getitem__)
-            until = bounds[cut]
-            if stall is not None and stall.watching(self.ranks, blocked):
-                until = min(until, time.monotonic() + _LOOK)
+            until = min(bounds[cut], pulse.due)
+            if stall is not None:
+                until = min(until, time.monotonic() + stall.look_in(self.ranks, blocked))
             message = self._next(until)
+            pulse({r.rank: _ENDED[r.status] for r in self.ranks if r.status is not RankStatus.RUNNING}, bounds[cut])
             if message is None:
                 if time.monotonic() >= bounds[cut]:
                     return cut
                 if stall is not None and stall.stuck(self.ranks, self.exited, bounds[cut]):
-                    self.ended_early = True
+                    self.ended_early, self.ended_why = True, stall.why
                     return cut
                 continue
             failed_before = any(r.status.ended_badly for r in self.ranks)

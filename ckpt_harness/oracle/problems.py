@@ -11,8 +11,8 @@ from typing import Optional
 
 from ckpt_harness import phase
 from ckpt_harness.inject.collectives import first_disagreement
-from ckpt_harness.inject.trace import EventKind
-from ckpt_harness.launch import RankStatus
+from ckpt_harness.inject.trace import Event, EventKind, pending_collective
+from ckpt_harness.launch import RankStatus, beacon
 from ckpt_harness.launch.group import STACK_GRACE, Cut
 from ckpt_harness.records import RankRun, Run
 
@@ -30,8 +30,8 @@ class Problem:
     checkpointing: bool = False
 
 
-#: Why a run was cut before its grace or deadline (`GroupOutcome.ended_early`).
-STALLED = "every running rank waited in a collective for a rank that had ended or blocked for good"
+#: Why a run was cut before its grace or deadline, when its outcome does not say (`GroupOutcome.ended_why`).
+STALLED = beacon.PARKED_PEER
 
 
 def never_fired(run: Run) -> str:
@@ -39,7 +39,7 @@ def never_fired(run: Run) -> str:
     first (its own set-up, not the job's doing), or the run went elsewhere."""
     o = run.outcome
     if o.ended_early:
-        return (f"the fault never fired: the run stopped before the fault's point, {STALLED}")
+        return f"the fault never fired: the run stopped before the fault's point, {o.ended_why or STALLED}"
     if o.cut is Cut.DEADLINE:
         return (f"the fault never fired: the run reached the harness's deadline after {o.elapsed:.0f}s, before the "
                 "fault's point; give runs longer (--timeout; a blocking fault in a script: --hang-timeout)")
@@ -55,10 +55,10 @@ def health(run: Run) -> Optional[Problem]:
         head = "failure, and peers stuck after it"
     else:
         head = "hang" if run.outcome.timed_out else "failure"
-    routines = save_routines(run)
-    summary = f"{head}: " + "; ".join(f"rank {r.rank} {rank_state(r, routines)}" for r in _cause_first(ranks))
+    routines, sites = save_routines(run), save_sites(run)
+    summary = f"{head}: " + "; ".join(f"rank {r.rank} {rank_state(r, routines, sites)}" for r in _cause_first(ranks))
     if run.outcome.ended_early:
-        summary += f" (ended at once: {STALLED})"
+        summary += f" (ended at once: {run.outcome.ended_why or STALLED})"
     parted = first_disagreement({r.rank: r.recording for r in ranks if r.recording is not None})
     if parted:
         summary += f"; {parted}"
@@ -76,7 +76,7 @@ def health(run: Run) -> Optional[Problem]:
                            f"{(error.traceback if error else '') or o.log_tail()}")
         if o.status is not RankStatus.OK:
             details.append(f"rank {r.rank} log: {o.log}")
-    return Problem(summary, "\n\n".join(details), _in_checkpointing(ranks, routines))
+    return Problem(summary, "\n\n".join(details), _in_checkpointing(ranks, routines, sites))
 
 
 def _cause_first(ranks: list[RankRun]) -> list[RankRun]:
@@ -93,18 +93,59 @@ def _cause_first(ranks: list[RankRun]) -> list[RankRun]:
     return sorted(ranks, key=key)
 
 
-def _in_checkpointing(ranks: list[RankRun], routines: set[str]) -> bool:
+def _in_checkpointing(ranks: list[RankRun], routines: set[str], sites: set[str] = frozenset()) -> bool:
     """Did the run go wrong in a save or a load? The ranks that raised or
     died say where; peers only wait for them (rank 0 in `load`'s collective
     because rank 1 raised in `setup` is a setup failure). Only when no rank
     failed do the hung ranks' phases say it. Where is told by the phase,
     or by the stack: a rank in a save routine of the job's own (`routines`)
     is checkpointing whatever its phase (rank 1 waiting in the barrier of
-    a save only rank 0 writes, a rename of the staging directory)."""
+    a save only rank 0 writes, a rename of the staging directory); and so
+    is a hung rank waiting at a call site of its earlier saves (`sites`:
+    the barrier that closed every save, written inline in the loop)."""
     failed = [r for r in ranks if r.status.ended_badly and not r.outcome.ended_by_launcher]
     blamed = failed or [r for r in ranks if r.status is not RankStatus.OK]
     return any((r.phase is not None and phase.checkpointing(r.phase)) or bool(routines.intersection(_frames(r)))
-               for r in blamed)
+               or _at_save_site(r, sites) is not None for r in blamed)
+
+
+def save_sites(run: Run) -> set[str]:
+    """The call sites ("script.py:71 in <module>()") of collectives that
+    belong to the job's save routine by what its earlier saves did, wherever
+    the routine is written (a loop body, `main`, no function of its own):
+    every call made there, matched across ranks by its number, was made
+    while some rank was in a save (the rank that writes; its peers, which
+    write nothing, meet it there outside any save), and none while no rank
+    was (a helper that also syncs a train step is not one). Only calls that
+    every rank which entered them also left count: the one a hang waits in
+    says nothing yet. From the run's trace; empty without one."""
+    entered: dict[int, list[tuple[int, Event]]] = {}
+    left: set[tuple[int, int]] = set()
+    for r in run.ranks:
+        for e in r.events:
+            if e.kind is not EventKind.COLLECTIVE or e.fields.get("process") or "n" not in e.fields:
+                continue
+            if e.entering:
+                entered.setdefault(e.fields["n"], []).append((r.rank, e))
+            else:
+                left.add((r.rank, e.fields["n"]))
+    inside: set[str] = set()
+    outside: set[str] = set()
+    for n, calls in entered.items():
+        if not all((rank, n) in left for rank, _ in calls):
+            continue
+        found = {e.caller for _, e in calls if e.caller}
+        (inside if any(phase.checkpointing(e.phase) for _, e in calls) else outside).update(found)
+    return inside - outside
+
+
+def _at_save_site(r: RankRun, sites: set[str]) -> Optional[str]:
+    """The call site of the job's save routine (`save_sites`) that the hung
+    rank `r` waits in, if it does."""
+    if r.status is not RankStatus.HUNG or not sites:
+        return None
+    pending = pending_collective(r.events)
+    return pending.caller if pending is not None and pending.caller in sites else None
 
 
 def save_routines(run: Run) -> set[str]:
@@ -137,15 +178,19 @@ def _frames(r: RankRun) -> list[str]:
 _FRAME = re.compile(r'File "([^"]+)", line \d+,? in (\S+)')
 
 
-def rank_state(r: RankRun, routines: frozenset[str] | set[str] = frozenset()) -> str:
+def rank_state(r: RankRun, routines: frozenset[str] | set[str] = frozenset(),
+               sites: frozenset[str] | set[str] = frozenset()) -> str:
     """One rank's end, in a few words; in one of the job's save `routines`
     outside any save phase, it says so (a script's rank that writes nothing
-    in the routine, waiting or failing there)."""
+    in the routine, waiting or failing there), and so at a call site of its
+    earlier saves (`save_sites`)."""
     o = r.outcome
     inside = ""
-    if routines and not (r.phase is not None and phase.checkpointing(r.phase)):
-        found = _inside(r, routines)
-        inside = f", in the save routine {found}()" if found else ""
+    if (routines or sites) and not (r.phase is not None and phase.checkpointing(r.phase)):
+        found = _inside(r, routines) if routines else None
+        site = _at_save_site(r, set(sites))
+        inside = (f", in the save routine {found}()" if found else
+                  ", at a call site of the save routine (every earlier save ran it)" if site else "")
     if o.status is RankStatus.HUNG:
         stopped = o.stopped and r.blocked_by != "sigstop"  # else its where says it
         return (f"stopped (SIGSTOP or SIGTSTP), {r.where()}" if stopped else r.where()) + inside

@@ -1,9 +1,11 @@
 """Confirmed cold: a verdict a warm start could have made is a cold run's.
 
 A process a rank spawns to save (DCP's checkpoint process) starts warm by
-default, from a copy of the rank made as it started (`launch.warm`), not
-from a fresh interpreter: seconds less per rank and run, but not exactly
-the start the code under test gets outside the harness. So a case whose
+default, from a copy of the rank made as it started (`launch.warm`), and so
+does a script's torchrun worker, from a template of its agent
+(`launch.warm_workers`), not from a fresh interpreter: seconds less per
+rank and run, but not exactly the start the code under test gets outside
+the harness. So a case whose
 runs started one warm and that did not pass is run again with cold starts
 (`cold_start`), and reported as that run judged it: the harness never
 reports a failure a warm start could have made. The cold result says it was
@@ -27,8 +29,9 @@ def confirmed(warm: CaseResult, cold: CaseResult) -> CaseResult:
     """`cold` (the case run again with cold starts), saying so."""
     same = (warm.verdict, warm.summary) == (cold.verdict, cold.summary)
     said = "the same" if same else f"{warm.verdict.value.upper()}: {warm.summary}"
-    note = (f"confirmed with cold starts (the process a rank spawned to save started as a fresh interpreter, as "
-            f"outside the harness; --cold-start runs every case so): the warm run said {said}")
+    note = (f"confirmed with cold starts (every process the run started, a torchrun worker or a process a rank "
+            f"spawned to save, started as a fresh interpreter, as outside the harness; --cold-start runs every case "
+            f"so): the warm run said {said}")
     return dataclasses.replace(cold, confirmed_cold=True,
                                details=f"{note}\n\n{cold.details}" if cold.details else note)
 

@@ -108,7 +108,8 @@ def _window(run: "Run") -> tuple[float, float]:
 def _ended(run: "Run") -> str:
     o = run.outcome
     if o.cut is not None:
-        return f"cut at the {o.cut.value}" + (" (ended early: no rank could progress)" if o.ended_early else "")
+        early = f" (ended early: {o.ended_why or 'no rank could progress'})" if o.ended_early else ""
+        return f"cut at the {o.cut.value}{early}"
     return "every rank finished" if o.ok else "ended with a failed rank"
 
 
@@ -259,7 +260,8 @@ def _endings(run: "Run", r: "RankRun", end: float) -> list[Mark]:
     o = run.outcome
     if o.cut is not None and o.stopped_at is not None:
         out.append(Mark(f"cut: {o.cut.value}", CUT, o.stopped_at,
-                        {"ended early": o.ended_early, "why": "no rank could progress" if o.ended_early else ""}))
+                        {"ended early": o.ended_early,
+                         "why": (o.ended_why or "no rank could progress") if o.ended_early else ""}))
     return out
 
 
