@@ -320,7 +320,9 @@ def test_matrix_with_a_baseline_fails_only_on_a_new_failure(tmp_path):
     known = cli(*matrix, "--job", "torch_save", "--job", merges, "--baseline", "expect.toml", cwd=tmp_path,
                 env_extra=env)
     assert known.returncode == 0, known.stdout + known.stderr
-    assert "| tests.planted.scenario_jobs:MergesIntoExisting | ❌ fail |" in known.stdout  # the table says what it is
+    # the table says what it is, and what the baseline says of it
+    assert "| tests.planted.scenario_jobs:MergesIntoExisting | ❌ fail · expected |" in known.stdout
+    assert "| torch_save | ✅ pass · fixed |" in known.stdout
     assert (f"  expected {merges} · overwrite-larger-world: fail, expected: keeps the shards of a larger run, "
             "issue #12 (expect.toml:6)") in known.stdout
     assert ("  fixed    torch_save · overwrite-larger-world: pass, the baseline expects fail (expect.toml:13): "

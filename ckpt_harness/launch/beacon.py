@@ -107,7 +107,7 @@ class Slot:
             return f"in {self.op or 'a collective'} of a subgroup for {now - self.since:.0f} s"
         if self.waiting > 0:
             return f"in {self.op or 'a collective'} #{self.waiting} for {now - self.since:.0f} s"
-        return "running"
+        return "running (in no collective the probes see)"
 
 
 class Beacon:

@@ -495,7 +495,8 @@ class _ElasticRun:
     def _outcome(self, start: float, timed_out: bool, stopped_at: Optional[float]) -> ScriptOutcome:
         last = self._last_attempt()
         exits = _worker_exits(self.agent_logs)
-        ranks = [self._rank(rank, last.get(rank), exits, start, timed_out) for rank in range(self.spec.world_size)]
+        ranks = [self._rank(rank, last.get(rank), exits, start, timed_out, stopped_at)
+                 for rank in range(self.spec.world_size)]
         stopped = [o for o in ranks if o.status is RankStatus.CRASHED and o.signal == signal.SIGTERM]
         if any(o.status.ended_badly and o not in stopped for o in ranks):
             # The SIGTERMs were the agent's, after another worker's failure.
@@ -520,8 +521,14 @@ class _ElasticRun:
         )
 
     def _rank(self, rank: int, record: Optional[WorkerRecord], exits: dict[int, int],
-              start: float, timed_out: bool) -> RankOutcome:
+              start: float, timed_out: bool, stopped_at: Optional[float] = None) -> RankOutcome:
         o = RankOutcome(rank=rank, pid=record.pid if record else 0, log=log_path(self.run_dir, rank))
+        if (record is not None and record.end == "raised" and record.pid in self.alive_at_stop
+                and stopped_at is not None and record.finished is not None and record.finished >= stopped_at):
+            # Running when the watch cut the run, it raised only after: its stack was being taken, or the
+            # teardown killed a peer first and its collective raised "Connection closed by peer" before it
+            # was killed too. It is where the cut found it.
+            record = dataclasses.replace(record, end=None, finished=None)
         if record is None:  # never reached the bootstrap
             o.status = RankStatus.HUNG if timed_out else RankStatus.CRASHED
             o.stack = "(no stack: the worker never reached the harness's bootstrap; see the agent logs)"

@@ -1,9 +1,12 @@
-"""`beacon.cannot_progress` and `beacon.nothing_left`: the proofs an early cut rests on, case by case."""
+"""`beacon.cannot_progress`, `beacon.nothing_left` and `beacon.mismatched`: the proofs an early cut rests on, case
+by case."""
 
+import dataclasses
 import math
 import os
 
-from ckpt_harness.launch.beacon import ELSEWHERE, Beacon, Slot, cannot_progress, nothing_left, read
+from ckpt_harness.launch.beacon import (
+    ELSEWHERE, MISMATCH, SETTLE, Beacon, Slot, cannot_progress, mismatched, nothing_left, read, why_stuck)
 
 CUT = 100.0
 
@@ -39,11 +42,50 @@ def test_a_slot_reads_back_what_the_rank_wrote(tmp_path):
     beacon.issue(followed=True, main=True, gives_up_at=5.0)
     beacon.issue(followed=False, main=False, gives_up_at=7.0)  # another thread, a subgroup: the main wait stands
     beacon.handed_over(+1)
-    assert read(tmp_path, 0) == Slot(1, 1, 1, False, 5.0, os.getpid())
+    since = beacon.since
+    assert read(tmp_path, 0) == Slot(1, 1, 1, False, 5.0, os.getpid(), since, "", False)
+    beacon.issue(followed=True, main=True, gives_up_at=6.0, op="all_gather_into_tensor", kinds_differ=True)
+    found = read(tmp_path, 0)
+    assert (found.waiting, found.op, found.kinds_differ) == (2, "all_gather_into_tensor", True)
+    assert found.doing(found.since + 12) == "in all_gather_into_tensor #2 for 12 s"
     beacon.returned()
     beacon.handed_over(-1)
-    assert read(tmp_path, 0) == Slot(1, 0, 0, False, 0.0, os.getpid())
+    assert read(tmp_path, 0) == Slot(2, 0, 0, False, 0.0, os.getpid(), 0.0, "", False)
     assert read(tmp_path, 1) is None
+
+
+NOW = 1000.0
+
+
+def waits(op, n=26, since=NOW - 2 * SETTLE, kinds_differ=True, **kw):
+    """A rank waiting in collective `n`, an `op`, since `since`."""
+    return dataclasses.replace(Slot(n, n, 0, False, math.inf, 0, since, op, kinds_differ), **kw)
+
+
+def test_ranks_in_collectives_of_different_kinds_at_one_number_cannot_progress():
+    slots = {0: waits("all_reduce"), 1: waits("barrier")}
+    assert mismatched(slots, {0, 1}, CUT, NOW)
+    assert why_stuck(slots, set(), {0, 1}, CUT, NOW) == MISMATCH
+    assert mismatched({0: waits("all_reduce"), 1: waits("barrier"), 2: waits("barrier")}, {0, 1, 2}, CUT, NOW)
+
+
+def test_collectives_that_may_still_match_or_end_are_not_taken_for_a_mismatch():
+    def one(a, b, running=frozenset({0, 1})):
+        return mismatched({0: a, 1: b}, set(running), CUT, NOW)
+
+    assert not one(waits("all_reduce"), waits("all_reduce"))  # the same kind: slow, not stuck
+    assert not one(waits("all_gather_object"), waits("all_gather"))  # an object collective starts as its tensor one
+    assert not one(waits("broadcast_object_list"), waits("broadcast"))
+    assert not one(waits("all_reduce"), waits("barrier", n=27))  # other numbers: not proven
+    assert not one(waits("all_reduce"), waits("barrier", since=NOW - SETTLE / 2))  # just formed
+    assert not one(waits("all_reduce", kinds_differ=False), waits("barrier", kinds_differ=False))  # NCCL
+    assert not one(waits("all_reduce", gives_up_at=CUT - 1), waits("barrier"))  # gives up by itself first
+    assert not one(waits("all_reduce", background=1), waits("barrier"))  # a thread at work
+    assert not one(waits("all_reduce", blocked=True), waits("barrier"))  # blocked: `cannot_progress`'s
+    assert not one(waits("all_reduce"), Slot(26, 0, 0, False, 0.0))  # rank 1 not in a collective
+    assert not one(waits("all_reduce"), None)  # no slot yet
+    assert not one(waits("all_reduce"), waits("barrier"), running={0})  # rank 1 parked: not every rank waits
+    assert not one(waits("all_reduce", waiting=ELSEWHERE), waits("barrier"))  # a subgroup
 
 
 def test_nothing_is_left_once_every_running_rank_is_blocked_for_good():
