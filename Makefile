@@ -28,7 +28,7 @@ DEMO_JOBS := torch_save dcp deepspeed hf_trainer
 DEMO_SCENARIOS := unsafe-load,power-loss-during-save,power-loss-after-save,overwrite-larger-world,world-size-grow,resume-every-save,final-save-blocked
 
 demo: $(STAMP)
-	HF_HUB_OFFLINE=1 $(VENV)/bin/ckpt-harness matrix $(addprefix --job ,$(DEMO_JOBS)) --scenarios $(DEMO_SCENARIOS) --out ckpt-matrix
+	HF_HUB_OFFLINE=1 $(VENV)/bin/ckpt-harness matrix $(addprefix --job ,$(DEMO_JOBS)) --scenarios $(DEMO_SCENARIOS) --out ckpt-matrix --html ckpt-matrix/matrix.html
 
 # The whole matrix: 9 jobs x 26 scenarios, about 21 minutes on 2 cores (docs/speed.md).
 matrix: $(STAMP)

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Iterator, NoReturn, Optional, Sequence
 
-from ckpt_harness.errors import HarnessError, Interrupted, UsageError, signal_of
+from ckpt_harness.errors import HarnessError, Interrupted, UsageError, did_you_mean, signal_of
 from ckpt_harness.jobs import describe, registry
 from ckpt_harness.launch.group import LaunchError
 from ckpt_harness.verdict import Verdict
@@ -144,7 +144,23 @@ class _Parser(argparse.ArgumentParser):
     pointer to --help instead of the whole usage before it."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n(see `{self.prog} --help`)\n")
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}{self._suggest(message)}\n(see `{self.prog} --help`)\n")
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def, override]
+        self._given = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def _suggest(self, message: str) -> str:
+        """Did-you-mean for the first unrecognized option, among the options
+        of this parser and of the command given (`run`, `explore`...)."""
+        if not message.startswith("unrecognized arguments: "):
+            return ""
+        given = next((w.partition("=")[0] for w in message.split()[2:] if w.startswith("--")), "")
+        parsers: list[argparse.ArgumentParser] = [self]
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += [p for name, p in action.choices.items() if name in getattr(self, "_given", ())[:1]]
+        return did_you_mean(given, [o for p in parsers for a in p._actions for o in a.option_strings]) if given else ""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -427,7 +443,7 @@ def _matrix_done(args: argparse.Namespace, matrix, out: Path, baseline, catalogu
         md, js = matrix.write(out)
     except OSError as exc:
         raise UsageError(f"cannot write the matrix to {out}: {exc.strerror or exc}") from None
-    print(matrix.markdown())
+    print(matrix.summary())
     print(f"wrote {md} and {js}")
     if args.html is not None:
         from ckpt_harness.present import html

@@ -18,7 +18,7 @@ import argparse
 import dataclasses
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from ckpt_harness.errors import ConfigError
+from ckpt_harness.errors import ConfigError, did_you_mean
 from ckpt_harness.inject.corrupt import CORRUPTIONS, DEFAULT_CORRUPTIONS, UNSAFE_PICKLE
 from ckpt_harness.inject.faults import BLOCKING, BY_NAME, FAULT_KINDS, KINDS, OPS
 from ckpt_harness.jobref import JobRef
@@ -103,7 +103,10 @@ class Setting:
             bad = [v for v in value if v not in self.choices] if isinstance(value, tuple) else None
             if bad is None:
                 return "must be a list"
-            return f"has unknown {', '.join(map(str, bad))}: choose from {', '.join(self.choices)}" if bad else None
+            if not bad:
+                return None
+            return (f"has unknown {', '.join(map(str, bad))}{did_you_mean(str(bad[0]), self.choices)}: choose from "
+                    f"{', '.join(self.choices)}")
         if self.kind is str:
             if not isinstance(value, str):
                 return "must be a string"

@@ -13,7 +13,15 @@ Torch-free: every layer, the launcher included, may import it.
 
 from __future__ import annotations
 
+import difflib
 import signal
+from typing import Iterable
+
+
+def did_you_mean(given: str, known: Iterable[str]) -> str:
+    """" (did you mean 'torch_save'?)" for a name close to one of `known`, else ""."""
+    close = difflib.get_close_matches(given, list(known), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class HarnessError(Exception):

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Union
 
-from ckpt_harness.errors import FrameworkMissing, JobError
+from ckpt_harness.errors import FrameworkMissing, JobError, did_you_mean
 from ckpt_harness.job import Job
 from ckpt_harness.jobs import registry
 
@@ -57,7 +57,7 @@ def resolve(job: Union[str, type]) -> tuple[JobRef, type[Job]]:
         target = named.get(job, job)
         if ":" not in target:
             raise JobError(
-                f"unknown job {job!r}: use one of {', '.join(named)} "
+                f"unknown job {job!r}{did_you_mean(job, named)}: use one of {', '.join(named)} "
                 "or module:Class for your own Job subclass"
             )
         module, _, qualname = target.partition(":")

@@ -378,3 +378,19 @@ def test_a_bad_baseline_exits_2_before_anything_runs(tmp_path, command):
     assert ("ckpt-harness: error: expect.toml:1: verdict 'failed' is not one of fail, error, unknown, pass, n/a"
             in out.stderr)
     assert sorted(os.listdir(tmp_path)) == ["expect.toml"]
+
+
+@pytest.mark.parametrize("args, said", [
+    (("run", "--job", "torch_sav"), "unknown job 'torch_sav' (did you mean 'torch_save'?)"),
+    (("matrix", "--scenarios", "crash-every-phse"), "no scenario named crash-every-phse (did you mean "
+                                                    "'crash-every-phase'?)"),
+    (("run", "--job", "torch_save", "--timout", "3"), "unrecognized arguments: --timout 3 (did you mean "
+                                                      "'--timeout'?)"),
+    (("explore", "--job", "torch_save", "--faults", "crsh"), "faults has unknown crsh (did you mean 'crash'?)"),
+    (("run", "--job", "zzz"), "unknown job 'zzz': use one of"),  # nothing close: no guess
+])
+def test_a_misspelt_job_scenario_option_or_choice_gets_a_did_you_mean(tmp_path, args, said):
+    done = cli(*args, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert said in done.stderr, done.stderr
+    assert ("did you mean" in done.stderr) is ("did you mean" in said)

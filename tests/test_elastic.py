@@ -235,13 +235,16 @@ HARNESS = textwrap.dedent(
 def test_no_agent_or_worker_outlives_its_harness(tmp_path, how):
     """SIGKILL runs no cleanup: the parent-death signals do it (harness ->
     agent server -> agents -> workers). Ctrl-C tears down, the workers' children too.
+    Neither leaves the agent server's log in the temporary directory.
 
     Going may take as long as starting took, twice over (fresh interpreters
     importing torch against processes ending); load slows both alike.
     """
     start = time.monotonic()
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
     harness = subprocess.Popen([sys.executable, "-c", HARNESS, script("sleep_forever"), str(tmp_path)],
-                               env={**os.environ, "PYTHONPATH": str(ROOT)})
+                               env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)})
     try:
         while not all((tmp_path / f"started{r}").exists() for r in range(2)):
             assert time.monotonic() < start + STARTUP_TIMEOUT, "workers never started"
@@ -257,6 +260,7 @@ def test_no_agent_or_worker_outlives_its_harness(tmp_path, how):
         assert survivors([harness.pid], within=budget) == [], f"harness still running {budget:.1f} s after {how!r}"
         assert survivors([server, *agents, *workers], within=budget) == []
         assert processes_naming(str(tmp_path)) == []
+        assert not list(tmp.glob("ckpt-harness-agents-*")), "the agent server's log was left behind"
         if how == signal.SIGINT:
             # A SIGKILLed harness cannot reach the workers' own children: they
             # die with their worker only if they ask for it (as in Job mode).

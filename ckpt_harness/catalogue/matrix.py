@@ -207,12 +207,7 @@ class Matrix:
             lines += ["Scripts: " + "; ".join(f"**{name}**: `{command}`" for name, command in self.scripts.items())
                       + ".", ""]
         row = "script" if self.scripts else "job"
-        lines += [
-            f"| {row} | " + " | ".join(props) + " |",
-            "|---|" + "---|" * len(props),
-        ]
-        for job in self.jobs:
-            lines.append(f"| {job} | " + " | ".join(self._mark(cells[job, p]) for p in props) + " |")
+        lines += self._grid(cells)
         if self.skipped:
             lines += ["", "Not run: " + "; ".join(f"{j} ({why})" for j, why in self.skipped.items())]
         lines += ["", "Properties: " + "; ".join(f"**{p}**: {PROPERTIES[p]}" for p in props) + ".", ""]
@@ -236,6 +231,31 @@ class Matrix:
         for s in self.scenarios:
             lines.append(f"| {s.name} | {s.property} | {s.check} | {_md(s.description)} |")
         return "\n".join(lines) + "\n"
+
+    def _grid(self, cells: Mapping[tuple[str, str], Cell]) -> list[str]:
+        """The table: a row per job or script, a column per property."""
+        props = self.properties
+        lines = [f"| {'script' if self.scripts else 'job'} | " + " | ".join(props) + " |",
+                 "|---|" + "---|" * len(props)]
+        return lines + [f"| {job} | " + " | ".join(self._mark(cells[job, p]) for p in props) + " |"
+                        for job in self.jobs]
+
+    def summary(self) -> str:
+        """What a terminal shows of it (matrix.md holds the rest): the table,
+        then a line per cell that did not pass."""
+        cells = {(c.job, c.property): c for c in self.cells()}
+        rows, props = len(self.jobs), len(self.properties)
+        said = (f"INCOMPLETE ({len(self.missing)} of {len(self.tasks or ())} runs not run)" if self.incomplete
+                else self.verdict.value.upper())
+        lines = [f"ckpt-harness matrix: {rows} row{'s' * (rows != 1)} x {props} propert{'ies' if props != 1 else 'y'}, "
+                 f"{sum(r.cases for r in self.results)} cases in {self.elapsed / 60:.1f} min: {said}", "",
+                 *self._grid(cells), ""]
+        if self.skipped:
+            lines += ["Not run: " + "; ".join(f"{j} ({why})" for j, why in self.skipped.items()), ""]
+        findings = [c for c in cells.values() if c.verdict is not None and not c.verdict.ok]
+        lines += [f"{c.job} · {c.property}: {c.verdict.value}: {_clip(c.reason, 160)}" for c in findings]
+        lines += ["matrix.md: every finding with its repro line, every cell, every scenario"]
+        return "\n".join(lines)
 
     def _mark(self, c: Cell) -> str:
         """A grid cell: its verdict, and what the baseline says of it if anything."""
@@ -339,7 +359,12 @@ def _folder(row: str) -> str:
 
 
 def _md(text: str, limit: int = 400) -> str:
-    text = " ".join(str(text).split()).replace("|", "\\|")
+    return _clip(str(text).replace("|", "\\|"), limit)
+
+
+def _clip(text: str, limit: int) -> str:
+    """`text` on one line, at most `limit` characters."""
+    text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.catalogue.shards import CasePart
-from ckpt_harness.errors import ConfigError, ScenarioError, UsageError
+from ckpt_harness.errors import ConfigError, ScenarioError, UsageError, did_you_mean
 from ckpt_harness.oracle.properties import SIDE_PROPERTIES
 from ckpt_harness.verdict import CaseResult, StateDiff, Verdict, fold
 
@@ -396,8 +396,10 @@ def select(scenarios: Sequence[Scenario], patterns: Sequence[str]) -> list[Scena
         return list(scenarios)
     unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(s.name, p) for s in scenarios)]
     if unmatched:
+        names = [s.name for s in scenarios]
         raise ScenarioError(
-            f"no scenario named {', '.join(unmatched)}; choose from {', '.join(s.name for s in scenarios)}"
+            f"no scenario named {', '.join(unmatched)}{did_you_mean(unmatched[0], names)}; choose from "
+            f"{', '.join(names)}"
         )
     return [s for s in scenarios if any(fnmatch.fnmatchcase(s.name, p) for p in patterns)]
 

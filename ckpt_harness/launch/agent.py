@@ -198,7 +198,11 @@ class _Server:
     def __init__(self) -> None:
         self.lock = threading.Lock()
         ours, theirs = socket.socketpair()
-        fd, self.log_path = tempfile.mkstemp(prefix="ckpt-harness-agents-", suffix=".log")
+        # The server's log, read back only into the error of a server that failed: unlinked at
+        # once, so that no exit of the harness (Ctrl-C ends it without finalizing) leaves it behind.
+        fd, path = tempfile.mkstemp(prefix="ckpt-harness-agents-", suffix=".log")
+        os.unlink(path)
+        self.log_fd = fd
         self.proc = subprocess.Popen(
             # -u: the flags a worker forked from an agent has are the server's (`warm_workers`).
             [sys.executable, "-u", "-m", "ckpt_harness.launch.agent", str(theirs.fileno()), str(os.getpid())],
@@ -207,7 +211,6 @@ class _Server:
             env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
                  **warm_workers.reserved_env()},
         )
-        os.close(fd)
         theirs.close()
         self.sock = ours
         self.ready = False
@@ -254,7 +257,8 @@ class _Server:
 
     def _log(self) -> str:
         try:
-            return Path(self.log_path).read_text(errors="replace")[-4000:]
+            size = os.fstat(self.log_fd).st_size
+            return os.pread(self.log_fd, 4000, max(0, size - 4000)).decode(errors="replace")
         except OSError:
             return "(no log)"
 
@@ -268,7 +272,7 @@ class _Server:
                 self.proc.wait()
         self.sock.close()
         try:
-            os.unlink(self.log_path)
+            os.close(self.log_fd)
         except OSError:
             pass
 
