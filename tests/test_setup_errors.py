@@ -190,3 +190,16 @@ def test_a_users_scenarios_directory_does_not_hide_the_catalogue(pytester):
         'faults = ["crash"]\nops = ["rename"]\n')
     result = pytester.runpytest_inprocess("--ckpt-job=torch_save", "--collect-only", "-q", "-p", "no:cacheprovider")
     result.stdout.fnmatch_lines(["*mine.toml::crash-at-commit?torch_save-ws2?", "*resume-every-save?torch_save-ws2?"])
+
+
+def test_every_rank_raising_the_same_error_shows_one_traceback_of_the_jobs_frames(tmp_path):
+    """Both ranks raise the same RuntimeError in setup: one traceback, said to
+    be both ranks', without the harness's frames between the launcher and
+    the job (hidden, as pytest hides `__tracebackhide__` frames)."""
+    out = cli("run", "--job", "tests.planted.jobs:ExpectsRotationAndOverwrite", "--case", "golden", cwd=tmp_path,
+              env_extra={"PYTHONPATH": str(ROOT)})
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "ranks 0, 1 (the same traceback) raised RuntimeError in setup" in out.stdout, out.stdout
+    assert out.stdout.count("Traceback (most recent call last)") == 1, out.stdout
+    assert 'tests/planted/jobs.py", line ' in out.stdout, out.stdout
+    assert f"{os.sep}ckpt_harness{os.sep}" not in out.stdout.partition("Traceback")[2].partition("RuntimeError")[0]

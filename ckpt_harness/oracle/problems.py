@@ -63,6 +63,11 @@ def health(run: Run) -> Optional[Problem]:
     if parted:
         summary += f"; {parted}"
     details = []
+    # A traceback every rank that raised shares is shown once, under the first of them.
+    raised: dict[str, list[int]] = {}
+    for r in ranks:
+        if r.outcome.status.ended_badly:
+            raised.setdefault(_hide_harness(r.error.traceback) if r.error else r.outcome.log_tail(), []).append(r.rank)
     for r in ranks:
         o = r.outcome
         if o.stack is not None:
@@ -71,9 +76,12 @@ def health(run: Run) -> Optional[Problem]:
         details += [f"rank {r.rank}'s {child} stack when the run was stopped:\n{_job_frames(stack)}"
                     for child, stack in o.children.items()]
         if o.status.ended_badly:
-            error = r.error
-            details.append(f"rank {r.rank} {rank_state(r, routines)}:\n"
-                           f"{(error.traceback if error else '') or o.log_tail()}")
+            text = next(t for t, rs in raised.items() if r.rank in rs)
+            alike = raised[text]
+            if alike[0] == r.rank:
+                who = (f"rank {r.rank}" if len(alike) == 1
+                       else f"ranks {', '.join(map(str, alike))} (the same traceback)")
+                details.append(f"{who} {rank_state(r, routines)}:\n{text}")
         if o.status is not RankStatus.OK:
             details.append(f"rank {r.rank} log: {o.log}")
     return Problem(summary, "\n\n".join(details), _in_checkpointing(ranks, routines, sites))
@@ -224,12 +232,37 @@ def _unseen(r: RankRun) -> str:
     return "".join(f"({note})\n" for note in notes)
 
 
+#: Frames of the harness's own code in a rank's stack or traceback: the launcher below the job, the
+#: probes between the job's call and the library it called. Hidden, as pytest hides `__tracebackhide__`.
+_HARNESS = tuple(f"{os.sep}ckpt_harness{os.sep}{layer}{os.sep}" for layer in ("launch", "inject", "rankside"))
+
+
 def _job_frames(stack: str) -> str:
-    """A faulthandler dump without the launcher's own frames below the job."""
-    noise = (f"{os.sep}ckpt_harness{os.sep}launch{os.sep}", "<frozen runpy>")
+    """A faulthandler dump without the harness's own frames (`_HARNESS`)."""
+    noise = (*_HARNESS, "<frozen runpy>")
     recorder = f"{os.sep}ckpt_harness{os.sep}launch{os.sep}flight.py"  # the thread that dumps collectives
     threads = [block for block in stack.split("\n\n") if recorder not in block]
     lines = [line for line in "\n\n".join(threads).splitlines() if not any(n in line for n in noise)]
     if not any(line.lstrip().startswith("File ") for line in lines):
         return "(only the harness's own frames: the rank is parked until the group is torn down)"
     return "\n".join(lines)
+
+
+def _hide_harness(traceback: str) -> str:
+    """A Python traceback without the harness's own frames (`_HARNESS`): each
+    is a 'File' line and, below it, more indented, the line of code it ran."""
+    out: list[str] = []
+    lines = traceback.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.lstrip().startswith("File ") and any(n in line for n in _HARNESS):
+            indent = len(line) - len(line.lstrip())
+            i += 1
+            while i < len(lines) and lines[i].strip() and len(lines[i]) - len(lines[i].lstrip()) > indent \
+                    and not lines[i].lstrip().startswith("File "):
+                i += 1  # its code line, and the ^^^ markers under it
+            continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
