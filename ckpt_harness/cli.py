@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -31,6 +32,7 @@ from typing import Iterator, NoReturn, Optional, Sequence
 from ckpt_harness.errors import HarnessError, Interrupted, UsageError, did_you_mean, signal_of
 from ckpt_harness.jobs import describe, registry
 from ckpt_harness.launch.group import LaunchError
+from ckpt_harness.oracle.causes import Severity
 from ckpt_harness.verdict import Verdict
 
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_ERROR, EXIT_UNDECIDED = 0, 1, 2, 3, 4
@@ -237,10 +239,13 @@ def _parser() -> argparse.ArgumentParser:
                              "missing from DIR/matrix.json (or that file), with its jobs, scenarios and settings, and "
                              "write the whole matrix (into DIR unless --out is given)")
     matrix.add_argument("--quiet", action="store_true", help="no progress lines")
-    matrix.add_argument("--fail-on", type=_verdicts, default=DEFAULT_FAIL_ON, metavar="VERDICT[,VERDICT...]",
+    matrix.add_argument("--fail-on", type=_fail_on, default=DEFAULT_FAIL_ON, metavar="VERDICT[,VERDICT...]",
                         help="exit non-zero if a cell has one of these verdicts: fail, unknown, error (1, 4, 3) "
-                             f"(default: {','.join(v.value for v in DEFAULT_FAIL_ON)}: failing cells of a "
-                             "framework are findings to document; give fail,unknown,error to gate a build on them)")
+                             f"(default: {DEFAULT_FAIL_ON}: failing cells of a framework are findings to document; "
+                             "give fail,unknown,error to gate a build on them); in place of fail, the least "
+                             "severity of a failing state comparison that counts: "
+                             f"{', '.join(s.option for s in Severity)} (a failure that is not a state "
+                             "comparison's always counts)")
     matrix.add_argument("--html", type=Path, metavar="PATH",
                         help="also write the matrix as one self-contained HTML page here: the grid, each cell's "
                              "scenarios, each scenario's cases, each failing case's timeline (whose trace files go "
@@ -332,15 +337,43 @@ MATRIX_SCRIPT_SETTINGS = ("script_args", "nproc_per_node", "nnodes", "checkpoint
 GATED = (Verdict.FAIL, Verdict.UNKNOWN, Verdict.ERROR)
 #: An incomplete matrix is the command's own failure; a framework's failing
 #: cells are what it documents (every built-in framework has some).
-DEFAULT_FAIL_ON = (Verdict.UNKNOWN, Verdict.ERROR)
+DEFAULT_FAIL_ON = "unknown,error"
 
 
-def _verdicts(text: str) -> tuple[Verdict, ...]:
+@dataclasses.dataclass(frozen=True)
+class FailOn:
+    """`matrix --fail-on`: the cell verdicts that fail the command, and for a
+    failing cell whose failure is a state comparison's, the least severity
+    that does (`causes.Severity`: `--fail-on values` lets a resume that lost
+    only RNG state or a data position through, and fails on everything else
+    a FAIL is: diverged weights, missing keys, a hang, a torn file)."""
+
+    verdicts: tuple[Verdict, ...]
+    at_least: Optional["Severity"] = None
+
+    def hits(self, cell) -> bool:
+        if cell.verdict not in self.verdicts:
+            return False
+        if cell.verdict is not Verdict.FAIL or self.at_least is None or not cell.severity:
+            return True
+        return Severity[cell.severity.upper()] >= self.at_least
+
+    def __str__(self) -> str:
+        names = [v.value for v in self.verdicts if v is not Verdict.FAIL or self.at_least is None]
+        return ",".join([*([self.at_least.option] if self.at_least is not None else []), *names])
+
+
+def _fail_on(text: str) -> FailOn:
     names = _split(text)
-    wrong = [n for n in names if n not in [v.value for v in GATED]]
+    severities = {s.option: s for s in Severity}
+    wrong = [n for n in names if n not in [v.value for v in GATED] and n not in severities]
     if wrong or not names:
-        raise argparse.ArgumentTypeError(f"{text!r}: give comma-separated verdicts from fail, unknown, error")
-    return tuple(Verdict(n) for n in names)
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give comma-separated verdicts from fail, unknown, error, or in place of fail the least "
+            f"severity of a failing state comparison that counts, from {', '.join(severities)}")
+    least = [severities[n] for n in names if n in severities]
+    verdicts = {Verdict(n) for n in names if n not in severities} | ({Verdict.FAIL} if least else set())
+    return FailOn(tuple(v for v in GATED if v in verdicts), min(least) if least else None)
 
 
 def _json_option(p: argparse.ArgumentParser) -> None:
@@ -565,16 +598,17 @@ def _matrix_scripts(args: argparse.Namespace) -> list:
     return [ScriptConfig(script=script, **given) for script in scripts]
 
 
-def _matrix_exit(matrix, fail_on: Sequence[Verdict]) -> int:
-    """The exit code of the cells whose verdicts `--fail-on` names (saying which); 0 if none."""
+def _matrix_exit(matrix, fail_on: FailOn) -> int:
+    """The exit code of the cells `--fail-on` counts (saying which); 0 if none."""
     from ckpt_harness.verdict import fold
 
-    hit = [c for c in matrix.cells() if c.verdict in fail_on]
+    hit = [c for c in matrix.cells() if fail_on.hits(c)]
     if not hit:
         return EXIT_OK
-    shown = ", ".join(f"{c.job} · {c.property}: {c.verdict.value}" for c in hit[:5])
+    shown = ", ".join(f"{c.job} · {c.property}: {c.verdict.value}{f' ({c.severity})' if c.severity else ''}"
+                      for c in hit[:5])
     more = f" and {len(hit) - 5} more" if len(hit) > 5 else ""
-    print(f"--fail-on {','.join(v.value for v in fail_on)}: {len(hit)} cell{'s' * (len(hit) > 1)} "
+    print(f"--fail-on {fail_on}: {len(hit)} cell{'s' * (len(hit) > 1)} "
           f"({shown}{more}); see their reasons above", file=sys.stderr)
     return exit_code(fold(c.verdict for c in hit))
 

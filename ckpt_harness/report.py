@@ -202,11 +202,11 @@ class Cause:
     def explain(self, hint: bool = True) -> str:
         """`hint`: end with the usual fix (once per property is enough)."""
         first = self.cases[0]
-        check, verdict, outcome, fault, op, why = self.key
+        check, verdict, outcome, fault, op, why, worst = self.key
         n = len(self.cases)
         where = f"{fault} at {op}" if fault else "the case"
-        head = (f"=== {n} case{'s' * (n > 1)}: {check} {verdict.upper()}, {outcome} after {where}"
-                + (f": {why}" if why else ""))
+        head = (f"=== {n} case{'s' * (n > 1)}: {check} {verdict.upper()}{f' ({worst})' if worst else ''}, "
+                f"{outcome} after {where}" + (f": {why}" if why else ""))
         lines = [head, first.explain()]
         if n > 1:
             others = [c.case for c in self.cases[1:]]
@@ -232,8 +232,11 @@ def _cause(r: CaseResult) -> tuple[str, ...]:
     outcome = cells.get("outcome", "")
     _, _, after = r.summary.partition(" → ")
     why = after.partition("; ")[2].partition(": ")[0] if "; " in after else ""
+    from ckpt_harness.oracle.causes import severity_of
+
+    worst = severity_of([r])
     return (r.check, r.verdict.value, outcome, cells.get("fault", ""), cells.get("op", ""),
-            _NUMBERS.sub("N", why))
+            _NUMBERS.sub("N", why), worst.label if worst is not None else "")
 
 
 _NUMBERS = re.compile(r"\d+")

@@ -37,6 +37,7 @@ from ckpt_harness.catalogue.shards import Shard, Task, assign
 from ckpt_harness.config import PLAIN, SETTINGS, RunConfig, ScriptConfig
 from ckpt_harness.errors import UsageError, signal_of
 from ckpt_harness.oracle import PROPERTIES
+from ckpt_harness.oracle.causes import Severity
 from ckpt_harness.progress import Progress
 from ckpt_harness.report import versions
 from ckpt_harness.verdict import Verdict, fold
@@ -67,6 +68,9 @@ class Cell:
     scenarios: tuple[str, ...]
     #: Its scenarios that did not run: in another shard, or not yet (interrupted).
     pending: tuple[str, ...] = ()
+    #: How bad its failing state comparisons are (`causes.Severity.option`: "rng" ... "missing");
+    #: "" unless it fails, or when a failure of it is not a state comparison's (a hang, a torn file).
+    severity: str = ""
 
     @property
     def mark(self) -> str:
@@ -92,7 +96,9 @@ def cell(job: str, prop: str, results: Sequence[ScenarioResult]) -> Cell:
     if verdict is Verdict.NA:
         return Cell(job, prop, verdict, hit[0].reason, None, names)
     more = f" (and {len(hit) - 1} more scenario{'s' * (len(hit) > 2)})" if len(hit) > 1 else ""
-    return Cell(job, prop, verdict, f"{hit[0].scenario}: {hit[0].reason}{more}", hit[0].repro, names)
+    # a failure of no degree (a hang, a torn file) among them: the cell has none either
+    worst = max((r.severity for r in hit), key=lambda s: Severity[s.upper()]) if all(r.severity for r in hit) else ""
+    return Cell(job, prop, verdict, f"{hit[0].scenario}: {hit[0].reason}{more}", hit[0].repro, names, severity=worst)
 
 
 @dataclasses.dataclass
@@ -215,7 +221,7 @@ class Matrix:
         if findings:
             lines += ["## Findings", ""]
             for c in findings:
-                lines += [f"### {c.job} · {c.property}: {c.verdict.value}", "", _md(c.reason), ""]
+                lines += [f"### {c.job} · {c.property}: {c.verdict.value}{_severity(c)}", "", _md(c.reason), ""]
                 if c.repro:
                     lines += ["```sh", c.repro, "```", ""]
         if self.gating is not None:
@@ -253,7 +259,8 @@ class Matrix:
         if self.skipped:
             lines += ["Not run: " + "; ".join(f"{j} ({why})" for j, why in self.skipped.items()), ""]
         findings = [c for c in cells.values() if c.verdict is not None and not c.verdict.ok]
-        lines += [f"{c.job} · {c.property}: {c.verdict.value}: {_clip(c.reason, 160)}" for c in findings]
+        lines += [f"{c.job} · {c.property}: {c.verdict.value}{_severity(c)}: {_clip(c.reason, 160)}"
+                  for c in findings]
         lines += ["matrix.md: every finding with its repro line, every cell, every scenario"]
         return "\n".join(lines)
 
@@ -356,6 +363,11 @@ TIMELINES = "timelines"
 def _folder(row: str) -> str:
     """A row's name as a folder name ("planted.jobs:Job" -> "planted.jobs_Job")."""
     return re.sub(r"[^\w.-]+", "_", row)
+
+
+def _severity(c: Cell) -> str:
+    """" (missing keys)" for a cell whose failure is a state comparison's."""
+    return f" ({Severity[c.severity.upper()].label})" if c.severity else ""
 
 
 def _md(text: str, limit: int = 400) -> str:

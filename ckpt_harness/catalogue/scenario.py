@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.catalogue.shards import CasePart
 from ckpt_harness.errors import ConfigError, ScenarioError, UsageError, did_you_mean
+from ckpt_harness.oracle.causes import severity_of
 from ckpt_harness.oracle.properties import SIDE_PROPERTIES
 from ckpt_harness.verdict import CaseResult, StateDiff, Verdict, fold
 
@@ -111,6 +112,9 @@ class ScenarioResult:
     by_property: tuple["ScenarioResult", ...] = ()
     #: Run as one shard of its cases (`scenario --shard K/N`): which, of what.
     part: Optional[CasePart] = None
+    #: How bad its failing state comparisons are (`causes.Severity.option`); "" unless it fails,
+    #: or when a failure of it is not a state comparison's (a hang, a torn file).
+    severity: str = ""
 
     def under(self, prop: str) -> Optional["ScenarioResult"]:
         """What this scenario says about `prop`, for that property's cell.
@@ -304,10 +308,13 @@ def _fold(job: str, name: str, prop: str, results: Sequence[CaseResult], flat: S
     behind = [r for r in flat if r.verdict is verdict]
     first = behind[0] if behind else None
 
+    worst = severity_of(flat) if verdict is Verdict.FAIL else None
+
     def make(reason: str) -> ScenarioResult:
         return ScenarioResult(name, job, prop, verdict, reason,
                               first.repro if first is not None and not verdict.ok else None,
-                              _details(results), cases, results=tuple(results))
+                              _details(results), cases, results=tuple(results),
+                              severity=worst.option if worst is not None else "")
 
     if first is None:
         return make(f"no {unit} to run")

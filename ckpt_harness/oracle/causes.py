@@ -24,8 +24,9 @@ baseline, matrix.json) as its text, and compared whole.
 from __future__ import annotations
 
 import dataclasses
+import enum
 import re
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from ckpt_harness.oracle.properties import SIDE_PROPERTIES
 from ckpt_harness.verdict import CaseResult, Verdict
@@ -79,3 +80,55 @@ def causes_of(results: Iterable[CaseResult], verdict: Optional[Verdict] = None) 
     too) with `verdict`, or, without one, of every judgment that did not pass."""
     return frozenset(str(cause_of(j)) for r in results for j in r.judgments()
                      if (j.verdict is verdict if verdict is not None else not j.verdict.ok))
+
+
+class Severity(enum.IntEnum):
+    """How bad a difference in the resumed state is, least first: a resume
+    that lost one RNG value replays other dropout masks, one that lost the
+    optimizer state trains another model. What a state comparison's failure
+    is said to be (the headline, the grouping of an exploration's failures, a
+    matrix cell) and what `matrix --fail-on` may take."""
+
+    RNG = 1
+    DATA = 2
+    COUNTERS = 3
+    VALUES = 4
+    MISSING = 5
+
+    @property
+    def label(self) -> str:
+        return _LABELS[self]
+
+    @property
+    def option(self) -> str:
+        """Its name on the command line (`--fail-on values`)."""
+        return self.name.lower()
+
+
+_LABELS = {Severity.RNG: "RNG state only", Severity.DATA: "data position", Severity.COUNTERS: "counters",
+           Severity.VALUES: "model or optimizer values", Severity.MISSING: "missing keys"}
+_OF_KIND = {"rng": Severity.RNG, "data position": Severity.DATA, "counters": Severity.COUNTERS}
+
+
+def severity(differences: Sequence) -> Optional[Severity]:
+    """The worst of `differences` (`StateDiff`s): a key missing or unexpected
+    is MISSING, else its kind of state says (model and optimizer: VALUES);
+    None for none."""
+    found = [Severity.MISSING if d.kind in ("missing", "unexpected") else _OF_KIND.get(kind_of_key(d.key),
+                                                                                       Severity.VALUES)
+             for d in differences]
+    return max(found, default=None)
+
+
+def severity_of(judgments: Iterable[CaseResult]) -> Optional[Severity]:
+    """The worst severity of the failing `judgments` (each alone, not what
+    rides on it), all of which compared states; None when one failed
+    otherwise (a hang, a refused load, a torn file: not a matter of degree)
+    or none failed."""
+    worst: Optional[Severity] = None
+    for j in (j for j in judgments if j.verdict is Verdict.FAIL):
+        found = severity(j.differences)
+        if found is None:
+            return None
+        worst = found if worst is None else max(worst, found)
+    return worst

@@ -13,6 +13,7 @@ from typing import Callable, Mapping, Optional, Sequence
 
 from ckpt_harness.inject.payload import Ran
 from ckpt_harness.oracle import diffs
+from ckpt_harness.oracle.causes import severity
 from ckpt_harness.oracle.outcomes import PEERS_ENDED, Outcome, OutcomeKind, classify_resume, group_ended
 from ckpt_harness.oracle.problems import health, never_fired
 from ckpt_harness import phase
@@ -97,8 +98,11 @@ def judge_same_state(case: str, check: str, expected_states: Optional[States], a
     if not problems:
         keys = len(next(iter(expected_states.values()), {}))
         return CaseResult(case, check, Verdict.PASS, f"bitwise equal on every rank ({keys} keys each)")
-    return CaseResult(case, check, Verdict.FAIL, f"{what} differs: {_first(problems)}", _list(problems), repro,
-                      differences=diffs.rows(problems))
+    rows = diffs.rows(problems)
+    worst = severity(rows)
+    said = f" ({worst.label})" if worst is not None else ""
+    return CaseResult(case, check, Verdict.FAIL, f"{what} differs{said}: {_first(problems)}", _list(problems), repro,
+                      differences=rows)
 
 
 def harness_error(case: str, check: str, error: BaseException, repro: Optional[str] = None,

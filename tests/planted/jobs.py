@@ -78,6 +78,26 @@ class NoSchedulerState(_Forgetful):
     saves = _Forgetful.saves - {"scheduler"}
 
 
+class NoPythonRngState(TorchSaveJob):
+    """Restores every RNG but Python's `random`, which it draws from each step
+    for what its training does not use (a sample of the batch to log): the
+    resumed state differs in RNG state only, and the weights it trains end
+    as they would have (the mildest failure: `causes.Severity.RNG`)."""
+
+    def train_step(self, ctx: RankContext, step: int) -> float:
+        import random
+
+        random.random()
+        return super().train_step(ctx, step)
+
+    def _restore_extra(self, extra, step: int) -> None:
+        import random
+
+        fresh = random.getstate()
+        super()._restore_extra(extra, step)
+        random.setstate(fresh)
+
+
 class WrongStep(TorchSaveJob):
     """Reports the step before the one it restored (an off-by-one in a
     `global_step` counter): the harness then repeats a step."""

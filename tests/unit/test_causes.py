@@ -9,7 +9,7 @@ import pytest
 
 from ckpt_harness.catalogue.expectations import Outcome, expectations_toml, from_matrix_json, from_toml
 from ckpt_harness.catalogue.scenario import ScenarioResult
-from ckpt_harness.oracle.causes import Cause, cause_of, causes_of, kind_of_key
+from ckpt_harness.oracle.causes import Cause, Severity, cause_of, causes_of, kind_of_key, severity, severity_of
 from ckpt_harness.verdict import CaseResult, StateDiff
 from ckpt_harness.verdict import Verdict as V
 
@@ -101,3 +101,26 @@ def test_a_matrix_json_records_its_causes_and_one_written_before_them_expects_an
     older = json.loads(recorded)
     del older["scenarios"][0]["causes"]
     assert from_matrix_json(json.dumps(older)).gate([scenario(V.FAIL, WEIGHTS)]).ok
+
+
+@pytest.mark.parametrize("differences, worst", [
+    ((diff("rng/torch"),), Severity.RNG),
+    ((diff("rng/torch"), diff("data/position")), Severity.DATA),
+    ((diff("rng/torch"), diff("scheduler/last_epoch")), Severity.COUNTERS),
+    ((diff("rng/torch"), diff("model/0.weight")), Severity.VALUES),
+    ((diff("optim/0.weight/exp_avg"),), Severity.VALUES),
+    ((diff("model/0.weight"), diff("optim/0.weight/exp_avg", "missing")), Severity.MISSING),
+    ((diff("rng/torch", "unexpected"),), Severity.MISSING),
+    ((), None),
+])
+def test_the_severity_of_a_state_difference_is_its_worst_key(differences, worst):
+    assert severity(differences) is worst
+
+
+def test_a_failure_that_is_not_a_state_comparisons_has_no_degree():
+    """A hang or a refused load among the failures: none (never let through as mild); passes do not count."""
+    rng = judged("state after load", diff("rng/torch"))
+    assert severity_of([rng, judged("final state", verdict=V.PASS)]) is Severity.RNG
+    assert severity_of([rng, judged("final state", diff("model/w"))]) is Severity.VALUES
+    assert severity_of([rng, judged("atomic", outcome="refused")]) is None
+    assert severity_of([]) is None

@@ -353,7 +353,8 @@ FINAL = {r: final(r) for r in range(2)}
 
 @pytest.mark.parametrize("actual, verdict, words", [
     P(FINAL, V.PASS, "bitwise equal on every rank (3 keys each)", id="equal"),
-    P({0: final(0), 1: final(1, w=0.25)}, V.FAIL, "final state differs: rank 1 w: 0.25, expected 1.0", id="value"),
+    P({0: final(0), 1: final(1, w=0.25)}, V.FAIL,
+      "final state differs (model or optimizer values): rank 1 w: 0.25, expected 1.0", id="value"),
     P({0: final(0), 1: final(1, w=None)}, V.FAIL, "rank 1 w: missing", id="missing-key"),
     P({0: final(0), 1: final(1, lr=0.1)}, V.FAIL, "rank 1 lr: unexpected key", id="extra-key"),
     P({0: final(0)}, V.FAIL, "rank 1 rank: missing", id="missing-rank"),
@@ -510,7 +511,8 @@ def test_judge_reshard_of_a_resume_that_reports_no_load(resume, verdict, words):
     P(both(lambda b: b.loaded(4).loaded_full(4, FULL).final()), V.PASS, "the job's own loader resumed it: bitwise",
       id="equal"),
     P(run(*(rank(r).loaded(4).loaded_full(4, OTHER if r == 1 else FULL) for r in range(2))), V.FAIL,
-      "full state after loading the converted save 4 differs: rank 1 w.1: 2.5, expected 2.0", id="differs"),
+      "full state after loading the converted save 4 differs (model or optimizer values): rank 1 w.1: 2.5, "
+      "expected 2.0", id="differs"),
     P(both(lambda b: b.failed(message="no .metadata")), V.FAIL,
       "the job's resume from the converted save 4: failure: rank 0 raised RuntimeError in load: no .metadata",
       id="refused"),
