@@ -166,7 +166,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ckpt_harness.config import SETTINGS, ExploreConfig, ScriptConfig, add_arguments
+    from ckpt_harness.config import SETTINGS, ExploreConfig, ScriptConfig, VerifyPlan, add_arguments
 
     parser = _Parser(
         prog="ckpt-harness",
@@ -177,7 +177,7 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="verify that a job (or, with --script, a script under torchrun) resumes "
                                      "bitwise from every save")
     _target_options(run, "run")
-    add_arguments(run, ExploreConfig, only=("timelines",))  # a setting of how cases run, as for scenario
+    add_arguments(run, VerifyPlan)  # how its cases run
     run.add_argument("--case", action="append",
                      help="only this case (golden, resume@K; restart@K with --max-restarts); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
@@ -853,7 +853,7 @@ def _trace(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from ckpt_harness import targets
-    from ckpt_harness.config import SETTINGS
+    from ckpt_harness.config import VerifyPlan, settings_of
     from ckpt_harness.pipeline.verify import run_verification
 
     try:
@@ -863,11 +863,13 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     progress = _progress(args)
 
+    plan = VerifyPlan(**{name: getattr(args, name) for name in settings_of(VerifyPlan) if hasattr(args, name)})
+
     def produce(workdir: Path):
         target = targets.of(config())
         target.warm(1)
-        return run_verification(target, workdir, args.case, progress=progress,
-                                timelines=getattr(args, "timelines", SETTINGS["timelines"].default))
+        return run_verification(target, workdir, args.case, progress=progress, timelines=plan.timelines,
+                                flake=plan.flake)
 
     return _report_or_error(args, produce, progress, gate_cases=True)
 

@@ -239,6 +239,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "so with Job.keeps_best)"),
     Setting("max_restarts", int, 0, "script mode: times torchrun's agents restart the group after a "
                                     "worker fails (torchrun --max-restarts)", low=0),
+    Setting("flake", int, None, "run the uninterrupted run N times, each judged as the golden run is, before "
+            "the resume cases: a race between ranks that passes one run fails some of N (each run that fails is "
+            "reported with its number)", low=2, optional=True, replayed=False),
     Setting("timelines", str, "failed", "which cases keep a timeline of their runs, rank by rank, for "
                                         "--timelines and --html: those that did not pass, or all",
             choices=("failed", "all"), replayed=False),
@@ -356,6 +359,19 @@ def script_mode_settings() -> tuple[str, ...]:
     (and --ckpt-script to pytest); the others it shares with job mode."""
     jobs = settings_of(RunConfig)
     return tuple(name for name in settings_of(ScriptConfig) if name not in jobs)
+
+
+@dataclasses.dataclass(frozen=True)
+class VerifyPlan:
+    """How `run` runs its cases, whatever the target: which keep a timeline,
+    and how many times the uninterrupted run is repeated to expose a race."""
+
+    timelines: str = setting("timelines")
+    flake: Optional[int] = setting("flake")
+
+    def __post_init__(self) -> None:
+        for name, s in settings_of(type(self)).items():
+            object.__setattr__(self, name, s.check(getattr(self, name)))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -30,7 +30,7 @@ from ckpt_harness.present.from_runs import of_runs
 from ckpt_harness.records import CaseClock, Kind, Run, save_steps_by_rank, saving_after
 from ckpt_harness.report import Report
 from ckpt_harness.targets import RunRequest, Stop, Target
-from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict
+from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict, fold
 
 #: A case's kind -> the capability it needs (None: every target) and how its run stops.
 #: "hard@4": stop without waiting for a background save; "slow@4": its writers start only
@@ -103,12 +103,13 @@ def _check_names(target: Target, names: Optional[Sequence[str]], steps: Sequence
 def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] = None, stop: str = "graceful", *,
                      golden: Optional[Run] = None,
                      progress: Optional[Callable[[int, int, CaseResult], None]] = None,
-                     timelines: str = "failed") -> Report:
+                     timelines: str = "failed", flake: Optional[int] = None) -> Report:
     """`golden`: a finished golden run of the same target to judge against
     instead of launching one (a matrix row shares its explorations' one).
     `progress(done, total, result)` as the golden run and each case finish
     (a script's cases are known only once its golden run showed its saves).
-    `timelines`: which cases keep a timeline of their runs (the setting of that name)."""
+    `timelines`: which cases keep a timeline of their runs (the setting of that name).
+    `flake` N: the golden run N times in all, each judged (`flake_runs`)."""
     started = time.monotonic()
     steps = target.save_steps()
     if steps is not None:  # known up front: a bad case name is refused before any run
@@ -120,6 +121,7 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
         golden = target.run(RunRequest("golden", trace_files=keep_last is not None), root / "golden" / "ckpt",
                             root / "golden" / "run")
     results = [oracle.judge_golden("golden", golden, line, target.noun)]
+    again = flake_runs(target, root, results[0], flake, timelines) if flake else []
     if results[0].verdict is Verdict.PASS:  # else there is nothing to compare against
         known = target.knowing(golden)
         steps = known.save_steps() or []
@@ -149,12 +151,39 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
                 progress(done, 1 + len(chosen), min(found, key=lambda r: PRECEDENCE.index(r.verdict)))
     if results[0].verdict is not Verdict.PASS:
         results = _golden_timeline(results, golden, timelines)
+    results[1:1] = again
     if golden.warm_started:  # the golden run's own judgments: a warm start in it may have made them
         results = [dataclasses.replace(r, warm=True) if r.case == "golden" else r for r in results]
     results = confirm.confirm(results, lambda: run_verification(
-        target.replace(cold_start=True), root / "cold", cases, stop, timelines=timelines).results)
+        target.replace(cold_start=True), root / "cold", cases, stop, timelines=timelines, flake=flake).results)
     return Report(target.name, target.world_size, results, time.monotonic() - started, settings=target.values,
                   noun=target.noun)
+
+
+def flake_runs(target: Target, root: Path, first: CaseResult, n: int, timelines: str) -> list[CaseResult]:
+    """The uninterrupted run again, `n` runs in all with the golden one
+    (`first`, its judgment), each judged as it is (`judge_golden`): a race
+    between ranks (two renaming one path, a pointer written through one
+    temporary name) passes most runs and fails some. Each run that did not
+    pass is a case of its own ("golden#7"), and one more ("flake") says how
+    many of the `n` failed: FAIL if one failed in the checkpointing, the
+    worst of them otherwise, PASS if none did."""
+    line = f"{target.repro('run', case='golden')} --flake {n}"
+    found = []
+    for i in range(2, n + 1):
+        run = target.run(RunRequest("golden"), root / f"golden{i}" / "ckpt", root / f"golden{i}" / "run")
+        judged = oracle.judge_golden(f"golden#{i}", run, line, target.noun)
+        if not judged.verdict.ok:
+            said = judged.summary.removeprefix(f"{run.name}: ")
+            judged = dataclasses.replace(judged, summary=f"run {i} of {n}: {said}")
+            found.append(_golden_timeline([judged], run, timelines)[0])
+    failed = [first, *found] if not first.verdict.ok else found
+    if not failed:
+        return [CaseResult("flake", "live", Verdict.PASS, f"{n} fault-free runs: every one finished and saved")]
+    verdict = fold(r.verdict for r in failed)
+    shown = ", ".join(r.case for r in failed)
+    return [*found, CaseResult("flake", "live", verdict, f"{len(failed)} of {n} fault-free runs did not pass "
+                                                          f"({shown}): {failed[0].summary}", repro=line)]
 
 
 def _golden_timeline(results: list[CaseResult], golden: Run, timelines: str) -> list[CaseResult]:

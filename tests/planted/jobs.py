@@ -9,8 +9,11 @@ from a checkpointer the harness passes.
 from __future__ import annotations
 
 import dataclasses
+import os
+import random
 import shutil
 import time
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -445,3 +448,30 @@ class KeepsOnlyTheBestAtEnd(MainRankDeletesOldCheckpoints):
             for path in rest:
                 shutil.rmtree(path)
         dist.barrier()
+
+
+class EveryRankRepublishesLatest(TorchSaveJob):
+    """After its save committed, every rank writes `latest` again, through the
+    same temporary name (`latest.tmp`), each a few milliseconds apart as ranks
+    are: when one renames `latest.tmp` between the other's write and rename,
+    the other's rename finds nothing (FileNotFoundError, in the save). Most
+    single runs pass; some of a few dozen do not: a race `run --flake N`
+    exposes (the multi-rank `save_pretrained` and "rank 0 and 1 rename the
+    same directory" reports)."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        super().save(ctx, step)
+        if self.republishers(ctx):
+            time.sleep(random.Random(os.getpid() * 1000 + step).uniform(0.0, 0.04))  # ranks arrive apart
+            atomic_write_text(Path(ctx.ckpt_dir) / LATEST, step_dir(ctx.ckpt_dir, step).name + "\n")
+        dist.barrier()
+
+    def republishers(self, ctx: RankContext) -> bool:
+        return True
+
+
+class RankZeroRepublishesLatest(EveryRankRepublishesLatest):
+    """The fixed twin: rank 0 alone writes `latest` again; nothing races."""
+
+    def republishers(self, ctx: RankContext) -> bool:
+        return ctx.rank == 0

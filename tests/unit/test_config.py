@@ -43,6 +43,7 @@ BAD = {
     "hang_timeout": (None, 0),
     "parallel": (2.0, 0),
     "max_cases": (2.5, 0, -1),
+    "flake": (2.5, 1, 0),
     "share_resumes": ("no", ...),
     "derive_states": (0, ...),
     "script": (["train.py"], ...),
