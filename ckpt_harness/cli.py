@@ -278,7 +278,49 @@ def _parser() -> argparse.ArgumentParser:
 
     listing = sub.add_parser("list", help="list the registered jobs, checks, fault kinds, properties and scenarios")
     listing.set_defaults(command=_list)
+
+    ci = sub.add_parser("summary", help="what CI shows of a run's JSON (a matrix.json, or a report's --json): a "
+                                        "Markdown step summary, annotations, a repro and an issue draft per finding")
+    ci.add_argument("json", type=Path, metavar="JSON", help="matrix.json, or the --json of run, explore or scenario")
+    ci.add_argument("--annotations", action="store_true",
+                    help="print a GitHub ::error line per finding, at the file and line of the workspace it names")
+    ci.add_argument("--repro-dir", type=Path, metavar="DIR",
+                    help="write per finding DIR/NN-name/repro.sh (runs from anywhere) and ISSUE.md")
+    ci.add_argument("--root", type=Path, default=Path("."), metavar="DIR",
+                    help="the repository root: repro lines run from it, paths under it are written relative "
+                         "(default: the current directory)")
+    ci.set_defaults(command=_summary)
     return parser
+
+
+def _summary(args: argparse.Namespace) -> int:
+    """`summary`: to $GITHUB_STEP_SUMMARY when set (appended, as GitHub
+    expects), else to stdout; annotations to stdout."""
+    from ckpt_harness.present import ci
+
+    try:
+        data = json.loads(args.json.read_text())
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot read {args.json}: {getattr(exc, 'strerror', None) or exc}; give a matrix.json "
+                         "or the --json of run, explore or scenario") from None
+    if not isinstance(data, dict) or "kind" not in data:
+        raise UsageError(f"{args.json}: not a matrix.json or a report's --json")
+    text = ci.summary(data)
+    target = os.environ.get("GITHUB_STEP_SUMMARY")
+    if target:
+        with open(target, "a", encoding="utf-8") as f:
+            f.write(text)
+        print(f"step summary: {len(text.encode()) / 1024:.0f} KiB appended to {target}")
+    else:
+        print(text)
+    found = ci.findings(data)
+    if args.annotations:
+        for line in ci.annotations(found, args.root.resolve()):
+            print(line)
+    if args.repro_dir is not None:
+        written = ci.write_repros(found, args.repro_dir, args.root.resolve(), data.get("versions", {}))
+        print(f"wrote {len(written)} repro{'s' * (len(written) != 1)} and issue drafts under {args.repro_dir}")
+    return EXIT_OK
 
 
 def _target_options(p: argparse.ArgumentParser, command: str, only: Optional[Sequence[str]] = None) -> None:
