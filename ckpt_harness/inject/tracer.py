@@ -122,8 +122,9 @@ class Tracer:
             where = self.current()
             index = self.injector.point(where)
             fault = self.injector.armed(where, index, op, what)
-        if op != "collective":  # a collective names its `caller`
+        if op != "collective":  # a collective names its `caller` already
             fields["routine"] = routine()
+            fields.setdefault("caller", caller())  # the user's line that made it, for reports and annotations
         self.emit(op, point=index, **fields)
         if fault is not None:
             self.injector.before(fault, op, what)
