@@ -62,7 +62,8 @@ MEASURED = {
     "test_deepspeed_job": 32, "test_jit": 29, "test_script_explore": 65, "test_async_saves": 27,
     "test_setup_errors": 21, "test_checkpointers": 21, "test_conversions": 50, "test_frozen_ranks": 16,
     "test_script_launch": 15, "test_background_writers": 600, "test_preemption": 110, "test_warm_starts": 40,
-    "test_baseline_causes": 60, "test_warm_workers": 60, "test_inline_save": 25, "test_flake": 70, "test_severity": 25, "test_ci_output": 25,
+    "test_baseline_causes": 60, "test_warm_workers": 60, "test_inline_save": 25,
+    "test_flake": 70, "test_severity": 25, "test_ci_output": 25,
 }
 
 
