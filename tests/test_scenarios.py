@@ -41,7 +41,7 @@ def test_builtin_catalogue_covers_every_check_and_property():
         ({"property": "atomic", "check": "faults", "description": "d", "faults": "crash"},
          "faults must be a list, got 'crash'"),
         ({"property": "atomic", "check": "faults", "description": "d", "faults": ["crsh"]},
-         "faults has unknown crsh: choose from crash"),
+         r"faults has unknown crsh \(did you mean 'crash'\?\): choose from crash"),
         ({"property": "atomic", "check": "faults", "description": "d"}, "nothing to inject"),
         ({"property": "rotation-safe", "check": "faults", "description": "d", "faults": ["crash"], "rotates": True},
          "rotates = true needs keep_last"),

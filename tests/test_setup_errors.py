@@ -98,7 +98,7 @@ def no_torch(tmp_path):
     (["explore", "--job", "torch_save", "--world-size", "3", "--nodes", "2"],
      "2 simulated nodes cannot share 3 ranks evenly"),
     (["explore", "--job", "torch_save", "--faults", "crsh"],
-     "argument --faults: faults has unknown crsh: choose from crash, crash-after"),
+     "argument --faults: faults has unknown crsh (did you mean 'crash'?): choose from crash, crash-after"),
     (["run", "--job", "torch_save", "--launcher", "slurm"],
      "argument --launcher: launcher must be one of elastic, plain, got 'slurm'"),
 ])
