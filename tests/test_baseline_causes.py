@@ -51,23 +51,23 @@ def test_a_known_failure_for_another_cause_is_new_and_for_the_same_cause_expecte
 
 
 def test_a_script_matrix_row_failing_for_another_cause_is_new(tmp_path):
-    """The same for a script matrix: a baseline written on a script that never
-    looks for its checkpoint (its resume refuses to overwrite: `live`) and
-    applied to one that saves no optimizer state (its resume ends elsewhere:
-    `final state · model values`) exits 1 naming both causes; the baseline
-    written on the second, against its own matrix (`--resume` of a whole
+    """The same for a script matrix: a baseline expecting a script's resume to
+    fail for `live` (what a script that never looks for its checkpoint is
+    recorded with: its resume refuses to overwrite), applied to one that
+    saves no optimizer state (its resume ends elsewhere: `final state · model
+    values`), exits 1 naming both causes; the baseline `--write-baseline`
+    wrote on the second, against its own matrix (`--resume` of a whole
     matrix gates it again, running nothing), exits 0."""
     script = f"{Path(__file__).parent / 'scripts' / 'resumable.py'} {{ckpt_dir}} --steps 3 --save-every 2 --staging"
     common = ("matrix", "--nproc-per-node", "2", "--scenarios", "resume-every-save", "--quiet")
-    made = cli(*common, "--script", f"{script} --bug from-scratch", "--out", "m1", "--write-baseline", "live.toml",
-               cwd=tmp_path)
-    assert made.returncode == 0, made.stdout + made.stderr
-    (tmp_path / "base.toml").write_text(written(tmp_path / "live.toml", "resumable.py *"))
+    (tmp_path / "base.toml").write_text('[[expect]]\njob = "resumable.py *"\nscenario = "resume-every-save"\n'
+                                        'verdict = "fail"\nreason = "never looks for its checkpoint"\n'
+                                        'cause = ["live"]\n')
     other = cli(*common, "--script", f"{script} --bug forget-optimizer", "--out", "m2", "--baseline", "base.toml",
                 "--write-baseline", "optimizer.toml", cwd=tmp_path)
     assert other.returncode == 1, other.stdout + other.stderr
     assert re.search(r"  NEW      resumable.py .* · resume-every-save: fail, for another cause: observed final state "
-                     r"· model values; the baseline expects it for live \(base.toml:\d+\)", other.stdout), other.stdout
+                     r"· model values; the baseline expects it for live \(base.toml:1\)", other.stdout), other.stdout
     cell = json.loads((tmp_path / "m2" / "matrix.json").read_text())["cells"]
     assert [c["baseline"]["label"] for c in cell if c["property"] == "faithful"] == ["NEW"], cell
 
