@@ -132,7 +132,8 @@ def write_repros(found: Sequence[Finding], out: Path, root: Path, versions: Mapp
         env = "\n".join(f"- {k} {v}" for k, v in versions.items())
         (folder / "ISSUE.md").write_text(
             f"# Checkpointing: {f.title} ({f.verdict.upper()})\n\n"
-            f"Found by [ckpt-harness](https://github.com/) running the real framework under a real process group.\n\n"
+            f"Found by ckpt-harness, which runs the real framework under a real process group, breaks a save on "
+            f"purpose and judges the resume bitwise against an uninterrupted run.\n\n"
             f"## What happens\n\n{scrub(f.reason, root)}\n\n"
             f"## Reproduce\n\nFrom the repository root:\n\n```sh\n{command}\n```\n\n"
             f"## Environment\n\n{env}\n\n"
