@@ -243,7 +243,7 @@ _NUMBERS = re.compile(r"\d+")
 
 
 def _format_table(header: tuple[str, ...], rows: Iterable[tuple[str, ...]], free_last: bool = True) -> str:
-    rows = [tuple(_one_line(c, 160 if i == len(row) - 1 else 48) for i, c in enumerate(row)) for row in rows]
+    rows = [tuple(one_line(c, 160 if i == len(row) - 1 else 48) for i, c in enumerate(row)) for row in rows]
     widths = [max(len(h), *(len(row[i]) for row in rows)) if rows else len(h) for i, h in enumerate(header)]
     if free_last:
         widths[-1] = len(header[-1])  # the last column runs free
@@ -251,7 +251,8 @@ def _format_table(header: tuple[str, ...], rows: Iterable[tuple[str, ...]], free
     return "\n".join([line(header), line(tuple("-" * w for w in widths)), *(line(r) for r in rows)])
 
 
-def _one_line(text: str, limit: int = 160) -> str:
+def one_line(text: str, limit: int = 160) -> str:
+    """`text` on one line, at most `limit` characters (the table's cells, a summary's reasons)."""
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

@@ -39,7 +39,7 @@ from ckpt_harness.errors import UsageError, signal_of
 from ckpt_harness.oracle import PROPERTIES
 from ckpt_harness.oracle.causes import Severity
 from ckpt_harness.progress import Progress
-from ckpt_harness.report import versions
+from ckpt_harness.report import one_line, versions
 from ckpt_harness.verdict import Verdict, fold
 
 #: Scenarios run at once (when `parallel` > 1), each running `parallel` cases
@@ -259,7 +259,7 @@ class Matrix:
         if self.skipped:
             lines += ["Not run: " + "; ".join(f"{j} ({why})" for j, why in self.skipped.items()), ""]
         findings = [c for c in cells.values() if c.verdict is not None and not c.verdict.ok]
-        lines += [f"{c.job} · {c.property}: {c.verdict.value}{_severity(c)}: {_clip(c.reason, 160)}"
+        lines += [f"{c.job} · {c.property}: {c.verdict.value}{_severity(c)}: {one_line(c.reason, 160)}"
                   for c in findings]
         lines += ["matrix.md: every finding with its repro line, every cell, every scenario"]
         return "\n".join(lines)
@@ -371,13 +371,7 @@ def _severity(c: Cell) -> str:
 
 
 def _md(text: str, limit: int = 400) -> str:
-    return _clip(str(text).replace("|", "\\|"), limit)
-
-
-def _clip(text: str, limit: int) -> str:
-    """`text` on one line, at most `limit` characters."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return one_line(str(text).replace("|", "\\|"), limit)
 
 
 def read_json(path: Union[str, Path]) -> tuple[dict[str, Any], Path]:

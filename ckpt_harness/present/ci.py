@@ -22,6 +22,8 @@ import shlex
 from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence
 
+from ckpt_harness.report import one_line
+
 #: GitHub's limit on one step's summary.
 LIMIT = 1 << 20
 #: What this writes at most: the limit with room for what else a step appends.
@@ -89,7 +91,7 @@ def summary(data: Mapping[str, Any], budget: int = BUDGET) -> str:
     text += f"### Findings ({len(found)})\n\n"
     for i, f in enumerate(found):
         block = (f"<details><summary><b>{_escape(f.title)}</b>: {f.verdict}</summary>\n\n"
-                 f"{_escape(_clip(f.reason, 1500))}\n\n")
+                 f"{_escape(one_line(f.reason, 1500))}\n\n")
         block += f"```sh\n{f.repro}\n```\n\n" if f.repro else ""
         block += "</details>\n\n"
         if len((text + block).encode()) > budget - 200:
@@ -102,16 +104,31 @@ def summary(data: Mapping[str, Any], budget: int = BUDGET) -> str:
 def annotations(found: Sequence[Finding], root: Path) -> list[str]:
     """`::error` (a FAIL) or `::warning` lines, one per finding, at the first
     call site it names that is one file under `root` (the workspace)."""
-    files: dict[str, list[Path]] = {}
-    for name in {n for f in found for n, _ in f.sites}:
-        files[name] = [p for p in root.rglob(name) if ".venv" not in p.parts and "site-packages" not in p.parts][:2]
+    files = _find(root, {n for f in found for n, _ in f.sites})
     out = []
     for f in found:
         where = next((f"file={p[0].relative_to(root)},line={line}," for name, line in f.sites
                       if len(p := files.get(name, [])) == 1), "")
         level = "error" if f.verdict == "fail" else "warning"
-        out.append(f"::{level} {where}title={_property(f.title)}::{_command_text(_clip(f.reason, 600))}")
+        out.append(f"::{level} {where}title={_property(f.title)}::{_command_text(one_line(f.reason, 600))}")
     return out
+
+
+#: Directories a workspace's own code is not in: environments, caches, VCS.
+_SKIP = frozenset({".venv", "venv", "site-packages", ".git", "node_modules", "__pycache__", ".tox"})
+
+
+def _find(root: Path, names: set[str]) -> dict[str, list[Path]]:
+    """Each of `names` -> the files of that name under `root` (one walk, the
+    `_SKIP` directories left out)."""
+    found: dict[str, list[Path]] = {name: [] for name in names}
+    if not names:
+        return found
+    for here, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in _SKIP]
+        for name in names.intersection(files):
+            found[name].append(Path(here) / name)
+    return found
 
 
 def write_repros(found: Sequence[Finding], out: Path, root: Path, versions: Mapping[str, str]) -> list[Path]:
@@ -189,11 +206,6 @@ def _command_text(text: str) -> str:
 
 def _escape(text: str) -> str:
     return text.replace("<", "&lt;").replace(">", "&gt;").replace("|", "\\|")
-
-
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _clip_lines(text: str, lines: int) -> str:
