@@ -14,7 +14,11 @@ on a gloo group of its own, the previous save awaited before the next one
 starts, and the last one before the process group is torn down.
 --slow-disk S: each rank's shard takes S seconds more to write, as a real
 checkpoint of gigabytes does (this one's few kilobytes write in
-milliseconds, less than the teardown after the last step takes).
+milliseconds, less than the teardown after the last step takes). Its
+step folder is made before the save is handed to the writer thread: on a
+loaded box that thread may not have run at all when a hard stop lands,
+and a stop right after the save returned then finds no folder, where a
+real checkpoint of gigabytes is always seen half-written.
 
 newest-dir: resume from the newest step-N directory, `.metadata` or not: a
 save cut short leaves a directory DCP cannot load, and the start fails.
@@ -132,7 +136,10 @@ for step in range(max(start, 0) + 1, args.steps + 1):
             continue
         if in_flight is not None:
             in_flight.result()
-        writer = SlowDisk(args.out / f"step-{step}") if args.slow_disk else None
+        writer = None
+        if args.slow_disk:
+            (args.out / f"step-{step}").mkdir(parents=True, exist_ok=True)
+            writer = SlowDisk(args.out / f"step-{step}")
         in_flight = dcp.async_save(state, checkpoint_id=str(args.out / f"step-{step}"), storage_writer=writer,
                                    process_group=checkpoint_group)
 if in_flight is not None and "no-wait-at-close" not in args.bug:
