@@ -340,6 +340,34 @@ def test_torchtitans_async_save_lands_before_a_graceful_stop_and_a_teardown_with
     assert torn.verdict is Verdict.FAIL and "refused" in torn.summary, broken.explain()
 
 
+def test_torchtitans_cpu_staging_waited_for_before_the_next_step_holds_the_saves_state_and_its_twin_is_flagged(
+        tmp_path):
+    """torchtitan's async mode with CPU staging (`DefaultStager`, async):
+    the trainer waits for the staging before its next optimizer step. Under
+    slow-background-save the staging it waits for is let go at once, and
+    the upload of the staged copy only once training went on: the copy
+    holds step 2 (it was UNKNOWN: the staging waited out the hold's limit,
+    nothing overlapped). The twin steps without waiting: the staging copies
+    step 3's weights and Adam's step beside the save's own step 2."""
+    from tests.clirun import cli
+
+    def slow(*flags: str):
+        where = tmp_path / ("-".join(flags) or "right")
+        where.mkdir()
+        script = " ".join([str(TITAN), "{ckpt_dir}", "--async", "--cpu-staging", *flags])
+        return cli("scenario", "slow-background-save", "--script", script, "--nproc-per-node", "2",
+                   "--workdir", str(where / "work"), cwd=where), where / "work" / "slow-background-save" / "slow@2"
+
+    right, run = slow()
+    assert right.returncode == 0 and "snapshot-consistent: PASS" in right.stdout, right.stdout + right.stderr
+    for rank in range(2):  # the upload started after an optimizer step: training overlapped it
+        assert read_records(run / "stop", rank)[-1]["held"] == "training"
+    torn, _ = slow("--bug", "no-wait-for-staging")
+    assert torn.returncode == 1, torn.stdout + torn.stderr
+    assert "snapshot-consistent: FAIL" in torn.stdout and "slow@2 / saves after resume: FAIL" in torn.stdout
+    assert "state_dict.*.step (4 keys): 1 of 1 elements differ; first at index []: 5.0, expected 4.0" in torn.stdout
+
+
 def test_a_dcp_trainer_that_declares_its_full_state_resumes_at_another_world_size_and_its_twin_is_flagged(tmp_path):
     """world-size-grow on a script (`ckpt_harness.full_state`: the model and
     optimizer unsharded, gathered as each save starts and at the resumed

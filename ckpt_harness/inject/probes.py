@@ -202,8 +202,7 @@ def follow_threads(tracer: Tracer) -> None:
             slot.handed_over(+1)
         # Work handed over by a save is one of its writers (`writers`): the save lands when they are done.
         step = phase_mod.step_of(phase_mod.foreground(where), "save") if writer else None
-        if step is not None:
-            WRITERS.handed(step)
+        ticket = WRITERS.handed(step) if step is not None else -1
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -212,7 +211,7 @@ def follow_threads(tracer: Tracer) -> None:
             failed = True
             try:
                 if step is not None:
-                    WRITERS.starting(step)  # held there while the run holds its save's writers
+                    WRITERS.starting(step, ticket)  # held there while the run holds its save's writers
                 result = fn(*args, **kwargs)
                 failed = False
                 return result

@@ -26,16 +26,25 @@ the save handed it over. Training then overlaps the save in flight, as it
 does on storage slower than a training step, and a writer that reads the
 live state instead of a copy taken as the save was called writes another
 step's (a torn snapshot). The hold is all it changes: nothing is written
-differently, only later. A writer whose process never steps again before
-waiting for it (a save that is really synchronous) is let go after
-`HOLD_LIMIT`, and says so (`released_by`).
+differently, only later. A process that cannot train on
+without a held writer is not made to wait for it: once every thread that
+handed the save's writers over waits on a future or joins a thread
+(torchtitan waits for its CPU staging before the next optimizer step; a
+pool is shut down at exit), the held writer handed over first is let go
+("waited"), then the next one, as long as everything let go so far waits
+too. What the staging copied is then what it would be on slow storage,
+and the writers handed over after it (the upload of the staged copy) are
+still held until training goes on. A writer nothing lets go starts after
+`HOLD_LIMIT`. Each says what let it go (`released_by`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import sys
 import threading
+import time
 from typing import Any, Callable, Optional
 
 #: Seconds a held writer waits for training to go on before it starts anyway:
@@ -43,6 +52,29 @@ from typing import Any, Callable, Optional
 #: and then nothing overlapped (`released_by` says "limit"): it costs that
 #: run this long, never a verdict.
 HOLD_LIMIT = 10.0
+
+#: Seconds between two looks, by the held writer next in line, at whether the process waits for it.
+POLL = 0.02
+
+
+def _waits() -> frozenset:
+    """The code of the calls that wait for a writer: a future's result, a
+    wait on futures, a thread's join, the interpreter's wait at exit for
+    the threads it must finish."""
+    import concurrent.futures as futures
+    return frozenset(f.__code__ for f in (futures.Future.result, futures.wait, futures.as_completed,
+                                          threading.Thread.join, getattr(threading, "_shutdown", futures.wait)))
+
+
+def _waiting(ident: int, waits: frozenset) -> bool:
+    """Is thread `ident` in one of the calls `waits` (or gone)? Read from its
+    frames' code alone: nothing of the thread is touched."""
+    frame = sys._current_frames().get(ident)
+    while frame is not None:
+        if frame.f_code in waits:
+            return True
+        frame = frame.f_back
+    return ident not in {t.ident for t in threading.enumerate()}
 
 
 @dataclasses.dataclass
@@ -65,22 +97,35 @@ class Writers:
         self._held: Optional[int] = None
         self._gate = threading.Event()
         self._hook: Any = None
-        #: What let the held writers go, once one of them started: "training"
-        #: (an optimizer step after the hand-over), "stop" (the run stopped
-        #: first), "limit" (`HOLD_LIMIT`); None while none started.
-        self.released_by: Optional[str] = None
         self._why: Optional[str] = None
+        #: What let each held writer go, as it started: "training" (an
+        #: optimizer step after the hand-over), "waited" (the process waited
+        #: for it), "stop" (the run stopped first), "limit" (`HOLD_LIMIT`).
+        self._let_go: list[str] = []
+        #: The held save's writers in the order they were handed over (ticket ->
+        #: started, waiting to go), who handed them over, and those let go
+        #: one by one ("waited") still at work.
+        self._tickets = itertools.count()
+        self._queued: dict[int, bool] = {}
+        self._handers: set[int] = set()
+        self._solo: set[int] = set()
         #: Called, from the writer's own thread, when the last running writer
         #: of a step finished: (step, whether any of its writers raised).
         self.on_settled: Callable[[int, bool], None] = lambda step, failed: None
 
-    def handed(self, step: int) -> None:
-        """A writer of save `step` was handed its work (it has not started yet, or just did)."""
+    def handed(self, step: int) -> int:
+        """A writer of save `step` was handed its work (it has not started yet,
+        or just did); its ticket, the order of the hand-over, for `starting`."""
         with self._lock:
+            ticket = next(self._tickets)
+            if step == self._held:
+                self._queued[ticket] = False
+                self._handers.add(threading.get_ident())
             found = self._steps.setdefault(step, _Step())
             if found.running == 0 and found.settled.is_set():  # another round of writers for the same save
                 found.settled = threading.Event()
             found.running += 1
+        return ticket
 
     def finished(self, step: int, failed: bool) -> None:
         """A writer of save `step` returned (`failed`: it raised, or its future did)."""
@@ -89,6 +134,7 @@ class Writers:
             found.running -= 1
             found.failed = found.failed or failed
             settled = found.running == 0
+            self._solo.discard(threading.get_ident())
         if settled:
             try:  # recorded before anyone waiting on the step goes on (and stops the rank, say)
                 self.on_settled(step, found.failed)
@@ -140,14 +186,42 @@ class Writers:
             self._hook.remove()
             self._hook = None
 
-    def starting(self, step: int) -> None:
+    @property
+    def released_by(self) -> Optional[str]:
+        """What let the held writers go: "training" if it let any of them go
+        (training overlapped the save), else what let the first one go; None
+        while none started."""
+        return "training" if "training" in self._let_go else next(iter(self._let_go), None)
+
+    def starting(self, step: int, ticket: int) -> None:
         """A writer of save `step` is about to start: held there, if its save is."""
         if step != self._held:
             return
-        if not self._gate.wait(HOLD_LIMIT):
-            self.release("limit")
-        if self.released_by is None:
-            self.released_by = self._why
+        with self._lock:
+            self._queued[ticket] = True
+        deadline = time.monotonic() + HOLD_LIMIT
+        why = None
+        while why is None and not self._gate.wait(POLL):
+            if time.monotonic() > deadline:
+                self.release("limit")
+            elif self._waited_for(ticket):
+                why = "waited"
+        with self._lock:
+            self._queued.pop(ticket, None)
+            if why is not None:
+                self._solo.add(threading.get_ident())
+            self._let_go.append(why or self._why or "limit")
+
+    def _waited_for(self, ticket: int) -> bool:
+        """Is `ticket` the first held writer in line, and does every thread
+        that handed the save over, and every writer let go before it, wait?"""
+        with self._lock:
+            first = next((t for t, started in sorted(self._queued.items()) if started), None)
+            threads = self._handers | self._solo
+        if first != ticket:
+            return False
+        waits = _waits()
+        return all(_waiting(ident, waits) for ident in threads)
 
     def wait(self, step: int) -> None:
         """Until every writer of save `step`, if any, finished."""

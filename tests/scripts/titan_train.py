@@ -6,12 +6,17 @@ holding DCP's `.metadata` (torchtitan's `_find_load_step`; rank 0 writes
 it last, once every rank's shard is in). The data of step s is a function
 of s and the rank, so a resume replays it.
 
-    titan_train.py OUT [--steps N] [--save-every K] [--async] [--slow-disk S]
-                       [--bug newest-dir|no-wait-at-close ...]
+    titan_train.py OUT [--steps N] [--save-every K] [--async [--cpu-staging]] [--slow-disk S]
+                       [--bug newest-dir|no-wait-at-close|no-wait-for-staging ...]
 
 --async saves as torchtitan's `async_mode = "async"` does: `dcp.async_save`
 on a gloo group of its own, the previous save awaited before the next one
 starts, and the last one before the process group is torn down.
+--cpu-staging: stage the state to CPU in the background as torchtitan's
+`async_with_pinned_mem` does (DCP's `DefaultStager`, async staging, here
+without pinned or shared memory: no GPU), and wait for the staging before
+the next optimizer step (torchtitan's `maybe_wait_for_staging()`): the
+writer then writes the staged copy while training goes on.
 --slow-disk S: each rank's shard takes S seconds more to write, as a real
 checkpoint of gigabytes does (this one's few kilobytes write in
 milliseconds, less than the teardown after the last step takes). Its
@@ -25,6 +30,9 @@ save cut short leaves a directory DCP cannot load, and the start fails.
 no-wait-at-close: with --async, tear down without awaiting the last save
 (torchtitan before pytorch/torchtitan#4270: `close()` stopped its helpers
 but never awaited the save in flight; dlrover's flash checkpoint, #1378).
+no-wait-for-staging: with --cpu-staging, step the optimizer without
+waiting for the staging: the copy is taken of whatever the optimizer has
+done by then (a torn snapshot when staging is slower than a step).
 model-only-on-resize: resumed at another world size than the one that
 saved, load the model's weights alone and train on with a fresh
 optimizer (what `--no-load-optim` or a weights-only load does when a
@@ -51,6 +59,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_state_dict,
 )
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.fsdp import fully_shard
 
 import ckpt_harness
@@ -60,9 +69,10 @@ parser.add_argument("out", type=Path)
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--save-every", type=int, default=2)
 parser.add_argument("--async", dest="background", action="store_true")
+parser.add_argument("--cpu-staging", action="store_true")
 parser.add_argument("--slow-disk", type=float, default=0.0)
 parser.add_argument("--bug", action="append", default=[],
-                    choices=("newest-dir", "no-wait-at-close", "model-only-on-resize"))
+                    choices=("newest-dir", "no-wait-at-close", "no-wait-for-staging", "model-only-on-resize"))
 args = parser.parse_args()
 
 dist.init_process_group("gloo")
@@ -75,7 +85,9 @@ for layer in model:
 fully_shard(model)
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
 checkpoint_group = dist.new_group(backend="gloo") if args.background else None
-in_flight = None
+in_flight = staging = None
+stager = DefaultStager(StagingOptions(use_pinned_memory=False, use_shared_memory=False, use_async_staging=True,
+                                      use_non_blocking_copy=False)) if args.cpu_staging else None
 
 
 class SlowDisk(dcp.FileSystemWriter):
@@ -128,6 +140,9 @@ for step in range(max(start, 0) + 1, args.steps + 1):
     data = torch.Generator().manual_seed(1000 * step + rank)
     optimizer.zero_grad()
     model(torch.randn(4, 8, generator=data)).square().sum().backward()
+    if staging is not None and "no-wait-for-staging" not in args.bug:
+        staging.result()  # torchtitan's maybe_wait_for_staging(): the copy is taken before the state moves on
+    staging = None
     optimizer.step()
     if step % args.save_every == 0:
         state = {**states(), "train_state": train_state(step)}
@@ -141,8 +156,12 @@ for step in range(max(start, 0) + 1, args.steps + 1):
             (args.out / f"step-{step}").mkdir(parents=True, exist_ok=True)
             writer = SlowDisk(args.out / f"step-{step}")
         in_flight = dcp.async_save(state, checkpoint_id=str(args.out / f"step-{step}"), storage_writer=writer,
-                                   process_group=checkpoint_group)
+                                   process_group=checkpoint_group, async_stager=stager)
+        if stager is not None:
+            in_flight, staging = in_flight.upload_completion, in_flight.staging_completion
 if in_flight is not None and "no-wait-at-close" not in args.bug:
     in_flight.result()
+if stager is not None:
+    stager.close()
 dist.barrier()
 dist.destroy_process_group()

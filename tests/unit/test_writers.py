@@ -1,0 +1,75 @@
+"""The hold of a save's writers (`inject.writers`, `Stop.SLOW_WRITER`): what
+lets each held writer go. Real threads and futures; a writer here is a
+thread that calls `starting` and `finished` as the probes' wrapper does."""
+
+import threading
+from concurrent.futures import Future
+
+from ckpt_harness.inject.writers import Writers
+
+SAVE = 4
+
+
+def writer(table: Writers, ticket: int, name: str, ran: list, before=None, after=None) -> threading.Thread:
+    """A writer of save SAVE: held at its start, then waits for `before`, notes its name, sets `after`."""
+    def run():
+        table.starting(SAVE, ticket)
+        if before is not None:
+            before.result(timeout=30)
+        ran.append(name)
+        if after is not None:
+            after.set_result(name)
+        table.finished(SAVE, False)
+    thread = threading.Thread(target=run, name=name)
+    thread.start()
+    return thread
+
+
+def quiet(ran: list, expected: list, seconds: float = 0.3) -> None:
+    """Nothing more ran for a while: what is held stays held."""
+    threading.Event().wait(seconds)
+    assert ran == expected, ran
+
+
+def test_a_held_writer_the_process_waits_for_goes_first_and_the_next_one_waits_for_training():
+    """CPU staging: the process waits for the staging before its next
+    optimizer step. The staging (handed over first) is let go; the upload
+    of the staged copy stays held until training goes on."""
+    table, ran, staged = Writers(), [], Future()
+    table.hold(SAVE)
+    threads = [writer(table, table.handed(SAVE), "stage", ran, after=staged),
+               writer(table, table.handed(SAVE), "upload", ran, before=staged)]
+    quiet(ran, [])  # nobody waits for them: both held
+    assert staged.result(timeout=5) == "stage"  # the process waits for the staging: it goes
+    quiet(ran, ["stage"])  # the process no longer waits: the upload stays held
+    table.release("training")
+    for thread in threads:
+        thread.join(timeout=5)
+    assert ran == ["stage", "upload"] and table.released_by == "training"
+
+
+def test_a_writer_let_go_that_waits_for_one_still_held_lets_the_next_one_go():
+    """The first writer in line waits for a later one (an upload waiting on
+    its staging): once both the process and it wait, the next one goes."""
+    table, ran, staged, uploaded = Writers(), [], Future(), Future()
+    table.hold(SAVE)
+    threads = [writer(table, table.handed(SAVE), "upload", ran, before=staged, after=uploaded),
+               writer(table, table.handed(SAVE), "stage", ran, after=staged)]
+    quiet(ran, [])
+    assert uploaded.result(timeout=5) == "upload"
+    for thread in threads:
+        thread.join(timeout=5)
+    assert ran == ["stage", "upload"] and table.released_by == "waited"
+
+
+def test_a_process_that_waits_on_nothing_of_its_writers_keeps_them_held():
+    """A wait on an event (a data loader's queue, say) is no wait for a
+    writer: the held writer stays held until training or the stop."""
+    table, ran = Writers(), []
+    table.hold(SAVE)
+    thread = writer(table, table.handed(SAVE), "write", ran)
+    threading.Event().wait(0.5)  # the process waits, on something else
+    assert ran == []
+    table.release("stop")
+    thread.join(timeout=5)
+    assert ran == ["write"] and table.released_by == "stop"
