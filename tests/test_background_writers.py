@@ -211,3 +211,32 @@ def test_a_file_staged_outside_and_moved_in_is_judged_by_the_power_loss_model(tm
     assert "durable: FAIL" in unsynced.stdout, unsynced.stdout
     assert "step_4.pt: 4301 bytes written but never fsynced: it comes back with 0 bytes" in unsynced.stdout
     assert "made 3 times" not in unsynced.stdout  # nothing is armed that could fail to fire: one run
+
+
+PROCESS_WRITER = POOL_WRITER.parent / "process_writer.py"
+
+
+def test_a_trainer_whose_checkpoint_process_is_never_told_to_exit_hangs_at_exit_and_is_not_passed(tmp_path):
+    """DeepSpeed's decoupled engine without `engine.destroy()`: the script
+    returns, and its interpreter waits at exit, for good, for the checkpoint
+    process it never told to exit (multiprocessing joins its children). The
+    run used to read "all ranks finished" at the deadline: live PASS. It is
+    a hang at exit, with the stack of the join; the twin that closes its
+    process ends. The harness sees no save of it (the state goes to the
+    process serialized in memory), so only how the runs end is judged
+    here, and the deadline of the hang is three times the twin's run."""
+    from ckpt_harness.pipeline.verify import verify_script
+
+    def golden(*flags: str, timeout: float):
+        report = verify_script(" ".join([str(PROCESS_WRITER), "{ckpt_dir}", *flags]), nproc_per_node=1,
+                               workdir=tmp_path / ("-".join(flags) or "closed"), timeout=timeout)
+        return next(r for r in report.results if (r.case, r.check) == ("golden", "live")), report
+
+    closed, report = golden(timeout=120)
+    assert closed.verdict is Verdict.PASS, report.explain()
+    took = float(re.search(r"finished in ([\d.]+)s", closed.summary)[1])
+    stuck, report = golden("--bug", "never-closed", timeout=max(15.0, 3 * took))
+    assert stuck.verdict is Verdict.ERROR, report.explain()
+    assert "at its exit, every rank's script returned (hang: rank 0 returned from the script, then never exited" \
+           in stuck.summary, stuck.summary
+    assert re.search(r'multiprocessing/util\.py", line \d+ in _exit_function', stuck.details), stuck.details

@@ -45,7 +45,9 @@ torch elastic's process model, as far as it matters here (torch 2.13):
   first, when that agent exited) stops its workers and logs nothing. A
   worker SIGTERMed leaves its stack, which says so instead.
 
-How a worker of the last attempt reads: the script returned -> OK; raised
+How a worker of the last attempt reads: the script returned -> OK (HUNG,
+`exiting`, if every script returned and it was still alive at the
+deadline: something at its exit never let it go); raised
 or exited non-zero -> FAILED; still in the script when the watch ended ->
 HUNG; died otherwise -> CRASHED, with torch's exit code. Every worker alive
 when the watch ended gives its stack and collectives, also one that
@@ -497,6 +499,13 @@ class _ElasticRun:
         exits = _worker_exits(self.agent_logs)
         ranks = [self._rank(rank, last.get(rank), exits, start, timed_out, stopped_at)
                  for rank in range(self.spec.world_size)]
+        if timed_out and not self.preempted and len(last) == self.spec.world_size and all(
+                r.end == "ok" for r in last.values()):
+            # Every script returned, so no worker was held for a peer (`worker._hold`): one alive at the
+            # deadline could not exit.
+            for o in ranks:
+                if o.pid in self.alive_at_stop:
+                    o.status, o.exit_code, o.exiting = RankStatus.HUNG, None, True
         stopped = [o for o in ranks if o.status is RankStatus.CRASHED and o.signal == signal.SIGTERM]
         if any(o.status.ended_badly and o not in stopped for o in ranks):
             # The SIGTERMs were the agent's, after another worker's failure.

@@ -160,6 +160,11 @@ class RankOutcome:
     #: The stack of each process it spawned that joined it (`link.join_rank`),
     #: by name ("checkpoint process"), taken with its own.
     children: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: HUNG on its way out: its script returned, every peer's ended too (so
+    #: nothing of the harness held it), and the process was still alive at
+    #: the deadline: an atexit handler, a non-daemon thread or a child
+    #: process it joins never let it exit.
+    exiting: bool = False
 
     def log_text(self) -> str:
         try:

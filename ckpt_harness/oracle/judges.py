@@ -47,7 +47,8 @@ def judge_golden(case: str, run: Run, repro: Optional[str], noun: str = "job") -
     problem = health(run)
     if problem is None or problem.checkpointing:
         return judge_live(case, run, repro)
-    where = ("before its first save" if not any(rec["event"] == Kind.SAVED for r in run.ranks for rec in r.records)
+    where = ("at its exit, every rank's script returned" if any(r.outcome.exiting for r in run.ranks) else
+             "before its first save" if not any(rec["event"] == Kind.SAVED for r in run.ranks for rec in r.records)
              else "outside its saves and loads")
     return CaseResult(
         case, "live", Verdict.ERROR,

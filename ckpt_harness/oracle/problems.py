@@ -199,6 +199,9 @@ def rank_state(r: RankRun, routines: frozenset[str] | set[str] = frozenset(),
         site = _at_save_site(r, set(sites))
         inside = (f", in the save routine {found}()" if found else
                   ", at a call site of the save routine (every earlier save ran it)" if site else "")
+    if o.exiting:
+        return ("returned from the script, then never exited: it waits at exit for an atexit handler, a non-daemon "
+                "thread or a child process (its stack says which: a writer never told to stop?)")
     if o.status is RankStatus.HUNG:
         stopped = o.stopped and r.blocked_by != "sigstop"  # else its where says it
         return (f"stopped (SIGSTOP or SIGTSTP), {r.where()}" if stopped else r.where()) + inside
