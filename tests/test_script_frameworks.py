@@ -175,7 +175,7 @@ def test_zero3s_final_gather_on_rank_0_alone_hangs_writing_the_final_model(tmp_p
                                    "final-gather-on-rank-0", "pytorch_model.bin")
     lines = (SCRIPTS / "deepspeed_train.py").read_text().splitlines()
     gather = 1 + next(i for i, line in enumerate(lines) if "torch.save(engine._zero3_consolidated" in line)
-    barrier = 1 + next(i for i, line in enumerate(lines) if line.startswith("torch.distributed.barrier()"))
+    barrier = 1 + next(i for i, line in enumerate(lines) if line.strip() == "torch.distributed.barrier()")
     assert "rank 0 waiting in all_gather #" in live.summary and f"deepspeed_train.py:{gather} " in live.summary
     assert "rank 1 waiting in barrier #" in live.summary and f"deepspeed_train.py:{barrier} " in live.summary
     assert "during save 4" in live.summary and "rank 0 all_gather, rank 1 barrier" in live.summary, live.summary
