@@ -397,10 +397,10 @@ class _ElasticRun:
             if self.spec.early_end and self._stuck(last):
                 self.ended_early = True
                 return False
-            ended = {r.rank: _ENDED.get(r.end, "ended") for r in last.values() if r.end is not None}
+            how = {r.rank: _ENDED.get(r.end, "ended") for r in last.values() if r.end is not None}
             if len(last) == self.spec.world_size and all(r.end == "ok" for r in last.values()):
-                ended = dict.fromkeys(ended, "returned, not exited yet")  # nothing of the harness holds it now
-            pulse(ended, self.bound_at)
+                how = dict.fromkeys(how, "returned, not exited yet")  # nothing of the harness holds it now
+            pulse(how, self.bound_at)
             time.sleep(POLL)
         return True
 
