@@ -40,6 +40,7 @@ from ckpt_harness.oracle.start import (
 )
 from ckpt_harness.records import save_steps, savers, saves_by_step
 from ckpt_harness.oracle.conversions import judge_conversion, judge_converted_resume
+from ckpt_harness.oracle.conflicts import judge_single_writer
 from ckpt_harness.oracle.scenarios import (
     judge_blocked,
     judge_frozen_writer,
@@ -64,6 +65,6 @@ __all__ = [
     "undecided_if",
     "Inferred", "infer_start", "judge_unreported_load", "judge_retention",
     "judge_landed", "judge_later_saves", "judge_overlap",
-    "judge_named_steps", "judge_resume_point", "judge_saves_seen", "judge_stopped",
+    "judge_named_steps", "judge_resume_point", "judge_saves_seen", "judge_single_writer", "judge_stopped",
     "save_steps", "saves_by_step", "savers",
 ]

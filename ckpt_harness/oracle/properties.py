@@ -27,14 +27,16 @@ PROPERTIES = {
                    "of it but what they document to drop, or refuse",
     "snapshot-consistent": "a checkpoint holds the state of the moment its save was called, however long its "
                            "background writer takes and whatever training does meanwhile",
+    "single-writer": "no two ranks write, rename or delete the same path in one save",
 }
 
 #: What every run is also judged on, whatever a scenario aims at: a hang or an
 #: error left on some ranks (live), a resume that does not end bitwise
-#: (faithful). A case's judgment of one of these counts in that property's
-#: matrix cell; any other judgment (the fault kind's own property: "atomic"
-#: for a crash) is the scenario's own, whatever it is called.
-SIDE_PROPERTIES = ("live", "faithful")
+#: (faithful), two ranks on one path in a save (single-writer). A case's
+#: judgment of one of these counts in that property's matrix cell; any other
+#: judgment (the fault kind's own property: "atomic" for a crash) is the
+#: scenario's own, whatever it is called.
+SIDE_PROPERTIES = ("live", "faithful", "single-writer")
 
 #: The property the cases of each family of fault kinds judge.
 FAMILY_PROPERTY = {Family.CRASH: "atomic", Family.ERROR: "preserving", Family.DAMAGE: "detecting",

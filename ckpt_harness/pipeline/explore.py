@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
-from ckpt_harness import phase, targets
+from ckpt_harness import oracle, phase, targets
 from ckpt_harness.config import ExplorePlan, ScriptExploreConfig, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.pipeline import baseline as baselines
@@ -108,7 +108,10 @@ def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,
         cases, left = budget.within(cases, base.plan.max_cases)
         warnings += (budget.left_out(base, cases, left),) if left else ()
     missing = base.nothing_to_corrupt()
-    return run_cases(base, cases, progress) + ([missing] if missing is not None and not only else []), warnings
+    shared = oracle.judge_single_writer("golden", base.golden, base.target.repro("explore", base.plan.values,
+                                                                                "golden"))
+    return ([shared] if not shared.verdict.ok and not only else []) + run_cases(base, cases, progress) + (
+        [missing] if missing is not None and not only else []), warnings
 
 
 def baseline(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None, **settings: Any) -> Baseline:

@@ -117,9 +117,8 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
     target.preflight()
     keep_last = target.values.get("keep_last")  # then the trace tells which entries each save made
     line = target.repro("run", case="golden")
-    if golden is None:
-        golden = target.run(RunRequest("golden", trace_files=keep_last is not None), root / "golden" / "ckpt",
-                            root / "golden" / "run")
+    if golden is None:  # its file operations traced: which entries each save made, which rank made them
+        golden = target.run(RunRequest("golden"), root / "golden" / "ckpt", root / "golden" / "run")
     results = [oracle.judge_golden("golden", golden, line, target.noun)]
     again = flake_runs(target, root, results[0], flake, timelines) if flake else []
     if results[0].verdict is Verdict.PASS:  # else there is nothing to compare against
@@ -133,6 +132,8 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
         results += [unnamed] if unnamed else []
         landed = oracle.judge_landed("golden", golden, line)
         results += [landed] if landed else []
+        shared = oracle.judge_single_writer("golden", golden, line)  # shown when it fails: the scenario says a pass
+        results += [shared] if not shared.verdict.ok else []
         if keep_last is not None:
             results.append(oracle.judge_retention(
                 "golden", golden, keep_last, line, background=known.saves_in_background() and known.caps.reports,

@@ -45,6 +45,7 @@ BUILTIN_CHECKS = {
     "retention": "ckpt_harness.catalogue.checks.retention:CHECK",
     "convert": "ckpt_harness.catalogue.checks.convert:CHECK",
     "confuse": "ckpt_harness.catalogue.checks.convert:CONFUSE",
+    "conflicts": "ckpt_harness.catalogue.checks.conflicts:CHECK",
 }
 
 
