@@ -188,10 +188,12 @@ def judge_resume_point(case: str, resumed: Run, step: int, repro: Optional[str])
     return CaseResult(case, "load step", Verdict.PASS, f"it saved no step up to {step} again")
 
 
-def judge_later_saves(case: str, golden: Run, resumed: Run, step: int, repro: Optional[str]) -> Optional[CaseResult]:
-    """"saves after resume": each save the golden run made after `step`,
-    made again by the same ranks, bitwise; None when there was none."""
-    expected = {s: states for s, states in saves_by_step(golden).items() if s > step}
+def judge_later_saves(case: str, golden: Run, resumed: Run, step: int, repro: Optional[str],
+                      until: Optional[int] = None) -> Optional[CaseResult]:
+    """"saves after resume": each save the golden run made after `step` (up
+    to `until`, where the resumed run was stopped), made again by the same
+    ranks, bitwise; None when there was none."""
+    expected = {s: states for s, states in saves_by_step(golden).items() if s > step and (until is None or s <= until)}
     if not expected:
         return None
     actual = saves_by_step(resumed)

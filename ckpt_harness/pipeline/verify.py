@@ -35,12 +35,17 @@ from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict, fold
 #: A case's kind -> the capability it needs (None: every target) and how its run stops.
 #: "hard@4": stop without waiting for a background save; "slow@4": its writers start only
 #: once training went on past it (snapshot-consistent); "restart@4": the launcher's restart.
+#: "chain@2": stop after save 2, resume, stop the resumed run after the save it makes next, resume from
+#: what it wrote, and so on to the end (each link a graceful stop).
 KINDS = {"resume": (None, Stop.GRACEFUL), "hard": ("background_saves", Stop.HARD),
-         "slow": ("background_saves", Stop.SLOW_WRITER), "restart": ("launcher_restart", Stop.CRASH)}
+         "slow": ("background_saves", Stop.SLOW_WRITER), "restart": ("launcher_restart", Stop.CRASH),
+         "chain": (None, Stop.GRACEFUL)}
 #: The `stop` of `verify` (and of the resume check) -> the kind of its cases.
-BY_STOP = {stop.value: kind for kind, (_, stop) in KINDS.items() if stop is not Stop.CRASH}
+BY_STOP = {"graceful": "resume", "hard": "hard", "slow-writer": "slow", "chain": "chain"}
 #: Kinds whose save must have training after it: the last save has none to overlap.
 TRAINED_PAST = ("slow",)
+#: Kinds that start at the first save only: one chain runs through every save after it.
+FIRST_ONLY = ("chain",)
 
 
 def verify(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None,
@@ -80,12 +85,15 @@ def verify_script(script: str, *, workdir: Optional[Union[str, Path]] = None,
 def case_names(target: Target, steps: Sequence[int], stop: str = "graceful") -> tuple[list[str], list[str]]:
     """The cases `target` can run at save `steps`, and those run unless named:
     resume@k (or hard@k, `stop="hard"`; slow@k, `stop="slow-writer"`), and
-    restart@k where the launcher restarts (not with slow@k)."""
+    restart@k where the launcher restarts (with resume@k only); chain@k, from
+    the first save k (`stop="chain"`)."""
     kinds = [kind for kind, (needs, _) in KINDS.items() if needs is None or target.caps.has(needs)]
     first = BY_STOP[stop]
-    default = [first] + (["restart"] if "restart" in kinds and first not in TRAINED_PAST else [])
+    default = [first] + (["restart"] if "restart" in kinds and first == "resume" else [])
 
     def at(kind: str) -> Sequence[int]:
+        if kind in FIRST_ONLY:
+            return steps[:1] if len(steps) > 1 else ()
         return steps[:-1] if kind in TRAINED_PAST else steps
     return [f"{kind}@{k}" for kind in kinds for k in at(kind)], \
         [f"{kind}@{k}" for k in steps for kind in default if k in at(kind)]
@@ -216,6 +224,8 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
     line = target.repro("run", case=case)
     if stop is Stop.CRASH:
         return restart_case(target, root, case, golden, step, nondeterminism.get(step), clock)
+    if kind == "chain":
+        return chain_case(target, root, case, golden, step, clock)
     ckpt = root / "ckpt"
     stopped = clock.run(lambda: target.run(
         RunRequest("stopped run", stop_after_save=step, stop=stop, trace_files=False), ckpt, root / "stop"),
@@ -243,6 +253,45 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
     return results + judge_resumed(target, case, golden, stopped, resumed, step, line, found)
 
 
+def chain_case(target: Target, root: Path, case: str, golden: Run, step: int, clock: CaseClock) -> list[CaseResult]:
+    """A resume chain: stop after save `step`, resume, stop the resumed run
+    after the save it makes next, resume from what that run wrote, and on
+    to the end. Every link is judged as a resume (its start, the state it
+    loaded against the state its predecessor saved, or a script's saves
+    against the golden run's); the last link also by its final state. A
+    checkpoint a resumed run writes may differ from one an uninterrupted
+    run writes (torch.compile's key prefix: pytorch/torchtitan#961): only a
+    link after the first loads one."""
+    line = target.repro("run", case=case)
+    ckpt = root / "ckpt"
+    stopped = clock.run(lambda: target.run(
+        RunRequest("stopped run", stop_after_save=step, trace_files=False), ckpt, root / "stop"), broken=step)
+    live = oracle.judge_golden(case, stopped, line, target.noun)
+    if live.verdict is not Verdict.PASS:
+        return [live]
+    found = oracle.judge_deterministic(case, golden, stopped, step)
+    results = [found] if found else []
+    later = [s for s in target.save_steps() or () if s > step]
+    before, prev = stopped, step
+    for link, until in enumerate([*later, None], 1):
+        request = RunRequest(f"resumed run {link}", stop_after_save=until, trace_files=False) if until else \
+            RunRequest(f"resumed run {link}", trace_files=False)
+        run = clock.run(lambda: target.run(request, ckpt, root / f"link{link}"), resume=True, broken=until)
+        judged = judge_resumed(target, case, golden, before, run, prev, line, found, until=until)
+        if until is not None and all(r.verdict.ok for r in judged):
+            ranks = target.savers(until)
+            judged += [r for r in [oracle.judge_stopped(case, run, until, ranks if ranks is not None else
+                                                        frozenset(r.rank for r in run.ranks))] if r]
+        how = f"link {link} of the chain, resumed from save {prev} " + (
+            "(written by the uninterrupted run)" if link == 1 else "(written by a resumed run)")
+        results += [dataclasses.replace(r, summary=f"{how}: {r.summary}") for r in judged]
+        if not all(r.verdict.ok for r in judged):
+            break
+        before, prev = run, until
+    clock.judging()
+    return results
+
+
 def restart_case(target: Target, root: Path, case: str, golden: Run, step: int,
                  nondeterminism: Optional[CaseResult], clock: Optional[CaseClock] = None) -> list[CaseResult]:
     """The launcher's own restart path: the first rank that made save `step`
@@ -268,15 +317,17 @@ def restart_case(target: Target, root: Path, case: str, golden: Run, step: int,
 
 
 def judge_resumed(target: Target, case: str, golden: Run, stopped: Optional[Run], resumed: Run, step: int,
-                  line: str, nondeterminism: Optional[CaseResult]) -> list[CaseResult]:
+                  line: str, nondeterminism: Optional[CaseResult], until: Optional[int] = None) -> list[CaseResult]:
     """The oracle on a run that resumed after save `step`: live; where it
     started (reported, or inferred); the state right after the load where
-    it was reported, else every later save; the final state."""
+    it was reported, else every later save; the final state. A run stopped
+    after save `until` (a link of a chain) is judged on its saves up to it,
+    and has no final state."""
     live = oracle.judge_live(case, resumed, line)
     results = [live]
     if not target.caps.reports:
         results.append(oracle.judge_resume_point(case, resumed, step, line))
-        later = oracle.judge_later_saves(case, golden, resumed, step, line)
+        later = oracle.judge_later_saves(case, golden, resumed, step, line, until)
         results += [oracle.undecided_if(nondeterminism, later)] if later else []
     elif not resumed.loaded_steps():  # judged from what it did instead
         inferred = oracle.judge_unreported_load(case, resumed, step, golden.saved_steps(), line)
@@ -292,7 +343,7 @@ def judge_resumed(target: Target, case: str, golden: Run, stopped: Optional[Run]
     # A target whose final state is its last save's: only the ranks that save after `step` tell anything.
     ranks = frozenset(r.rank for r in golden.ranks) if target.caps.live_state else \
         saving_after(save_steps_by_rank(golden), step)
-    if live.verdict is Verdict.PASS and ranks:
+    if live.verdict is Verdict.PASS and ranks and until is None:
         expected, actual = _of(golden.states(Kind.FINAL), ranks), _of(resumed.states(Kind.FINAL), ranks)
         what = "final state vs. uninterrupted run" if target.caps.live_state else \
             "final state (the last save) vs. uninterrupted run"

@@ -81,6 +81,21 @@ class NoSchedulerState(_Forgetful):
     saves = _Forgetful.saves - {"scheduler"}
 
 
+class ResumedRunDropsScheduler(_Forgetful):
+    """A run that resumed writes checkpoints without one of their parts, the
+    scheduler's; an uninterrupted run writes it, and the load takes what it
+    finds (a compiled model's second resume: the resumed run saved its keys
+    under another prefix, pytorch/torchtitan#961). Every single resume
+    loads a checkpoint the uninterrupted run wrote and passes; only a
+    second resume, from what the first one wrote, loses the scheduler."""
+
+    def _load(self, ctx: RankContext) -> Optional[int]:
+        found = super()._load(ctx)
+        if found is not None:
+            self.saves = self.saves - {"scheduler"}
+        return found
+
+
 class NoPythonRngState(TorchSaveJob):
     """Restores every RNG but Python's `random`, which it draws from each step
     for what its training does not use (a sample of the batch to log): the

@@ -25,9 +25,10 @@ class Resume:
     params = (
         *run_settings("steps", "save_every"),
         Setting("stop", str, "graceful", "how each run stops after its save: graceful (a job that saves in the "
-                "background waits for the save in flight), hard (it does not), or slow-writer (the save's writers "
-                "start only once training went on past it; the run stops once it landed)",
-                choices=("graceful", "hard", "slow-writer")),
+                "background waits for the save in flight), hard (it does not), slow-writer (the save's writers "
+                "start only once training went on past it; the run stops once it landed), or chain (graceful, "
+                "and each resumed run is stopped after the save it makes next and resumed from what it wrote)",
+                choices=("graceful", "hard", "slow-writer", "chain")),
     )
     #: Its results are checks of a few cases.
     unit = "checks"
@@ -41,7 +42,9 @@ class Resume:
 
         target = bench.target_for(scenario.params)
         stop = scenario.params["stop"]
-        if stop != "graceful":  # a script tells only by its golden run whether a save lands in the background
+        if stop == "chain" and len(target.knowing(bench.golden(target)).save_steps() or ()) < 2:
+            raise NotApplicable(f"the {target.noun} saves once: a chain needs a resumed run that saves again")
+        if stop in ("hard", "slow-writer"):  # a script tells by its golden run alone if a save lands in the background
             known = target if not target.caps.has("background_saves") else target.knowing(bench.golden(target))
             if not known.caps.has("background_saves"):
                 raise NotApplicable(known.caps.lacks["background_saves"])
