@@ -28,6 +28,8 @@ PROPERTIES = {
     "snapshot-consistent": "a checkpoint holds the state of the moment its save was called, however long its "
                            "background writer takes and whatever training does meanwhile",
     "single-writer": "no two ranks write, rename or delete the same path in one save",
+    "save-neutral": "saving changes nothing of training: a run ends bitwise where the same run saving at other "
+                    "steps ends",
 }
 
 #: What every run is also judged on, whatever a scenario aims at: a hang or an

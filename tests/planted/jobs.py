@@ -96,6 +96,20 @@ class ResumedRunDropsScheduler(_Forgetful):
         return found
 
 
+class CastsInPlace(TorchSaveJob):
+    """Its save exports bf16 weights by casting the live parameters in place
+    and back (the in-place cast questioned in ByteDance-Seed/VeOmni PR #461):
+    every checkpoint resumes bitwise, since the golden run was cast the same
+    way at the same steps, and the run ends elsewhere than it would without
+    the saves."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        with torch.no_grad():
+            for p in self.model.module.parameters():
+                p.copy_(p.to(torch.bfloat16).to(p.dtype))
+        super().save(ctx, step)
+
+
 class NoPythonRngState(TorchSaveJob):
     """Restores every RNG but Python's `random`, which it draws from each step
     for what its training does not use (a sample of the batch to log): the

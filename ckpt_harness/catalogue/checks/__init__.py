@@ -46,6 +46,7 @@ BUILTIN_CHECKS = {
     "convert": "ckpt_harness.catalogue.checks.convert:CHECK",
     "confuse": "ckpt_harness.catalogue.checks.convert:CONFUSE",
     "conflicts": "ckpt_harness.catalogue.checks.conflicts:CHECK",
+    "neutral": "ckpt_harness.catalogue.checks.neutral:CHECK",
 }
 
 
