@@ -12,6 +12,7 @@ Layout under `ctx.ckpt_dir`:
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterable, Optional
 
 import torch
@@ -67,9 +68,10 @@ class TorchSaveJob(TinyJob):
 
     def _load(self, ctx: RankContext) -> Optional[int]:
         found = read_latest(ctx.ckpt_dir)
-        if found is None:
-            return None
-        step, path = found
+        return None if found is None else self._load_from(ctx, *found)
+
+    def _load_from(self, ctx: RankContext, step: int, path: Path) -> int:
+        """Load the checkpoint of `step` in `path`, and return the step."""
         self.model.module.load_state_dict(self._read(path / "model.pt"))
         self.optimizer.load_state_dict(self._read(path / "optimizer.pt"))
         self.scheduler.load_state_dict(self._read(path / "scheduler.pt"))

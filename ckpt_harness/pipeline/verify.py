@@ -36,12 +36,13 @@ from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict, fold
 #: "hard@4": stop without waiting for a background save; "slow@4": its writers start only
 #: once training went on past it (snapshot-consistent); "restart@4": the launcher's restart.
 #: "chain@2": stop after save 2, resume, stop the resumed run after the save it makes next, resume from
-#: what it wrote, and so on to the end (each link a graceful stop).
+#: what it wrote, and so on to the end (each link a graceful stop). "moved@4": stop after save 4, copy the
+#: checkpoint directory elsewhere (`relocate`), remove it, resume from the copy.
 KINDS = {"resume": (None, Stop.GRACEFUL), "hard": ("background_saves", Stop.HARD),
          "slow": ("background_saves", Stop.SLOW_WRITER), "restart": ("launcher_restart", Stop.CRASH),
-         "chain": (None, Stop.GRACEFUL)}
+         "chain": (None, Stop.GRACEFUL), "moved": (None, Stop.GRACEFUL)}
 #: The `stop` of `verify` (and of the resume check) -> the kind of its cases.
-BY_STOP = {"graceful": "resume", "hard": "hard", "slow-writer": "slow", "chain": "chain"}
+BY_STOP = {"graceful": "resume", "hard": "hard", "slow-writer": "slow", "chain": "chain", "relocated": "moved"}
 #: Kinds whose save must have training after it: the last save has none to overlap.
 TRAINED_PAST = ("slow",)
 #: Kinds that start at the first save only: one chain runs through every save after it.
@@ -86,7 +87,7 @@ def case_names(target: Target, steps: Sequence[int], stop: str = "graceful") -> 
     """The cases `target` can run at save `steps`, and those run unless named:
     resume@k (or hard@k, `stop="hard"`; slow@k, `stop="slow-writer"`), and
     restart@k where the launcher restarts (with resume@k only); chain@k, from
-    the first save k (`stop="chain"`)."""
+    the first save k (`stop="chain"`); moved@k (`stop="relocated"`)."""
     kinds = [kind for kind, (needs, _) in KINDS.items() if needs is None or target.caps.has(needs)]
     first = BY_STOP[stop]
     default = [first] + (["restart"] if "restart" in kinds and first == "resume" else [])
@@ -244,6 +245,8 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
             return [idle]
     nondeterminism[step] = found = oracle.judge_deterministic(case, golden, stopped, step)
     results = [found] if found else []
+    if kind == "moved":
+        ckpt = relocate(ckpt, root / "moved" / "ckpt")
     resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False), ckpt, root / "resume"),
                         resume=True)
     clock.judging()
@@ -251,6 +254,30 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
         return results + [oracle.undecided_if(found, oracle.judge_hard_stop(case, golden, stopped, resumed, step,
                                                                             line, target.caps.live_state))]
     return results + judge_resumed(target, case, golden, stopped, resumed, step, line, found)
+
+
+#: Seconds between the modification times `relocate` gives: more than any rotation's tie-breaking window
+#: (transformers orders by time unless two are within a second of each other, PR #37260).
+MTIME_GAP = 10.0
+
+
+def relocate(ckpt: Path, to: Path) -> Path:
+    """Copy a checkpoint directory elsewhere as a transfer between file
+    systems, buckets or clusters does, and remove the original: contents
+    alone (no modification times kept), then every entry's modification
+    time set against the order of its name, `MTIME_GAP` apart (the
+    greatest step the oldest): a resume that picks the newest checkpoint by
+    time, or reads an absolute path a file holds, goes wrong."""
+    import os
+    import shutil
+
+    shutil.copytree(ckpt, to, copy_function=shutil.copyfile, symlinks=True)
+    entries = sorted((p for p in to.rglob("*") if not p.is_symlink()), key=lambda p: p.relative_to(to).parts)
+    now = time.time()
+    for i, path in enumerate(entries):  # the first name the newest, the last the oldest
+        os.utime(path, (now - MTIME_GAP * i, now - MTIME_GAP * i))
+    shutil.rmtree(ckpt)
+    return to
 
 
 def chain_case(target: Target, root: Path, case: str, golden: Run, step: int, clock: CaseClock) -> list[CaseResult]:

@@ -110,6 +110,20 @@ class CastsInPlace(TorchSaveJob):
         super().save(ctx, step)
 
 
+class NewestByTime(TorchSaveJob):
+    """Resumes the step directory modified last, not the one `latest` names
+    (a rotation or a resume that orders checkpoints by modification time,
+    as transformers' does unless two are within a second: PR #37260). Where
+    the checkpoints were written, time and step agree and every resume
+    passes; a copy elsewhere resets the times, and it resumes another."""
+
+    def _load(self, ctx: RankContext) -> Optional[int]:
+        if read_latest(ctx.ckpt_dir) is None:
+            return None
+        newest = max(ctx.ckpt_dir.glob("step_*"), key=lambda p: p.stat().st_mtime)
+        return self._load_from(ctx, int(newest.name.partition("_")[2]), newest)
+
+
 class NoPythonRngState(TorchSaveJob):
     """Restores every RNG but Python's `random`, which it draws from each step
     for what its training does not use (a sample of the batch to log): the

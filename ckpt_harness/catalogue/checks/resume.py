@@ -27,8 +27,10 @@ class Resume:
         Setting("stop", str, "graceful", "how each run stops after its save: graceful (a job that saves in the "
                 "background waits for the save in flight), hard (it does not), slow-writer (the save's writers "
                 "start only once training went on past it; the run stops once it landed), or chain (graceful, "
-                "and each resumed run is stopped after the save it makes next and resumed from what it wrote)",
-                choices=("graceful", "hard", "slow-writer", "chain")),
+                "and each resumed run is stopped after the save it makes next and resumed from what it wrote), or "
+                "relocated (graceful, and the checkpoint directory is copied elsewhere with its modification "
+                "times against the order of its names, the original removed, before the resume)",
+                choices=("graceful", "hard", "slow-writer", "chain", "relocated")),
     )
     #: Its results are checks of a few cases.
     unit = "checks"

@@ -1,0 +1,45 @@
+"""Relocation (issue 45, item 3): scenario `relocated-resume` stops after
+each save, copies the checkpoint directory elsewhere with its modification
+times against the order of its names, removes the original, and resumes
+from the copy (`verify.relocate`).
+
+A planted job that resumes the step directory modified last passes every
+resume where its checkpoints were written, and resumes save 2 from the
+copy of a directory whose newest is save 4; the built-in `torch_save`,
+which follows its `latest` pointer, passes both."""
+
+import os
+
+from ckpt_harness.pipeline.verify import relocate
+from tests.clirun import cli
+
+PLANTED = "tests.planted.jobs:NewestByTime"
+
+
+def test_a_copy_keeps_every_byte_and_no_time_and_the_original_is_gone(tmp_path):
+    src = tmp_path / "ckpt"
+    for step in (2, 4, 6):
+        (src / f"step_{step}").mkdir(parents=True)
+        (src / f"step_{step}" / "model.pt").write_bytes(bytes([step]) * 100)
+    (src / "latest").write_text("step_6")
+    moved = relocate(src, tmp_path / "elsewhere" / "ckpt")
+    assert not src.exists()
+    assert (moved / "latest").read_text() == "step_6"
+    assert all((moved / f"step_{s}" / "model.pt").read_bytes() == bytes([s]) * 100 for s in (2, 4, 6))
+    times = [os.stat(moved / f"step_{s}").st_mtime for s in (2, 4, 6)]
+    assert times[0] > times[1] > times[2], times  # the greatest step the oldest
+
+
+def test_a_resume_that_takes_the_newest_checkpoint_by_time_resumes_the_wrong_one_after_a_copy(tmp_path):
+    def scenario(name: str, job: str):
+        where = tmp_path / f"{name}-{job.rpartition(':')[2]}"
+        return cli("scenario", name, "--job", job, "--workdir", str(where), cwd=tmp_path)
+
+    moved = scenario("relocated-resume", PLANTED)
+    assert moved.returncode == 1, moved.stdout + moved.stderr
+    assert "faithful: FAIL" in moved.stdout and "moved@4" in moved.stdout, moved.stdout
+    # it resumed save 2, the newest by time, and tried to make save 4 again over the one it skipped
+    assert "checkpoint directory already exists and overwrite=False" in moved.stdout, moved.stdout
+    assert scenario("resume-every-save", PLANTED).returncode == 0
+    twin = scenario("relocated-resume", "torch_save")
+    assert twin.returncode == 0 and "relocated-resume [torch_save] faithful: PASS" in twin.stdout, twin.stdout
