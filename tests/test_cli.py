@@ -40,14 +40,14 @@ def test_list_names_jobs_fault_kinds_and_properties(tmp_path):
         "deepspeed_zero3", "hf_trainer",
     ]
     assert sections["checks"] == ["resume", "faults", "overwrite", "reshard", "stall", "retention", "convert",
-                                  "confuse"]
+                                  "confuse", "conflicts", "neutral"]
     assert sections["conversions (the convert check; layout: what they read)"] == [
         "dcp-to-torch-save", "dcp-round-trip", "torch-save-to-safetensors", "torch-save-to-dcp", "zero-to-fp32",
         "zero-to-universal", "save-pretrained", "shard-trainer-weights"]
     assert {"crash", "torn", "power-loss", "enospc"} <= set(sections["fault kinds"])
     assert sections["properties"] == ["atomic", "durable", "preserving", "live", "detecting", "faithful", "skew-safe",
                                       "overwrite-safe", "rotation-safe", "reshardable", "safe-loading", "convertible",
-                                      "snapshot-consistent"]
+                                      "snapshot-consistent", "single-writer", "save-neutral"]
     assert {"crash-every-phase", "overwrite-larger-world", "final-save-blocked", "slow-background-save",
             "final-save-writer-frozen"} <= set(
         sections["scenarios (ckpt-harness scenario NAME, ckpt-harness matrix)"])

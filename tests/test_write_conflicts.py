@@ -15,7 +15,9 @@ PLANTED = "tests.planted.jobs:EveryRankWritesTheModel"
 
 
 def test_both_ranks_writing_the_model_file_is_flagged_while_every_other_check_passes(tmp_path):
-    out = cli("run", "--job", PLANTED, "--workdir", "work", "--json", "report.json", cwd=tmp_path)
+    # absolute: the in-process fork server keeps the first call's directory
+    out = cli("run", "--job", PLANTED, "--workdir", str(tmp_path / "work"), "--json", str(tmp_path / "report.json"),
+              cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     cases = json.loads((tmp_path / "report.json").read_text())["cases"]
     failed = [(c["case"], c["check"]) for c in cases if c["verdict"] != "pass"]
