@@ -47,6 +47,8 @@ BY_STOP = {"graceful": "resume", "hard": "hard", "slow-writer": "slow", "chain":
 TRAINED_PAST = ("slow",)
 #: Kinds that start at the first save only: one chain runs through every save after it.
 FIRST_ONLY = ("chain",)
+#: Kinds whose stop a launcher's restart after save k stands beside by default (its own graceful stop).
+RESTARTS_WITH = ("resume", "hard")
 
 
 def verify(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None,
@@ -86,11 +88,11 @@ def verify_script(script: str, *, workdir: Optional[Union[str, Path]] = None,
 def case_names(target: Target, steps: Sequence[int], stop: str = "graceful") -> tuple[list[str], list[str]]:
     """The cases `target` can run at save `steps`, and those run unless named:
     resume@k (or hard@k, `stop="hard"`; slow@k, `stop="slow-writer"`), and
-    restart@k where the launcher restarts (with resume@k only); chain@k, from
+    restart@k where the launcher restarts (with resume@k and hard@k); chain@k, from
     the first save k (`stop="chain"`); moved@k (`stop="relocated"`)."""
     kinds = [kind for kind, (needs, _) in KINDS.items() if needs is None or target.caps.has(needs)]
     first = BY_STOP[stop]
-    default = [first] + (["restart"] if "restart" in kinds and first == "resume" else [])
+    default = [first] + (["restart"] if "restart" in kinds and first in RESTARTS_WITH else [])
 
     def at(kind: str) -> Sequence[int]:
         if kind in FIRST_ONLY:
