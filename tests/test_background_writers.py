@@ -44,13 +44,14 @@ def script(*flags: str, steps: int = 6) -> str:
     return " ".join([str(POOL_WRITER), "{ckpt_dir}", "--steps", str(steps), *flags])
 
 
-def scenario_of(name: str, tmp_path: Path, *flags: str, steps: int = 4):
+def scenario_of(name: str, tmp_path: Path, *flags: str, steps: int = 4, cold: bool = False):
     """`ckpt-harness scenario NAME` on the pool writer with `flags`, in a directory of its own (absolute: the
-    in-process fork server keeps the first call's directory)."""
+    in-process fork server keeps the first call's directory). `cold`: workers started cold, for a run
+    expected to fail, which warm would be run twice (warm, then cold to confirm)."""
     where = tmp_path / ("-".join(flags) or "plain")
     where.mkdir()
     return cli("scenario", name, "--script", script(*flags, steps=steps), "--nproc-per-node", "2",
-               "--workdir", str(where / "work"), cwd=where)
+               *(("--cold-start",) if cold else ()), "--workdir", str(where / "work"), cwd=where)
 
 
 def test_delays_on_every_operation_of_a_pool_writer_without_a_future_change_nothing(tmp_path):
@@ -165,7 +166,7 @@ def test_a_trainer_that_waits_for_its_frozen_writer_without_a_timeout_is_flagged
     thread goes on. `pool.shutdown(wait=True)` (Lightning's teardown too)
     waits for it for good: a hang, with the writer's stack and the main
     thread's. Its twin waits a second for the last write, then leaves."""
-    stuck = scenario_of("final-save-writer-frozen", tmp_path)
+    stuck = scenario_of("final-save-writer-frozen", tmp_path, cold=True)
     assert stuck.returncode == 1, stuck.stdout + stuck.stderr
     assert "rank 0's writer blocked before open <outside> (renamed in as step_4.pt) of bg_save 4: rank 0 waited " \
            "for its frozen writer for good" in stuck.stdout, stuck.stdout
@@ -186,7 +187,7 @@ def test_a_trainer_that_waits_without_a_timeout_for_a_writer_that_raised_is_flag
                     timeout=45.0)
     case = "error@r0:bg_save6/open(latest.tmp)"
     broken = explore_script(script("--bug", "waits-event", "--pg-timeout", "600"), workdir=tmp_path / "broken",
-                            cases=[case], **targeted)
+                            cases=[case], cold_start=True, **targeted)  # cold: its 45 s deadline waited out once
     result = next(r for r in broken.results if r.case == case)
     assert (result.check, result.verdict) == ("live", Verdict.FAIL), broken.explain()
     assert "the injected error ended rank 0's writer of save 6 and no thread of the rank raised it" in result.summary

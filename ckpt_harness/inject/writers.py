@@ -41,6 +41,7 @@ still held until training goes on. A writer nothing lets go starts after
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import sys
 import threading
@@ -57,6 +58,7 @@ HOLD_LIMIT = 10.0
 POLL = 0.02
 
 
+@functools.lru_cache(maxsize=None)
 def _waits() -> frozenset:
     """The code of the calls that wait for a writer: a future's result, a
     wait on futures, a thread's join, the interpreter's wait at exit for
@@ -102,11 +104,12 @@ class Writers:
         #: optimizer step after the hand-over), "waited" (the process waited
         #: for it), "stop" (the run stopped first), "limit" (`HOLD_LIMIT`).
         self._let_go: list[str] = []
-        #: The held save's writers in the order they were handed over (ticket ->
-        #: started, waiting to go), who handed them over, and those let go
-        #: one by one ("waited") still at work.
+        #: Tickets in hand-over order; those of the held save's writers not let
+        #: go yet, started or not (the first of them is next in line, whichever
+        #: thread reaches its start first); the threads that handed them over;
+        #: the writers let go one by one ("waited") still at work.
         self._tickets = itertools.count()
-        self._queued: dict[int, bool] = {}
+        self._queued: set[int] = set()
         self._handers: set[int] = set()
         self._solo: set[int] = set()
         #: Called, from the writer's own thread, when the last running writer
@@ -119,7 +122,7 @@ class Writers:
         with self._lock:
             ticket = next(self._tickets)
             if step == self._held:
-                self._queued[ticket] = False
+                self._queued.add(ticket)
                 self._handers.add(threading.get_ident())
             found = self._steps.setdefault(step, _Step())
             if found.running == 0 and found.settled.is_set():  # another round of writers for the same save
@@ -197,8 +200,6 @@ class Writers:
         """A writer of save `step` is about to start: held there, if its save is."""
         if step != self._held:
             return
-        with self._lock:
-            self._queued[ticket] = True
         deadline = time.monotonic() + HOLD_LIMIT
         why = None
         while why is None and not self._gate.wait(POLL):
@@ -207,16 +208,18 @@ class Writers:
             elif self._waited_for(ticket):
                 why = "waited"
         with self._lock:
-            self._queued.pop(ticket, None)
+            self._queued.discard(ticket)
             if why is not None:
                 self._solo.add(threading.get_ident())
             self._let_go.append(why or self._why or "limit")
 
     def _waited_for(self, ticket: int) -> bool:
-        """Is `ticket` the first held writer in line, and does every thread
-        that handed the save over, and every writer let go before it, wait?"""
+        """Is `ticket` the first held writer in line (in hand-over order, not
+        in the order their threads happen to start: the upload DCP hands over
+        after its staging waits for it), and does every thread that handed
+        the save over, and every writer let go before it, wait?"""
         with self._lock:
-            first = next((t for t, started in sorted(self._queued.items()) if started), None)
+            first = min(self._queued, default=None)
             threads = self._handers | self._solo
         if first != ticket:
             return False

@@ -16,6 +16,8 @@ it makes, and every later save is compared instead.
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
@@ -236,9 +238,7 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
     live = oracle.judge_golden(case, stopped, line, target.noun)
     if live.verdict is not Verdict.PASS:
         return [live]
-    ranks = target.savers(step)
-    not_stopped = oracle.judge_stopped(case, stopped, step, ranks if ranks is not None else
-                                       frozenset(r.rank for r in stopped.ranks))
+    not_stopped = _not_stopped(target, case, stopped, step)
     if not_stopped:
         return [not_stopped]
     if stop is Stop.SLOW_WRITER:  # nothing trained while the save was in flight: nothing to judge its writer by
@@ -258,6 +258,12 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
     return results + judge_resumed(target, case, golden, stopped, resumed, step, line, found)
 
 
+def _not_stopped(target: Target, case: str, run: Run, step: int) -> Optional[CaseResult]:
+    """UNKNOWN when `run`, told to stop after save `step`, did not stop there on every rank that makes it."""
+    ranks = target.savers(step)
+    return oracle.judge_stopped(case, run, step, ranks if ranks is not None else frozenset(r.rank for r in run.ranks))
+
+
 #: Seconds between the modification times `relocate` gives: more than any rotation's tie-breaking window
 #: (transformers orders by time unless two are within a second of each other, PR #37260).
 MTIME_GAP = 10.0
@@ -270,9 +276,6 @@ def relocate(ckpt: Path, to: Path) -> Path:
     time set against the order of its name, `MTIME_GAP` apart (the
     greatest step the oldest): a resume that picks the newest checkpoint by
     time, or reads an absolute path a file holds, goes wrong."""
-    import os
-    import shutil
-
     shutil.copytree(ckpt, to, copy_function=shutil.copyfile, symlinks=True)
     entries = sorted((p for p in to.rglob("*") if not p.is_symlink()), key=lambda p: p.relative_to(to).parts)
     now = time.time()
@@ -298,19 +301,19 @@ def chain_case(target: Target, root: Path, case: str, golden: Run, step: int, cl
     live = oracle.judge_golden(case, stopped, line, target.noun)
     if live.verdict is not Verdict.PASS:
         return [live]
+    not_stopped = _not_stopped(target, case, stopped, step)
+    if not_stopped:
+        return [not_stopped]
     found = oracle.judge_deterministic(case, golden, stopped, step)
     results = [found] if found else []
     later = [s for s in target.save_steps() or () if s > step]
     before, prev = stopped, step
     for link, until in enumerate([*later, None], 1):
-        request = RunRequest(f"resumed run {link}", stop_after_save=until, trace_files=False) if until else \
-            RunRequest(f"resumed run {link}", trace_files=False)
+        request = RunRequest(f"resumed run {link}", stop_after_save=until, trace_files=False)
         run = clock.run(lambda: target.run(request, ckpt, root / f"link{link}"), resume=True, broken=until)
         judged = judge_resumed(target, case, golden, before, run, prev, line, found, until=until)
         if until is not None and all(r.verdict.ok for r in judged):
-            ranks = target.savers(until)
-            judged += [r for r in [oracle.judge_stopped(case, run, until, ranks if ranks is not None else
-                                                        frozenset(r.rank for r in run.ranks))] if r]
+            judged += [r for r in [_not_stopped(target, case, run, until)] if r]
         how = f"link {link} of the chain, resumed from save {prev} " + (
             "(written by the uninterrupted run)" if link == 1 else "(written by a resumed run)")
         results += [dataclasses.replace(r, summary=f"{how}: {r.summary}") for r in judged]

@@ -5,6 +5,8 @@ thread that calls `starting` and `finished` as the probes' wrapper does."""
 import threading
 from concurrent.futures import Future
 
+import pytest
+
 from ckpt_harness.inject.writers import Writers
 
 SAVE = 4
@@ -59,6 +61,25 @@ def test_a_writer_let_go_that_waits_for_one_still_held_lets_the_next_one_go():
     assert uploaded.result(timeout=5) == "upload"
     for thread in threads:
         thread.join(timeout=5)
+    assert ran == ["stage", "upload"] and table.released_by == "waited"
+
+
+def test_the_line_is_the_order_of_the_hand_over_not_of_the_threads_start():
+    """The staging is handed over first, the upload after it; the upload's
+    thread reaches its start first. While the staging's has not started,
+    nothing is let go: the upload waits for the staging anyway, and let go
+    first it would start before training went on for no reason."""
+    table, ran, staged, uploaded = Writers(), [], Future(), Future()
+    table.hold(SAVE)
+    stage_ticket, upload_ticket = table.handed(SAVE), table.handed(SAVE)
+    upload = writer(table, upload_ticket, "upload", ran, before=staged, after=uploaded)
+    with pytest.raises(TimeoutError):  # the process waits for the upload; the staging's thread has not started
+        uploaded.result(timeout=0.5)
+    assert not table._solo and ran == []  # nothing let go: the first in line has not started
+    stage = writer(table, stage_ticket, "stage", ran, after=staged)
+    assert uploaded.result(timeout=10) == "upload"
+    for thread in (stage, upload):
+        thread.join(timeout=10)
     assert ran == ["stage", "upload"] and table.released_by == "waited"
 
 
