@@ -4,7 +4,8 @@ and the two ends must be bitwise equal (property save-neutral).
 
 A planted save that casts the live weights to bf16 and back in place
 resumes bitwise from every save (the golden run was cast alike) and is
-flagged here, naming the keys; the built-in `torch_save` passes. A script
+flagged here, naming the keys; the built-in `torch_save` passes; a job
+whose identical runs end apart is UNKNOWN, not FAIL. A script
 that saves where it always does, whatever it is told, is n/a: the second
 run would be the first one again."""
 
@@ -27,6 +28,10 @@ def test_a_save_that_casts_the_weights_in_place_changes_the_run_and_is_flagged(t
     twin = neutral("--job", "torch_save", where=tmp_path / "twin")
     assert twin.returncode == 0, twin.stdout + twin.stderr
     assert "saves-change-nothing [torch_save] save-neutral: PASS" in twin.stdout, twin.stdout
+    # a job whose identical runs end apart anyway is not blamed on its saves: the golden run once more tells
+    noisy = neutral("--job", "tests.planted.jobs:Unseeded", where=tmp_path / "noisy")
+    assert "save-neutral: UNKNOWN" in noisy.stdout and "the job is not deterministic, so a difference tells " \
+        "nothing about its saves" in noisy.stdout, noisy.stdout + noisy.stderr
 
 
 def test_a_script_that_is_not_told_its_save_interval_is_not_compared_with_itself(tmp_path):
