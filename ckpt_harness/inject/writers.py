@@ -56,6 +56,9 @@ HOLD_LIMIT = 10.0
 
 #: Seconds between two looks, by the held writer next in line, at whether the process waits for it.
 POLL = 0.02
+#: Seconds after a writer let go one by one finished before the next may go: the thread that waited
+#: for it is still waking from its wait meanwhile, and would be taken for waiting for the next.
+SETTLE = 0.25
 
 
 @functools.lru_cache(maxsize=None)
@@ -112,6 +115,9 @@ class Writers:
         self._queued: set[int] = set()
         self._handers: set[int] = set()
         self._solo: set[int] = set()
+        #: When a writer let go one by one last finished: its waiter wakes from
+        #: its wait then, and is not taken for waiting still within `SETTLE`.
+        self._solo_done = 0.0
         #: Called, from the writer's own thread, when the last running writer
         #: of a step finished: (step, whether any of its writers raised).
         self.on_settled: Callable[[int, bool], None] = lambda step, failed: None
@@ -137,7 +143,9 @@ class Writers:
             found.running -= 1
             found.failed = found.failed or failed
             settled = found.running == 0
-            self._solo.discard(threading.get_ident())
+            if threading.get_ident() in self._solo:
+                self._solo.discard(threading.get_ident())
+                self._solo_done = time.monotonic()
         if settled:
             try:  # recorded before anyone waiting on the step goes on (and stops the rank, say)
                 self.on_settled(step, found.failed)
@@ -222,6 +230,8 @@ class Writers:
             first = min(self._queued, default=None)
             threads = self._handers | self._solo
         if first != ticket:
+            return False
+        if time.monotonic() - self._solo_done < SETTLE:
             return False
         waits = _waits()
         return all(_waiting(ident, waits) for ident in threads)

@@ -65,9 +65,10 @@ class Conflict:
 
 
 def _save_of(name: str) -> Optional[int]:
+    """The save a phase belongs to: its own, its writers', what follows it."""
     name = phase.foreground(name)
-    return phase.step_of(name, "save") if phase.step_of(name, "save") is not None else phase.step_of(
-        name, "after_save")
+    step = phase.step_of(name, "save")
+    return step if step is not None else phase.step_of(name, "after_save")
 
 
 def _claims(e: Event) -> list[tuple[str, str]]:

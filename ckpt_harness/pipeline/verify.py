@@ -232,15 +232,9 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
     if kind == "chain":
         return chain_case(target, root, case, golden, step, clock)
     ckpt = root / "ckpt"
-    stopped = clock.run(lambda: target.run(
-        RunRequest("stopped run", stop_after_save=step, stop=stop, trace_files=False), ckpt, root / "stop"),
-        broken=step)
-    live = oracle.judge_golden(case, stopped, line, target.noun)
-    if live.verdict is not Verdict.PASS:
-        return [live]
-    not_stopped = _not_stopped(target, case, stopped, step)
-    if not_stopped:
-        return [not_stopped]
+    stopped, failed = _stop_after(target, root, case, step, stop, line, clock)
+    if failed:
+        return [failed]
     if stop is Stop.SLOW_WRITER:  # nothing trained while the save was in flight: nothing to judge its writer by
         idle = oracle.judge_overlap(case, stopped, step)
         if idle:
@@ -256,6 +250,17 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
         return results + [oracle.undecided_if(found, oracle.judge_hard_stop(case, golden, stopped, resumed, step,
                                                                             line, target.caps.live_state))]
     return results + judge_resumed(target, case, golden, stopped, resumed, step, line, found)
+
+
+def _stop_after(target: Target, root: Path, case: str, step: int, stop: Stop, line: str,
+                clock: CaseClock) -> tuple[Run, Optional[CaseResult]]:
+    """The run of a case stopped after save `step` (in root/ckpt), and why it
+    cannot be judged further: it failed, or did not stop there."""
+    stopped = clock.run(lambda: target.run(
+        RunRequest("stopped run", stop_after_save=step, stop=stop, trace_files=False), root / "ckpt", root / "stop"),
+        broken=step)
+    live = oracle.judge_golden(case, stopped, line, target.noun)
+    return stopped, live if live.verdict is not Verdict.PASS else _not_stopped(target, case, stopped, step)
 
 
 def _not_stopped(target: Target, case: str, run: Run, step: int) -> Optional[CaseResult]:
@@ -296,14 +301,9 @@ def chain_case(target: Target, root: Path, case: str, golden: Run, step: int, cl
     link after the first loads one."""
     line = target.repro("run", case=case)
     ckpt = root / "ckpt"
-    stopped = clock.run(lambda: target.run(
-        RunRequest("stopped run", stop_after_save=step, trace_files=False), ckpt, root / "stop"), broken=step)
-    live = oracle.judge_golden(case, stopped, line, target.noun)
-    if live.verdict is not Verdict.PASS:
-        return [live]
-    not_stopped = _not_stopped(target, case, stopped, step)
-    if not_stopped:
-        return [not_stopped]
+    stopped, failed = _stop_after(target, root, case, step, Stop.GRACEFUL, line, clock)
+    if failed:
+        return [failed]
     found = oracle.judge_deterministic(case, golden, stopped, step)
     results = [found] if found else []
     later = [s for s in target.save_steps() or () if s > step]
