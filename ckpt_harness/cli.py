@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Iterator, NoReturn, Optional, Sequence
 
+from ckpt_harness import axes
 from ckpt_harness.errors import HarnessError, Interrupted, UsageError, did_you_mean, signal_of
 from ckpt_harness.jobs import describe, registry
 from ckpt_harness.launch.group import LaunchError
@@ -364,10 +365,10 @@ def _chosen(args: argparse.Namespace, command: str, config: str):
 
 #: The settings `trace` takes: what shapes a run (of any kind of target) and picks the save.
 TRACE_SETTINGS = ("world_size", "steps", "save_every", "keep_last", "overwrite", "seed", "timeout", "nodes", "save",
-                  "nproc_per_node", "nnodes")
+                  "nproc_per_node", "nnodes", *axes.NAMES)
 #: The settings of a bench's target (a job at a world size, a script at a layout) that `scenario` takes.
 BENCH_TARGET_SETTINGS = ("world_size", "timeout", "launcher", "cold_start", "script_args", "nproc_per_node", "nnodes",
-                         "checkpoint_layout", "keeps_best", "resume_args")
+                         "checkpoint_layout", "keeps_best", "resume_args", *axes.NAMES)
 #: The settings of a bench (a job at a world size) that `matrix` takes.
 BENCH_SETTINGS = ("world_size", "timeout", "launcher", "cold_start", "parallel")
 #: The script-mode settings `matrix --script` takes besides --script: one

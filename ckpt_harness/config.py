@@ -18,6 +18,7 @@ import argparse
 import dataclasses
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
+from ckpt_harness import axes as axes_mod
 from ckpt_harness.errors import ConfigError, did_you_mean
 from ckpt_harness.inject.corrupt import CORRUPTIONS, DEFAULT_CORRUPTIONS, UNSAFE_PICKLE
 from ckpt_harness.inject.faults import BLOCKING, BY_NAME, FAULT_KINDS, KINDS, OPS
@@ -131,7 +132,7 @@ def _save_rule(value: Any) -> Optional[str]:
 
 
 #: The Job settings a script can be told through its own arguments (`script_args`).
-SCRIPT_ARGS = ("keep_last", "overwrite", "seed", "steps", "save_every")
+SCRIPT_ARGS = ("keep_last", "overwrite", "seed", "steps", "save_every", *axes_mod.NAMES)
 
 
 def _script_args_rule(value: Any) -> Optional[str]:
@@ -143,7 +144,7 @@ def _script_args_rule(value: Any) -> Optional[str]:
             return f"takes NAME=ARGS ({item!r} has no ARGS after '='), e.g. 'keep_last=--save_total_limit {{}}'"
         if name.strip() not in SCRIPT_ARGS:
             return f"names {name.strip()!r}, which a script cannot be told: choose from {', '.join(SCRIPT_ARGS)}"
-        if name.strip() != "overwrite" and "{}" not in args:
+        if SETTINGS[name.strip()].kind is not bool and "{}" not in args:
             return f"needs {{}} where the value of {name.strip()} goes in {args.strip()!r}"
     names = [item.partition("=")[0].strip() for item in value]
     twice = sorted({n for n in names if names.count(n) > 1})
@@ -177,6 +178,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("timeout", float, 60.0, "seconds a group run may take before it counts as hung", positive=True),
     Setting("backend", str, "gloo", "process group backend", choices=("gloo", "nccl")),
     Setting("nodes", int, 1, "simulated nodes sharing the ranks and one file system", low=1),
+    *(Setting(name, bool, False, axes_mod.HELP[name]) if values == (False, True) else
+      Setting(name, str, values[0], axes_mod.HELP[name], choices=values)
+      for name, values in axes_mod.VALUES.items()),
     Setting("cold_start", bool, False, "start a script's torchrun workers, and the process a rank spawns to save "
             "(DCP's checkpoint process), as fresh interpreters, as outside the harness, instead of forked from a "
             "template that imported torch (2-4 s of CPU less per process and run); a case that does not pass warm "
@@ -293,11 +297,20 @@ class RunConfig:
     nodes: int = setting("nodes")
     launcher: str = setting("launcher")
     cold_start: bool = setting("cold_start")
+    precision: str = setting("precision")
+    optimizer: str = setting("optimizer")
+    data: str = setting("data")
+    compile: bool = setting("compile")
 
     def __post_init__(self) -> None:
         for name, s in settings_of(type(self)).items():
             object.__setattr__(self, name, s.check(getattr(self, name)))
         check_run_settings(dataclasses.asdict(self))
+
+    @property
+    def axes(self) -> axes_mod.Axes:
+        """What the job trains with beyond its model (`ckpt_harness.axes`), as its ranks receive it."""
+        return axes_mod.Axes.of(self.values)
 
     @classmethod
     def build(cls, job: JobRef, **values: Any) -> "RunConfig":

@@ -13,7 +13,7 @@ from ckpt_harness.verdict import CaseResult, Verdict, fold
 
 
 #: Distributions whose versions a matrix is only valid for.
-VERSIONED = ("torch", "deepspeed", "transformers", "accelerate", "safetensors", "numpy")
+VERSIONED = ("torch", "deepspeed", "transformers", "accelerate", "safetensors", "torchdata", "numpy")
 
 
 #: Columns of an exploration's table, then property and verdict.

@@ -547,6 +547,7 @@ def run_matrix(
     the process can start none after), the scenarios in flight are abandoned
     and `MatrixInterrupted` is raised with the matrix of those that finished,
     its temporary directory removed."""
+    from ckpt_harness.axes import split_row
     from ckpt_harness.errors import Unavailable
     from ckpt_harness.jobref import resolve
 
@@ -571,15 +572,17 @@ def run_matrix(
         rows.append((target, target.row))
     given: list[Optional[str]] = [None] * len(rows)
     for job in jobs:
+        name, axes = split_row(job) if isinstance(job, str) else (job, {})  # dcp[bf16]: a row of the dcp job
         try:
-            ref, _ = resolve(job)
+            ref, _ = resolve(name)
+            target = targets.of(RunConfig.build(ref, world_size=world_size, timeout=timeout, launcher=launcher,
+                                                cold_start=cold_start, **axes))
+            target.preflight()  # axes the job does not train with are bad input, not a row of errors
         except Unavailable as exc:  # a framework not installed here: not run, and said why
             skipped[job if isinstance(job, str) else job.__qualname__] = str(exc)
             continue
-        rows.append((targets.of(RunConfig.build(ref, world_size=world_size, timeout=timeout, launcher=launcher,
-                                                cold_start=cold_start)),
-                     ref.display))
-        given.append(ref.display)
+        rows.append((target, target.row))
+        given.append(target.row)
     names: list[str] = []
     for i, (_, name) in enumerate(rows):
         names.append(name if name not in names else f"{name} #{i + 1}")  # rows apart, if cut alike

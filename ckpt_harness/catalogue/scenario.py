@@ -51,7 +51,9 @@ class Scenario:
     source: str = ""
 
     def applies_to(self, job: str) -> bool:
-        return any(fnmatch.fnmatchcase(job, pattern) for pattern in self.jobs)
+        """Whether it runs on a row: a row with axes (``dcp[bf16]``) is a row of its job (``dcp``) too."""
+        names = {job, job.partition("[")[0]}
+        return any(fnmatch.fnmatchcase(name, pattern) for name in names for pattern in self.jobs)
 
     @property
     def named_jobs(self) -> tuple[str, ...]:
@@ -422,8 +424,9 @@ def load_file(path: Union[str, Path]) -> list[Scenario]:
 
 def parse(name: str, table: Any, source: str = "<scenario>") -> Scenario:
     """Validate one scenario table against its check's parameters."""
+    from ckpt_harness import axes
     from ckpt_harness.catalogue import checks
-    from ckpt_harness.config import check_run_settings
+    from ckpt_harness.config import SETTINGS, check_run_settings
     from ckpt_harness.oracle import PROPERTIES
 
     where = f"{source}: [{name}]"
@@ -441,7 +444,8 @@ def parse(name: str, table: Any, source: str = "<scenario>") -> Scenario:
     if not isinstance(jobs, list) or not jobs or not all(isinstance(j, str) for j in jobs):
         raise ScenarioError(f"{where}: jobs must be a non-empty list of job names or patterns, e.g. [\"*\"]")
     check = checks.get(table["check"])
-    declared = {s.name: s for s in check.params}
+    # any scenario may set the axes a target trains along (a job's `Job.axes`, a script's `script_args`)
+    declared = {**{name: SETTINGS[name] for name in axes.NAMES}, **{s.name: s for s in check.params}}
     params = {s.name: s.default for s in check.params}
     try:
         for key, value in table.items():

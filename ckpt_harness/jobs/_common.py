@@ -21,10 +21,19 @@ import torch.distributed as dist
 from torch import nn
 
 from ckpt_harness.job import Job, RankContext
+from ckpt_harness.jobs._data import IN_DIM, OUT_DIM, Data, build_data
 
-IN_DIM, HIDDEN, OUT_DIM = 8, 32, 4
-BATCH_SIZE = 8
-N_SAMPLES = 64
+#: The axes every job built on `TinyJob` trains with (`ckpt_harness.axes`).
+TINY_AXES = {
+    "precision": ("fp32", "bf16", "fp16"),
+    "optimizer": ("adamw", "sgd", "adagrad"),
+    "data": ("stream", "shuffled", "workers"),
+    "compile": (False, True),
+}
+#: torch.compile's backend for the `compile` axis (`axes.HELP` says why not inductor).
+COMPILE_BACKEND = "aot_eager"
+
+HIDDEN = 32
 LATEST = "latest"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
 
@@ -46,55 +55,30 @@ def build_mlp(seed: int) -> nn.Sequential:
         )
 
 
-def build_optimizer(params: Iterable[torch.nn.Parameter]):
-    """AdamW plus warmup/decay, so that a resume which forgets the optimizer
-    moments, the step count or the schedule position changes the numbers.
+def build_optimizer(params: Iterable[torch.nn.Parameter], kind: str = "adamw"):
+    """An optimizer of `kind` (axis `optimizer`) plus warmup/decay, so that a
+    resume which forgets the optimizer's state, the step count or the
+    schedule position changes the numbers. SGD gets momentum, or it would
+    have no state to forget; Adagrad starts its sums at 0.1, so the state it
+    creates when built (before any step) is not all zeros.
 
     foreach: with FSDP2's DTensor parameters the per-tensor path makes DTensor
     propagate shardings for every op on every parameter; the list ops need it
     once per op, which halves both the first step and the steady state."""
-    optimizer = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.01, foreach=True)
+    optimizer: torch.optim.Optimizer
+    if kind == "sgd":
+        optimizer = torch.optim.SGD(params, lr=1e-2, momentum=0.9, weight_decay=0.01, foreach=True)
+    elif kind == "adagrad":
+        optimizer = torch.optim.Adagrad(params, lr=1e-2, initial_accumulator_value=0.1, weight_decay=0.01,
+                                        foreach=True)
+    else:
+        optimizer = torch.optim.AdamW(params, lr=1e-2, weight_decay=0.01, foreach=True)
 
     def warmup_then_decay(epoch: int) -> float:
         return min(1.0, (epoch + 1) / 3) * 0.9 ** max(0, epoch - 3)
 
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, warmup_then_decay)
     return optimizer, scheduler
-
-
-class SyntheticStream:
-    """A sharded, reshuffled-per-epoch stream whose only state is `position`.
-
-    The order is a pure function of (seed, epoch), so restoring `position`
-    is both necessary and sufficient to resume the data exactly; the input
-    noise draws from numpy's global RNG so that losing the numpy state on
-    resume changes the training too.
-    """
-
-    def __init__(self, seed: int, rank: int, world_size: int) -> None:
-        self.seed, self.rank, self.world_size = seed, rank, world_size
-        g = torch.Generator().manual_seed(seed)
-        self.x = torch.randn(N_SAMPLES, IN_DIM, generator=g)
-        self.y = torch.tanh(self.x @ torch.randn(IN_DIM, OUT_DIM, generator=g))
-        self.batches_per_epoch = max(1, N_SAMPLES // (BATCH_SIZE * world_size))
-        self.position = 0
-
-    def next_batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        epoch, i = divmod(self.position, self.batches_per_epoch)
-        order = torch.randperm(
-            N_SAMPLES, generator=torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-        )
-        start = ((i * self.world_size + self.rank) * BATCH_SIZE) % N_SAMPLES
-        idx = order[start : start + BATCH_SIZE]
-        noise = torch.from_numpy(np.random.standard_normal((len(idx), IN_DIM)).astype(np.float32))
-        self.position += 1
-        return self.x[idx] + 0.01 * noise, self.y[idx]
-
-    def state_dict(self) -> dict[str, int]:
-        return {"position": self.position}
-
-    def load_state_dict(self, state: Mapping[str, int]) -> None:
-        self.position = int(state["position"])
 
 
 # -- RNG ------------------------------------------------------------------------
@@ -319,21 +303,44 @@ def _full(t: torch.Tensor) -> torch.Tensor:
 
 class TinyJob(Job):
     """Training and `state` shared by the built-in jobs; subclasses provide
-    `setup` (wrapping), `save` and `load`, and name their parameters."""
+    `setup` (wrapping), `save` and `load`, and name their parameters.
+
+    The axes (`TINY_AXES`) live here, so every job built on it trains the
+    same way along them and differs only in how it saves: the loss scaler
+    of fp16 and the data source's state travel in the per-rank extras
+    (`_extra`), which every such job saves and restores."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
     scheduler: Any
-    stream: SyntheticStream
+    stream: Data
+    scaler: Optional[Any] = None
     step: int = 0
+    axes = TINY_AXES
+    _precision: Optional[torch.dtype] = None
 
     def _named_params(self) -> Iterable[tuple[str, torch.nn.Parameter]]:
         raise NotImplementedError
 
+    def _compiled(self, ctx: RankContext, model: nn.Module) -> nn.Module:
+        """`model`, through torch.compile when the axis says so (as most scripts do it:
+        the wrapper's state-dict keys gain `_orig_mod.`)."""
+        return torch.compile(model, backend=COMPILE_BACKEND) if ctx.axes.compile else model
+
+    def _scaler_class(self) -> Any:
+        """The loss scaler of fp16 (FSDP2's shards need the found-inf agreed on: `ShardedGradScaler`)."""
+        return torch.amp.GradScaler
+
     def _build_common(self, ctx: RankContext, model: nn.Module, params) -> None:
         self.model = model
-        self.optimizer, self.scheduler = build_optimizer(params)
-        self.stream = SyntheticStream(ctx.seed, ctx.rank, ctx.world_size)
+        self.optimizer, self.scheduler = build_optimizer(params, ctx.axes.optimizer)
+        self.stream = build_data(ctx.axes.data, ctx.seed, ctx.rank, ctx.world_size)
+        self._precision = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(ctx.axes.precision)
+        # torch's first scale and a short growth interval: the scale grows every
+        # other step until it overflows (step 7 of the default run) and backs off,
+        # so it is state a resume must carry.
+        self.scaler = self._scaler_class()("cpu", init_scale=2.0 ** 16, growth_interval=2) \
+            if ctx.axes.precision == "fp16" else None
         self.step = 0
 
     def _extra(self, ctx: RankContext, step: int) -> dict[str, Any]:
@@ -343,19 +350,32 @@ class TinyJob(Job):
             "world_size": ctx.world_size,
             "rng": saved_rng(),
             "data": self.stream.state_dict(),
+            **({"scaler": self.scaler.state_dict()} if self.scaler is not None else {}),
         }
 
     def _restore_extra(self, extra: Mapping[str, Any], step: int) -> None:
         self.stream.load_state_dict(extra["data"])
+        self._restore_scaler(extra)
         self.step = step
         restore_rng(extra["rng"])
 
+    def _restore_scaler(self, extra: Mapping[str, Any]) -> None:
+        if self.scaler is not None:
+            self.scaler.load_state_dict(extra["scaler"])
+
     def train_step(self, ctx: RankContext, step: int) -> float:
         x, y = self.stream.next_batch()
-        loss = nn.functional.mse_loss(self.model(x), y)
+        with torch.autocast("cpu", dtype=self._precision or torch.float32, enabled=self._precision is not None):
+            out = self.model(x)
+        loss = nn.functional.mse_loss(out.float(), y)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        self.optimizer.step()
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            self.optimizer.step()
         self.scheduler.step()
         self.step = step
         return loss.item()
@@ -391,6 +411,8 @@ class TinyJob(Job):
         out["rng/numpy"] = rng["numpy"]
         out["rng/torch"] = rng["torch"].clone()
         out["data/position"] = self.stream.position
+        if self.scaler is not None:
+            out.update({f"scaler/{k}": v for k, v in self.scaler.state_dict().items()})
         return out
 
     def _full_state(self) -> dict[str, Any]:
@@ -408,8 +430,11 @@ class TinyJob(Job):
         if extra.get("step") != step:
             raise RuntimeError(f"per-rank state is for step {extra.get('step')}, expected {step}")
         self.step = step
-        self.stream.position = step
+        self._restore_scaler(extra)
+        self.stream.skip_to(step)
 
     def teardown(self, ctx: RankContext) -> None:
-        for attr in ("model", "optimizer", "scheduler", "stream"):
+        if "stream" in self.__dict__:
+            self.stream.close()
+        for attr in ("model", "optimizer", "scheduler", "stream", "scaler"):
             self.__dict__.pop(attr, None)

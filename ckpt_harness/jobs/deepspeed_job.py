@@ -83,12 +83,12 @@ from typing import Any, ClassVar, Iterable, Mapping, Optional
 import torch
 from torch import nn
 
+from ckpt_harness.axes import Axes
 from ckpt_harness.jit import JitOp
 from ckpt_harness.job import RankContext
 from ckpt_harness.jobs._common import (
-    BATCH_SIZE,
+    TINY_AXES,
     TinyJob,
-    SyntheticStream,
     _local,
     build_mlp,
     check_extra,
@@ -96,6 +96,7 @@ from ckpt_harness.jobs._common import (
     unanimous,
     world_independent,
 )
+from ckpt_harness.jobs._data import BATCH_SIZE, build_data
 
 #: Set in the warm parent through `env`: importing this module there also
 #: loads (building if needed) DeepSpeed's JIT comm op, once for every rank.
@@ -153,22 +154,36 @@ if os.environ.get(WARM_ENV) == "1":
     warm_deepspeed()
 
 
-def ds_config(stage: int, load_universal: bool = False) -> dict[str, Any]:
+#: DeepSpeed's optimizer type for each value of the `optimizer` axis: its own
+#: AdamW (torch's, `torch_adam`), and torch's SGD and Adagrad by name (what
+#: DeepSpeed builds for a type it has no optimizer of its own for).
+DS_OPTIMIZERS = {
+    "adamw": ("AdamW", {"weight_decay": 0.01, "torch_adam": True}),
+    "sgd": ("SGD", {"momentum": 0.9, "weight_decay": 0.01}),
+    "adagrad": ("Adagrad", {"initial_accumulator_value": 0.1, "weight_decay": 0.01}),
+}
+#: The per-tensor state each optimizer keeps besides its step (what `full_state` gathers).
+STATE_KEYS = {"adamw": ("exp_avg", "exp_avg_sq"), "sgd": ("momentum_buffer",), "adagrad": ("sum",)}
+
+
+def ds_config(stage: int, load_universal: bool = False, axes: Axes = Axes()) -> dict[str, Any]:
     """`load_universal` makes `engine.load_checkpoint` read a universal
     checkpoint (`ds_to_universal`'s output) instead of the ZeRO partitions:
-    DeepSpeed reads the switch only at load time, but only from the config."""
+    DeepSpeed reads the switch only at load time, but only from the config.
+
+    `axes.precision` bf16 is DeepSpeed's own bf16 mode: bf16 weights, fp32
+    master copies in its optimizer."""
     zero: dict[str, Any] = {"stage": stage}
     if stage == 3:
         # Partition every parameter: by default ZeRO-3 keeps parameters under
         # 1e5 elements whole on every rank, which for this model is all of them.
         zero["stage3_param_persistence_threshold"] = 0
+    kind, params = DS_OPTIMIZERS[axes.optimizer]
+    bf16 = {"bf16": {"enabled": True}} if axes.precision == "bf16" else {}
     return {
         "train_micro_batch_size_per_gpu": BATCH_SIZE,
         "gradient_accumulation_steps": 1,
-        "optimizer": {
-            "type": "AdamW",
-            "params": {"lr": LR, "weight_decay": 0.01, "torch_adam": True},
-        },
+        "optimizer": {"type": kind, "params": {"lr": LR, **params}},
         "scheduler": {
             "type": "WarmupLR",
             "params": {
@@ -179,6 +194,9 @@ def ds_config(stage: int, load_universal: bool = False) -> dict[str, Any]:
             },
         },
         "zero_optimization": zero,
+        # ZeRO refuses an optimizer it was not tested with (SGD) unless told, as a user tells it
+        "zero_allow_untested_optimizer": axes.optimizer == "sgd",
+        **bf16,
         "steps_per_print": 10**9,
         "wall_clock_breakdown": False,
         "checkpoint": {"load_universal": load_universal},
@@ -247,6 +265,11 @@ class DeepSpeedJob(TinyJob):
     stage: ClassVar[int] = 1
     checkpoint_layout = "deepspeed"
     requires = {"deepspeed": "ckpt-harness[deepspeed]"}
+    #: DeepSpeed's own precision modes, but not fp16: its CPU accelerator
+    #: refuses it ("Type fp16 is not supported on your device", 0.19.8); no
+    #: torch.compile (DeepSpeed's `engine.compile` is a path of its own).
+    axes = {**{name: values for name, values in TINY_AXES.items() if name != "compile"},
+            "precision": ("fp32", "bf16")}
 
     @classmethod
     def jit_ops(cls) -> tuple[JitOp, ...]:
@@ -275,19 +298,22 @@ class DeepSpeedJob(TinyJob):
         # DeepSpeed wraps it instead of creating its own.
         deepspeed.init_distributed(dist_backend="gloo")
         model = build_mlp(ctx.seed)
-        config = ds_config(self.stage, load_universal=self._needs_universal(ctx))
+        config = ds_config(self.stage, load_universal=self._needs_universal(ctx), axes=ctx.axes)
         self.engine, optimizer, _, scheduler = deepspeed.initialize(
             model=model, model_parameters=model.parameters(), config=config
         )
         self.model = self.engine.module
         self.optimizer = optimizer
         self.scheduler = scheduler
-        self.stream = SyntheticStream(ctx.seed, ctx.rank, ctx.world_size)
+        self.stream = build_data(ctx.axes.data, ctx.seed, ctx.rank, ctx.world_size)
+        self._state_keys = STATE_KEYS[ctx.axes.optimizer]
         self.step = 0
 
     def train_step(self, ctx: RankContext, step: int) -> float:
         x, y = self.stream.next_batch()
-        loss = nn.functional.mse_loss(self.engine(x), y)
+        # the bf16 mode casts the module, not its inputs
+        out = self.engine(x.to(next(self.engine.module.parameters()).dtype))
+        loss = nn.functional.mse_loss(out.float(), y)
         self.engine.backward(loss)
         self.engine.step()  # optimizer step, then the lr scheduler
         self.step = step
@@ -402,7 +428,7 @@ class DeepSpeedJob(TinyJob):
         out.update(self._full_params(named))
         base = self._base_optimizer()
         step = self._optimizer_step(base)
-        moments = self._all_started(step)
+        moments = self._all_started(any(base.state.values()))
         for name, p in named:
             out.update(self._full_optimizer_state(name, p, moments))
         out["optim/step"] = step
@@ -426,11 +452,11 @@ class DeepSpeedJob(TinyJob):
         if self.stage == 0:
             # No master copy: AdamW updates the parameter and keeps its moments.
             state = self._base_optimizer().state.get(p, {})
-            return {f"optim/{name}/{k}": _local(state[k]) for k in ("exp_avg", "exp_avg_sq") if k in state}
+            return {f"optim/{name}/{k}": _local(state[k]) for k in self._state_keys if k in state}
         from deepspeed.utils import safe_get_full_fp32_param, safe_get_full_optimizer_state
 
         out = {f"optim/{name}/param": _local(safe_get_full_fp32_param(p))}
-        for key in ("exp_avg", "exp_avg_sq") if moments else ():
+        for key in self._state_keys if moments else ():
             value = safe_get_full_optimizer_state(p, key)
             if value is not None:
                 out[f"optim/{name}/{key}"] = _local(value)
@@ -449,15 +475,16 @@ class DeepSpeedJob(TinyJob):
             return None
         return _local(steps[0]) if torch.is_tensor(steps[0]) else steps[0]
 
-    def _all_started(self, step: Any) -> bool:
-        """Whether AdamW has state on every rank. Its moments are created in
-        its first step, and DeepSpeed's accessors raise on a rank without
-        them while the others wait in the all-reduce; asked once, collectively,
-        every rank skips the moments alike (and the comparison shows them
-        missing) instead of hanging."""
+    def _all_started(self, started: bool) -> bool:
+        """Whether the optimizer has state on every rank (`started` here).
+        AdamW's moments and SGD's momentum are created in its first step, and
+        DeepSpeed's accessors raise on a rank without them while the others
+        wait in the all-reduce; asked once, collectively, every rank skips
+        the moments alike (and the comparison shows them missing) instead of
+        hanging."""
         import torch.distributed as dist
 
-        flag = torch.tensor([0 if step is None else 1], dtype=torch.int32)
+        flag = torch.tensor([int(started)], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MIN)
         return bool(flag.item())
 

@@ -70,6 +70,21 @@ def _build_model(seed: int):
         return LlamaForCausalLM(config)
 
 
+def _axis_arguments(ctx: RankContext) -> dict[str, Any]:
+    """The Trainer's arguments for `ctx.axes` (`HFTrainerJob.axes`)."""
+    axes = ctx.axes
+    workers = axes.data == "workers"
+    return {
+        "bf16": axes.precision == "bf16",
+        "fp16": axes.precision == "fp16",
+        "optim": {"adamw": "adamw_torch", "sgd": "sgd", "adagrad": "adagrad"}[axes.optimizer],
+        **({"optim_args": "momentum=0.9"} if axes.optimizer == "sgd" else {}),
+        "dataloader_num_workers": 2 if workers else 0,
+        "dataloader_persistent_workers": workers,
+        **({"torch_compile": True, "torch_compile_backend": "aot_eager"} if axes.compile else {}),
+    }
+
+
 class _Tokens:
     """A synthetic causal-LM dataset, a pure function of the seed."""
 
@@ -206,6 +221,12 @@ class HFTrainerJob(Job):
 
     trainer: Any = None
     resumed_from: Optional[int] = None
+    #: The Trainer's own switches: `bf16`/`fp16` (its autocast and, for fp16,
+    #: accelerate's GradScaler), `optim`, `dataloader_num_workers` with
+    #: persistent workers, `torch_compile`. Its data is always its default
+    #: shuffled sampler, resumed by skipping batches (data=stream).
+    axes = {"precision": ("fp32", "bf16", "fp16"), "optimizer": ("adamw", "sgd", "adagrad"),
+            "data": ("stream", "workers"), "compile": (False, True)}
 
     def run(self, ctx: RankContext) -> None:
         import torch.distributed as dist
@@ -234,7 +255,7 @@ class HFTrainerJob(Job):
             weight_decay=0.01,
             seed=ctx.seed,
             data_seed=ctx.seed,
-            dataloader_num_workers=0,
+            **_axis_arguments(ctx),
             report_to=[],
             logging_strategy="no",
             eval_strategy="no",

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Optional
 
 from ckpt_harness import phase
+from ckpt_harness.axes import Axes
 from ckpt_harness import state as state_mod
 from ckpt_harness.inject import probes
 from ckpt_harness.inject.faults import Fault
@@ -76,6 +77,8 @@ class RunPlan:
     trace_files: bool = True
     #: Also record `full_state` after load and after every save (world-size change).
     full_state: bool = False
+    #: What the job trains with (`RankContext.axes`).
+    axes: Axes = dataclasses.field(default_factory=Axes)
 
 
 def run_rank(info: RankInfo, plan: RunPlan) -> None:
@@ -173,6 +176,7 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
         keep_last=plan.keep_last,
         overwrite=plan.overwrite,
         backend=info.backend,
+        axes=plan.axes,
         _on_loaded=on_loaded,
         _on_saved=on_saved,
         _on_phase=probes.set_phase,

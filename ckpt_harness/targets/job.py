@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
 from ckpt_harness import jit
+from ckpt_harness.axes import missing, refused, row_name
 from ckpt_harness.config import ExploreConfig, RunConfig, cli_args, settings_of, shown
-from ckpt_harness.errors import BackendUnavailable, UsageError
+from ckpt_harness.errors import BackendUnavailable, ConfigError, FrameworkMissing, UsageError
 from ckpt_harness.jobref import load
 from ckpt_harness.jobs import registry
 from ckpt_harness.launch import GroupSpec, run_group
@@ -42,7 +43,7 @@ class JobTarget:
 
     @property
     def row(self) -> str:
-        return self.name
+        return row_name(self.name, self.config.axes)
 
     @property
     def world_size(self) -> int:
@@ -79,7 +80,16 @@ class JobTarget:
         return self.config.values
 
     def preflight(self) -> None:
-        """Refuse a backend this machine cannot run, before any group is started."""
+        """Refuse axes the job does not train with, and a backend this machine
+        cannot run, before any group is started."""
+        problems = refused(self.name, self.job_class.axes, self.config.axes)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        absent = missing(self.config.axes)
+        if absent:
+            hints = " ".join(repr(h) for h in sorted(set(absent.values())))
+            raise FrameworkMissing(f"job {self.name} at {self.config.axes.label} needs {', '.join(sorted(absent))}, "
+                                   f"which is not installed here: pip install {hints}")
         if self.config.backend != "nccl":
             return
         import torch
@@ -107,6 +117,7 @@ class JobTarget:
             stop_after_save=request.stop_after_save, hard_stop=request.stop is Stop.HARD,
             slow_writer=request.stop is Stop.SLOW_WRITER, faults=request.faults,
             log_data=request.log_data, trace_files=request.trace_files, full_state=request.full_state,
+            axes=config.axes,
         )
         spec = GroupSpec(
             world_size=config.world_size, entry="ckpt_harness.rankside.job:run_rank", payload=plan, run_dir=run_dir,
@@ -114,7 +125,8 @@ class JobTarget:
             preload=tuple(cls.preload), env=dict(cls.env), failure_grace=request.failure_grace,
             blocked_grace=request.blocked_grace,
             warmup=("ckpt_harness.rankside.job:warm_up", (config.job, config.world_size, config.seed))
-            if cls.warm_start and config.backend == "gloo" else None,
+            # the template warms the defaults' code paths; other axes may start workers or compile
+            if cls.warm_start and config.backend == "gloo" and not config.axes.varied() else None,
             warm_children=not config.cold_start,
         )
         return Run.collect(request.name, run_dir, run_group(spec))
@@ -147,7 +159,8 @@ class JobTarget:
 
     def bench_args(self) -> list[str]:
         """What `ckpt-harness scenario` takes to run on this target again (a bench's world size and timeout)."""
-        return ["--job", self.name, "--world-size", shown(self.world_size), "--timeout", shown(self.timeout)]
+        axes = cli_args(self.config.axes.varied(), settings_of(RunConfig))
+        return ["--job", self.name, *axes, "--world-size", shown(self.world_size), "--timeout", shown(self.timeout)]
 
     def repro(self, command: str, plan: Mapping[str, Any] = {}, case: Optional[str] = None) -> str:
         return repro_line(self, command, plan, case)

@@ -35,7 +35,9 @@ CONFIG_SIZE = 1 << 20
 SHAPE = ("steps", "save_every", "seed")
 #: An example of `script_args` for each setting, for the reasons that ask for one.
 TELL = {"keep_last": "'keep_last=--save_total_limit {}'", "overwrite": "overwrite=--overwrite_output_dir",
-        "seed": "'seed=--seed {}'", "steps": "'steps=--max_steps {}'", "save_every": "'save_every=--save_steps {}'"}
+        "seed": "'seed=--seed {}'", "steps": "'steps=--max_steps {}'", "save_every": "'save_every=--save_steps {}'",
+        "precision": "'precision=--mixed_precision {}'", "optimizer": "'optimizer=--optim {}'",
+        "data": "'data=--data {}'", "compile": "compile=--torch_compile"}
 #: Why a Job setting a scenario sets makes it n/a for a script (others: generic).
 JOB_ONLY = {
     "backend": "a script picks its own backend in init_process_group",

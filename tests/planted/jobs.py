@@ -536,3 +536,32 @@ class RankZeroRepublishesLatest(EveryRankRepublishesLatest):
 
     def republishers(self, ctx: RankContext) -> bool:
         return ctx.rank == 0
+
+
+class ReplaysThePermutation(TorchSaveJob):
+    """Trains on the shuffled loader (`data="shuffled"`) and resumes it by
+    skipping the batches its epoch consumed, without its sampler's
+    generator state: the resumed epoch draws a permutation from a fresh
+    generator, epoch 0's (the default `RandomSampler` resumed mid-epoch,
+    huggingface/accelerate PR #4233). A resume inside epoch 0 passes; one
+    inside a later epoch trains on other batches."""
+
+    def _restore_extra(self, extra, step: int) -> None:
+        data = dict(extra["data"])
+        data["epoch_start"] = torch.Generator().manual_seed(self.stream.generator.initial_seed()).get_state()
+        super()._restore_extra({**extra, "data": data}, step)
+
+
+class ForgetsTheScaler(TorchSaveJob):
+    """Trains fp16 with a loss scaler (`precision="fp16"`) and saves
+    everything but the scaler: a resume starts at the first scale again, so
+    a step the uninterrupted run skipped on overflow is taken, or the other
+    way round."""
+
+    def _extra(self, ctx: RankContext, step: int):
+        extra = dict(super()._extra(ctx, step))
+        extra.pop("scaler", None)
+        return extra
+
+    def _restore_scaler(self, extra) -> None:
+        pass
