@@ -327,10 +327,6 @@ class TinyJob(Job):
         the wrapper's state-dict keys gain `_orig_mod.`)."""
         return torch.compile(model, backend=COMPILE_BACKEND) if ctx.axes.compile else model
 
-    def _scaler_class(self) -> Any:
-        """The loss scaler of fp16 (FSDP2's shards need the found-inf agreed on: `ShardedGradScaler`)."""
-        return torch.amp.GradScaler
-
     def _build_common(self, ctx: RankContext, model: nn.Module, params) -> None:
         self.model = model
         self.optimizer, self.scheduler = build_optimizer(params, ctx.axes.optimizer)
@@ -339,7 +335,8 @@ class TinyJob(Job):
         # torch's first scale and a short growth interval: the scale grows every
         # other step until it overflows (step 7 of the default run) and backs off,
         # so it is state a resume must carry.
-        self.scaler = self._scaler_class()("cpu", init_scale=2.0 ** 16, growth_interval=2) \
+        # torch.amp's scaler serves FSDP2 too: DTensor reduces its found-inf check over the mesh.
+        self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16, growth_interval=2) \
             if ctx.axes.precision == "fp16" else None
         self.step = 0
 
