@@ -547,7 +547,7 @@ def run_matrix(
     the process can start none after), the scenarios in flight are abandoned
     and `MatrixInterrupted` is raised with the matrix of those that finished,
     its temporary directory removed."""
-    from ckpt_harness.axes import split_row
+    from ckpt_harness.jobs.axes import split_row
     from ckpt_harness.errors import Unavailable
     from ckpt_harness.jobref import resolve
 

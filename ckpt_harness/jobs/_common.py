@@ -23,7 +23,7 @@ from torch import nn
 from ckpt_harness.job import Job, RankContext
 from ckpt_harness.jobs._data import IN_DIM, OUT_DIM, Data, build_data
 
-#: The axes every job built on `TinyJob` trains with (`ckpt_harness.axes`).
+#: The axes every job built on `TinyJob` trains with (`ckpt_harness.jobs.axes`).
 TINY_AXES = {
     "precision": ("fp32", "bf16", "fp16"),
     "optimizer": ("adamw", "sgd", "adagrad"),

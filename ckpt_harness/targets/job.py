@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
 from ckpt_harness import jit
-from ckpt_harness.axes import missing, refused, row_name
+from ckpt_harness.jobs.axes import missing, refused, row_name
 from ckpt_harness.config import ExploreConfig, RunConfig, cli_args, settings_of, shown
 from ckpt_harness.errors import BackendUnavailable, ConfigError, FrameworkMissing, UsageError
 from ckpt_harness.jobref import load

@@ -54,6 +54,10 @@ BAD = {
     "checkpoint_layout": (1, "parquet"),
     "keeps_best": ("true", ...),
     "resume_args": (["--resume"], ...),
+    "precision": (16, "fp8"),
+    "optimizer": (None, "lamb"),
+    "data": (["workers"], "disk"),
+    "compile": ("yes", ...),
 }
 CASES = [P(name, value, id=f"{name}-{label}") for name, pair in BAD.items()
          for label, value in zip(("type", "range"), pair) if value is not ...]
