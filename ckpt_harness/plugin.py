@@ -758,8 +758,9 @@ def _add_catalogue(session: pytest.Session, config: pytest.Config, items: list) 
         raise pytest.UsageError(f"{wanted[0]}: catalogue node ids need --ckpt-job JOB, the job they run against")
     if not job:
         return
-    from ckpt_harness.errors import JobError, ScenarioError, Unavailable
+    from ckpt_harness.errors import ConfigError, JobError, ScenarioError, Unavailable
     from ckpt_harness.jobref import resolve
+    from ckpt_harness.jobs.axes import split_row
     from ckpt_harness.catalogue.scenario import builtin_catalogue, builtin_dir, select
 
     patterns = [p.strip() for p in (config.getoption("--ckpt-scenarios") or "").split(",") if p.strip()]
@@ -768,10 +769,10 @@ def _add_catalogue(session: pytest.Session, config: pytest.Config, items: list) 
     except ScenarioError as exc:
         raise pytest.UsageError(f"--ckpt-scenarios: {exc}") from None
     try:
-        resolve(job)
+        resolve(split_row(job)[0])
     except Unavailable:
         pass  # a framework not installed here: its items skip, saying what to install
-    except JobError as exc:
+    except (JobError, ConfigError) as exc:
         raise pytest.UsageError(f"--ckpt-job {job}: {exc}") from None
     builtin = builtin_dir().resolve()
     files = {Path(i.scenario.source).resolve().parent for i in items if isinstance(i, ScenarioItem)}

@@ -34,7 +34,7 @@ from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.catalogue.expectations import CellGate, Gating
 from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult
 from ckpt_harness.catalogue.shards import Shard, Task, assign
-from ckpt_harness.config import PLAIN, SETTINGS, RunConfig, ScriptConfig
+from ckpt_harness.config import PLAIN, SETTINGS, ScriptConfig
 from ckpt_harness.errors import UsageError, signal_of
 from ckpt_harness.oracle import PROPERTIES
 from ckpt_harness.oracle.causes import Severity
@@ -547,9 +547,7 @@ def run_matrix(
     the process can start none after), the scenarios in flight are abandoned
     and `MatrixInterrupted` is raised with the matrix of those that finished,
     its temporary directory removed."""
-    from ckpt_harness.jobs.axes import split_row
     from ckpt_harness.errors import Unavailable
-    from ckpt_harness.jobref import resolve
 
     started = time.monotonic()
     rows: list[tuple[targets.Target, str]] = []
@@ -572,11 +570,9 @@ def run_matrix(
         rows.append((target, target.row))
     given: list[Optional[str]] = [None] * len(rows)
     for job in jobs:
-        name, axes = split_row(job) if isinstance(job, str) else (job, {})  # dcp[bf16]: a row of the dcp job
-        try:
-            ref, _ = resolve(name)
-            target = targets.of(RunConfig.build(ref, world_size=world_size, timeout=timeout, launcher=launcher,
-                                                cold_start=cold_start, **axes))
+        try:  # dcp[bf16]: a row of the dcp job at precision bf16
+            target = targets.job(job, world_size=world_size, timeout=timeout, launcher=launcher,
+                                 cold_start=cold_start)
             target.preflight()  # axes the job does not train with are bad input, not a row of errors
         except Unavailable as exc:  # a framework not installed here: not run, and said why
             skipped[job if isinstance(job, str) else job.__qualname__] = str(exc)

@@ -76,10 +76,14 @@ def chosen(given: Mapping[str, Any], command: str) -> TargetKind:
 
 
 def job(job: Union[str, type], **settings: Any) -> JobTarget:
-    """A Job (a subclass, a registered name or "module:Class") with run
-    settings (`RunConfig`'s); unknown settings are refused."""
-    ref, _ = resolve_job(job)
-    return JobTarget(RunConfig.build(ref, **settings))
+    """A Job (a subclass, a registered name or "module:Class", or a matrix
+    row of one: ``dcp[bf16]``, its axes as settings) with run settings
+    (`RunConfig`'s); unknown settings are refused."""
+    from ckpt_harness.jobs.axes import split_row
+
+    name, axes = split_row(job) if isinstance(job, str) else (job, {})
+    ref, _ = resolve_job(name)
+    return JobTarget(RunConfig.build(ref, **{**axes, **settings}))
 
 
 def script(script: str, **settings: Any) -> ScriptTarget:

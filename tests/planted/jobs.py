@@ -25,6 +25,7 @@ from ckpt_harness.jobs._common import (
     LATEST, atomic_write_text, build_mlp, fsync_dir, capture_rng, commit, prepare_step_dir, read_latest, step_dir,
     torch_save_durable,
 )
+from ckpt_harness.jobs.dcp import DcpJob
 from ckpt_harness.jobs.torch_save import TorchSaveJob
 
 
@@ -565,3 +566,18 @@ class ForgetsTheScaler(TorchSaveJob):
 
     def _restore_scaler(self, extra) -> None:
         pass
+
+
+class DcpScalerSkipsFirstSteps(DcpJob):
+    """Not planted: the built-in `dcp` job at precision fp16 with a first
+    loss scale of 2^20, as a model whose first steps overflow. The scaler
+    skips steps 1 and 2, so at save 2 AdamW has no state yet while the
+    gradients exist; DCP's `get_state_dict` then initialises no state (it
+    takes gradients for a sign the state exists) and saves none, and the
+    resume's `get_state_dict`, on a fresh optimizer without gradients,
+    initialises it and asks the checkpoint for keys it lacks (docs/findings.md)."""
+
+    def _build_common(self, ctx: RankContext, model, params) -> None:
+        super()._build_common(ctx, model, params)
+        if self.scaler is not None:
+            self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 20, growth_interval=2)

@@ -56,8 +56,9 @@ def test_shards_of_the_recorded_matrix_are_balanced_by_its_costs_and_split_only_
         assert max(loads) <= max(total / count * 1.1, max(costs.values())) + 1e-6, loads
         rows = [{t.row for t in shard} for shard in shards]
         split = {row for row in {t.row for t in tasks} if sum(row in r for r in rows) > 1}
-        # dcp_async_process is two thirds of the matrix: the only row too big for one shard of 2 or 3
-        assert split == {"dcp_async_process"} or count == 4, (count, split)
+        cost = {row: sum(c for t, c in costs.items() if t.row == row) for row in {t.row for t in tasks}}
+        # only a row too big for a fair share is split (dcp_async_process, 30% of the matrix, fits a third)
+        assert split <= {row for row in cost if cost[row] > total / count} or count == 4, (count, split)
 
 
 def test_without_costs_every_run_costs_the_same_and_rows_stay_whole_where_they_fit():
