@@ -39,6 +39,12 @@ def from_scheduler(scheduler: Mapping[str, Any]) -> dict[str, Any]:
     return {f"scheduler/{k}": list(v) if isinstance(v, list) else v for k, v in scheduler.items()}
 
 
+def from_extra(extra: Mapping[str, Any]) -> dict[str, Any]:
+    """What a built-in job's per-rank extras hold that is the same on every
+    rank (rank 0's is read): the step, and the fp16 loss scaler's state."""
+    return {"step": extra["step"], **{f"scaler/{k}": v for k, v in extra.get("scaler", {}).items()}}
+
+
 #: The top-level keys of `jobs.dcp.DcpJob`'s state dict.
 DCP_JOB = ("model", "optim", "extra")
 #: The files (by stem) of a `jobs.torch_save.TorchSaveJob` save.
@@ -83,7 +89,7 @@ def dcp_job(state_dict: Mapping[str, Any]) -> dict[str, Any]:
     out.update(from_optimizer(optim, {name: name for name in optim["state"]}))
     extra = torch.load(io.BytesIO(_bytes(state_dict["extra"]["rank0"])), map_location="cpu", weights_only=True)
     out.update(from_scheduler(extra["scheduler"]))
-    out["step"] = extra["step"]
+    out.update(from_extra(extra))
     return out
 
 
@@ -112,7 +118,7 @@ def torch_save_files(files: Mapping[str, Any], where: str) -> dict[str, Any]:
     out = {f"model/{name}": model[name] for name in names}
     out.update(from_optimizer(optim, dict(zip(ids, names))))
     out.update(from_scheduler(files["scheduler"]))
-    out["step"] = files["rng_rank0"]["step"]
+    out.update(from_extra(files["rng_rank0"]))
     return out
 
 

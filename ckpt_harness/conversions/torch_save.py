@@ -25,7 +25,7 @@ class _FromTorchSave:
 class ToSafetensors(_FromTorchSave):
     gives = "safetensors"
     writes = "model.safetensors (safetensors.torch.save_file of the model's state dict)"
-    drops = ("optim/*", "scheduler/*", "step")
+    drops = ("optim/*", "scheduler/*", "scaler/*", "step")
     why_dropped = "a weights export: safetensors holds the model's tensors only"
     requires: Mapping[str, str] = {"safetensors": "pip install safetensors (or ckpt-harness[hf])"}
 

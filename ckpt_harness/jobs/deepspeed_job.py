@@ -428,7 +428,10 @@ class DeepSpeedJob(TinyJob):
         out.update(self._full_params(named))
         base = self._base_optimizer()
         step = self._optimizer_step(base)
-        moments = self._all_started(any(base.state.values()))
+        # Adagrad's state exists before its first step, but DeepSpeed links a parameter
+        # to its optimizer state fragments only in a step (or a load): its accessor needs both
+        linked = all(getattr(getattr(p, "_hp_mapping", None), "optim_fragment", {}) is not None for _, p in named)
+        moments = self._all_started(any(base.state.values()) and linked)
         for name, p in named:
             out.update(self._full_optimizer_state(name, p, moments))
         out["optim/step"] = step
