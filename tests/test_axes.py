@@ -136,3 +136,15 @@ def test_a_matrix_row_with_axes_trains_along_them_and_leaves_no_loader_worker_be
     while _stray_group_members(since) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not _stray_group_members(since)
+
+
+def test_a_script_is_told_an_axis_through_its_own_arguments_and_a_scenario_setting_one_it_is_not_is_na(tmp_path):
+    from ckpt_harness import targets
+    from ckpt_harness.targets import NotApplicable
+
+    told = targets.script("train.py {ckpt_dir}", script_args=("precision=--mixed_precision {}", "compile=--compile"))
+    argv = told.with_settings({"precision": "bf16", "compile": True}).argv(tmp_path)
+    assert set(argv[2:]) == {"--compile", "--mixed_precision", "bf16"} and "--mixed_precision bf16" in " ".join(argv)
+    assert "--compile" not in told.with_settings({"compile": False}).argv(tmp_path)
+    with pytest.raises(NotApplicable, match="'optimizer=--optim {}'"):
+        told.with_settings({"optimizer": "adagrad"})
