@@ -174,6 +174,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("keep_last", int, None, "ask the job to keep only the last N checkpoints (ctx.keep_last)",
             low=1, optional=True),
     Setting("overwrite", bool, False, "set ctx.overwrite for the job"),
+    Setting("save_spacing", float, 0.0, "seconds every rank waits once a save returned, so that consecutive "
+            "checkpoints' modification times are at least that far apart: a job that orders its checkpoints by "
+            "time only when they are far enough apart (transformers' rotation: a second) is then taken down that "
+            "path; 0 saves as fast as the job trains", low=0),
     Setting("seed", int, 0, "seed of the job (ranks are seeded with seed + rank)"),
     Setting("timeout", float, 60.0, "seconds a group run may take before it counts as hung", positive=True),
     Setting("backend", str, "gloo", "process group backend", choices=("gloo", "nccl")),
@@ -295,6 +299,7 @@ class RunConfig:
     timeout: float = setting("timeout")
     backend: str = setting("backend")
     nodes: int = setting("nodes")
+    save_spacing: float = setting("save_spacing")
     launcher: str = setting("launcher")
     cold_start: bool = setting("cold_start")
     precision: str = setting("precision")

@@ -43,3 +43,19 @@ def test_a_resume_that_takes_the_newest_checkpoint_by_time_resumes_the_wrong_one
     assert scenario("resume-every-save", PLANTED).returncode == 0
     twin = scenario("relocated-resume", "torch_save")
     assert twin.returncode == 0 and "relocated-resume [torch_save] faithful: PASS" in twin.stdout, twin.stdout
+
+
+def test_saves_spaced_a_second_apart_take_a_rotation_that_orders_by_time_down_that_path(tmp_path):
+    def run(job: str, spacing: str):
+        return cli("run", "--job", job, "--keep-last", "2", "--steps", "6", "--save-spacing", spacing,
+                   "--workdir", str(tmp_path / f"{job.rpartition(':')[2]}-{spacing}"), cwd=tmp_path)
+
+    planted = "tests.planted.jobs:RotatesByTime"
+    assert run(planted, "0").returncode == 0  # fast saves: its step-ordered path, which is right
+    spaced = run(planted, "1.2")
+    assert spaced.returncode == 1, spaced.stdout + spaced.stderr
+    assert "after save 6: the checkpoints of steps 2, 4 remain; expected the checkpoints of steps 4, 6" \
+        in spaced.stdout, spaced.stdout
+    assert "--save-spacing 1.2" in spaced.stdout  # the repro line spaces them too
+    twin = run("torch_save", "1.2")
+    assert twin.returncode == 0, twin.stdout

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import time
 from pathlib import Path
 from typing import Optional
 
@@ -59,6 +60,8 @@ class RunPlan:
     save_every: int
     keep_last: Optional[int] = None
     overwrite: bool = False
+    #: Seconds to wait once a save returned (`save_spacing`): checkpoints that far apart in time.
+    save_spacing: float = 0.0
     #: Park right after save k returned (a preemption); None runs to the end.
     stop_after_save: Optional[int] = None
     #: The preemption is hard: park at once, not waiting for the save in
@@ -133,6 +136,8 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
         # trains on, which is not checkpointing.
         last = plan.total_steps - plan.total_steps % plan.save_every
         probes.set_phase(phase.after_save(step) if step == last else phase.RUN)
+        if plan.save_spacing and step != last:
+            time.sleep(plan.save_spacing)
 
     published: list[int] = []
 

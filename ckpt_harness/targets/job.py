@@ -114,6 +114,7 @@ class JobTarget:
         plan = RunPlan(
             job=config.job, ckpt_dir=str(ckpt_dir), seed=config.seed, total_steps=config.steps,
             save_every=config.save_every, keep_last=config.keep_last, overwrite=config.overwrite,
+            save_spacing=config.save_spacing,
             stop_after_save=request.stop_after_save, hard_stop=request.stop is Stop.HARD,
             slow_writer=request.stop is Stop.SLOW_WRITER, faults=request.faults,
             log_data=request.log_data, trace_files=request.trace_files, full_state=request.full_state,

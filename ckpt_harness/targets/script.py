@@ -43,6 +43,8 @@ JOB_ONLY = {
     "backend": "a script picks its own backend in init_process_group",
     "launcher": "a script runs under torchrun, whose agent ends the group when a worker exits with an error "
                 "(launcher = elastic)",
+    "save_spacing": "a script saves on its own clock: the harness waits after a Job's saves only (space a "
+                    "script's saves through its own arguments)",
 }
 
 

@@ -581,3 +581,29 @@ class DcpScalerSkipsFirstSteps(DcpJob):
         super()._build_common(ctx, model, params)
         if self.scaler is not None:
             self.scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 20, growth_interval=2)
+
+
+class RotatesByTime(TorchSaveJob):
+    """Rotates as transformers' Trainer does since PR #37260: by
+    modification time, unless two checkpoints are less than a second apart,
+    then by step. Its time-ordered path is wrong: it keeps the oldest N. Saves made as fast
+    as this job trains only ever take the step-ordered path and pass; spaced
+    a second apart (`save_spacing`), the rotation deletes the checkpoint
+    `latest` names."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        keep, ctx.keep_last = ctx.keep_last, None  # the rotation is its own, below
+        try:
+            super().save(ctx, step)
+        finally:
+            ctx.keep_last = keep
+        if keep is not None and ctx.rank == 0:
+            dirs = sorted(ctx.ckpt_dir.glob("step_*"))
+            times = sorted(p.stat().st_mtime for p in dirs)
+            if all(b - a >= 1.0 for a, b in zip(times, times[1:])):
+                doomed = sorted(dirs, key=lambda p: p.stat().st_mtime)[keep:]  # meant newest first: the bug
+            else:
+                doomed = dirs[:-keep]
+            for path in doomed:
+                shutil.rmtree(path)
+        dist.barrier()

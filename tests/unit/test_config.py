@@ -54,6 +54,7 @@ BAD = {
     "checkpoint_layout": (1, "parquet"),
     "keeps_best": ("true", ...),
     "resume_args": (["--resume"], ...),
+    "save_spacing": ("1s", -1.0),
     "precision": (16, "fp8"),
     "optimizer": (None, "lamb"),
     "data": (["workers"], "disk"),
