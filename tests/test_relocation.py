@@ -59,3 +59,13 @@ def test_saves_spaced_a_second_apart_take_a_rotation_that_orders_by_time_down_th
     assert "--save-spacing 1.2" in spaced.stdout  # the repro line spaces them too
     twin = run("torch_save", "1.2")
     assert twin.returncode == 0, twin.stdout
+
+
+def test_a_pointer_holding_an_absolute_path_finds_nothing_in_a_copy_elsewhere(tmp_path):
+    job = "tests.planted.jobs:FollowsAnAbsolutePath"
+    moved = cli("scenario", "relocated-resume", "--job", job, "--workdir", str(tmp_path / "moved"), cwd=tmp_path)
+    assert moved.returncode == 1, moved.stdout + moved.stderr
+    # it reads the original, which the copy replaced
+    assert "moved@2: resumed run: failure: rank 0 raised FileNotFoundError in load" in moved.stdout \
+        or "moved@2: resumed run: failure: rank 1 raised FileNotFoundError in load" in moved.stdout, moved.stdout
+    assert "/moved@2/ckpt/step_000002/model.pt" in moved.stdout, moved.stdout

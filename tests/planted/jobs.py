@@ -607,3 +607,22 @@ class RotatesByTime(TorchSaveJob):
             for path in doomed:
                 shutil.rmtree(path)
         dist.barrier()
+
+
+class FollowsAnAbsolutePath(TorchSaveJob):
+    """Its pointer names the checkpoint by absolute path, as a trainer state
+    that records its `output_dir` does. Where it was written every resume
+    passes; from a copy elsewhere, with the original gone, it finds nothing."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        super().save(ctx, step)
+        if ctx.rank == 0:
+            atomic_write_text(ctx.ckpt_dir / "latest_path", f"{step_dir(ctx.ckpt_dir, step).resolve()}\n")
+        dist.barrier()
+
+    def _load(self, ctx: RankContext) -> Optional[int]:
+        pointer = ctx.ckpt_dir / "latest_path"
+        if not pointer.exists():
+            return None
+        path = Path(pointer.read_text().strip())
+        return self._load_from(ctx, int(path.name.partition("_")[2]), path)
