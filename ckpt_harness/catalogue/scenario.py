@@ -445,7 +445,8 @@ def parse(name: str, table: Any, source: str = "<scenario>") -> Scenario:
         raise ScenarioError(f"{where}: jobs must be a non-empty list of job names or patterns, e.g. [\"*\"]")
     check = checks.get(table["check"])
     # any scenario may set the axes a target trains along (a job's `Job.axes`, a script's `script_args`)
-    declared = {**{name: SETTINGS[name] for name in axes.NAMES}, **{s.name: s for s in check.params}}
+    declared = {s.name: s for s in check.params}
+    declared.update({name: SETTINGS[name] for name in axes.NAMES if name not in declared})
     params = {s.name: s.default for s in check.params}
     try:
         for key, value in table.items():
