@@ -14,6 +14,7 @@ gather of its final model, on every rank and (the twin) on rank 0 alone.
 """
 
 import os
+import re
 import shutil
 import sys
 import time
@@ -366,7 +367,11 @@ def test_torchtitans_cpu_staging_waited_for_before_the_next_step_holds_the_saves
     torn, _ = slow("--bug", "no-wait-for-staging")
     assert torn.returncode == 1, torn.stdout + torn.stderr
     assert "snapshot-consistent: FAIL" in torn.stdout and "slow@2 / saves after resume: FAIL" in torn.stdout
-    assert "state_dict.*.step (4 keys): 1 of 1 elements differ; first at index []: 5.0, expected 4.0" in torn.stdout
+    # the staging copied a later step's Adam step (5.0 as a rule: one step after save 2; a slower staging
+    # thread on a loaded box copies a later one still)
+    later = re.search(r"state_dict\.\*\.step \(4 keys\): 1 of 1 elements differ; first at index \[\]: (\d+)\.0, "
+                      r"expected 4\.0", torn.stdout)
+    assert later and int(later.group(1)) > 4, torn.stdout
 
 
 def test_a_dcp_trainer_that_declares_its_full_state_resumes_at_another_world_size_and_its_twin_is_flagged(tmp_path):
