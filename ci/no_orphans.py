@@ -1,5 +1,7 @@
 """Fail if any process of the harness outlived the test run.
 
+Also an S3 server it started (`launch.s3server`: this environment's `weed`).
+
 Ranks are forked from the warm fork server and keep its command line, so one
 pattern finds the server and every rank it ever forked; script mode's torchrun
 agents and workers name the harness's modules on theirs. Only servers of this
@@ -12,6 +14,7 @@ import sys
 import time
 
 PATTERNS = (b"ckpt_harness.launch.zygote", b"ckpt_harness.launch.agent", b"ckpt_harness.launch.worker")
+WEED = os.path.join(os.path.dirname(sys.executable), "weed")
 
 
 def survivors() -> list[str]:
@@ -23,7 +26,8 @@ def survivors() -> list[str]:
         except OSError:
             continue
         argv0 = cmdline.split(b"\0", 1)[0].decode(errors="replace")
-        if any(p in cmdline for p in PATTERNS) and int(pid) != os.getpid() and argv0 == sys.executable:
+        ours = any(p in cmdline for p in PATTERNS) and argv0 == sys.executable
+        if (ours or argv0 == WEED) and int(pid) != os.getpid():
             found.append(pid + ": " + cmdline.replace(b"\0", b" ").decode(errors="replace"))
     return found
 
