@@ -406,7 +406,7 @@ class CaseClock:
 
     def stamp(self, result: CaseResult, notes: Iterable[Note] = (), every: bool = False) -> CaseResult:
         """`result` with where its seconds went (`done`), whether a run of it
-        started warm, and the timeline of the case's runs (`timeline.attach`)."""
+        started warm, and the timeline of the case's runs (`present.from_runs.attach`)."""
         warm = self.warm
         result = dataclasses.replace(result, timings=self.done(), warm=warm,
                                      also=tuple(dataclasses.replace(a, warm=warm) for a in result.also))

@@ -1,1 +1,1 @@
-"""Probes and the trace they record; later, fault kinds and the durability model."""
+"""Probes and the trace they record, the fault kinds they fire, and the durability model of what a power loss leaves."""

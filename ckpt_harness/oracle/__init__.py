@@ -8,6 +8,7 @@ builds a verdict.
 from ckpt_harness.oracle.judges import (
     Reference,
     cannot_judge,
+    not_applicable,
     float_noise,
     harness_error,
     judge_fault,
@@ -54,7 +55,7 @@ from ckpt_harness.oracle.scenarios import (
 
 __all__ = [
     "OTHER_LAYOUT", "PROPERTIES", "Background", "Outcome", "OutcomeKind", "Problem", "Reference", "accepted",
-    "cannot_judge", "classify_resume", "expected", "judge_frozen_writer",
+    "cannot_judge", "classify_resume", "expected", "judge_frozen_writer", "not_applicable",
     "float_noise", "harness_error", "health", "judge_blocked", "judge_conversion", "judge_converted_resume",
     "judge_deterministic",
     "judge_fault", "judge_finished",

@@ -376,6 +376,12 @@ def _list(problems: list[tuple[int, list]]) -> str:
     return diffs.listing(problems)
 
 
+def not_applicable(case: str, check: str, why: str) -> CaseResult:
+    """N/A: the case does not apply to this target or save (a conversion that does not read it,
+    a save it refused to convert), said why; no statement about the job."""
+    return CaseResult(case, check, Verdict.NA, why)
+
+
 def cannot_judge(case: str, check: str, why: str, details: str = "") -> CaseResult:
     """UNKNOWN: the situation the case needs could not be set up (no statement about the job)."""
     return CaseResult(case, check, Verdict.UNKNOWN, why, details)

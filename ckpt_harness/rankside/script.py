@@ -1,7 +1,7 @@
 """The worker side of a script run: record what the oracle judges, as `rankside.job` does for a Job.
 
-The bootstrap (`launch/worker.py`) calls `arm`, the entry `launch_script`
-names in its `ScriptSpec`, before the script runs; it arms the worker when
+The bootstrap (`launch/worker.py`) calls `arm`, the entry the script target
+names in its `ScriptSpec` (`targets/script.py`), before the script runs; it arms the worker when
 the harness put a `ScriptPlan` in the environment. From then on the worker
 is traced like a Job rank (collectives, file operations under the
 checkpoint directory, the armed faults) and writes the same records into

@@ -174,7 +174,8 @@ class Target(Protocol):
 
     def plan_defaults(self) -> Mapping[str, Any]:
         """Explore settings this target keeps as its own whatever a scenario
-        says (a torchrun run's deadlines are not a fork server's)."""
+        says. Every kind built in keeps none (`{}`): the hook is for a kind
+        whose runs cannot take a plan's value (an extension's)."""
 
     def cli_args(self, command: str, plan: Mapping[str, Any] = {}) -> list[str]:
         """The options of `command` that rebuild this target (and `plan`), defaults left out."""

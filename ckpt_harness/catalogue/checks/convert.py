@@ -41,7 +41,7 @@ from ckpt_harness.pipeline.baseline import Baseline
 from ckpt_harness.records import CaseClock, Run
 from ckpt_harness.state import Record
 from ckpt_harness.targets import PROPAGATION, RunRequest
-from ckpt_harness.verdict import CaseResult, Verdict
+from ckpt_harness.verdict import CaseResult
 
 #: Seconds one conversion may take: a fresh interpreter importing its
 #: framework (DeepSpeed, transformers: up to ~15 s on a busy 2-core box),
@@ -134,7 +134,7 @@ class Convert:
         try:
             source = conversions.save_dir(made.ckpt, made.k)
         except LookupError as exc:
-            return [clock.stamp(CaseResult(name, scenario.property, Verdict.NA, str(exc))) for name in names]
+            return [clock.stamp(oracle.not_applicable(name, scenario.property, str(exc))) for name in names]
         results = []
         for name in names:
             # Each case's clock holds the shared saving run; a conversion's own
@@ -143,7 +143,7 @@ class Convert:
             conversion = conversions.get(name)
             skipped = _skipped(conversion, source)
             if skipped is not None:
-                results.append(case.stamp(CaseResult(name, scenario.property, Verdict.NA, skipped)))
+                results.append(case.stamp(oracle.not_applicable(name, scenario.property, skipped)))
                 continue
             converted = run_conversion(name, source, root / name, DEADLINE, read_source=made.full_state is None)
             case.judging()
@@ -215,10 +215,10 @@ class Confuse:
         try:
             source = conversions.save_dir(base.committed, base.k)
         except LookupError as exc:
-            return clock.stamp(CaseResult(name, scenario.property, Verdict.NA, str(exc)))
+            return clock.stamp(oracle.not_applicable(name, scenario.property, str(exc)))
         skipped = _skipped(conversion, source)
         if skipped is not None:
-            return clock.stamp(CaseResult(name, scenario.property, Verdict.NA, skipped))
+            return clock.stamp(oracle.not_applicable(name, scenario.property, skipped))
         converted = run_conversion(name, source, root, DEADLINE)
         unmade = _unmade(converted, name, scenario.property, base.k)
         if unmade is not None:
@@ -253,7 +253,7 @@ def _committed_baseline(bench, scenario, target) -> Union[Baseline, CaseResult]:
 def _unmade(converted: Converted, name: str, check: str, k: int) -> Optional[CaseResult]:
     """The case cannot be made when the conversion wrote nothing usable: not the loader's doing."""
     if converted.refused is not None:
-        return CaseResult(name, check, Verdict.NA, f"the conversion refused save {k}, so there is no save in "
+        return oracle.not_applicable(name, check, f"the conversion refused save {k}, so there is no save in "
                                                    f"another layout to hand the resume: {converted.refused}")
     problem = converted.error or converted.broken  # what its reader makes of it is the convert check's
     if problem is not None:
