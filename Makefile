@@ -51,7 +51,7 @@ test: lint $(BROWSER)
 	@# here, the package's and the tests' modules are not compiled again in each (a box
 	@# with PYTHONDONTWRITEBYTECODE set never caches them otherwise).
 	@$(PY) -m compileall -q ckpt_harness tests ci
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -n 3 --dist loadgroup --no-loadscope-reorder -p no:cacheprovider $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -n 3 --dist loadgroup --no-loadscope-reorder -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
 	@$(PY) ci/no_orphans.py
 
 lint: $(STAMP)

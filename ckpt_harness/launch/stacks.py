@@ -16,8 +16,13 @@ main thread comes last, and its outermost frame is the interpreter's entry
 dump ends in faulthandler's ``...``. A dump that ends on such a line and
 stopped growing is taken at once. One that does not (another thread
 printed to the same log after it, or the process was stalled halfway) is
-taken once it stopped growing for `SETTLE_UNSURE`, which bounds what a log
-of that kind costs.
+taken once it stopped growing for `SETTLE_UNSURE` and the process is not
+runnable: a process descheduled in its handler is in state R, waiting for a
+core, and one that is done waits again where it hung (S) or is gone. A
+process that stays runnable (a rank spinning in C) is waited for up to
+`SETTLE_BUSY`, which bounds what a log of that kind costs. (A clean-clone
+CI run on 2026-11-29 took a torchrun worker's dump stalled for over a
+second after its first frame: the skipped-barrier report lost its stack.)
 """
 
 from __future__ import annotations
@@ -35,8 +40,10 @@ from ckpt_harness.launch.rank import STACK_SIGNAL
 
 #: A whole dump that stopped growing for this long is taken.
 SETTLE = 0.05
-#: A dump that does not end on an outermost frame is taken after this long unchanged.
+#: A dump that does not end on an outermost frame is taken after this long unchanged, the process not runnable.
 SETTLE_UNSURE = 1.0
+#: ... or after this long unchanged, runnable or not.
+SETTLE_BUSY = 5.0
 
 _OUTERMOST = re.compile(r'(?:^  File ".*", line \d+ in (?:<module>|_run_module_as_main)|^  \.\.\.)\s*\Z',
                         re.MULTILINE)
@@ -89,7 +96,9 @@ class StackRequest:
         if size <= self.offset or (self.recorder is not None and not self.recorder.exists()):
             return False
         quiet = now - self._grew
-        return quiet >= SETTLE_UNSURE or (quiet >= SETTLE and ends_whole(self.text()))
+        if quiet >= SETTLE and ends_whole(self.text()):
+            return True
+        return quiet >= SETTLE_BUSY or (quiet >= SETTLE_UNSURE and _proc.state(self.pid) != "R")
 
     def stop_again(self) -> None:
         """Stop it again if it was stopped, so none of its threads goes on."""

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ckpt_harness.launch import _proc
-from ckpt_harness.launch.stacks import SETTLE_UNSURE, StackRequest, await_answers, ends_whole
+from ckpt_harness.launch.stacks import SETTLE_BUSY, SETTLE_UNSURE, StackRequest, await_answers, ends_whole
 
 #: A sleeping main thread and a sleeping helper thread, dumping on SIGUSR1.
 DUMPER = """
@@ -28,15 +28,21 @@ print("ready", flush=True)
 time.sleep(60)
 """
 
-#: Writes a given dump in two halves, `pause` seconds apart, on SIGUSR1.
+#: Writes a given dump in two halves, `pause` seconds apart, on SIGUSR1:
+#: asleep in between, or runnable all along (argv[4] "spin": as a process
+#: descheduled in its handler, waiting for a core).
 STALLED = """
 import os, signal, sys, time
 out, dump, pause = sys.argv[1], open(sys.argv[2]).read(), float(sys.argv[3])
+spin = sys.argv[4:] == ["spin"]
 def answer(*_):
     half = dump.index("\\n", len(dump) // 2) + 1
     with open(out, "a") as f:
         f.write(dump[:half]); f.flush()
-        time.sleep(pause)
+        end = time.monotonic() + pause
+        while spin and time.monotonic() < end:
+            pass
+        time.sleep(0 if spin else pause)
         f.write(dump[half:])
 signal.signal(signal.SIGUSR1, answer)
 print("ready", flush=True)
@@ -86,6 +92,24 @@ def test_a_request_waits_for_a_writer_stalled_in_the_middle_of_its_dump(tmp_path
     canned.write_text(real_dump)
     out = tmp_path / "stalled.txt"
     proc = _start(tmp_path, STALLED, str(out), str(canned), str(SETTLE_UNSURE / 3))
+    try:
+        request = StackRequest(proc.pid, out)
+        request.send()
+        await_answers([request], grace=30, poll=0.01)
+        assert request.text() == real_dump
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_request_waits_past_the_unsure_settle_for_a_writer_still_runnable(tmp_path, real_dump):
+    """A worker descheduled in its handler stays runnable (R) past
+    `SETTLE_UNSURE`: its half dump is not taken while it is."""
+    canned = tmp_path / "dump.txt"
+    canned.write_text(real_dump)
+    out = tmp_path / "spinning.txt"
+    pause = (SETTLE_UNSURE + SETTLE_BUSY) / 2
+    proc = _start(tmp_path, STALLED, str(out), str(canned), str(pause), "spin")
     try:
         request = StackRequest(proc.pid, out)
         request.send()
