@@ -72,7 +72,7 @@ class DcpJob(TinyJob):
         # (instead of one per layer) keeps a step cheap on an oversubscribed
         # CPU box.
         fully_shard(model, mesh=mesh)
-        self._build_common(ctx, model, model.parameters())
+        self._build_common(ctx, self._compiled(ctx, model), model.parameters())
 
     def _named_params(self) -> Iterable[tuple[str, torch.nn.Parameter]]:
         return self.model.named_parameters()

@@ -42,7 +42,7 @@ class TorchSaveJob(TinyJob):
     preload = ("numpy", "torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", __name__)
 
     def setup(self, ctx: RankContext) -> None:
-        model = DistributedDataParallel(build_mlp(ctx.seed))
+        model = DistributedDataParallel(self._compiled(ctx, build_mlp(ctx.seed)))
         model.register_comm_hook(None, _rank_ordered_mean)
         self._build_common(ctx, model, model.parameters())
 

@@ -84,40 +84,33 @@ def test_a_dump_cut_by_faulthandler_at_its_frame_limit_ends_whole():
     assert ends_whole('Thread 0x1 (most recent call first):\n  File "a.py", line 1 in f\n  ...\n')
 
 
-def test_a_request_waits_for_a_writer_stalled_in_the_middle_of_its_dump(tmp_path, real_dump):
-    """With the rule it replaced (the file unchanged for one poll) the half
-    before the pause was taken; the pause is far longer than that poll and
-    shorter than `SETTLE_UNSURE`."""
+def _answer_of_stalled_writer(tmp_path: Path, dump: str, pause: float, *mode: str) -> str:
+    """What a request takes from `STALLED` replaying `dump` with `pause` in its middle."""
     canned = tmp_path / "dump.txt"
-    canned.write_text(real_dump)
+    canned.write_text(dump)
     out = tmp_path / "stalled.txt"
-    proc = _start(tmp_path, STALLED, str(out), str(canned), str(SETTLE_UNSURE / 3))
+    proc = _start(tmp_path, STALLED, str(out), str(canned), str(pause), *mode)
     try:
         request = StackRequest(proc.pid, out)
         request.send()
         await_answers([request], grace=30, poll=0.01)
-        assert request.text() == real_dump
+        return request.text()
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_request_waits_for_a_writer_stalled_in_the_middle_of_its_dump(tmp_path, real_dump):
+    """With the rule it replaced (the file unchanged for one poll) the half
+    before the pause was taken; the pause is far longer than that poll and
+    shorter than `SETTLE_UNSURE`."""
+    assert _answer_of_stalled_writer(tmp_path, real_dump, SETTLE_UNSURE / 3) == real_dump
 
 
 def test_a_request_waits_past_the_unsure_settle_for_a_writer_still_runnable(tmp_path, real_dump):
     """A worker descheduled in its handler stays runnable (R) past
     `SETTLE_UNSURE`: its half dump is not taken while it is."""
-    canned = tmp_path / "dump.txt"
-    canned.write_text(real_dump)
-    out = tmp_path / "spinning.txt"
-    pause = (SETTLE_UNSURE + SETTLE_BUSY) / 2
-    proc = _start(tmp_path, STALLED, str(out), str(canned), str(pause), "spin")
-    try:
-        request = StackRequest(proc.pid, out)
-        request.send()
-        await_answers([request], grace=30, poll=0.01)
-        assert request.text() == real_dump
-    finally:
-        proc.kill()
-        proc.wait()
+    assert _answer_of_stalled_writer(tmp_path, real_dump, (SETTLE_UNSURE + SETTLE_BUSY) / 2, "spin") == real_dump
 
 
 def test_a_stopped_process_is_continued_for_its_dump_and_stopped_again(tmp_path):
