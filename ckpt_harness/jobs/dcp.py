@@ -75,7 +75,8 @@ class DcpJob(TinyJob):
         self._build_common(ctx, self._compiled(ctx, model), model.parameters())
 
     def _named_params(self) -> Iterable[tuple[str, torch.nn.Parameter]]:
-        return self.model.named_parameters()
+        # by the FQNs DCP saves them under: its state-dict helpers drop a compiled wrapper's `_orig_mod.`
+        return getattr(self.model, "_orig_mod", self.model).named_parameters()
 
     def _extra_key(self, ctx: RankContext) -> str:
         return f"rank{ctx.rank}"
