@@ -28,21 +28,20 @@ print("ready", flush=True)
 time.sleep(60)
 """
 
-#: Writes a given dump in two halves, `pause` seconds apart, on SIGUSR1:
-#: asleep in between, or runnable all along (argv[4] "spin": as a process
-#: descheduled in its handler, waiting for a core).
+#: Writes a given dump in two halves on SIGUSR1, `pause` seconds apart
+#: asleep, or (a "go" file as argv[4]) runnable in between until that file
+#: appears: a process descheduled in its handler, waiting for a core.
 STALLED = """
 import os, signal, sys, time
 out, dump, pause = sys.argv[1], open(sys.argv[2]).read(), float(sys.argv[3])
-spin = sys.argv[4:] == ["spin"]
+go = sys.argv[4] if len(sys.argv) > 4 else None
 def answer(*_):
     half = dump.index("\\n", len(dump) // 2) + 1
     with open(out, "a") as f:
         f.write(dump[:half]); f.flush()
-        end = time.monotonic() + pause
-        while spin and time.monotonic() < end:
+        while go is not None and not os.path.exists(go):
             pass
-        time.sleep(0 if spin else pause)
+        time.sleep(0 if go else pause)
         f.write(dump[half:])
 signal.signal(signal.SIGUSR1, answer)
 print("ready", flush=True)
@@ -84,33 +83,48 @@ def test_a_dump_cut_by_faulthandler_at_its_frame_limit_ends_whole():
     assert ends_whole('Thread 0x1 (most recent call first):\n  File "a.py", line 1 in f\n  ...\n')
 
 
-def _answer_of_stalled_writer(tmp_path: Path, dump: str, pause: float, *mode: str) -> str:
-    """What a request takes from `STALLED` replaying `dump` with `pause` in its middle."""
+def test_a_request_waits_for_a_writer_stalled_in_the_middle_of_its_dump(tmp_path, real_dump):
+    """With the rule it replaced (the file unchanged for one poll) the half
+    before the pause was taken; the pause is far longer than that poll and
+    shorter than `SETTLE_UNSURE`."""
     canned = tmp_path / "dump.txt"
-    canned.write_text(dump)
+    canned.write_text(real_dump)
     out = tmp_path / "stalled.txt"
-    proc = _start(tmp_path, STALLED, str(out), str(canned), str(pause), *mode)
+    proc = _start(tmp_path, STALLED, str(out), str(canned), str(SETTLE_UNSURE / 3))
     try:
         request = StackRequest(proc.pid, out)
         request.send()
         await_answers([request], grace=30, poll=0.01)
-        return request.text()
+        assert request.text() == real_dump
     finally:
         proc.kill()
         proc.wait()
 
 
-def test_a_request_waits_for_a_writer_stalled_in_the_middle_of_its_dump(tmp_path, real_dump):
-    """With the rule it replaced (the file unchanged for one poll) the half
-    before the pause was taken; the pause is far longer than that poll and
-    shorter than `SETTLE_UNSURE`."""
-    assert _answer_of_stalled_writer(tmp_path, real_dump, SETTLE_UNSURE / 3) == real_dump
-
-
-def test_a_request_waits_past_the_unsure_settle_for_a_writer_still_runnable(tmp_path, real_dump):
+def test_a_half_dump_is_not_taken_while_its_writer_is_runnable(tmp_path, real_dump):
     """A worker descheduled in its handler stays runnable (R) past
-    `SETTLE_UNSURE`: its half dump is not taken while it is."""
-    assert _answer_of_stalled_writer(tmp_path, real_dump, (SETTLE_UNSURE + SETTLE_BUSY) / 2, "spin") == real_dump
+    `SETTLE_UNSURE`: its half dump is not taken while it is (up to
+    `SETTLE_BUSY`), and the whole one is once it is written."""
+    canned = tmp_path / "dump.txt"
+    canned.write_text(real_dump)
+    out, go = tmp_path / "spinning.txt", tmp_path / "go"
+    proc = _start(tmp_path, STALLED, str(out), str(canned), "0", str(go))
+    try:
+        request = StackRequest(proc.pid, out)
+        request.send()
+        deadline = time.monotonic() + 30
+        while not request.text() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert request.text(), "the writer never wrote its first half"
+        await_answers([request], grace=2 * SETTLE_UNSURE, poll=0.01)
+        assert not request.answered(), request.text()
+        go.touch()
+        await_answers([request], grace=30, poll=0.01)
+        assert request.text() == real_dump
+        assert SETTLE_BUSY > 2 * SETTLE_UNSURE
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_stopped_process_is_continued_for_its_dump_and_stopped_again(tmp_path):
