@@ -43,7 +43,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Optional
 
 from ckpt_harness.errors import FrameworkMissing, HarnessError
 from ckpt_harness.launch import _proc
@@ -157,13 +157,6 @@ class S3Server:
         self.stop()
 
 
-@contextlib.contextmanager
-def running(root: Path) -> Iterator[S3Endpoint]:
-    """A server for the duration of a `with` block."""
-    with S3Server(root) as endpoint:
-        yield endpoint
-
-
 def client(endpoint: S3Endpoint) -> Any:
     """A botocore S3 client of `endpoint` (botocore comes with s3fs: the `s3` extra)."""
     try:
@@ -217,4 +210,4 @@ def _tail(path: Path, lines: int = 5) -> str:
         return "(no log)"
 
 
-__all__ = ["S3Endpoint", "S3Server", "ServerFailed", "binary", "client", "free_ports", "running"]
+__all__ = ["S3Endpoint", "S3Server", "ServerFailed", "binary", "client", "free_ports"]
