@@ -132,7 +132,7 @@ def _save_rule(value: Any) -> Optional[str]:
 
 
 #: The Job settings a script can be told through its own arguments (`script_args`).
-SCRIPT_ARGS = ("keep_last", "overwrite", "seed", "steps", "save_every", *axes_mod.NAMES)
+SCRIPT_ARGS = ("keep_last", "overwrite", "seed", "steps", "save_every", *axes_mod.TRAINING)
 
 
 def _script_args_rule(value: Any) -> Optional[str]:
@@ -306,6 +306,7 @@ class RunConfig:
     optimizer: str = setting("optimizer")
     data: str = setting("data")
     compile: bool = setting("compile")
+    storage: str = setting("storage")
 
     def __post_init__(self) -> None:
         for name, s in settings_of(type(self)).items():

@@ -43,6 +43,11 @@ class RankContext:
     #: What to train with beyond the model: precision, optimizer, data, compile
     #: (`ckpt_harness.jobs.axes`); only values the job lists in `Job.axes` reach it.
     axes: Axes = dataclasses.field(default_factory=Axes)
+    #: Where the checkpoints go, as a URL fsspec (and DCP's `checkpoint_id`)
+    #: takes: ``s3://ckpt/...`` on a bucket (`axes.storage`), with the server's
+    #: endpoint and credentials in the environment (``AWS_ENDPOINT_URL`` ...);
+    #: the path of `ckpt_dir` on local storage, where the job writes there.
+    ckpt_url: str = ""
     #: Harness hooks, set by the rank runner. Jobs call `loaded`/`saved`.
     _on_loaded: Optional[Callable[[Optional[int]], None]] = dataclasses.field(
         default=None, repr=False

@@ -103,9 +103,9 @@ def test_a_shuffled_sampler_resumed_without_its_generator_is_flagged_and_the_bui
 
 
 def _stray_group_members(since: float) -> list[int]:
-    """Processes started after `since` (seconds since boot) whose process
-    group's leader is gone: a rank's loader worker outliving its rank (a
-    rank leads its own group; its workers are forked into it)."""
+    """Processes of this test started after `since` (seconds since boot)
+    whose process group's leader is gone: a rank's loader worker outliving
+    its rank (a rank leads its own group; its workers are forked into it)."""
     stray = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -113,9 +113,20 @@ def _stray_group_members(since: float) -> list[int]:
         except OSError:
             continue
         state, pgid, started = fields[0], int(fields[2]), int(fields[19]) / os.sysconf("SC_CLK_TCK")
-        if state != "Z" and started >= since and pgid != int(pid) and not os.path.exists(f"/proc/{pgid}"):
+        if state != "Z" and started >= since and pgid != int(pid) and not os.path.exists(f"/proc/{pgid}") \
+                and _ours(pid):
             stray.append(int(pid))
     return stray
+
+
+def _ours(pid: str) -> bool:
+    """Forked from this process's fork server (its command line names this process), so that other tests'
+    processes, which a loaded machine runs side by side, do not count."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return b"ckpt_harness.launch.zygote" in argv and str(os.getpid()).encode() in argv
 
 
 def _uptime() -> float:

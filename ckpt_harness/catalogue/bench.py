@@ -123,6 +123,7 @@ class Bench:
         ConfigError for a save step the target does not make. The run stopped
         after save k is made where corruption cases (or `committed`) need its
         directory, or the golden trace does not replay to the golden run's."""
+        plan = baselines.without_power_loss(target, plan)  # before the golden run: refused as explore refuses it
         golden = self.golden(target)
         known = target.knowing(golden)
         k = baselines.broken(known, plan)

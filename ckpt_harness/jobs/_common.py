@@ -8,6 +8,7 @@ job's checkpointing, not at its training.
 from __future__ import annotations
 
 import errno
+import io
 import os
 import random
 import re
@@ -22,6 +23,7 @@ from torch import nn
 
 from ckpt_harness.job import Job, RankContext
 from ckpt_harness.jobs._data import IN_DIM, OUT_DIM, Data, build_data
+from ckpt_harness.jobs._store import ObjectPath, Root, is_local, root
 
 #: The axes every job built on `TinyJob` trains with (`ckpt_harness.jobs.axes`).
 TINY_AXES = {
@@ -111,8 +113,13 @@ def restore_rng(state: Mapping[str, Any]) -> None:
 
 
 # -- small durable files --------------------------------------------------------
-def fsync_dir(path: Path) -> None:
+# On a bucket (`_store.ObjectPath`) an object is durable, and whole, once its
+# upload returned, and there is no directory to sync: the helpers below do
+# there what that leaves to do.
+def fsync_dir(path: Root) -> None:
     """A rename or a new file is only durable once its directory is fsynced."""
+    if not is_local(path):
+        return
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)
@@ -120,8 +127,12 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Readers see the old content or the new, never a torn pointer."""
+def atomic_write_text(path: Root, text: str) -> None:
+    """Readers see the old content or the new, never a torn pointer (on a
+    bucket one upload: an object appears whole or not at all)."""
+    if not is_local(path):
+        path.write_text(text)
+        return
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "w") as f:
         f.write(text)
@@ -131,32 +142,55 @@ def atomic_write_text(path: Path, text: str) -> None:
     fsync_dir(path.parent)
 
 
-def fsync_files(path: Path) -> None:
+def fsync_files(path: Root) -> None:
     """Make every file directly in `path` durable, whoever wrote it and
     however: its data is on disk only if an fsync ran after its last byte
     reached the kernel, and a writer may fsync before it flushes (DCP's
     `.metadata` in torch 2.13, docs/findings.md). An fsync through any
     descriptor reaches the file, so one rank can vouch for its peers' files."""
+    if not is_local(path):
+        return
     for file in sorted(p for p in path.iterdir() if p.is_file()):
         with open(file, "rb") as f:
             os.fsync(f.fileno())
 
 
-def torch_save_durable(obj: Any, path: Path) -> None:
+def torch_save_durable(obj: Any, path: Root) -> None:
     """Through a Python file object (so the harness's write probes see every
     byte) and fsynced, because the `latest` pointer will vouch for it."""
+    if not is_local(path):
+        with path.open("wb") as f:
+            torch.save(obj, f)
+        return
     with open(path, "wb") as f:
         torch.save(obj, f)
         f.flush()
         os.fsync(f.fileno())
 
 
+def readable(path: Root) -> Any:
+    """What `torch.load` takes for `path`: the path itself if local (torch reads it natively), the object's
+    bytes from a bucket."""
+    return path if is_local(path) else io.BytesIO(path.read_bytes())
+
+
 # -- step directories and the `latest` pointer ----------------------------------
-def step_dir(ckpt_dir: Path, step: int) -> Path:
-    return Path(ckpt_dir) / f"step_{step:06d}"
+def step_dir(ckpt_dir: Root, step: int) -> Root:
+    return _root(ckpt_dir) / f"step_{step:06d}"
 
 
-def prepare_step_dir(ctx: RankContext, path: Path) -> None:
+def _root(ckpt_dir: Any) -> Root:
+    return ckpt_dir if isinstance(ckpt_dir, ObjectPath) else Path(ckpt_dir)
+
+
+def _rmtree(path: Root) -> None:
+    if is_local(path):
+        shutil.rmtree(path)
+    else:
+        path.rmtree()
+
+
+def prepare_step_dir(ctx: RankContext, path: Root) -> None:
     """Every rank decides on the same view of the directory (checked before
     the first barrier, created after it), so an overwrite refusal is raised
     on all ranks alike instead of leaving some of them waiting in a
@@ -166,20 +200,20 @@ def prepare_step_dir(ctx: RankContext, path: Path) -> None:
     crashed before its commit, not a checkpoint: it is replaced whatever
     `overwrite` says, or the job could never get past the step it crashed in.
     """
-    if path.exists() and not ctx.overwrite and _committed(ctx.ckpt_dir, path):
+    if path.exists() and not ctx.overwrite and _committed(root(ctx), path):
         raise FileExistsError(
             errno.EEXIST, "checkpoint directory already exists and overwrite=False", str(path)
         )
     dist.barrier()
     if ctx.rank == 0:
         if path.exists():
-            shutil.rmtree(path)
+            _rmtree(path)
         path.mkdir(parents=True)
         fsync_dir(path.parent)
     dist.barrier()
 
 
-def _committed(ckpt_dir: Path, path: Path) -> bool:
+def _committed(ckpt_dir: Root, path: Root) -> bool:
     try:
         found = read_latest(ckpt_dir)
     except (OSError, ValueError):
@@ -188,7 +222,7 @@ def _committed(ckpt_dir: Path, path: Path) -> bool:
     return found is not None and match is not None and int(match.group(1)) <= found[0]
 
 
-def commit(ctx: RankContext, path: Path, step: int, *, sync_files: bool = False) -> None:
+def commit(ctx: RankContext, path: Root, step: int, *, sync_files: bool = False) -> None:
     """Publish `path` once every rank's files are in it, then rotate.
 
     `sync_files` fsyncs the files first, for writers whose own fsyncs cannot
@@ -200,13 +234,13 @@ def commit(ctx: RankContext, path: Path, step: int, *, sync_files: bool = False)
         if sync_files:
             fsync_files(path)
         fsync_dir(path)
-        atomic_write_text(Path(ctx.ckpt_dir) / LATEST, path.name + "\n")
+        atomic_write_text(root(ctx) / LATEST, path.name + "\n")
         if ctx.keep_last is not None:
-            _rotate(Path(ctx.ckpt_dir), step, ctx.keep_last)
+            _rotate(root(ctx), step, ctx.keep_last)
     dist.barrier()
 
 
-def _rotate(ckpt_dir: Path, current: int, keep_last: int) -> None:
+def _rotate(ckpt_dir: Root, current: int, keep_last: int) -> None:
     """Only steps at or below the one just published count, so a stale dir
     left by a failed later save can never push the live checkpoint out."""
     steps = sorted(
@@ -217,20 +251,20 @@ def _rotate(ckpt_dir: Path, current: int, keep_last: int) -> None:
     keep = set(steps[-max(1, keep_last):]) | {current}
     for s in steps:
         if s not in keep:
-            shutil.rmtree(step_dir(ckpt_dir, s))
+            _rmtree(step_dir(ckpt_dir, s))
 
 
-def read_latest(ckpt_dir: Path) -> Optional[tuple[int, Path]]:
+def read_latest(ckpt_dir: Root) -> Optional[tuple[int, Root]]:
     """No pointer means a fresh start; a pointer to nothing is an error, so
     that a lost checkpoint is refused rather than silently retrained."""
-    pointer = Path(ckpt_dir) / LATEST
+    pointer = _root(ckpt_dir) / LATEST
     if not pointer.exists():
         return None
     name = pointer.read_text().strip()
     m = _STEP_DIR.match(name)
     if m is None:
         raise ValueError(f"{pointer}: not a checkpoint name: {name!r}")
-    path = Path(ckpt_dir) / name
+    path = _root(ckpt_dir) / name
     if not path.is_dir():
         raise FileNotFoundError(errno.ENOENT, "`latest` points to a missing checkpoint", str(path))
     return int(m.group(1)), path

@@ -1,11 +1,13 @@
 """What a built-in job trains with, beyond its model: the axes a checkpoint's state varies along.
 
-Every built-in job trains fp32 with AdamW on a synthetic stream by default.
+Every built-in job trains fp32 with AdamW on a synthetic stream, and saves to
+a local directory, by default.
 The bugs users report live on the other values: a loss scaler whose scale is
 state (fp16), an optimizer that creates its state eagerly (Adagrad) or lazily
 and only with momentum (SGD), a data loader whose workers and sampler carry
 the position (torchdata's `StatefulDataLoader`, a shuffled `RandomSampler`
-resumed mid-epoch), and a compiled model whose state-dict keys change.
+resumed mid-epoch), a compiled model whose state-dict keys change, and a bucket where a
+rename is a copy and nothing is fsynced.
 
 Each axis is a setting (`config.SETTINGS`: `--precision bf16`,
 `@pytest.mark.ckpt(precision="bf16")`, `precision = "bf16"` in TOML, repro
@@ -30,12 +32,18 @@ PRECISIONS = ("fp32", "bf16", "fp16")
 OPTIMIZERS = ("adamw", "sgd", "adagrad")
 DATA = ("stream", "workers", "shuffled")
 COMPILE = (False, True)
+#: Where the checkpoints go (`ckpt_harness.storage`): a local directory, or a
+#: bucket of a real S3-compatible server the harness starts on loopback.
+STORAGES = ("local", "s3")
 
 #: Axis name -> its values, the default first: what `Job.axes` draws from.
 VALUES: Mapping[str, tuple[Any, ...]] = {
-    "precision": PRECISIONS, "optimizer": OPTIMIZERS, "data": DATA, "compile": COMPILE,
+    "precision": PRECISIONS, "optimizer": OPTIMIZERS, "data": DATA, "compile": COMPILE, "storage": STORAGES,
 }
 NAMES = tuple(VALUES)
+#: The axes of the training itself, which a script is told of through its own
+#: arguments (`--script-args`); `storage` is where the checkpoints go instead.
+TRAINING = ("precision", "optimizer", "data", "compile")
 
 HELP = {
     "precision": "what the job computes in: fp32; bf16 (autocast; DeepSpeed's own bf16 mode); fp16 (autocast "
@@ -49,6 +57,9 @@ HELP = {
             "its epoch's generator state and the batches consumed)",
     "compile": "train a torch.compile'd model (backend aot_eager: Dynamo and AOTAutograd as inductor runs "
                "them, without inductor's C++ build, which takes a minute a process on 2 cores)",
+    "storage": "where the checkpoints go: local (a directory); s3 (a bucket of a real S3-compatible server, "
+               "SeaweedFS, started by the harness on loopback: the job writes through fsspec and s3fs, DCP through "
+               "its fsspec writer, and every run finds what the previous one left in the bucket)",
 }
 
 
@@ -60,6 +71,7 @@ class Axes:
     optimizer: str = OPTIMIZERS[0]
     data: str = DATA[0]
     compile: bool = COMPILE[0]
+    storage: str = STORAGES[0]
 
     @classmethod
     def of(cls, values: Mapping[str, Any]) -> "Axes":
@@ -77,7 +89,10 @@ class Axes:
 
 
 #: What an axis value needs installed beyond the job's framework: module -> what installs it.
-REQUIRES: Mapping[tuple[str, Any], Mapping[str, str]] = {("data", "workers"): {"torchdata": "ckpt-harness[data]"}}
+REQUIRES: Mapping[tuple[str, Any], Mapping[str, str]] = {
+    ("data", "workers"): {"torchdata": "ckpt-harness[data]"},
+    ("storage", "s3"): {"s3fs": "ckpt-harness[s3]"},
+}
 
 
 def missing(axes: Axes) -> dict[str, str]:
@@ -154,4 +169,5 @@ def _shown(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-__all__ = ["Axes", "HELP", "NAMES", "REQUIRES", "VALUES", "missing", "refused", "row_name", "split_row"]
+__all__ = ["Axes", "HELP", "NAMES", "REQUIRES", "STORAGES", "TRAINING", "VALUES", "missing", "refused", "row_name",
+           "split_row"]

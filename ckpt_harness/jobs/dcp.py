@@ -43,6 +43,8 @@ from ckpt_harness.jobs._common import (
     step_dir,
     unanimous,
 )
+from ckpt_harness.jobs._store import Root, is_local, root
+from ckpt_harness.jobs.axes import STORAGES
 
 
 class DcpJob(TinyJob):
@@ -50,6 +52,7 @@ class DcpJob(TinyJob):
 
     warm_start = True
     checkpoint_layout = "dcp"
+    axes = {**TinyJob.axes, "storage": STORAGES}
     #: Whether the commit fsyncs the files DCP wrote (False: trust DCP's own
     #: fsyncs, which a power loss can prove wrong).
     sync_files = True
@@ -82,9 +85,9 @@ class DcpJob(TinyJob):
         return f"rank{ctx.rank}"
 
     def save(self, ctx: RankContext, step: int) -> None:
-        path = step_dir(ctx.ckpt_dir, step)
+        path = step_dir(root(ctx), step)
         prepare_step_dir(ctx, path)
-        dcp.save(self._payload(ctx, step), checkpoint_id=path)
+        dcp.save(self._payload(ctx, step), checkpoint_id=checkpoint_id(path))
         commit(ctx, path, step, sync_files=self.sync_files)
 
     def _payload(self, ctx: RankContext, step: int) -> dict[str, Any]:
@@ -105,7 +108,7 @@ class DcpJob(TinyJob):
     def load(self, ctx: RankContext) -> Optional[int]:
         # Split around dcp.load: it is a collective that already raises on
         # every rank, so only the local steps either side need agreeing on.
-        found = unanimous(ctx, lambda: read_latest(ctx.ckpt_dir))
+        found = unanimous(ctx, lambda: read_latest(root(ctx)))
         if found is None:
             return None
         step, path = found
@@ -115,7 +118,7 @@ class DcpJob(TinyJob):
         resharded = unanimous(ctx, lambda: _saved_world_size(path) != ctx.world_size)
         key = "rank0" if resharded else self._extra_key(ctx)
         target: dict[str, Any] = {"model": model_sd, "optim": optim_sd, "extra": {key: b""}}
-        dcp.load(target, checkpoint_id=path)
+        dcp.load(target, checkpoint_id=checkpoint_id(path))
         set_state_dict(
             self.model,
             self.optimizer,
@@ -138,7 +141,15 @@ class DcpJob(TinyJob):
         return self._full_state()
 
 
+def checkpoint_id(path: Root) -> Any:
+    """DCP's `checkpoint_id` for `path`: a URL picks its fsspec writer and reader (`_storage_setup`)."""
+    return path if is_local(path) else str(path)
+
+
 def _saved_world_size(path) -> int:
     """How many ranks wrote the checkpoint: one `extra.rank{r}` entry each."""
-    keys = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+    from torch.distributed.checkpoint._fsspec_filesystem import FsspecReader
+
+    reader = dcp.FileSystemReader(path) if is_local(path) else FsspecReader(str(path))
+    keys = reader.read_metadata().state_dict_metadata
     return sum(1 for k in keys if k.startswith("extra.rank"))

@@ -78,7 +78,8 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
 from ckpt_harness.job import RankContext
 from ckpt_harness.jobs._common import commit, prepare_step_dir, step_dir
-from ckpt_harness.jobs.dcp import DcpJob
+from ckpt_harness.jobs._store import root
+from ckpt_harness.jobs.dcp import DcpJob, checkpoint_id
 
 
 class DcpAsyncJob(DcpJob):
@@ -102,9 +103,9 @@ class DcpAsyncJob(DcpJob):
 
     def save(self, ctx: RankContext, step: int) -> None:
         self.wait_for_saves(ctx)
-        path = step_dir(ctx.ckpt_dir, step)
+        path = step_dir(root(ctx), step)
         prepare_step_dir(ctx, path)
-        future = dcp.async_save(self._payload(ctx, step), checkpoint_id=path,
+        future = dcp.async_save(self._payload(ctx, step), checkpoint_id=checkpoint_id(path),
                                 process_group=self._group, async_checkpointer_type=self.executor)
         self._pending = (step, path, future)
 

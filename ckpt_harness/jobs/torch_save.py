@@ -27,10 +27,13 @@ from ckpt_harness.jobs._common import (
     commit,
     prepare_step_dir,
     read_latest,
+    readable,
     step_dir,
     torch_save_durable,
     unanimous,
 )
+from ckpt_harness.jobs._store import root
+from ckpt_harness.jobs.axes import STORAGES
 
 
 class TorchSaveJob(TinyJob):
@@ -39,6 +42,7 @@ class TorchSaveJob(TinyJob):
     #: Whether the last load came from a checkpoint of another world size.
     resharded = False
     checkpoint_layout = "torch_save"
+    axes = {**TinyJob.axes, "storage": STORAGES}
     preload = ("numpy", "torch", "torch.distributed", "torch.nn.parallel", "torch._dynamo", __name__)
 
     def setup(self, ctx: RankContext) -> None:
@@ -50,7 +54,7 @@ class TorchSaveJob(TinyJob):
         return self.model.module.named_parameters()
 
     def save(self, ctx: RankContext, step: int) -> None:
-        path = step_dir(ctx.ckpt_dir, step)
+        path = step_dir(root(ctx), step)
         self._prepare_step_dir(ctx, path)
         if ctx.rank == 0:
             torch_save_durable(self.model.module.state_dict(), path / "model.pt")
@@ -67,7 +71,7 @@ class TorchSaveJob(TinyJob):
         return unanimous(ctx, lambda: self._load(ctx))
 
     def _load(self, ctx: RankContext) -> Optional[int]:
-        found = read_latest(ctx.ckpt_dir)
+        found = read_latest(root(ctx))
         return None if found is None else self._load_from(ctx, *found)
 
     def _load_from(self, ctx: RankContext, step: int, path: Path) -> int:
@@ -89,7 +93,7 @@ class TorchSaveJob(TinyJob):
     def _read(self, path):
         """Every file of the checkpoint is read here: with weights_only=True,
         so a tampered file is refused instead of run."""
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(readable(path), map_location="cpu", weights_only=True)
 
     def full_state(self, ctx: RankContext):
         return self._full_state()

@@ -288,10 +288,23 @@ def prepare(target: Target, plan: ExplorePlan, root: Path, *, committed_run: boo
     break, ConfigError for a save step the target does not make.
     `committed_run` as `from_golden`'s."""
     target.preflight()
+    plan = without_power_loss(target, plan)
     if target.save_steps() is not None:
         broken(target, plan)  # a bad step is bad input: refused before any run
     golden = golden_run(target, plan, root)
     return from_golden(target.knowing(golden), plan, root, golden, committed_run=committed_run)
+
+
+def without_power_loss(target: Target, plan: ExplorePlan) -> ExplorePlan:
+    """`plan` without power loss on a target whose storage it cannot touch (a bucket:
+    `Capabilities` "power_loss"); ConfigError, with the target's reason, if nothing else is left."""
+    why = target.caps.lacks.get("power_loss")
+    if why is None or not ("power-loss" in plan.faults or plan.power_loss_after):
+        return plan
+    kept = plan.replace(faults=tuple(f for f in plan.faults if f != "power-loss"), after=False)
+    if not (kept.faults or kept.corruptions):
+        raise ConfigError(f"no power loss can be modelled for {target.noun} {target.row}: {why}")
+    return kept
 
 
 def golden_run(target: Target, plan: ExplorePlan, root: Path) -> Run:

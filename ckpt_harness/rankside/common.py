@@ -40,8 +40,15 @@ def write_error(recorder: Recorder, exc: BaseException) -> None:
     )
 
 
-def entries(root: Path) -> list[str]:
-    """Every file and directory under `root`, relative, as the trace names them."""
+def entries(root: Path, url: str = "") -> list[str]:
+    """Every file and directory under `root`, relative, as the trace names them;
+    under `url` instead when it is one (a bucket: its objects and their prefixes)."""
+    if "://" in url:
+        import fsspec
+
+        fs, top = fsspec.url_to_fs(url, use_listings_cache=False)
+        found = fs.find(top, withdirs=True)
+        return sorted(f[len(top) + 1:] for f in found if f.startswith(top + "/"))
     out = []
     for dirpath, dirnames, filenames in os.walk(root):
         rel = Path(dirpath).relative_to(root)

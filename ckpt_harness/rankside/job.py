@@ -82,6 +82,8 @@ class RunPlan:
     full_state: bool = False
     #: What the job trains with (`RankContext.axes`).
     axes: Axes = dataclasses.field(default_factory=Axes)
+    #: Where the job saves (`RankContext.ckpt_url`): the storage's mount of `ckpt_dir`.
+    ckpt_url: str = ""
 
 
 def run_rank(info: RankInfo, plan: RunPlan) -> None:
@@ -119,7 +121,7 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
         saved.append(step)
         probes.set_phase(phase.state_after_save(step))
         # With rotation on, what the directory holds now: the retention check's evidence.
-        listed = entries(ckpt_dir) if plan.keep_last is not None else None
+        listed = entries(ckpt_dir, plan.ckpt_url) if plan.keep_last is not None else None
         recorder.write(Kind.SAVED, step=step, state=state_mod.capture(job.state(ctx)), entries=listed)
         if plan.full_state:
             recorder.write(Kind.SAVED_FULL, step=step, state=state_mod.capture(job.full_state(ctx)))
@@ -145,8 +147,8 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
         if step not in published:
             published.append(step)
             # A job that saves in the background rotates as it publishes: the retention check's evidence.
-            recorder.write(Kind.PUBLISHED, step=step, entries=entries(ckpt_dir) if plan.keep_last is not None
-                           else None)
+            listed = entries(ckpt_dir, plan.ckpt_url) if plan.keep_last is not None else None
+            recorder.write(Kind.PUBLISHED, step=step, entries=listed)
 
     def wait_for_saves() -> None:
         """Every save that returned has landed once `wait_for_saves` returned
@@ -182,6 +184,7 @@ def _drive(info: RankInfo, plan: RunPlan, recorder: Recorder) -> None:
         overwrite=plan.overwrite,
         backend=info.backend,
         axes=plan.axes,
+        ckpt_url=plan.ckpt_url or str(ckpt_dir),
         _on_loaded=on_loaded,
         _on_saved=on_saved,
         _on_phase=probes.set_phase,

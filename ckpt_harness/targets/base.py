@@ -83,7 +83,8 @@ class Capabilities:
     "full_state", "full_state_keys" (its full state is keyed as its
     checkpoints are, so a conversion is held to it), "overwrite_flag",
     "keep_last", "simulated_nodes", "backend", "blocked_report",
-    "conversions". A check declares the ones it needs (`requires`) and is
+    "conversions", "power_loss" (its checkpoints are where a power loss of
+    the writers' machines takes nothing: a bucket). A check declares the ones it needs (`requires`) and is
     n/a, with the reason here, on a target lacking one.
     """
 

@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
-from ckpt_harness import jit
+from ckpt_harness import jit, storage
 from ckpt_harness.jobs.axes import missing, refused, row_name
 from ckpt_harness.config import ExploreConfig, RunConfig, cli_args, settings_of, shown
 from ckpt_harness.errors import BackendUnavailable, ConfigError, FrameworkMissing, UsageError
@@ -72,8 +72,14 @@ class JobTarget:
         if cls.checkpoint_layout is None:
             lacks["conversions"] = ("the job names no checkpoint_layout, so no conversion claims to read its "
                                     "checkpoints (set Job.checkpoint_layout; `ckpt-harness list` shows them)")
+        if self.storage.no_power_loss:
+            lacks["power_loss"] = self.storage.no_power_loss
         return Capabilities(reports=True, steps_known=True, live_state=True, parks=True, lacks=lacks,
                             layout=cls.checkpoint_layout, keeps_best=cls.keeps_best, marks_saves=MARKS_SAVES)
+
+    @functools.cached_property
+    def storage(self) -> storage.Storage:
+        return storage.of(self.config.storage)
 
     @property
     def values(self) -> dict[str, Any]:
@@ -105,14 +111,19 @@ class JobTarget:
         prestart(parallel)
 
     def run(self, request: RunRequest, ckpt_dir: Path, run_dir: Path) -> Run:
-        from ckpt_harness.rankside.job import RunPlan  # the rank-side payload
-
+        """One group on `ckpt_dir` as its storage mounts it (a bucket's objects brought back in when it ended)."""
         if request.stop is Stop.CRASH:
             raise UsageError(f"job {self.name}: {self.caps.lacks['launcher_restart']}")
+        jit.ensure_built(self.job_class.jit_ops())  # before the deadline starts: a build is not the job's time
+        with self.storage.mount(ckpt_dir) as mount:
+            return Run.collect(request.name, run_dir, run_group(self._spec(request, ckpt_dir, run_dir, mount)))
+
+    def _spec(self, request: RunRequest, ckpt_dir: Path, run_dir: Path, mount: storage.Mount) -> GroupSpec:
+        from ckpt_harness.rankside.job import RunPlan  # the rank-side payload
+
         config, cls = self.config, self.job_class
-        jit.ensure_built(cls.jit_ops())  # before the deadline starts: a build is not the job's time
         plan = RunPlan(
-            job=config.job, ckpt_dir=str(ckpt_dir), seed=config.seed, total_steps=config.steps,
+            job=config.job, ckpt_dir=str(ckpt_dir), ckpt_url=mount.url, seed=config.seed, total_steps=config.steps,
             save_every=config.save_every, keep_last=config.keep_last, overwrite=config.overwrite,
             save_spacing=config.save_spacing,
             stop_after_save=request.stop_after_save, hard_stop=request.stop is Stop.HARD,
@@ -120,17 +131,16 @@ class JobTarget:
             log_data=request.log_data, trace_files=request.trace_files, full_state=request.full_state,
             axes=config.axes,
         )
-        spec = GroupSpec(
+        return GroupSpec(
             world_size=config.world_size, entry="ckpt_harness.rankside.job:run_rank", payload=plan, run_dir=run_dir,
             deadline=request.deadline or config.timeout, backend=config.backend, nodes=config.nodes,
-            preload=tuple(cls.preload), env=dict(cls.env), failure_grace=request.failure_grace,
+            preload=tuple(cls.preload), env={**cls.env, **mount.env}, failure_grace=request.failure_grace,
             blocked_grace=request.blocked_grace,
             warmup=("ckpt_harness.rankside.job:warm_up", (config.job, config.world_size, config.seed))
             # the template warms the defaults' code paths; other axes may start workers or compile
             if cls.warm_start and config.backend == "gloo" and not config.axes.varied() else None,
             warm_children=not config.cold_start,
         )
-        return Run.collect(request.name, run_dir, run_group(spec))
 
     def knowing(self, golden: Run) -> "JobTarget":
         return self  # a Job's saves are known from its settings

@@ -59,6 +59,7 @@ BAD = {
     "optimizer": (None, "lamb"),
     "data": (["workers"], "disk"),
     "compile": ("yes", ...),
+    "storage": (None, "gcs"),
 }
 CASES = [P(name, value, id=f"{name}-{label}") for name, pair in BAD.items()
          for label, value in zip(("type", "range"), pair) if value is not ...]

@@ -87,6 +87,8 @@ LAYERS: dict[str, int] = {
     "ckpt_harness.launch.*": 1,
     # conversions of a saved checkpoint: framework adapters, each run in a process of its own
     "ckpt_harness.conversions.*": 1,
+    # where a run's checkpoints live (a directory, a bucket of the server launch/ starts), as the harness holds them
+    "ckpt_harness.storage.*": 1,
     # 2 probes, faults and the models of what they record
     "ckpt_harness.inject.*": 2,
     # 3 code that runs in ranks/workers, and the rank<->harness records contract

@@ -1,0 +1,135 @@
+"""Checkpoints in a bucket of a real S3-compatible server on loopback (`launch.s3server`).
+
+One server serves every run of a harness process: started at the first
+mount, its data in a temporary directory of its own, stopped (and that
+directory removed) when the process exits, or by `shutdown`. It is started
+from a thread that lives as long as it does, because the kernel's
+parent-death signal, which kills it if the harness dies first, follows the
+thread that started it, and pipelines mount from the threads of their pool.
+
+A checkpoint directory is one prefix of one bucket: ``s3://ckpt/`` and the
+directory's absolute path, so two runs never share objects and a report's
+path names its objects. Mounting makes the prefix hold exactly the
+directory's files; unmounting makes the directory hold exactly the
+prefix's objects.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+from ckpt_harness.launch.s3server import S3Endpoint, S3Server, client
+from ckpt_harness.storage import Mount
+
+BUCKET = "ckpt"
+
+
+class BucketStorage:
+    """A bucket the harness's own server keeps."""
+
+    name = "s3"
+    no_power_loss = ("its checkpoints are in an object store, which keeps every object whose upload completed "
+                     "whatever happens to the writers' machines: a power loss there is a crash of the writers "
+                     "(the crash scenarios)")
+
+    @contextlib.contextmanager
+    def mount(self, ckpt_dir: Path) -> Iterator[Mount]:
+        endpoint = _server().endpoint()
+        s3 = client(endpoint)
+        prefix = Path(ckpt_dir).resolve().as_posix().strip("/") + "/"
+        _clear(s3, prefix)
+        root = Path(ckpt_dir)
+        if root.is_dir():
+            for path in sorted(p for p in root.rglob("*") if p.is_file()):
+                s3.put_object(Bucket=BUCKET, Key=prefix + path.relative_to(root).as_posix(), Body=path.read_bytes())
+        try:
+            yield Mount(f"s3://{BUCKET}/{prefix.rstrip('/')}", endpoint.env())
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+            root.mkdir(parents=True, exist_ok=True)
+            for key in _keys(s3, prefix):
+                local = root / key[len(prefix):]
+                local.parent.mkdir(parents=True, exist_ok=True)
+                local.write_bytes(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+
+
+def _keys(s3: Any, prefix: str) -> list[str]:
+    pages = s3.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+    return sorted(item["Key"] for page in pages for item in page.get("Contents", ()))
+
+
+def _clear(s3: Any, prefix: str) -> None:
+    keys = _keys(s3, prefix)
+    for i in range(0, len(keys), 1000):
+        s3.delete_objects(Bucket=BUCKET, Delete={"Objects": [{"Key": k} for k in keys[i:i + 1000]], "Quiet": True})
+
+
+class _Keeper:
+    """The process's one server, on a thread of its own from start to stop."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._endpoint: Optional[S3Endpoint] = None
+        self._error: Optional[BaseException] = None
+
+    def endpoint(self) -> S3Endpoint:
+        with self._lock:
+            if self._thread is None or (self._error is not None and not self._thread.is_alive()):
+                self._ready.clear()
+                self._stop.clear()
+                self._error = None
+                self._thread = threading.Thread(target=self._serve, name="ckpt-harness-s3", daemon=True)
+                self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._endpoint is not None
+        return self._endpoint
+
+    def _serve(self) -> None:
+        root = Path(tempfile.mkdtemp(prefix="ckpt-harness-s3-"))
+        try:
+            with S3Server(root) as endpoint:
+                client(endpoint).create_bucket(Bucket=BUCKET)
+                self._endpoint = endpoint
+                self._ready.set()
+                self._stop.wait()
+        except BaseException as exc:  # noqa: BLE001 — handed to the thread that asked for the server
+            self._error = exc
+        finally:
+            self._endpoint = None
+            self._ready.set()
+            shutil.rmtree(root, ignore_errors=True)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+            self._stop.set()
+        if thread is not None:
+            thread.join()
+
+
+_KEEPER = _Keeper()
+
+
+def _server() -> _Keeper:
+    return _KEEPER
+
+
+def shutdown() -> None:
+    """Stop the process's server, if it runs, and remove its data (at exit by itself)."""
+    _KEEPER.shutdown()
+
+
+atexit.register(shutdown)
+
+__all__ = ["BUCKET", "BucketStorage", "shutdown"]

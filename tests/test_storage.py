@@ -1,0 +1,122 @@
+"""Checkpoints in a bucket (issue 46, item 2): `storage = "s3"`, an axis of the
+built-in `torch_save` and `dcp` jobs (`dcp[s3]`), against a real SeaweedFS on
+loopback that the harness starts at the first run on it and stops at exit.
+
+The pipelines keep holding checkpoints as local directories; a run on a
+bucket mounts its directory there and brings the bucket's objects back when
+its group ended (`ckpt_harness.storage`). Checked both ways: a writer that
+puts its `latest` object before the objects it names is flagged atomic on the
+bucket and the built-in job, which puts it last, passes; a power loss, which
+a bucket does not feel, is n/a with the reason, not a verdict.
+"""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from ckpt_harness import targets
+from ckpt_harness.errors import ConfigError, FrameworkMissing
+from ckpt_harness.launch import s3server
+from tests.clirun import cli
+
+pytest.importorskip("s3fs", reason="the s3 extra: pip install 'ckpt-harness[s3]'")
+try:
+    s3server.binary()
+except FrameworkMissing as exc:
+    pytest.skip(str(exc), allow_module_level=True)
+
+from ckpt_harness.storage import bucket  # noqa: E402  (botocore: the s3 extra)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_server_then_none():
+    """The in-process runs share this process's server; none is left once the module is done."""
+    yield
+    bucket.shutdown()
+    assert not _our_servers(), "a weed server of this test process outlived bucket.shutdown()"
+
+
+def _our_servers() -> list[str]:
+    import os
+
+    found = subprocess.run(["pgrep", "-f", "-a", "weed mini"], capture_output=True, text=True).stdout.splitlines()
+    mine = []
+    for line in found:
+        pid = int(line.split()[0])
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except OSError:
+            continue
+        if parent == os.getpid():
+            mine.append(line)
+    return mine
+
+
+def test_a_mount_puts_the_directory_in_the_bucket_and_brings_back_what_the_run_left(tmp_path):
+    ckpt = tmp_path / "ckpt"
+    (ckpt / "step_000002").mkdir(parents=True)
+    (ckpt / "step_000002" / "model.pt").write_bytes(b"saved at 2")
+    (ckpt / "latest").write_text("step_000002\n")
+    storage = bucket.BucketStorage()
+    with storage.mount(ckpt) as mount:
+        assert mount.url == f"s3://{bucket.BUCKET}/{ckpt.resolve().as_posix().strip('/')}"
+        endpoint = s3server.S3Endpoint(mount.env["AWS_ENDPOINT_URL"], mount.env["AWS_ACCESS_KEY_ID"],
+                                       mount.env["AWS_SECRET_ACCESS_KEY"])
+        s3 = s3server.client(endpoint)
+        prefix = mount.url.split("/", 3)[3] + "/"
+        listed = s3.list_objects_v2(Bucket=bucket.BUCKET, Prefix=prefix)["Contents"]
+        assert sorted(o["Key"][len(prefix):] for o in listed) == ["latest", "step_000002/model.pt"]
+        # what a run does there: a new save, the old one deleted, the pointer moved
+        s3.put_object(Bucket=bucket.BUCKET, Key=prefix + "step_000004/model.pt", Body=b"saved at 4")
+        s3.delete_object(Bucket=bucket.BUCKET, Key=prefix + "step_000002/model.pt")
+        s3.put_object(Bucket=bucket.BUCKET, Key=prefix + "latest", Body=b"step_000004\n")
+    kept = sorted(p.relative_to(ckpt).as_posix() for p in ckpt.rglob("*"))
+    assert kept == ["latest", "step_000004", "step_000004/model.pt"], kept  # no empty step_000002: no directories
+    assert (ckpt / "step_000004" / "model.pt").read_bytes() == b"saved at 4"
+    assert (ckpt / "latest").read_text() == "step_000004\n"
+
+
+@pytest.mark.parametrize("job", ["dcp", "torch_save"])
+def test_a_job_saving_to_the_bucket_resumes_bitwise_from_it(tmp_path, job):
+    done = cli("run", "--job", job, "--storage", "s3", "--steps", "4", "--workdir", str(tmp_path / "work"),
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "FAIL" not in done.stdout and "resume@2  final state       PASS     bitwise equal" in done.stdout
+    golden = tmp_path / "work" / "golden" / "ckpt"  # the bucket's objects, brought back into the directory
+    assert (golden / "latest").read_text() == "step_000004\n"
+    assert sorted(p.name for p in golden.iterdir()) == ["latest", "step_000002", "step_000004"]
+    files = {p.name for p in (golden / "step_000004").iterdir()}
+    assert files == ({".metadata", "__0_0.distcp", "__1_0.distcp"} if job == "dcp" else
+                     {"model.pt", "optimizer.pt", "scheduler.pt", "rng_rank0.pt", "rng_rank1.pt"}), files
+
+
+def test_a_latest_object_put_before_the_save_it_names_is_flagged_atomic_and_the_built_in_passes(tmp_path):
+    broken = cli("scenario", "crash-every-phase", "--job", "tests.planted.buckets:PublishesBeforeItsFiles",
+                 "--storage", "s3", "--workdir", str(tmp_path / "broken"), cwd=ROOT)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "atomic: FAIL" in broken.stdout, broken.stdout
+    assert "crash@r0:save4/barrier#3" in broken.stdout  # rank 0 killed once `latest` was in the bucket
+    assert "`latest` points to a missing checkpoint: 's3:" in broken.stdout
+    twin = cli("scenario", "crash-every-phase", "--job", "torch_save", "--storage", "s3",
+               "--workdir", str(tmp_path / "twin"), cwd=ROOT)
+    assert twin.returncode == 0, twin.stdout + twin.stderr
+    assert "crash-every-phase [torch_save[s3]] atomic: PASS" in twin.stdout, twin.stdout
+
+
+def test_a_power_loss_on_a_bucket_is_not_applicable_and_says_why(tmp_path):
+    done = cli("scenario", "power-loss-after-save", "--job", "dcp", "--storage", "s3", "--workdir", str(tmp_path / "w"),
+               cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "durable: N/A — no power loss can be modelled for job dcp[s3]" in done.stdout, done.stdout
+    assert "a power loss there is a crash of the writers" in done.stdout and "0 MB" in done.stdout  # before any run
+
+
+def test_a_job_that_writes_only_to_a_directory_is_refused_on_a_bucket_before_any_run():
+    target = targets.job("tests.planted.jobs:OwnLoop", storage="s3")
+    with pytest.raises(ConfigError, match=r"does not train with storage=s3: it takes local \(Job.axes\)"):
+        target.preflight()
+    assert targets.job("torch_save[s3]").row == "torch_save[s3]"
