@@ -99,7 +99,10 @@ def test_a_latest_object_put_before_the_save_it_names_is_flagged_atomic_and_the_
                  "--storage", "s3", "--workdir", str(tmp_path / "broken"), cwd=ROOT)
     assert broken.returncode == 1, broken.stdout + broken.stderr
     assert "atomic: FAIL" in broken.stdout, broken.stdout
-    assert "crash@r0:save4/barrier#3" in broken.stdout  # rank 0 killed once `latest` was in the bucket
+    # rank 0 killed before its first shard's upload, once `latest` was in the bucket (an object probe's point) ...
+    assert "--- crash@r0:save4/put(step_000004/model.pt) / atomic: FAIL" in broken.stdout
+    assert "crash at rank 0 #8 put step_000004/model.pt from _common.py:" in broken.stdout  # the job code that put it
+    # ... or at the barrier after it, its peers' shards not yet put
     assert "`latest` points to a missing checkpoint: 's3:" in broken.stdout
     twin = cli("scenario", "crash-every-phase", "--job", "torch_save", "--storage", "s3",
                "--workdir", str(tmp_path / "twin"), cwd=ROOT)
@@ -120,3 +123,39 @@ def test_a_job_that_writes_only_to_a_directory_is_refused_on_a_bucket_before_any
     with pytest.raises(ConfigError, match=r"does not train with storage=s3: it takes local \(Job.axes\)"):
         target.preflight()
     assert targets.job("torch_save[s3]").row == "torch_save[s3]"
+
+
+def test_a_rename_by_copy_cut_in_the_middle_is_flagged_atomic_and_its_sealed_twin_passes(tmp_path):
+    """The POSIX way to publish a directory (write it under a temporary name, rename it into place) is, on a
+    bucket, a copy of each object and a delete of each: a crash between two copies leaves a `step_N/` with
+    some objects, which a loader that trusts the name takes for a checkpoint."""
+    broken = cli("scenario", "crash-every-phase", "--job", "tests.planted.buckets:RenamesByCopy", "--storage", "s3",
+                 "--workdir", str(tmp_path / "broken"), cwd=ROOT)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    cut = ("--- crash@r0:save4/copy(step_000004.tmp/optimizer.pt->step_000004/optimizer.pt) / atomic: FAIL — crash "
+           "at rank 0 #18 copy step_000004.tmp/optimizer.pt -> step_000004/optimizer.pt")
+    assert cut in broken.stdout, broken.stdout
+    assert "crash@r0:save4/copy(step_000004.tmp/model.pt" not in broken.stdout  # before the first copy: S_prev
+    sealed = cli("scenario", "crash-every-phase", "--job", "tests.planted.buckets:RenamesByCopyThenSeals",
+                 "--storage", "s3", "--workdir", str(tmp_path / "sealed"), cwd=ROOT)
+    assert sealed.returncode == 0, sealed.stdout + sealed.stderr
+    assert "atomic: PASS — 18 cases pass" in sealed.stdout, sealed.stdout
+
+
+def test_dcps_fsspec_writer_commits_its_metadata_by_a_copy_and_a_delete_on_a_bucket(tmp_path):
+    """What DCP's fsspec writer does on a bucket, as the object probes see it (torch 2.13): every rank puts
+    its shard whole; the coordinator puts `.metadata.tmp`, then "renames" it by a copy and a delete. Its
+    sync step (`os.fsync(stream.fileno())`, no flush before it) meets an s3fs file without a descriptor and
+    falls back to `os.sync()`, which syncs this machine's disks: nothing of the object, which is uploaded
+    whole when the stream closes, before the save returns. So on a bucket the missing flush loses nothing
+    (docs/storage.md); a power loss is n/a there (above)."""
+    done = cli("trace", "--job", "dcp", "--storage", "s3", "--steps", "4", "--save", "4",
+               "--workdir", str(tmp_path / "w"), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rank0 = next(line for line in done.stdout.splitlines() if line.startswith("rank 0:"))
+    order = ["put step_000004/__0_0.distcp (", "put step_000004/.metadata.tmp (",
+             "copy step_000004/.metadata.tmp to step_000004/.metadata", "delete step_000004/.metadata.tmp",
+             "put latest ("]
+    at = [rank0.index(op) for op in order]
+    assert at == sorted(at), rank0
+    assert "fsync" not in done.stdout and "rename" not in done.stdout

@@ -46,8 +46,12 @@ FILE_OPS = ("open", "buffered-write", "write", "fsync", "rename", "unlink", "mkd
 #: sees a checkpoint, then deletes it after a peer did). A crash or hang
 #: before a look is the same case as before the rank's next operation.
 LOOKS = ("stat", "list")
+#: Requests that change a bucket (`objects`): an object put whole, a multipart
+#: upload begun, one of its parts, its completion (the object appears), a
+#: copy, a delete. Their looks are `list` and `stat` (HeadObject).
+OBJECT_OPS = ("put", "upload", "part", "complete", "copy", "delete")
 #: Operations that change something or wait on a peer: what every kind but delay is armed at.
-ACTS = ("collective", *FILE_OPS)
+ACTS = ("collective", *FILE_OPS, *OBJECT_OPS)
 #: Every fault point.
 OPS = (*ACTS, *LOOKS)
 DEFAULT_DELAY = 0.5
@@ -190,7 +194,8 @@ FAULT_KINDS: tuple[FaultKind, ...] = (
     # Not at collectives: a collective that raises on one rank only is not
     # physical (a broken transport fails the peers too), and a rank that
     # dies there is `crash`.
-    FaultKind("error", "raise an exception from the file operation", FILE_OPS, Family.ERROR,
+    FaultKind("error", "raise an exception from the file operation or object request", (*FILE_OPS, *OBJECT_OPS),
+              Family.ERROR,
               performed=False, severity=7, before=_raise_injected, default=3),
     FaultKind("eio", "fail the operation with OSError(EIO)", ("open", "write", "fsync", "rename"), Family.ERROR,
               performed=False, severity=8, before=_raise_os(errno.EIO), default=4),

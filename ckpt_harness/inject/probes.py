@@ -60,26 +60,33 @@ COLLECTIVES = (
 #: Where a child process of this rank keeps its trace and data log: actor -> (trace, data log or None).
 _child_paths: Optional[Callable[[str], tuple[str, Optional[str]]]] = None
 _ckpt_dir: Optional[str] = None
+_ckpt_url = ""
 
 
 def install(trace_path: str, rank: int, *, ckpt_dir: Optional[str] = None,
             faults: tuple[Fault, ...] = (), data_log: Optional[str] = None,
             thread_phases: bool = False, process: str = "", actor: str = "",
-            child_paths: Optional[Callable[[str], tuple[str, Optional[str]]]] = None) -> Tracer:
+            child_paths: Optional[Callable[[str], tuple[str, Optional[str]]]] = None,
+            ckpt_url: str = "") -> Tracer:
     """Install every probe in this process; once per process. With
     `thread_phases`, work handed to another thread runs in a phase of its
     own (`follow_threads`). `child_paths(actor)` is where a process the
     rank spawns for its saves records (`child`); `process` and `actor` name
-    this process when it is such a child (in events; in file ids and data refs)."""
-    global _child_paths, _ckpt_dir
+    this process when it is such a child (in events; in file ids and data refs).
+    A `ckpt_url` of a bucket has its requests probed too (`objects`)."""
+    global _child_paths, _ckpt_dir, _ckpt_url
     if tracer() is None:
         installed = adopt(Tracer(trace_path, rank, faults, process))
-        _child_paths, _ckpt_dir = child_paths, ckpt_dir
+        _child_paths, _ckpt_dir, _ckpt_url = child_paths, ckpt_dir, ckpt_url
         _wrap_collectives(installed)
         if thread_phases:
             follow_threads(installed)
         if ckpt_dir is not None:
             files.install(installed, ckpt_dir, data_log, actor, own=os.path.dirname(trace_path))
+            if "://" in ckpt_url:
+                from ckpt_harness.inject import objects
+
+                objects.install(installed, ckpt_url)
     return tracer()
 
 
@@ -111,6 +118,8 @@ class Child:
     #: fired in it starts its peers' budget as one in the rank does, and a
     #: hang report has its stack.
     link: Optional[ChildLink] = None
+    #: The rank's checkpoint URL, when its checkpoints are in a bucket (`objects`).
+    ckpt_url: str = ""
 
 
 def child(actor: str, pg_timeout: Optional[float] = None) -> Optional[Child]:
@@ -122,7 +131,7 @@ def child(actor: str, pg_timeout: Optional[float] = None) -> Optional[Child]:
         return None
     trace, data_log = _child_paths(actor)
     return Child(here.rank, actor, trace, data_log, _ckpt_dir, here.faults, here.current(), pg_timeout,
-                 link_for_child())
+                 link_for_child(), _ckpt_url)
 
 
 def install_child(spec: Child, process: str) -> Tracer:
@@ -139,7 +148,7 @@ def install_child(spec: Child, process: str) -> Tracer:
         c10d.default_pg_timeout = timedelta(seconds=spec.pg_timeout)
     join_rank(spec.link, process)
     tracer = install(spec.trace, spec.rank, ckpt_dir=spec.ckpt_dir, faults=spec.faults, data_log=spec.data_log,
-                     process=process, actor=spec.actor)
+                     process=process, actor=spec.actor, ckpt_url=spec.ckpt_url)
     tracer.set_phase(spec.phase)
     return tracer
 

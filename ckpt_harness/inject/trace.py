@@ -42,7 +42,14 @@ class EventKind(str, enum.Enum):
     MKDIR = "mkdir"
     RMDIR = "rmdir"
     RMTREE = "rmtree"
-    #: Looks that change nothing (`faults.LOOKS`): `os.stat` and a listing.
+    #: Requests to a bucket (`objects`, `faults.OBJECT_OPS`).
+    PUT = "put"
+    UPLOAD = "upload"
+    PART = "part"
+    COMPLETE = "complete"
+    COPY = "copy"
+    DELETE = "delete"
+    #: Looks that change nothing (`faults.LOOKS`): `os.stat` and a listing (HeadObject and a bucket's listing).
     STAT = "stat"
     LIST = "list"
     #: An armed fault fired (before the operation it is armed at).
@@ -54,7 +61,7 @@ class EventKind(str, enum.Enum):
 
 
 #: Operations that create a path (so a save "wrote" it).
-CREATING = (EventKind.OPEN, EventKind.RENAME, EventKind.MKDIR)
+CREATING = (EventKind.OPEN, EventKind.RENAME, EventKind.MKDIR, EventKind.PUT, EventKind.COMPLETE, EventKind.COPY)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -109,6 +116,8 @@ class Event:
         if self.kind is EventKind.RENAME:  # as the probe names it (`files.path_op`): the injector matches it
             src, dst = self.fields.get("src"), self.fields.get("dst")
             return f"{src if src is not None else OUTSIDE} -> {dst if dst is not None else OUTSIDE}"
+        if self.kind is EventKind.COPY:  # as `objects.Prefix.request` names it; a source elsewhere is None
+            return f"{self.fields.get('src')} -> {self.fields.get('dst')}"
         return self.fields.get("path", "")
 
     @property
@@ -335,6 +344,10 @@ def describe_phase(events: list[Event], phase: str) -> str:
             parts.append(f"{e.collective}#{e.fields['n']}")
         elif e.kind is EventKind.RENAME:
             parts.append(f"rename {e.fields['src'] or OUTSIDE} → {e.fields['dst'] or OUTSIDE}")
+        elif e.kind is EventKind.COPY:
+            parts.append(f"copy {e.fields.get('src')} to {e.fields.get('dst')}")
+        elif e.kind in (EventKind.PUT, EventKind.PART) and e.fields.get("n") is not None:
+            parts.append(f"{e.kind.value} {e.fields.get('path', '')} ({e.fields['n']} bytes)")
         else:
             parts.append(f"{e.kind.value} {e.fields.get('path', '')}".rstrip())
     return " → ".join(parts)

@@ -118,24 +118,38 @@ class Tracer:
 
         `run` gets the fault when it must act mid-operation (crash-mid, torn).
         """
-        with self.lock:
-            where = self.current()
-            index = self.injector.point(where)
-            fault = self.injector.armed(where, index, op, what)
         if op != "collective":  # a collective names its `caller` already
             fields["routine"] = routine()
             fields.setdefault("caller", caller())  # the user's line that made it, for reports and annotations
-        self.emit(op, point=index, **fields)
-        if fault is not None:
-            self.injector.before(fault, op, what)
+        fault = self.begin(op, what, fields)
         self.local.depth = getattr(self.local, "depth", 0) + 1
         try:
             result = run(fault)
         finally:
             self.local.depth -= 1
+        self.end(fault)
+        return result
+
+    def begin(self, op: str, what: str, fields: dict, phase: Optional[str] = None,
+              thread: Optional[str] = None) -> Optional[Fault]:
+        """Number and record one operation, and fire the fault armed before
+        it; returns that fault (`end` finishes it). `phase` and `thread`: the
+        ones it is done for, when another thread does it for them (an object
+        request on fsspec's loop thread, `objects`)."""
+        with self.lock:
+            where = phase or self.current()
+            index = self.injector.point(where)
+            fault = self.injector.armed(where, index, op, what)
+            self._flush_writes()
+            self._emit(op, {"point": index, **fields}, phase=where, thread=thread)
+        if fault is not None:
+            self.injector.before(fault, op, what)
+        return fault
+
+    def end(self, fault: Optional[Fault]) -> None:
+        """The operation `begin` recorded returned: fire what acts after it."""
         if fault is not None and fault.kind == "crash-after":
             die()
-        return result
 
 
 class _WriteRun:

@@ -70,6 +70,10 @@ class ObjectPath:
         return self.fs.isfile(self.url)
 
     def iterdir(self) -> Iterator["ObjectPath"]:
+        """What is under it; nothing when nothing is (a prefix without objects is an empty listing, not an
+        error: a bucket has no directory to be missing)."""
+        if not self.fs.exists(self.url):
+            return
         for entry in sorted(self.fs.ls(self.url, detail=False)):
             yield self / entry.rstrip("/").rsplit("/", 1)[-1]
 

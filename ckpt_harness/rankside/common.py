@@ -27,7 +27,7 @@ def install_probes(run_dir: PathLike, rank: int, plan: Any, **options: Any) -> N
         str(trace_path(run_dir, rank)), rank,
         ckpt_dir=plan.ckpt_dir if plan.trace_files or plan.faults else None, faults=plan.faults,
         data_log=str(data_path(run_dir, rank)) if plan.log_data else None, thread_phases=True,
-        **options,
+        ckpt_url=plan.ckpt_url, **options,
     )
 
 

@@ -78,6 +78,8 @@ class ScriptPlan:
     """What one script run records and arms; `RunPlan`'s counterpart."""
 
     ckpt_dir: str
+    #: Where its checkpoints go when not `ckpt_dir` (a bucket: `{ckpt_url}` in its command).
+    ckpt_url: str = ""
     #: Stop right after save k on the ranks that make it (see the module docstring).
     stop_after_save: Optional[int] = None
     #: Instead of parking there, die by SIGKILL, once per run (the first rank

@@ -32,3 +32,53 @@ class PublishesBeforeItsFiles(TorchSaveJob):
             torch_save_durable(self.scheduler.state_dict(), path / "scheduler.pt")
         torch_save_durable(self._extra(ctx, step), path / f"rng_rank{ctx.rank}.pt")
         dist.barrier()
+
+
+class RenamesByCopy(TorchSaveJob):
+    """A save written under ``step_N.tmp/`` and renamed into ``step_N/``, the
+    POSIX way to publish a directory; on a bucket (as fsspec's ``mv`` does
+    it) a copy of every object, then a delete of every one. The newest ``step_N/``
+    is taken for the checkpoint, so one cut in the middle of the copies is
+    taken for complete. (On a bucket only: a local root has no `fs`.)"""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        final = step_dir(root(ctx), step)
+        staged = final.with_name(final.name + ".tmp")
+        if ctx.rank == 0:  # a crashed attempt's debris: neither is a checkpoint yet
+            staged.rmtree()
+            final.rmtree()
+        dist.barrier()
+        if ctx.rank == 0:
+            torch_save_durable(self.model.module.state_dict(), staged / "model.pt")
+            torch_save_durable(self.optimizer.state_dict(), staged / "optimizer.pt")
+            torch_save_durable(self.scheduler.state_dict(), staged / "scheduler.pt")
+        torch_save_durable(self._extra(ctx, step), staged / f"rng_rank{ctx.rank}.pt")
+        dist.barrier()
+        if ctx.rank == 0:
+            objects = sorted(staged.fs.find(staged.url))  # the "rename": a copy of each, then a delete of each
+            for key in objects:
+                staged.fs.copy(key, f"{final.url}/{key.rsplit('/', 1)[1]}")
+            staged.fs.rm(objects)
+            self._seal(final)
+        dist.barrier()
+
+    def _seal(self, final) -> None:
+        """Nothing: the rename was the commit."""
+
+    def _complete(self, path) -> bool:
+        return True
+
+    def _load(self, ctx: RankContext):
+        saves = [(int(p.name[len("step_"):]), p) for p in root(ctx).iterdir()
+                 if p.name.startswith("step_") and p.name[len("step_"):].isdigit() and self._complete(p)]
+        return self._load_from(ctx, *max(saves, key=lambda s: s[0])) if saves else None
+
+
+class RenamesByCopyThenSeals(RenamesByCopy):
+    """The twin: a ``COMMITTED`` object put once the copies are done, and only a sealed save is loaded."""
+
+    def _seal(self, final) -> None:
+        (final / "COMMITTED").write_text("")
+
+    def _complete(self, path) -> bool:
+        return (path / "COMMITTED").exists()

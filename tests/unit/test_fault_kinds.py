@@ -78,17 +78,22 @@ def old_property_for(kind: str) -> str:
 #: What changed on purpose since: the looks at the directory became points, for a delay only; the
 #: preemption notice came (a crash-like kind, before a delay in severity, not among the defaults).
 LOOKS = ("stat", "list")
-PREEMPT = (OLD_OPS, "a preemption notice before the operation, as a scheduler gives one: SIGTERM to every rank, "
-                    "SIGKILL to what is left after --grace seconds")
-NEW_KINDS = {**{k: v for k, v in OLD_KINDS.items() if k != "power-loss"},
-             "delay": ((*OLD_OPS, *LOOKS), OLD_KINDS["delay"][1]), "preempt": PREEMPT,
-             "power-loss": OLD_KINDS["power-loss"]}
+#: Requests to a bucket (issue 46): points of every kind armed at every act, and of `error`.
+OBJECT_OPS = ("put", "upload", "part", "complete", "copy", "delete")
+ACTS = (*OLD_OPS, *OBJECT_OPS)
+PREEMPT = (ACTS, "a preemption notice before the operation, as a scheduler gives one: SIGTERM to every rank, "
+                 "SIGKILL to what is left after --grace seconds")
+NEW_KINDS = {**{k: ((ACTS if ops == OLD_OPS else ops), help) for k, (ops, help) in OLD_KINDS.items()
+                if k != "power-loss"},
+             "error": ((*OLD_FILE_OPS, *OBJECT_OPS), "raise an exception from the file operation or object request"),
+             "delay": ((*ACTS, *LOOKS), OLD_KINDS["delay"][1]), "preempt": PREEMPT,
+             "power-loss": (ACTS, OLD_KINDS["power-loss"][1])}
 NEW_CRASHES = (*OLD_CRASHES[:-1], "preempt", "power-loss")
 NEW_SEVERITY = (*OLD_SEVERITY[:-1], "preempt", "delay")
 
 
 def test_ordered_views_are_the_old_tables():
-    assert (faults.FILE_OPS, faults.ACTS, faults.OPS) == (OLD_FILE_OPS, OLD_OPS, (*OLD_OPS, *LOOKS))
+    assert (faults.FILE_OPS, faults.ACTS, faults.OPS) == (OLD_FILE_OPS, ACTS, (*ACTS, *LOOKS))
     assert list(faults.KINDS.items()) == list(NEW_KINDS.items())  # the order is `list`'s and `--help`'s
     assert list(faults.BLOCKING.items()) == list(OLD_BLOCKING.items())
     assert properties.CRASHES == NEW_CRASHES
