@@ -26,12 +26,17 @@ class PublishesBeforeItsFiles(TorchSaveJob):
         if ctx.rank == 0:
             atomic_write_text(root(ctx) / LATEST, path.name + "\n")
         dist.barrier()
-        if ctx.rank == 0:
-            torch_save_durable(self.model.module.state_dict(), path / "model.pt")
-            torch_save_durable(self.optimizer.state_dict(), path / "optimizer.pt")
-            torch_save_durable(self.scheduler.state_dict(), path / "scheduler.pt")
-        torch_save_durable(self._extra(ctx, step), path / f"rng_rank{ctx.rank}.pt")
+        _write_files(self, ctx, step, path)
         dist.barrier()
+
+
+def _write_files(job: TorchSaveJob, ctx: RankContext, step: int, path) -> None:
+    """The files of the built-in job's save, as it writes them."""
+    if ctx.rank == 0:
+        torch_save_durable(job.model.module.state_dict(), path / "model.pt")
+        torch_save_durable(job.optimizer.state_dict(), path / "optimizer.pt")
+        torch_save_durable(job.scheduler.state_dict(), path / "scheduler.pt")
+    torch_save_durable(job._extra(ctx, step), path / f"rng_rank{ctx.rank}.pt")
 
 
 class RenamesByCopy(TorchSaveJob):
@@ -48,11 +53,7 @@ class RenamesByCopy(TorchSaveJob):
             staged.rmtree()
             final.rmtree()
         dist.barrier()
-        if ctx.rank == 0:
-            torch_save_durable(self.model.module.state_dict(), staged / "model.pt")
-            torch_save_durable(self.optimizer.state_dict(), staged / "optimizer.pt")
-            torch_save_durable(self.scheduler.state_dict(), staged / "scheduler.pt")
-        torch_save_durable(self._extra(ctx, step), staged / f"rng_rank{ctx.rank}.pt")
+        _write_files(self, ctx, step, staged)
         dist.barrier()
         if ctx.rank == 0:
             objects = sorted(staged.fs.find(staged.url))  # the "rename": a copy of each, then a delete of each

@@ -13,8 +13,8 @@ from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import Setting
 from ckpt_harness.verdict import CaseResult
 
-#: Operations that delete: a save that performs none does not rotate.
-DELETIONS = ("unlink", "rmtree", "rmdir")
+#: Operations that delete (a file, a directory, objects of a bucket): a save that performs none does not rotate.
+DELETIONS = ("unlink", "rmtree", "rmdir", "delete")
 
 
 class Faults:
