@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from ckpt_harness import phase
+from ckpt_harness.inject.faults import OBJECT_OPS
 from ckpt_harness.verdict import CaseResult, Verdict, fold
 
 
@@ -178,16 +179,30 @@ NOTICE_FIX = {
 }
 
 
+#: The usual fix when the fault hit a request to a bucket (`faults.OBJECT_OPS`): there a rename is no
+#: publication, it is a copy and a delete of every object, and each can be cut between two.
+BUCKET_FIX = {
+    "atomic": "on a bucket nothing renames atomically (a move is a copy, then a delete, of every object): put the "
+              "save's objects under their final names and publish it with one object put last (a pointer, a "
+              "marker) once every rank's objects are in, and resume only from what that object names",
+    "preserving": "never delete the previous checkpoint's objects before the new save's last object (its pointer) "
+                  "is in the bucket",
+}
+_ON_A_BUCKET = re.compile(r"/(?:{})\(".format("|".join(OBJECT_OPS)))
+
+
 def usual_fix(check: str, cases: Iterable[str]) -> Optional[str]:
     """The hint under a group of failing `cases` of `check`: the writer's when
     one of them broke a background writer (the group's cause is then the
     writer's race with the main thread, whichever case the group shows first),
-    the notice's when a preemption notice broke it."""
+    the notice's when a preemption notice broke it, the bucket's when a
+    request to a bucket did ("crash@r0:save4/copy(...)")."""
     cases = list(cases)
     in_writer = any(f":{phase.BACKGROUND}" in case for case in cases)  # "crash@r0:bg_save4/rename(...)"
     noticed = any(case.startswith("preempt@") or "+preempt@" in case for case in cases)
+    on_bucket = any(_ON_A_BUCKET.search(case) for case in cases)
     return ((NOTICE_FIX.get(check) if noticed else None) or (WRITER_FIX.get(check) if in_writer else None)
-            or USUAL_FIX.get(check))
+            or (BUCKET_FIX.get(check) if on_bucket else None) or USUAL_FIX.get(check))
 
 
 @dataclasses.dataclass(frozen=True)

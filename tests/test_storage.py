@@ -94,20 +94,24 @@ def test_a_job_saving_to_the_bucket_resumes_bitwise_from_it(tmp_path, job):
                      {"model.pt", "optimizer.pt", "scheduler.pt", "rng_rank0.pt", "rng_rank1.pt"}), files
 
 
+def _crashes_at(tmp_path, job: str, ops: str, name: str):
+    """`explore` crashing a rank before each of the save's requests of `ops`: crash-every-phase on a bucket,
+    narrowed to the requests that decide these cases."""
+    return cli("explore", "--job", job, "--storage", "s3", "--steps", "6", "--faults", "crash", "--ops", ops,
+               "--corruptions", "", "--no-after", "--workdir", str(tmp_path / name), cwd=ROOT)
+
+
 def test_a_latest_object_put_before_the_save_it_names_is_flagged_atomic_and_the_built_in_passes(tmp_path):
-    broken = cli("scenario", "crash-every-phase", "--job", "tests.planted.buckets:PublishesBeforeItsFiles",
-                 "--storage", "s3", "--workdir", str(tmp_path / "broken"), cwd=ROOT)
+    broken = _crashes_at(tmp_path, "tests.planted.buckets:PublishesBeforeItsFiles", "put", "broken")
     assert broken.returncode == 1, broken.stdout + broken.stderr
-    assert "atomic: FAIL" in broken.stdout, broken.stdout
-    # rank 0 killed before its first shard's upload, once `latest` was in the bucket (an object probe's point) ...
-    assert "--- crash@r0:save4/put(step_000004/model.pt) / atomic: FAIL" in broken.stdout
+    # rank 0 killed before its first file's upload, once `latest` was in the bucket: a pointer to nothing
+    assert "--- crash@r0:save4/put(step_000004/model.pt) / atomic: FAIL" in broken.stdout, broken.stdout
     assert "crash at rank 0 #8 put step_000004/model.pt from _common.py:" in broken.stdout  # the job code that put it
-    # ... or at the barrier after it, its peers' shards not yet put
-    assert "`latest` points to a missing checkpoint: 's3:" in broken.stdout
-    twin = cli("scenario", "crash-every-phase", "--job", "torch_save", "--storage", "s3",
-               "--workdir", str(tmp_path / "twin"), cwd=ROOT)
+    assert "→ refused: FileNotFoundError" in broken.stdout  # the resume follows the pointer to a missing object
+    assert "one object put last (a pointer, a marker)" in broken.stdout  # the bucket's fix, not a rename
+    twin = _crashes_at(tmp_path, "torch_save", "put", "twin")
     assert twin.returncode == 0, twin.stdout + twin.stderr
-    assert "crash-every-phase [torch_save[s3]] atomic: PASS" in twin.stdout, twin.stdout
+    assert "6 cases: 6 pass" in twin.stdout, twin.stdout
 
 
 def test_a_power_loss_on_a_bucket_is_not_applicable_and_says_why(tmp_path):
@@ -129,17 +133,16 @@ def test_a_rename_by_copy_cut_in_the_middle_is_flagged_atomic_and_its_sealed_twi
     """The POSIX way to publish a directory (write it under a temporary name, rename it into place) is, on a
     bucket, a copy of each object and a delete of each: a crash between two copies leaves a `step_N/` with
     some objects, which a loader that trusts the name takes for a checkpoint."""
-    broken = cli("scenario", "crash-every-phase", "--job", "tests.planted.buckets:RenamesByCopy", "--storage", "s3",
-                 "--workdir", str(tmp_path / "broken"), cwd=ROOT)
+    broken = _crashes_at(tmp_path, "tests.planted.buckets:RenamesByCopy", "copy", "broken")
     assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "5 cases: 1 pass, 4 fail" in broken.stdout, broken.stdout  # before the first copy: the previous save
     cut = ("--- crash@r0:save4/copy(step_000004.tmp/optimizer.pt->step_000004/optimizer.pt) / atomic: FAIL — crash "
-           "at rank 0 #18 copy step_000004.tmp/optimizer.pt -> step_000004/optimizer.pt")
+           "at rank 0 #18 copy step_000004.tmp/optimizer.pt -> step_000004/optimizer.pt from buckets.py:")
     assert cut in broken.stdout, broken.stdout
-    assert "crash@r0:save4/copy(step_000004.tmp/model.pt" not in broken.stdout  # before the first copy: S_prev
-    sealed = cli("scenario", "crash-every-phase", "--job", "tests.planted.buckets:RenamesByCopyThenSeals",
-                 "--storage", "s3", "--workdir", str(tmp_path / "sealed"), cwd=ROOT)
+    assert "exploration did not see writes" not in broken.stdout  # an object's bytes travel in its request
+    sealed = _crashes_at(tmp_path, "tests.planted.buckets:RenamesByCopyThenSeals", "copy,put", "sealed")
     assert sealed.returncode == 0, sealed.stdout + sealed.stderr
-    assert "atomic: PASS — 18 cases pass" in sealed.stdout, sealed.stdout
+    assert "11 cases: 11 pass" in sealed.stdout, sealed.stdout  # every copy, every put (the seal's too)
 
 
 def test_dcps_fsspec_writer_commits_its_metadata_by_a_copy_and_a_delete_on_a_bucket(tmp_path):

@@ -115,7 +115,7 @@ from pathlib import Path, PurePosixPath
 from typing import Callable, Iterable, Optional
 
 from ckpt_harness.errors import ModelError
-from ckpt_harness.inject.faults import FAULT_KINDS, LOOKS
+from ckpt_harness.inject.faults import FAULT_KINDS, LOOKS, OBJECT_OPS
 
 #: Durability modes; see the module docstring.
 MODES = ("strict", "ordered")
@@ -394,6 +394,11 @@ class _Model:
             getattr(self, "on_" + kind)(event)
         elif kind in NO_EFFECT:
             return
+        elif kind in OBJECT_OPS:
+            raise DurabilityError(
+                f"the save is made of requests to a bucket ({kind} {event.get('path', '')!r}), which this model of a "
+                "local directory does not replay: every case runs against the real server, which keeps what it keeps"
+            )
         elif any(field in event for field in _FS_FIELDS):
             raise DurabilityError(
                 f"file-system event of a kind the durability model does not know: {_describe(event)}"

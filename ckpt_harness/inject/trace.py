@@ -310,6 +310,15 @@ def unseen_writes(events: Iterable[Event], sizes: Mapping[str, int]) -> list[Uns
         elif e.kind in (EventKind.UNLINK, EventKind.RMDIR, EventKind.RMTREE):
             for p in _under(names, f.get("path", "")):
                 del names[p]
+        # a bucket's objects: seen whole once put, completed or copied (a request carries the whole object)
+        elif e.kind in (EventKind.PUT, EventKind.COMPLETE) and f.get("path"):
+            names[f["path"]] = [float("inf"), False]
+        elif e.kind is EventKind.COPY and f.get("dst"):
+            names[f["dst"]] = names.get(f.get("src") or "", [float("inf"), False]) if f.get("src") else [0, False]
+        elif e.kind is EventKind.DELETE:
+            for path in f.get("paths") or [f.get("path", "")]:
+                for p in _under(names, path):
+                    del names[p]
     return [Unseen(p, names.get(p, [0, False])[1]) for p, size in sorted(sizes.items())
             if size > names.get(p, [0, False])[0]]
 

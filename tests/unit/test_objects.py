@@ -52,3 +52,21 @@ def test_every_request_that_changes_a_bucket_is_a_fault_point_of_the_crash_and_e
     assert changes == set(OBJECT_OPS) and set(OBJECT_OPS) <= set(ACTS) <= set(OPS)
     assert set(OBJECT_OPS) <= set(BY_NAME["crash"].ops) & set(BY_NAME["crash-after"].ops) & set(BY_NAME["error"].ops)
     assert not set(OBJECT_OPS) & set(BY_NAME["torn"].ops)  # an object lands whole or not at all
+
+
+def test_objects_put_whole_or_copied_in_are_seen_and_one_no_request_made_is_not():
+    """`trace.unseen_writes` on a bucket's trace: an object's bytes travel in the request that makes it
+    (before, every object of a bucket was warned about as written past the probes)."""
+    from ckpt_harness.inject.trace import Event, unseen_writes
+
+    def event(seq, kind, **fields):
+        return Event.parse({"seq": seq, "rank": 0, "kind": kind, "phase": "save 2", "t": float(seq), "point": seq,
+                            **fields})
+
+    events = [event(1, "put", path="s.tmp/a", n=10), event(2, "complete", path="s.tmp/b"),
+              event(3, "copy", path="s/a", src="s.tmp/a", dst="s/a"), event(4, "copy", path="s/b", src="s.tmp/b",
+                                                                         dst="s/b"),
+              event(5, "delete", path="s.tmp", paths=["s.tmp/a", "s.tmp/b"])]
+    sizes = {"s/a": 10, "s/b": 7 * 1024 * 1024, "s/c": 3}
+    assert [u.path for u in unseen_writes(events, sizes)] == ["s/c"]
+    assert [u.path for u in unseen_writes(events, {"s.tmp/a": 10})] == ["s.tmp/a"]  # deleted: what is there is not it
