@@ -65,7 +65,7 @@ MEASURED = {
     "test_script_launch": 15, "test_background_writers": 600, "test_preemption": 110, "test_warm_starts": 40,
     "test_baseline_causes": 60, "test_warm_workers": 60, "test_inline_save": 25,
     "test_flake": 70, "test_severity": 25, "test_ci_output": 25,
-    "test_storage": 90,  # 2026-11-29, by --durations, the module alone on the box (ci/module_times.py remakes the table)
+    "test_storage": 90,  # 2026-11-29, by --durations, the module alone on the box
 }
 
 
