@@ -80,6 +80,23 @@ def test_a_mount_puts_the_directory_in_the_bucket_and_brings_back_what_the_run_l
     assert (ckpt / "latest").read_text() == "step_000004\n"
 
 
+def test_a_server_that_dies_under_a_run_is_the_harnesss_failure_and_the_next_run_gets_a_new_one(tmp_path):
+    """Its requests failed because the store was gone, not because of the code under test: a harness
+    error (an ERROR verdict), never a FAIL."""
+    import os
+    import signal
+
+    storage = bucket.BucketStorage()
+    with pytest.raises(s3server.ServerFailed, match="exited with -9 during a run"):
+        with storage.mount(tmp_path / "ckpt"):
+            process = bucket._server()._server.process
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    bucket.shutdown()
+    with storage.mount(tmp_path / "again") as mount:  # the next mount starts a server of its own
+        assert mount.url.endswith("/again")
+
+
 @pytest.mark.parametrize("job", ["dcp", "torch_save"])
 def test_a_job_saving_to_the_bucket_resumes_bitwise_from_it(tmp_path, job):
     done = cli("run", "--job", job, "--storage", "s3", "--steps", "4", "--workdir", str(tmp_path / "work"),

@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from ckpt_harness.launch.s3server import S3Endpoint, S3Server, client
+from ckpt_harness.launch.s3server import S3Endpoint, S3Server, ServerFailed, client
 from ckpt_harness.storage import Mount
 
 BUCKET = "ckpt"
@@ -51,6 +51,8 @@ class BucketStorage:
         try:
             yield Mount(f"s3://{BUCKET}/{prefix.rstrip('/')}", endpoint.env())
         finally:
+            # a server that died under the run failed the ranks' requests: the harness's set-up, not their code
+            _server().check_alive()
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir(parents=True, exist_ok=True)
             for key in _keys(s3, prefix):
@@ -80,6 +82,7 @@ class _Keeper:
         self._thread: Optional[threading.Thread] = None
         self._endpoint: Optional[S3Endpoint] = None
         self._error: Optional[BaseException] = None
+        self._server: Optional[S3Server] = None
 
     def endpoint(self) -> S3Endpoint:
         with self._lock:
@@ -98,7 +101,8 @@ class _Keeper:
     def _serve(self) -> None:
         root = Path(tempfile.mkdtemp(prefix="ckpt-harness-s3-"))
         try:
-            with S3Server(root) as endpoint:
+            self._server = S3Server(root)
+            with self._server as endpoint:
                 client(endpoint).create_bucket(Bucket=BUCKET)
                 self._endpoint = endpoint
                 self._ready.set()
@@ -109,6 +113,14 @@ class _Keeper:
             self._endpoint = None
             self._ready.set()
             shutil.rmtree(root, ignore_errors=True)
+
+    def check_alive(self) -> None:
+        """ServerFailed if the server exited while it was to serve (its log's tail says why)."""
+        server = self._server
+        process = server.process if server is not None else None
+        if process is not None and process.poll() is not None:
+            raise ServerFailed(f"the harness's S3 server exited with {process.returncode} during a run, so the "
+                               f"run's requests failed for that, not for the code under test (log: {server.log})")
 
     def shutdown(self) -> None:
         with self._lock:
