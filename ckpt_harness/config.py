@@ -220,7 +220,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
     Setting("script", str, None, "script mode: the training script and its arguments, as after `python` "
                                  "(a file, -m MODULE, or a console script on PATH), with {ckpt_dir} where the "
                                  "run's checkpoint directory goes, also inside a config file it names (e.g. "
-                                 "'train.py --output_dir {ckpt_dir}'), and {local_rank} where each worker's "
+                                 "'train.py --output_dir {ckpt_dir}'), {ckpt_url} where its URL goes (the "
+                                 "bucket's prefix on --storage s3, the directory on local storage), and "
+                                 "{local_rank} where each worker's "
                                  "local rank goes (deepspeed's launcher passes --local_rank=N); run under "
                                  "torchrun instead of a job",
             optional=True),
@@ -354,6 +356,7 @@ class ScriptConfig:
     resume_args: str = setting("resume_args")
     timeout: float = setting("timeout", 180.0)
     cold_start: bool = setting("cold_start")
+    storage: str = setting("storage")
 
     def __post_init__(self) -> None:
         for name, s in settings_of(type(self)).items():

@@ -6,7 +6,8 @@ The pipelines keep holding checkpoints as local directories; a run on a
 bucket mounts its directory there and brings the bucket's objects back when
 its group ended (`ckpt_harness.storage`). Checked both ways: a writer that
 puts its `latest` object before the objects it names is flagged atomic on the
-bucket and the built-in job, which puts it last, passes; a power loss, which
+bucket and the built-in job, which puts it last, passes, and so do a plain
+script's (`{ckpt_url}`, item 2); a power loss, which
 a bucket does not feel, is n/a with the reason, not a verdict.
 """
 
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ckpt_harness import targets
-from ckpt_harness.errors import ConfigError, FrameworkMissing
+from ckpt_harness.errors import ConfigError, FrameworkMissing, JobError
 from ckpt_harness.launch import s3server
 from tests.clirun import cli
 
@@ -29,6 +30,7 @@ except FrameworkMissing as exc:
 from ckpt_harness.storage import bucket  # noqa: E402  (botocore: the s3 extra)
 
 ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = ROOT / "tests" / "scripts"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -95,6 +97,41 @@ def test_a_server_that_dies_under_a_run_is_the_harnesss_failure_and_the_next_run
     bucket.shutdown()
     with storage.mount(tmp_path / "again") as mount:  # the next mount starts a server of its own
         assert mount.url.endswith("/again")
+
+
+def test_a_run_that_writes_into_the_mounted_directory_instead_of_the_bucket_is_refused_naming_its_files(tmp_path):
+    """A job or script that ignores the URL it is given would lose its files when the directory is made the
+    bucket's again, and look like a checkpointing that saved nothing: a set-up error that says what to fix."""
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    (ckpt / "given.pt").write_bytes(b"put in the bucket at the mount")
+    with pytest.raises(JobError, match=r"the run wrote step_2/state.pt into its local checkpoint directory .* "
+                                       r"write the checkpoints there .*\{ckpt_url\}"):
+        with bucket.BucketStorage().mount(ckpt):
+            (ckpt / "step_2").mkdir()
+            (ckpt / "step_2" / "state.pt").write_bytes(b"written locally")
+    assert sorted(p.name for p in ckpt.iterdir()) == ["given.pt"]  # the bucket's objects, as after any run
+
+
+def _script_explore(tmp_path, bug: str, name: str):
+    script = f"{SCRIPTS / 'bucket_train.py'} {{ckpt_url}}" + (f" --bug {bug}" if bug else "")
+    return cli("explore", "--script", script, "--storage", "s3", "--faults", "crash", "--ops", "put",
+               "--corruptions", "", "--no-after", "--workdir", str(tmp_path / name), cwd=tmp_path)
+
+
+def test_a_script_given_the_buckets_url_puts_its_pointer_last_and_passes_and_its_pointer_first_twin_is_flagged(
+        tmp_path):
+    """A plain script saving through fsspec to `{ckpt_url}`: its saves are seen by the file object it hands
+    `torch.save`, each object put is a fault point at the script's line, and the resume reads the bucket."""
+    correct = _script_explore(tmp_path, "", "correct")
+    assert correct.returncode == 0, correct.stdout + correct.stderr
+    assert "the script saved at steps 2, 4, 6" in correct.stdout, correct.stdout
+    assert "put  step_4/state.pt  bucket_train.py:" in correct.stdout and "put  latest " in correct.stdout
+    assert "2 cases: 2 pass" in correct.stdout, correct.stdout
+    broken = _script_explore(tmp_path, "latest-first", "broken")
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "--- crash@r0:save4/put(step_4/state.pt) / atomic: FAIL" in broken.stdout, broken.stdout
+    assert "→ refused: FileNotFoundError" in broken.stdout  # `latest` named a state the crash kept out
 
 
 @pytest.mark.parametrize("job", ["dcp", "torch_save"])

@@ -4,7 +4,8 @@ A Job tells the harness when it saves (`Job.save`, `ctx.saved`); a script
 run under torchrun says nothing, so the bootstrap wraps the entry points
 saves go through and a save is one call of them:
 
-* `torch.save` to a path under the checkpoint directory;
+* `torch.save` to a path under the checkpoint directory (or to a file
+  fsspec opened under the bucket's URL it is mounted at, ``{ckpt_url}``);
 * `torch.distributed.checkpoint.save` / `async_save`;
 * `safetensors.torch.save_file` to a path under the checkpoint directory;
 * `transformers.Trainer._save_checkpoint`, `accelerate.Accelerator.save_state`,
@@ -56,6 +57,7 @@ import sys
 import threading
 from typing import Any, Callable, Iterator, Mapping, Optional
 
+from ckpt_harness.inject.objects import Prefix
 from ckpt_harness.inject.writers import WRITERS, Writers
 
 #: Where a save's step came from, best first (see the module docstring).
@@ -94,9 +96,11 @@ class Saves:
 
     def __init__(self, ckpt_dir: str, began: Callable[[int], None], ended: Callable[[Save], None],
                  trains: Callable[[], None] = lambda: None, landed: Callable[[int], None] = lambda step: None,
-                 declared: Callable[[], None] = lambda: None):
+                 declared: Callable[[], None] = lambda: None, url: str = ""):
         self.root = os.path.abspath(ckpt_dir)
         self.real_root = os.path.realpath(ckpt_dir)
+        #: The bucket's prefix the run's storage put the directory at (``{ckpt_url}``), if it is one.
+        self.bucket = Prefix(url) if _remote(url) else None
         self.began, self.ended, self.trains = began, ended, trains
         #: Called once a save that returned in the background landed: from its last writer's thread,
         #: or from the main thread, right after it returned, if its writers finished first.
@@ -125,10 +129,16 @@ class Saves:
         self.noted: dict[str, set[str]] = {"trains": set(), "saves": set()}
 
     def rel(self, path: Any) -> Optional[str]:
-        """`path` relative to the checkpoint directory, or None if it is not a path under it."""
-        if not isinstance(path, (str, bytes, os.PathLike)):
+        """`path` relative to the checkpoint directory, or None if it is not a
+        path under it: a path, an URL under the bucket's prefix it is mounted
+        at, or a file fsspec opened at either."""
+        where = _location(path)
+        if where is None:
             return None
-        absolute = os.path.abspath(os.fsdecode(os.fspath(path)))
+        if _remote(where):
+            bucket, _, key = where.partition("://")[2].lstrip("/").partition("/")
+            return self.bucket.rel(bucket, key) if self.bucket is not None else None
+        absolute = os.path.abspath(where.partition("://")[2] if "://" in where else where)
         for root in (self.root, self.real_root):
             if absolute == root or absolute.startswith(root + os.sep):
                 return os.path.relpath(absolute, root)
@@ -139,7 +149,7 @@ class Saves:
         a checkpoint that records a path of its own (Lightning's
         `best_model_path`, the Trainer's `best_model_checkpoint`) holds the
         run's directory, and each run of one case has a directory of its own."""
-        rel = self.rel(path) if os.path.isabs(path) else None
+        rel = self.rel(path) if os.path.isabs(path) or _remote(path) else None
         return None if rel is None else "{ckpt_dir}" if rel == "." else "{ckpt_dir}/" + rel.replace(os.sep, "/")
 
     def step_in(self, path: Any) -> Optional[int]:
@@ -280,6 +290,28 @@ class Saves:
     def full(self) -> dict[str, Any]:
         """The script's full state now (`full_state`), one mapping."""
         return _merged(self.full_states)
+
+
+#: URL schemes that name a local file.
+LOCAL_SCHEMES = ("file", "local")
+
+
+def _remote(where: str) -> bool:
+    """Is `where` an URL of remote storage (``s3://...``), not a local path?"""
+    scheme, sep, _ = where.partition("://")
+    return bool(sep) and scheme not in LOCAL_SCHEMES
+
+
+def _location(target: Any) -> Optional[str]:
+    """Where a save was handed to write: a path (str, bytes, path-like), or
+    an fsspec file, by the URL of what it writes (``s3://bucket/key``)."""
+    if isinstance(target, (str, bytes, os.PathLike)):
+        return os.fsdecode(os.fspath(target))
+    path, protocol = getattr(target, "path", None), getattr(getattr(target, "fs", None), "protocol", None)
+    if not isinstance(path, str) or not protocol:
+        return None
+    scheme = protocol if isinstance(protocol, str) else protocol[0]
+    return path if "://" in path else f"{scheme}://{path}"
 
 
 def _merged(fns: list[Callable[[], Mapping[str, Any]]]) -> dict[str, Any]:

@@ -71,6 +71,8 @@ PLAN_ENV = "CKPT_HARNESS_SCRIPT_PLAN"
 #: The run's checkpoint directory, for scripts that read it from the
 #: environment instead of their command line.
 CKPT_DIR_ENV = "CKPT_HARNESS_CKPT_DIR"
+#: Where the run's storage puts that directory (``{ckpt_url}``): its path, or a bucket's prefix.
+CKPT_URL_ENV = "CKPT_HARNESS_CKPT_URL"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +131,7 @@ class ScriptRank:
         self.recorder = Recorder(records_path(run_dir, rank))
         self.run_dir = run_dir
         self.saves = saves.Saves(plan.ckpt_dir, self._began, self._ended, self._trains, self._landed,
-                                 declared=self._declared)
+                                 declared=self._declared, url=plan.ckpt_url)
         #: The step of this rank's last save and its state (saves of one step merged).
         self.last: Optional[tuple[int, dict[str, Any]]] = None
         self._watch: Optional[threading.Thread] = None
@@ -159,7 +161,8 @@ class ScriptRank:
         self.recorder.write(Kind.SAVED, step=save.step, source=save.source, state=state_mod.capture(state),
                             **({"background": True} if save.background else {}),
                             **({"full_state": True} if self.saves.full_states else {}),
-                            **({"entries": entries(Path(self.plan.ckpt_dir))} if self.plan.list_entries else {}))
+                            **({"entries": entries(Path(self.plan.ckpt_dir), self.plan.ckpt_url)}
+                               if self.plan.list_entries else {}))
         if self.last is not None and self.last[0] == save.step:
             state = {**self.last[1], **state}
         elif save.source != "count":  # a count is this process's own, not the run's

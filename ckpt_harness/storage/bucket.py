@@ -11,7 +11,10 @@ A checkpoint directory is one prefix of one bucket: ``s3://ckpt/`` and the
 directory's absolute path, so two runs never share objects and a report's
 path names its objects. Mounting makes the prefix hold exactly the
 directory's files; unmounting makes the directory hold exactly the
-prefix's objects.
+prefix's objects. A run that wrote into the directory itself instead (a
+job or script that ignores the URL it is given) would lose those files
+there, and look like a checkpointing that saved nothing: it is refused,
+naming them, as the set-up error it is.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import threading
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
+from ckpt_harness.errors import JobError
 from ckpt_harness.launch.s3server import S3Endpoint, S3Server, ServerFailed, client
 from ckpt_harness.storage import Mount
 
@@ -45,20 +49,40 @@ class BucketStorage:
         prefix = Path(ckpt_dir).resolve().as_posix().strip("/") + "/"
         _clear(s3, prefix)
         root = Path(ckpt_dir)
-        if root.is_dir():
-            for path in sorted(p for p in root.rglob("*") if p.is_file()):
-                s3.put_object(Bucket=BUCKET, Key=prefix + path.relative_to(root).as_posix(), Body=path.read_bytes())
+        given = _files(root)
+        for rel in given:
+            s3.put_object(Bucket=BUCKET, Key=prefix + rel, Body=(root / rel).read_bytes())
+        url = f"s3://{BUCKET}/{prefix.rstrip('/')}"
         try:
-            yield Mount(f"s3://{BUCKET}/{prefix.rstrip('/')}", endpoint.env())
+            yield Mount(url, endpoint.env())
         finally:
             # a server that died under the run failed the ranks' requests: the harness's set-up, not their code
             _server().check_alive()
+            local = sorted(rel for rel, seen in _files(root).items() if given.get(rel) != seen)
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir(parents=True, exist_ok=True)
             for key in _keys(s3, prefix):
-                local = root / key[len(prefix):]
-                local.parent.mkdir(parents=True, exist_ok=True)
-                local.write_bytes(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+                path = root / key[len(prefix):]
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+        if local:
+            shown = ", ".join(local[:3]) + (f" and {len(local) - 3} more" if len(local) > 3 else "")
+            raise JobError(f"the run wrote {shown} into its local checkpoint directory {root}, which on storage s3 "
+                           f"stands for the bucket's prefix {url}: write the checkpoints there (a job's "
+                           "ctx.ckpt_url; a script's {ckpt_url} in its command, or $CKPT_HARNESS_CKPT_URL), or run "
+                           "it on --storage local")
+
+
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `root`, by its path relative to it, with its size and modification time."""
+    if not root.is_dir():
+        return {}
+    found = {}
+    for path in root.rglob("*"):
+        if path.is_file():
+            stat = path.stat()
+            found[path.relative_to(root).as_posix()] = (stat.st_size, stat.st_mtime_ns)
+    return found
 
 
 def _keys(s3: Any, prefix: str) -> list[str]:

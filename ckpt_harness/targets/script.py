@@ -2,7 +2,9 @@
 
 The script is run by torch's elastic agents (`launch.elastic`), with
 ``{ckpt_dir}`` in its command replaced by the run's checkpoint directory
-(also in the environment, `CKPT_DIR_ENV`), and recorded by the worker
+(also in the environment, `CKPT_DIR_ENV`) and ``{ckpt_url}`` by where its
+storage puts that directory (`ckpt_harness.storage`: the directory itself,
+or a bucket's prefix; also `CKPT_URL_ENV`), and recorded by the worker
 bootstrap (`rankside.script`): its saves are found at the entry points it
 calls, with what it handed them. So what a Job declares, a script's golden
 run tells (`knowing`): which steps it saves, on which ranks, whether a save
@@ -14,6 +16,7 @@ each with the reason an n/a cell gives.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 import shlex
@@ -21,12 +24,16 @@ import shutil
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
+from ckpt_harness import storage
 from ckpt_harness.config import ScriptConfig, ScriptExploreConfig, cli_args, script_args, settings_of
-from ckpt_harness.errors import UsageError
+from ckpt_harness.errors import FrameworkMissing, UsageError
+from ckpt_harness.jobs.axes import Axes, missing
 from ckpt_harness.records import Kind, Run, save_steps, savers
 from ckpt_harness.targets.base import Capabilities, NotApplicable, RunRequest, Stop, TargetKind, repro_line
 
 PLACEHOLDER = "{ckpt_dir}"
+#: Where the run's checkpoints go as its storage mounts the directory: a URL on a bucket.
+URL_PLACEHOLDER = "{ckpt_url}"
 #: How a command names a module to run, as after ``python``.
 MODULE = "-m"
 #: The largest file an argument may name for ``{ckpt_dir}`` to be put in place inside it.
@@ -82,9 +89,10 @@ NAME_LENGTH = 80
 
 
 def command(script: str, ckpt_dir: Path, told: Mapping[str, str] = {},
-            given: Mapping[str, Any] = {}, configs: Optional[Path] = None) -> tuple[str, ...]:
+            given: Mapping[str, Any] = {}, configs: Optional[Path] = None,
+            url: Optional[str] = None) -> tuple[str, ...]:
     """The script's path (or ``-m MODULE``) and arguments with the checkpoint
-    directory in place, then the arguments that tell it the settings
+    directory in place (and its `url`, the directory's path unless given), then the arguments that tell it the settings
     `given`, as `told` (`config.script_args`) spells them: last, so they win
     over the script's own. With `configs`, an argument naming a file that
     holds ``{ckpt_dir}`` (a YAML config, ``--config=train.yaml`` too) names
@@ -92,30 +100,38 @@ def command(script: str, ckpt_dir: Path, told: Mapping[str, str] = {},
     itself, nor another Python file (whose ``{ckpt_dir}`` is code)."""
     words = _words(script)
     first = 2 if words[:1] == [MODULE] else 1  # the script itself (or -m MODULE) is never a config
+    places = {PLACEHOLDER: str(ckpt_dir), URL_PLACEHOLDER: str(ckpt_dir) if url is None else url}
     if configs is not None:
-        words = words[:first] + [_config_copy(w, ckpt_dir, configs) for w in words[first:]]
-    words = [w.replace(PLACEHOLDER, str(ckpt_dir)) for w in words]
+        words = words[:first] + [_config_copy(w, places, configs) for w in words[first:]]
+    words = [_in_place(w, places) for w in words]
     for name, value in given.items():
         words += told_args(told[name], value)
     return tuple(words)
 
 
-def _config_copy(word: str, ckpt_dir: Path, configs: Path) -> str:
+def _in_place(text: str, places: Mapping[str, str]) -> str:
+    for placeholder, value in places.items():
+        text = text.replace(placeholder, value)
+    return text
+
+
+def _config_copy(word: str, places: Mapping[str, str], configs: Path) -> str:
     """`word`, naming instead a copy of the config file it names with the
-    checkpoint directory in place, if that file holds ``{ckpt_dir}``."""
+    checkpoint directory in place, if that file holds ``{ckpt_dir}`` (or ``{ckpt_url}``)."""
     option, eq, value = word.rpartition("=") if word.startswith("-") else ("", "", word)
     path = Path(value)
-    if PLACEHOLDER in value or path.suffix == ".py" or not path.is_file() or path.stat().st_size > CONFIG_SIZE:
+    if (any(p in value for p in places) or path.suffix == ".py" or not path.is_file()
+            or path.stat().st_size > CONFIG_SIZE):
         return word
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError):
         return word
-    if PLACEHOLDER not in text:
+    if not any(p in text for p in places):
         return word
     configs.mkdir(parents=True, exist_ok=True)
     copy = configs / path.name
-    copy.write_text(text.replace(PLACEHOLDER, str(ckpt_dir)))
+    copy.write_text(_in_place(text, places))
     return f"{option}{eq}{copy}"
 
 
@@ -174,7 +190,7 @@ def row_name(script: str, limit: int = NAME_LENGTH) -> str:
         words[0] = Path(words[0]).name
     kept: list[str] = []
     for word in words:
-        if PLACEHOLDER in word:
+        if PLACEHOLDER in word or URL_PLACEHOLDER in word:
             if kept and kept[-1].startswith("-") and "=" not in kept[-1] and len(kept) > 1:
                 kept.pop()  # --output_dir {ckpt_dir}
             continue
@@ -229,9 +245,15 @@ class ScriptTarget:
             lacks["background_saves"] = SYNCHRONOUS
         if self.known and not self.full:
             lacks["full_state"] = NO_FULL_STATE
+        if self.storage.no_power_loss:
+            lacks["power_loss"] = self.storage.no_power_loss
         return Capabilities(reports=False, steps_known=False, live_state=False, parks=False, lacks=lacks,
                             layout=self.config.checkpoint_layout, keeps_best=self.config.keeps_best,
                             marks_saves=MARKS_SAVES)
+
+    @functools.cached_property
+    def storage(self) -> storage.Storage:
+        return storage.of(self.config.storage)
 
     @property
     def values(self) -> dict[str, Any]:
@@ -241,17 +263,23 @@ class ScriptTarget:
     def told(self) -> dict[str, str]:
         return script_args(self.config.script_args)
 
-    def argv(self, ckpt_dir: Path, run_dir: Optional[Path] = None) -> tuple[str, ...]:
-        """Its command for a run on `ckpt_dir`; a run that starts on a
-        checkpoint directory holding anything (a resume) gets
+    def argv(self, ckpt_dir: Path, run_dir: Optional[Path] = None, url: Optional[str] = None) -> tuple[str, ...]:
+        """Its command for a run on `ckpt_dir` (mounted at `url`); a run that
+        starts on a checkpoint directory holding anything (a resume) gets
         `resume_args` last, so they win over the command's own."""
         words = command(self.config.script, ckpt_dir, self.told, dict(self.given),
-                        configs=run_dir / "configs" if run_dir is not None else None)
+                        configs=run_dir / "configs" if run_dir is not None else None, url=url)
         return words + (tuple(shlex.split(self.config.resume_args)) if _resumes(ckpt_dir) else ())
 
     def preflight(self) -> None:
-        """Refuse a script that is not there, before any run: else every case
-        (every scenario of a matrix row) would say so, for bad input."""
+        """Refuse a script that is not there, or storage the harness cannot
+        mount here, before any run: else every case (every scenario of a
+        matrix row) would say so, for bad input."""
+        absent = missing(Axes(storage=self.config.storage))
+        if absent:
+            hints = " ".join(repr(h) for h in sorted(set(absent.values())))
+            raise FrameworkMissing(f"storage {self.config.storage} needs {', '.join(sorted(absent))}, which is not "
+                                   f"installed here: pip install {hints}")
         words = command(self.config.script, Path("ckpt"))
         if words[0] == MODULE:
             top = words[1].split(".")[0] if len(words) > 1 else ""
@@ -275,26 +303,33 @@ class ScriptTarget:
         records are the last attempt's). A worker an injected fault blocks
         says when in its record, and its peers' grace counts from then."""
         from ckpt_harness import jit
-        from ckpt_harness.launch.elastic import ScriptSpec, run_elastic
-        from ckpt_harness.rankside.script import CKPT_DIR_ENV, PLAN_ENV, ScriptPlan
         from ckpt_harness.targets import script_ops
 
         # before the deadline starts: what the script's frameworks build on first use is not the script's time
         jit.ensure_built(script_ops.jit_ops(script_file(self.config.script), os.environ))
-        crash = request.stop is Stop.CRASH
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         ckpt = ckpt_dir.resolve()
-        plan = ScriptPlan(ckpt_dir=str(ckpt), stop_after_save=request.stop_after_save, crash=crash,
-                          hard_stop=request.stop is Stop.HARD, slow_writer=request.stop is Stop.SLOW_WRITER,
+        with self.storage.mount(ckpt) as mount:
+            return self._run(request, ckpt, run_dir, mount)
+
+    def _run(self, request: RunRequest, ckpt: Path, run_dir: Path, mount: storage.Mount) -> Run:
+        from ckpt_harness.launch.elastic import ScriptSpec, run_elastic
+        from ckpt_harness.rankside.script import CKPT_DIR_ENV, CKPT_URL_ENV, PLAN_ENV, ScriptPlan
+
+        crash = request.stop is Stop.CRASH
+        plan = ScriptPlan(ckpt_dir=str(ckpt), ckpt_url=mount.url, stop_after_save=request.stop_after_save,
+                          crash=crash, hard_stop=request.stop is Stop.HARD,
+                          slow_writer=request.stop is Stop.SLOW_WRITER,
                           faults=request.faults, log_data=request.log_data, trace_files=request.trace_files,
                           list_entries=self.values.get("keep_last") is not None,
                           full_state=request.full_state, resumes=_resumes(ckpt))
         stop_ranks = self.savers(request.stop_after_save) if request.stop_after_save is not None else None
         spec = ScriptSpec(
-            command=self.argv(ckpt, run_dir), run_dir=run_dir,
+            command=self.argv(ckpt, run_dir, mount.url), run_dir=run_dir,
             deadline=request.deadline or self.config.timeout, blocked_grace=request.blocked_grace,
             nproc_per_node=self.config.nproc_per_node, nnodes=self.config.nnodes,
-            max_restarts=self.config.max_restarts, env={PLAN_ENV: plan.to_env(), CKPT_DIR_ENV: str(ckpt)},
+            max_restarts=self.config.max_restarts,
+            env={**mount.env, PLAN_ENV: plan.to_env(), CKPT_DIR_ENV: str(ckpt), CKPT_URL_ENV: mount.url},
             failure_grace=request.failure_grace, stop_ranks=None if crash else stop_ranks,
             entry="ckpt_harness.rankside.script:arm", warm_workers=not self.config.cold_start,
         )

@@ -145,3 +145,22 @@ def test_a_file_object_is_named_as_its_plain_io_type_whether_the_probes_opened_i
     probed = io.BufferedWriter.__new__(ProbedBufferedWriter)  # its type is what matters, not an open file
     assert _type_name(probed) == "BufferedWriter"
     assert _type_name(io.BytesIO()) == "BytesIO" and _type_name(object()) == "object"
+
+
+def test_a_save_to_the_buckets_url_is_inside_the_checkpoint_and_a_save_elsewhere_is_not(tmp_path):
+    """On a bucket a script saves under `{ckpt_url}`: by URL (`dcp.save(checkpoint_id=...)`), or into a file
+    fsspec opened there (`torch.save(obj, f)`); its step and file name are read from the key as from a path."""
+    import fsspec
+
+    saves = Saves(str(tmp_path), [].append, [].append, url="memory://ckpt/run")
+    assert saves.rel("memory://ckpt/run/step_4/state.pt") == "step_4/state.pt"
+    assert saves.step_in("memory://ckpt/run/global_step6") == 6
+    assert saves.rel("memory://ckpt/other/step_4") is None and saves.rel("memory://elsewhere/run/x") is None
+    fs, root = fsspec.url_to_fs("memory://ckpt/run")
+    with fs.open(f"{root}/step_2/model.pt", "wb") as f:
+        assert saves.rel(f) == "step_2/model.pt" and saves.step_in(f) == 2
+    assert saves.where("memory://ckpt/run/step_2") == "{ckpt_dir}/step_2"  # a URL a checkpoint records of itself
+    local = Saves(str(tmp_path), [].append, [].append)  # a local directory: a URL is not under it
+    assert local.rel("memory://ckpt/run/step_4") is None
+    with fsspec.open(str(tmp_path / "step_8.pt"), "wb") as f:  # fsspec's local file, by its path
+        assert local.rel(f) == "step_8.pt" and local.step_in(f) == 8

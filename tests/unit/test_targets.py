@@ -194,3 +194,20 @@ def test_what_a_script_can_do_follows_what_its_golden_run_showed(capability, sho
     assert lacking in plain.caps.lacks[capability]
     shown = both(lambda r: r._record("saved", step=2, state={}, **{shown_by: True}).saved(4))
     assert script.knowing(shown).caps.has(capability)
+
+
+def test_a_scripts_command_gets_the_directory_for_ckpt_dir_and_where_its_storage_put_it_for_ckpt_url(tmp_path):
+    """`{ckpt_url}` is the bucket's prefix on a bucket, the directory itself on local storage (so one command
+    runs on both); a config file naming either gets a copy with them in place; a row's name shows neither."""
+    from ckpt_harness.targets.script import command, row_name
+
+    script = tmp_path / "train.py"
+    script.write_text("")
+    config = tmp_path / "train.yaml"
+    config.write_text("save_to: {ckpt_url}/run\n")
+    words = command(f"{script} --out {{ckpt_dir}} --url={{ckpt_url}} {config}", Path("/c"), url="s3://ckpt/c",
+                    configs=tmp_path / "copies")
+    assert words[:3] == (str(script), "--out", "/c") and words[3] == "--url=s3://ckpt/c", words
+    assert Path(words[4]).read_text() == "save_to: s3://ckpt/c/run\n"
+    assert command(f"{script} {{ckpt_url}}", Path("/c"))[1] == "/c"  # local storage: the directory
+    assert row_name("train.py --url {ckpt_url} --lr 1") == "train.py --lr 1"
