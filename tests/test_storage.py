@@ -134,6 +134,19 @@ def test_a_script_given_the_buckets_url_puts_its_pointer_last_and_passes_and_its
     assert "→ refused: FileNotFoundError" in broken.stdout  # `latest` named a state the crash kept out
 
 
+def test_lightnings_checkpoint_to_the_buckets_url_is_one_object_put_whole(tmp_path):
+    """Lightning writes a `ModelCheckpoint` under an URL through fsspec: on a bucket each save is one object,
+    uploaded whole as its stream closes, so no crash can leave half of it (its local `_atomic_save` is a
+    temporary file renamed into place); the save is seen by the Trainer's own `save_checkpoint`."""
+    pytest.importorskip("pytorch_lightning")
+    done = cli("trace", "--script", f"{SCRIPTS / 'lightning_train.py'} {{ckpt_url}}", "--storage", "s3",
+               "--workdir", str(tmp_path / "w"), cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rank0 = next(line for line in done.stdout.splitlines() if line.startswith("rank 0:"))
+    assert rank0.startswith("rank 0: put step_4.ckpt (") and rank0.count("put ") == 1, done.stdout
+    assert sorted(p.name for p in (tmp_path / "w" / "ckpt").iterdir()) == ["step_2.ckpt", "step_4.ckpt"]
+
+
 @pytest.mark.parametrize("job", ["dcp", "torch_save"])
 def test_a_job_saving_to_the_bucket_resumes_bitwise_from_it(tmp_path, job):
     done = cli("run", "--job", job, "--storage", "s3", "--steps", "4", "--workdir", str(tmp_path / "work"),

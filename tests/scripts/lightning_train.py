@@ -6,7 +6,7 @@ and `trainer.fit(..., ckpt_path=...)` on the newest one when started again on
 a directory that holds one. The batches of an epoch are the same in every
 epoch and every run (no shuffling, no dropout), so a resume replays them.
 
-    lightning_train.py OUT [--steps N] [--save-every K] [--async] [--bug weights-only|max-steps]
+    lightning_train.py OUT_OR_URL [--steps N] [--save-every K] [--async] [--bug weights-only|max-steps]
 
 --async saves through Lightning's `AsyncCheckpointIO` (its plugin, the
 docs' way): `save_checkpoint` clones every tensor of the checkpoint on the
@@ -28,14 +28,17 @@ same checkpoints. Lightning treats a restart of iteration-based training as
 one inside an epoch (`FitLoop.restarting`), so the resume re-enters the
 epoch its checkpoint had finished, on a fresh DataLoader: the next epochs
 see other batches than the uninterrupted run's.
+
+OUT may be a URL (``s3://bucket/prefix``): Lightning writes its checkpoints
+through fsspec, and the script finds the newest one there the same way.
 """
 
 import argparse
 import datetime
 import os
 import re
-from pathlib import Path
 
+import fsspec
 import pytorch_lightning as pl
 import torch
 from pytorch_lightning.callbacks import ModelCheckpoint
@@ -43,7 +46,7 @@ from pytorch_lightning.plugins.io import AsyncCheckpointIO
 from pytorch_lightning.strategies import DDPStrategy
 
 parser = argparse.ArgumentParser()
-parser.add_argument("out", type=Path)
+parser.add_argument("out")
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--save-every", type=int, default=2)
 parser.add_argument("--async", dest="background", action="store_true")
@@ -83,8 +86,10 @@ trainer = pl.Trainer(
     logger=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
     plugins=[AsyncCheckpointIO()] if args.background else None,
 )
-steps = [int(m.group(1)) for p in args.out.iterdir() if (m := re.fullmatch(r"step_(\d+)\.ckpt", p.name))]
-newest = args.out / f"step_{max(steps)}.ckpt" if steps else None
+fs, root = fsspec.url_to_fs(args.out)
+names = [p.rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)] if fs.exists(root) else []
+steps = [int(m.group(1)) for name in names if (m := re.fullmatch(r"step_(\d+)\.ckpt", name))]
+newest = f"{args.out}/step_{max(steps)}.ckpt" if steps else None
 if newest is not None and args.bug == "weights-only":
     model, newest = LitModel.load_from_checkpoint(newest), None
 trainer.fit(model, loader, ckpt_path=newest)
