@@ -371,6 +371,8 @@ BENCH_TARGET_SETTINGS = ("world_size", "timeout", "launcher", "cold_start", "scr
                          "checkpoint_layout", "keeps_best", "resume_args", *axes.NAMES)
 #: The settings of a bench (a job at a world size) that `matrix` takes.
 BENCH_SETTINGS = ("world_size", "timeout", "launcher", "cold_start", "parallel")
+#: Those of them that make a --job row (the rest, `parallel`, is how the matrix runs).
+JOB_ROW_SETTINGS = ("world_size", "timeout", "launcher", "cold_start")
 #: The script-mode settings `matrix --script` takes besides --script: one
 #: layout for every row (--max-restarts is refused: a matrix row, like
 #: `explore --script`, runs each resume itself).
@@ -440,10 +442,10 @@ def _scenario_options(p: argparse.ArgumentParser) -> None:
     add_arguments(p, ExploreConfig, only=BENCH_SETTINGS)
 
 
-def _bench_settings(args: argparse.Namespace) -> dict:
+def _parallel(args: argparse.Namespace) -> int:
     from ckpt_harness.config import SETTINGS
 
-    return {name: getattr(args, name, SETTINGS[name].default) for name in BENCH_SETTINGS}
+    return getattr(args, "parallel", SETTINGS["parallel"].default)
 
 
 def _catalogue(args: argparse.Namespace):
@@ -460,17 +462,15 @@ def _matrix(args: argparse.Namespace) -> int:
         _matrix_mode(args)
         if args.html is not None:
             _check_writable(args.html)
-        scripts = [] if args.merge or args.resume else _matrix_scripts(args)
+        rows = [] if args.merge or args.resume else _matrix_rows(args)
     except _USER_ERRORS as exc:
         print(f"ckpt-harness matrix: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.merge:
         return _merge(args)
-    from ckpt_harness.launch import prestart
-    from ckpt_harness.catalogue.matrix import MatrixInterrupted, load, read_costs, resume, run_matrix
+    from ckpt_harness.catalogue.matrix import MatrixInterrupted, load, matrix_rows, read_costs, resume, run_matrix
     from ckpt_harness.catalogue.scenario import builtin_catalogue, default_jobs, select
 
-    bench = _bench_settings(args)
     progress = _progress(args)
     out = args.out or (_matrix_dir(args.resume) if args.resume else Path("ckpt-matrix"))
     try:
@@ -489,14 +489,10 @@ def _matrix(args: argparse.Namespace) -> int:
             costs = read_costs(args.costs) if args.costs else None
             catalogue = _catalogue(args)
             scenarios = select(catalogue, _split(args.scenarios))
-            if scripts:  # rows under torchrun: no fork server
-                matrix = run_matrix((), scenarios, parallel=bench["parallel"], workdir=args.workdir,
-                                    keep=args.workdir is not None, progress=progress, scripts=scripts, shard=shard,
-                                    costs=costs)
-            else:
-                prestart(bench["parallel"])
-                matrix = run_matrix(args.job or default_jobs(scenarios), scenarios, **bench, workdir=args.workdir,
-                                    keep=args.workdir is not None, progress=progress, shard=shard, costs=costs)
+            targets, skipped = matrix_rows(rows or [_job_row(args, job) for job in default_jobs(scenarios)])
+            matrix = run_matrix(targets, scenarios, parallel=_parallel(args),
+                                workdir=args.workdir, keep=args.workdir is not None, progress=progress,
+                                skipped=skipped, shard=shard, costs=costs)
     except _USER_ERRORS as exc:
         print(f"ckpt-harness: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -612,8 +608,10 @@ def _matrix_mode(args: argparse.Namespace) -> None:
         raise UsageError("--costs balances the shards of --shard K/N: give --shard too, or leave out --costs")
 
 
-def _matrix_scripts(args: argparse.Namespace) -> list:
-    """The `ScriptConfig` of each --script row (none: a matrix of jobs); the
+def _matrix_rows(args: argparse.Namespace) -> list[dict]:
+    """The settings of each row, by name (`catalogue.matrix.matrix_rows`
+    makes them targets): a --script row's, or a --job row's (none given:
+    the jobs the catalogue applies to, once it is read, `_job_row`); the
     options of the other mode refused, before anything heavy is imported."""
     from ckpt_harness.config import ScriptConfig, settings_of
 
@@ -623,7 +621,7 @@ def _matrix_scripts(args: argparse.Namespace) -> list:
     if not scripts:
         if layout:
             raise UsageError(f"{', '.join(layout)} belong to script mode: give them with --script, not --job")
-        return []
+        return [_job_row(args, job) for job in args.job or ()]
     if args.job:
         raise UsageError("give --job rows or --script rows, not both: a script's rows run under torchrun at "
                          "--nnodes x --nproc-per-node, a job's at --world-size; run one matrix of each")
@@ -638,7 +636,14 @@ def _matrix_scripts(args: argparse.Namespace) -> list:
                          "the group when a worker exits with an error (launcher = elastic)")
     given = {name: getattr(args, name) for name in (*MATRIX_SCRIPT_SETTINGS, "timeout", "cold_start")
              if hasattr(args, name)}
-    return [ScriptConfig(script=script, **given) for script in scripts]
+    for script in scripts:
+        ScriptConfig(script=script, **given)  # a bad layout is bad input before anything heavy is imported
+    return [{"script": script, **given} for script in scripts]
+
+
+def _job_row(args: argparse.Namespace, job: str) -> dict:
+    """A --job row's settings: the job (or a row of it, ``dcp[bf16]``) and the bench options given."""
+    return {"job": job, **{name: getattr(args, name) for name in JOB_ROW_SETTINGS if hasattr(args, name)}}
 
 
 def _matrix_exit(matrix, fail_on: FailOn) -> int:
@@ -671,7 +676,7 @@ def _scenario(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(f"ckpt-harness scenario: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    parallel = getattr(args, "parallel", SETTINGS["parallel"].default)
+    parallel = _parallel(args)
     progress = _progress(args)
     made: list = []
 

@@ -142,7 +142,10 @@ def test_a_matrix_row_with_axes_trains_along_them_and_leaves_no_loader_worker_be
     matrix = json.loads((out / "matrix.json").read_text())
     assert matrix["jobs"] == ["torch_save[adagrad,workers,compile]"]
     assert [(c["job"], c["verdict"]) for c in matrix["cells"]] == [("torch_save[adagrad,workers,compile]", "pass")]
-    assert matrix["job_refs"] == {"torch_save[adagrad,workers,compile]": "torch_save[adagrad,workers,compile]"}
+    (row,) = matrix["rows"].values()  # what --resume makes the row again from
+    assert row["kind"] == "job" and row["settings"]["job"] == "torch_save"
+    assert (row["settings"]["optimizer"], row["settings"]["data"], row["settings"]["compile"]) == (
+        "adagrad", "workers", True)
     deadline = time.monotonic() + 10  # a worker sees its rank gone within 5 s (DataLoader's watchdog)
     while _stray_group_members(since) and time.monotonic() < deadline:
         time.sleep(0.2)

@@ -28,6 +28,7 @@ import pytest
 
 from ckpt_harness import cli
 from ckpt_harness.config import ScriptConfig
+from ckpt_harness import targets
 from ckpt_harness.catalogue.matrix import Matrix, run_matrix
 from ckpt_harness.records import Kind, read_records
 from ckpt_harness.catalogue.scenario import builtin_catalogue, parse, select
@@ -56,8 +57,10 @@ def matrix(tmp_path_factory) -> tuple[Matrix, Path]:
     scenarios = [CRASH_AT_WRITE, *select(builtin_catalogue(), [
         "resume-every-save", "overwrite-complete", "rotation-crash", "multi-node-skew", "world-size-grow",
         "convert-last-save"])]
-    scripts = [ScriptConfig(script=s, nproc_per_node=2, timeout=120.0) for s in (CORRECT, BROKEN)]
-    return run_matrix((), scenarios, scripts=scripts, workdir=workdir, keep=True), workdir
+    # the broken row cold at once: warm, each case it fails would be run again cold to confirm it
+    scripts = [ScriptConfig(script=s, nproc_per_node=2, timeout=120.0, cold_start=s == BROKEN)
+               for s in (CORRECT, BROKEN)]
+    return run_matrix([targets.of(c) for c in scripts], scenarios, workdir=workdir, keep=True), workdir
 
 
 def cells(m: Matrix) -> dict:
@@ -103,7 +106,8 @@ def test_one_golden_run_serves_a_row_and_the_commands_are_in_the_output(matrix, 
         assert not (workdir / f"job{i}" / "resume-every-save" / "golden").exists()
     md, js = m.write(tmp_path)
     data = json.loads(js.read_text())
-    assert data["scripts"] == {m.jobs[0]: CORRECT, m.jobs[1]: BROKEN}
+    assert {name: row["settings"]["script"] for name, row in data["rows"].items()} == {m.jobs[0]: CORRECT,
+                                                                                       m.jobs[1]: BROKEN}
     assert data["settings"]["nproc_per_node"] == 2 and data["jobs"] == m.jobs
     assert f"`{BROKEN}`" in md.read_text()
 

@@ -24,6 +24,7 @@ import dataclasses
 
 import pytest
 
+from ckpt_harness import targets
 from ckpt_harness.catalogue.matrix import Matrix, run_matrix
 from ckpt_harness.catalogue.scenario import builtin_catalogue, select
 from ckpt_harness.config import ScriptConfig
@@ -46,8 +47,10 @@ def matrix(tmp_path_factory) -> Matrix:
     # Both rows save with the overwrite flag on (the bug acts then; off, both refuse alike).
     scenarios = [dataclasses.replace(s, params={**s.params, "overwrite": (True,)}) if s.check == "overwrite" else s
                  for s in select(builtin_catalogue(), list(SCENARIOS))]
-    scripts = [ScriptConfig(script=s, script_args=TOLD, nproc_per_node=2, timeout=120.0) for s in (CORRECT, BROKEN)]
-    return run_matrix((), scenarios, scripts=scripts, workdir=tmp_path_factory.mktemp("script-settings"))
+    # the broken row cold at once: warm, each case it fails would be run again cold to confirm it
+    scripts = [ScriptConfig(script=s, script_args=TOLD, nproc_per_node=2, timeout=120.0, cold_start=s == BROKEN)
+               for s in (CORRECT, BROKEN)]
+    return run_matrix([targets.of(c) for c in scripts], scenarios, workdir=tmp_path_factory.mktemp("script-settings"))
 
 
 def found(m: Matrix, script: str, scenario: str):
@@ -106,9 +109,10 @@ def test_the_trainers_save_total_limit_keeps_the_newest_and_a_rotation_by_name_i
     transformers costs seconds of CPU (docs/speed.md)."""
     pytest.importorskip("transformers")
     scripts = [ScriptConfig(script=f"{HF_TRAIN} {{ckpt_dir}}{flags}", script_args=HF_TOLD, nproc_per_node=1,
-                            timeout=120.0, keeps_best=best)
+                            timeout=120.0, keeps_best=best, cold_start="--bug" in flags)  # the twin: cold at once
                for flags, best in (("", False), (" --bug rotate-by-name", False), (" --load_best_model_at_end", True))]
-    m = run_matrix((), select(builtin_catalogue(), ["retention-order"]), scripts=scripts, workdir=tmp_path)
+    m = run_matrix([targets.of(c) for c in scripts], select(builtin_catalogue(), ["retention-order"]),
+                   workdir=tmp_path)
     good, bad, best = (found(m, s.script, "retention-order") for s in scripts)
     assert good.verdict is Verdict.PASS and "best" not in good.reason, explain(m)
     assert bad.verdict is Verdict.FAIL and bad.property == good.property == "rotation-safe", explain(m)

@@ -34,7 +34,7 @@ from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.catalogue.expectations import CellGate, Gating
 from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult
 from ckpt_harness.catalogue.shards import Shard, Task, assign
-from ckpt_harness.config import PLAIN, SETTINGS, ScriptConfig
+from ckpt_harness.config import SETTINGS
 from ckpt_harness.errors import UsageError, signal_of
 from ckpt_harness.oracle import PROPERTIES
 from ckpt_harness.oracle.causes import Severity
@@ -114,10 +114,8 @@ class Matrix:
     #: The bench settings besides the world size (timeout, parallel; a script
     #: matrix's layout: nproc_per_node, nnodes).
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
-    #: Script rows (`matrix --script`): row name -> the script's whole command.
-    scripts: dict[str, str] = dataclasses.field(default_factory=dict)
-    #: Job rows: row name -> the job as given (a registered name, module:Class), to run it again.
-    job_refs: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Each row by name -> its target as data (`targets.TargetSpec`: kind and settings), to run it again.
+    rows: dict[str, targets.TargetSpec] = dataclasses.field(default_factory=dict)
     #: Every (row, scenario) of the whole matrix, in the order they run (default: those of `results`).
     plan: list[Task] = dataclasses.field(default_factory=list)
     #: The part of `plan` this matrix is to run: a shard's; None: all of it.
@@ -193,7 +191,7 @@ class Matrix:
         props = self.properties
         cells = {(c.job, c.property): c for c in self.cells()}
         layout = (f" under torchrun ({self.settings.get('nnodes')} node(s) x {self.settings.get('nproc_per_node')} "
-                  "workers)" if self.scripts else "")
+                  "workers)" if "nproc_per_node" in self.settings else "")
         lines = [
             "# Checkpoint compatibility matrix", "",
             f"`ckpt-harness matrix` at world size {self.world_size}{layout}, {len(self.scenarios)} scenarios, "
@@ -209,10 +207,11 @@ class Matrix:
             lines += [f"**Incomplete**: {stopped} with {len(self.missing)} of its {len(self.tasks or ())} (row, "
                       f"scenario) runs not run ({NOT_RUN} below); `ckpt-harness matrix --resume DIR` on the "
                       "directory of this matrix.json runs them.", ""]
-        if self.scripts:
-            lines += ["Scripts: " + "; ".join(f"**{name}**: `{command}`" for name, command in self.scripts.items())
+        commands = self.commands
+        if commands:
+            lines += ["Commands: " + "; ".join(f"**{name}**: `{command}`" for name, command in commands.items())
                       + ".", ""]
-        row = "script" if self.scripts else "job"
+        row = self.noun
         lines += self._grid(cells)
         if self.skipped:
             lines += ["", "Not run: " + "; ".join(f"{j} ({why})" for j, why in self.skipped.items())]
@@ -241,10 +240,23 @@ class Matrix:
     def _grid(self, cells: Mapping[tuple[str, str], Cell]) -> list[str]:
         """The table: a row per job or script, a column per property."""
         props = self.properties
-        lines = [f"| {'script' if self.scripts else 'job'} | " + " | ".join(props) + " |",
+        lines = [f"| {self.noun} | " + " | ".join(props) + " |",
                  "|---|" + "---|" * len(props)]
         return lines + [f"| {job} | " + " | ".join(self._mark(cells[job, p]) for p in props) + " |"
                         for job in self.jobs]
+
+    @property
+    def noun(self) -> str:
+        """What its rows are: their kind's name ("job", "script"), or "row" for rows of several kinds."""
+        kinds = {spec.kind for spec in self.rows.values()}
+        return kinds.pop() if len(kinds) == 1 else "row"
+
+    @property
+    def commands(self) -> dict[str, str]:
+        """Each row whose name does not start with what picked it (a script's
+        command, which its name shows without directories) -> that."""
+        picked = {name: str(targets.picked_by(spec)) for name, spec in self.rows.items()}
+        return {name: value for name, value in picked.items() if not name.startswith(value)}
 
     def summary(self) -> str:
         """What a terminal shows of it (matrix.md holds the rest): the table,
@@ -290,7 +302,6 @@ class Matrix:
             "versions": self.versions,
             "date": self.date,
             "jobs": self.jobs,
-            "scripts": self.scripts,
             "skipped": self.skipped,
             "properties": self.properties,
             "complete": self.complete,
@@ -302,7 +313,7 @@ class Matrix:
             "cells": [self._cell_json(c) for c in self.cells()],
             "baseline": None if self.gating is None else self.gating.to_json(),
             "scenarios": [r.to_json() for r in self.results],
-            "job_refs": self.job_refs,
+            "rows": {name: spec.to_json() for name, spec in self.rows.items()},
             "catalogue": [s.to_json() for s in self.scenarios],
             "plan": [list(t) for t in self.plan],
         }
@@ -329,7 +340,7 @@ class Matrix:
                 scenarios=[Scenario.from_json(s) for s in data["catalogue"]],
                 elapsed=float(data["elapsed_seconds"]), versions=dict(data["versions"]),
                 skipped=dict(data.get("skipped", {})), date=str(data["date"]), settings=settings,
-                scripts=dict(data.get("scripts", {})), job_refs=dict(data.get("job_refs", {})),
+                rows=_rows(data),
                 plan=[Task(*t) for t in data["plan"]],
                 tasks=[Task(*t) for t in shard["tasks"]] if shard else None,
                 shard=Shard(int(shard["index"]), int(shard["count"])) if shard else None,
@@ -358,6 +369,20 @@ class Matrix:
 
 #: The folder of a matrix's --out that holds its cases' timelines.
 TIMELINES = "timelines"
+
+
+def _rows(data: Mapping[str, Any]) -> dict[str, targets.TargetSpec]:
+    """The rows of a matrix.json as targets' data; from one written before rows were (its
+    `job_refs` and `scripts`), as the matrix of then ran them: its bench settings for every row."""
+    if "rows" in data:
+        return {name: targets.TargetSpec.from_json(spec) for name, spec in data["rows"].items()}
+    settings = data["settings"]
+    jobs = {name: targets.TargetSpec("job", {"job": ref, **{k: settings[k] for k in (
+        "world_size", "timeout", "launcher", "cold_start") if k in settings}}) for name, ref in data.get(
+        "job_refs", {}).items()}
+    return {**jobs, **{name: targets.TargetSpec("script", {"script": command, **{k: settings[k] for k in (
+        "nproc_per_node", "nnodes", "timeout", "cold_start") if k in settings}}) for name, command in data.get(
+        "scripts", {}).items()}}
 
 
 def _folder(row: str) -> str:
@@ -424,8 +449,7 @@ _SHARED = (
     ("settings", lambda m: m.settings),
     ("versions", lambda m: m.versions),
     ("rows", lambda m: m.jobs),
-    ("scripts", lambda m: m.scripts),
-    ("jobs", lambda m: m.job_refs),
+    ("row settings", lambda m: {name: spec.to_json() for name, spec in m.rows.items()}),
     ("jobs not run", lambda m: m.skipped),
     ("catalogue", lambda m: [s.definition for s in m.scenarios]),
     ("(row, scenario) runs", lambda m: m.plan),
@@ -510,33 +534,54 @@ def _short(values: Sequence[Any], shown: int = 3) -> str:
 
 
 # -- running -------------------------------------------------------------------------
+def matrix_rows(given: Sequence[Mapping[str, Any]]) -> tuple[list[targets.Target], dict[str, str]]:
+    """The rows the settings of each `given` make (``{"job": "dcp[bf16]",
+    "world_size": 2, ...}``, ``{"script": "train.py {ckpt_dir}", ...}``),
+    through the chooser every surface uses (`targets.make`), each checked
+    before anything runs; and the rows this machine cannot run (a framework
+    not installed), each with why, instead of a row of errors. Bad input
+    (a script that is not there, an axis a job does not train with) raises."""
+    from ckpt_harness.errors import Unavailable
+
+    rows: list[targets.Target] = []
+    skipped: dict[str, str] = {}
+    for settings in given:
+        kind = targets.chosen(settings, "run")
+        try:
+            target = targets.make(settings, "run")
+            target.preflight()
+        except Unavailable as exc:
+            skipped[str(settings[kind.option])] = str(exc)
+            continue
+        rows.append(target)
+    return rows, skipped
+
+
 def run_matrix(
-    jobs: Sequence[Union[str, type]],
+    rows: Sequence[targets.Target],
     scenarios: Sequence[Scenario],
     *,
-    world_size: int = SETTINGS["world_size"].default,
-    timeout: float = SETTINGS["timeout"].default,
-    launcher: str = SETTINGS["launcher"].default,
-    cold_start: bool = SETTINGS["cold_start"].default,
     parallel: int = SETTINGS["parallel"].default,
     reduce: bool = True,
     scenarios_at_once: int = SCENARIOS_AT_ONCE,
     workdir: Optional[Path] = None,
     keep: bool = False,
     progress: Optional[Progress] = None,
-    scripts: Sequence[ScriptConfig] = (),
+    skipped: Mapping[str, str] = {},
     shard: Optional[Shard] = None,
     costs: Optional[Mapping[Task, float]] = None,
     previous: Optional[Matrix] = None,
 ) -> Matrix:
-    """Run every scenario that applies against every job, showing cases as
-    they finish and a line per finished scenario on `progress`. `reduce=False`
-    runs every case's faulted save and resume (the naive catalogue, for comparison);
-    `scenarios_at_once` applies when `parallel` > 1.
+    """Run every scenario that applies against every row (a target of any
+    kind: `matrix_rows`), showing cases as they finish and a line per
+    finished scenario on `progress`. `reduce=False` runs every case's faulted
+    save and resume (the naive catalogue, for comparison); `scenarios_at_once`
+    applies when `parallel` > 1. `skipped`: rows not run, each with why.
 
-    `scripts` instead of `jobs`: a row per unmodified script under torchrun
-    (`targets.ScriptTarget`), all at one layout and timeout (theirs: `world_size` and
-    `timeout` are not used), named by their commands (`row_name`).
+    The rows' scenarios go in turn, row by row (every row's first scenario,
+    then every row's second...): a row's first scenarios all wait for its
+    golden run (a script's is a torchrun run of seconds), so the rows'
+    golden runs go at once rather than one after the other.
 
     `shard`: only that shard's part of the runs (`shards.assign`, balanced by
     `costs`). `previous`: a matrix of the same rows and scenarios that was
@@ -547,51 +592,26 @@ def run_matrix(
     the process can start none after), the scenarios in flight are abandoned
     and `MatrixInterrupted` is raised with the matrix of those that finished,
     its temporary directory removed."""
-    from ckpt_harness.errors import Unavailable
-
     started = time.monotonic()
-    rows: list[tuple[targets.Target, str]] = []
-    skipped: dict[str, str] = {}
-    if scripts:
-        if jobs:
-            raise UsageError("a matrix has rows of jobs or of scripts, not both: run one matrix of each")
-        layouts = {(s.nproc_per_node, s.nnodes, s.timeout, s.cold_start) for s in scripts}
-        if len(layouts) > 1:
-            raise UsageError("the scripts of one matrix share one layout, timeout and start (nproc_per_node, nnodes, "
-                             f"timeout, cold_start); got {', '.join(map(str, sorted(layouts)))}")
-        cold_start = scripts[0].cold_start
-        if any(s.max_restarts for s in scripts):
-            raise UsageError("a matrix row runs each resume itself, and torchrun restarting a faulted group would "
-                             "run its fault again: leave out --max-restarts")
-        world_size, timeout = scripts[0].world_size, scripts[0].timeout
-    for config in scripts:
-        target = targets.of(config)
-        target.preflight()  # a script that is not there is bad input, not a row of n/a cells
-        rows.append((target, target.row))
-    given: list[Optional[str]] = [None] * len(rows)
-    for job in jobs:
-        try:  # dcp[bf16]: a row of the dcp job at precision bf16
-            target = targets.job(job, world_size=world_size, timeout=timeout, launcher=launcher,
-                                 cold_start=cold_start)
-            target.preflight()  # axes the job does not train with are bad input, not a row of errors
-        except Unavailable as exc:  # a framework not installed here: not run, and said why
-            skipped[job if isinstance(job, str) else job.__qualname__] = str(exc)
-            continue
-        rows.append((target, target.row))
-        given.append(target.row)
+    if not rows and not skipped:
+        raise UsageError("a matrix needs at least one row: give --job or --script")
+    restarting = [target.row for target in rows if target.caps.has("launcher_restart")]
+    if restarting:
+        raise UsageError(f"{restarting[0]}: a matrix row runs each resume itself, and torchrun restarting a faulted "
+                         "group would run its fault again: leave out --max-restarts")
+    for target in rows:
+        target.warm(parallel)  # before any run: no deadline pays for what the runs share
     names: list[str] = []
-    for i, (_, name) in enumerate(rows):
-        names.append(name if name not in names else f"{name} #{i + 1}")  # rows apart, if cut alike
-    commands = {names[i]: config.script for i, config in enumerate(scripts)}  # script rows come first
-    refs = {name: ref for name, ref in zip(names, given) if ref is not None}
-    plans = [(target, name, [s for s in scenarios if s.applies_to(name)]) for (target, _), name in zip(rows, names)]
+    for i, target in enumerate(rows):
+        names.append(target.row if target.row not in names else f"{target.row} #{i + 1}")  # apart, if cut alike
+    specs = {name: targets.spec(target) for name, target in zip(names, rows)}
+    plans = [(target, name, [s for s in scenarios if s.applies_to(name)]) for target, name in zip(rows, names)]
     tasks = [(i, name, scenario) for i, (_, name, mine) in enumerate(plans) for scenario in mine]
-    if scripts:  # row by row in turn: a script row's first scenarios all wait for its golden torchrun run,
-        # so the rows' golden runs go at once rather than one row after the other
-        tasks.sort(key=lambda task: plans[task[0]][2].index(task[2]))
+    tasks.sort(key=lambda task: plans[task[0]][2].index(task[2]))
     plan = [Task(name, scenario.name) for _, name, scenario in tasks]
     finished: dict[Task, ScenarioResult] = {}
     before = 0.0
+    skipped = dict(skipped)
     if previous is not None:
         if names != previous.jobs or plan != previous.plan:
             raise UsageError(f"the rows and scenarios are not those of the matrix to resume "
@@ -606,16 +626,17 @@ def run_matrix(
         mine = list(plan)
     wanted = set(mine) - set(finished)
     todo = [task for task, key in zip(tasks, plan) if key in wanted]
-    layout = {"nproc_per_node": scripts[0].nproc_per_node, "nnodes": scripts[0].nnodes} if scripts else {}
-    # a script runs under real torchrun; a cold start is recorded only where asked for
-    launched = {**({} if scripts else {"launcher": launcher}), **({"cold_start": True} if cold_start else {})}
+    first = rows[0].values if rows else {}
+    # what the markdown says of how rows ran: torchrun's layout, the launcher; a cold start where asked for
+    shown = {name: first[name] for name in ("nproc_per_node", "nnodes", "launcher") if name in first}
+    shown.update({"cold_start": True} if first.get("cold_start") else {})
 
     def matrix(stopped_by: Optional[str] = None) -> Matrix:
-        return Matrix(world_size, names, [finished[t] for t in plan if t in finished], list(scenarios),
-                      before + time.monotonic() - started, versions(), skipped,
-                      settings={"timeout": timeout, "parallel": parallel, **layout, **launched}, scripts=commands,
-                      job_refs=refs,
-                      plan=plan, tasks=mine if shard is not None else None, shard=shard, stopped_by=stopped_by)
+        return Matrix(rows[0].world_size if rows else 0, names, [finished[t] for t in plan if t in finished],
+                      list(scenarios), before + time.monotonic() - started, versions(), skipped,
+                      settings={"timeout": rows[0].timeout if rows else 0.0, "parallel": parallel, **shown},
+                      rows=specs, plan=plan, tasks=mine if shard is not None else None, shard=shard,
+                      stopped_by=stopped_by)
 
     root = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="ckpt-matrix-"))
     benches = [Bench(target, root / f"job{i}", parallel=parallel, reduce=reduce, name=name)
@@ -680,23 +701,13 @@ def _discard(root: Path, workdir: Optional[Path], keep: bool) -> None:
 def resume(previous: Matrix, *, workdir: Optional[Path] = None, keep: bool = False,
            progress: Optional[Progress] = None, source: str = "matrix.json") -> Matrix:
     """`previous` (a matrix or shard that was stopped) finished: the runs it
-    lacks made with its rows, catalogue and settings, on the versions it was
-    measured with (UsageError otherwise: one matrix is one measurement)."""
+    lacks made with its rows (each rebuilt from its settings, `targets.rebuild`),
+    catalogue and settings, on the versions it was measured with (UsageError
+    otherwise: one matrix is one measurement)."""
     now = versions()
     if now != previous.versions:
         raise UsageError(f"{source} was measured on other versions ({_difference(previous.versions, now, '', '')}, "
                          "then vs. now): a matrix is one measurement; run it again whole")
-    settings = previous.settings
-    scripts = [ScriptConfig(script=previous.scripts[row], nproc_per_node=settings["nproc_per_node"],
-                            nnodes=settings["nnodes"], timeout=settings["timeout"],
-                            cold_start=settings.get("cold_start", False))
-               for row in previous.jobs if row in previous.scripts]
-    jobs = [previous.job_refs[row] for row in previous.jobs if row in previous.job_refs]
-    if scripts:
-        return run_matrix((), previous.scenarios, parallel=settings["parallel"], workdir=workdir, keep=keep,
-                          progress=progress, scripts=scripts, previous=previous)
-    # a matrix.json from before the setting judged every row as launched plainly
-    return run_matrix(jobs, previous.scenarios, world_size=previous.world_size, timeout=settings["timeout"],
-                      launcher=settings.get("launcher", PLAIN), cold_start=settings.get("cold_start", False),
-                      parallel=settings["parallel"], workdir=workdir,
-                      keep=keep, progress=progress, previous=previous)
+    rows = [targets.rebuild(previous.rows[name]) for name in previous.jobs]
+    return run_matrix(rows, previous.scenarios, parallel=previous.settings["parallel"], workdir=workdir, keep=keep,
+                      progress=progress, previous=previous)

@@ -3,20 +3,20 @@
 This module picks a kind of target from the config that describes it (as
 `torch.distributed.elastic`'s `start_processes` picks a function or a
 binary, and DCP's `_storage_setup` a storage writer), and the pipelines and
-checks then hold a `Target`. Not yet the only place: the matrix's script
-rows and `targets.split`'s callers still build a kind's config themselves
-(issue 47 moves them here).
+checks then hold a `Target`. A target kept as data (a matrix's row in its
+matrix.json, to resume or merge it) is its kind and the settings that
+made it (`TargetSpec`), and comes back through the same chooser (`rebuild`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Mapping, Union
 
 from ckpt_harness.config import ExplorePlan, RunConfig, ScriptConfig, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.extensions import load, with_entry_points
-from ckpt_harness.jobref import resolve as resolve_job
 from ckpt_harness.targets.base import (
     FAILURE_GRACE,
     PROPAGATION,
@@ -32,7 +32,8 @@ from ckpt_harness.targets.script import ScriptTarget
 
 __all__ = [
     "FAILURE_GRACE", "PROPAGATION", "Capabilities", "JobTarget", "NotApplicable", "RunRequest", "ScriptTarget",
-    "Stop", "Target", "TargetKind", "chosen", "job", "kinds", "of", "resolve", "script", "split", "takes",
+    "Stop", "Target", "TargetKind", "TargetSpec", "chosen", "job", "kinds", "make", "of", "picked_by", "rebuild",
+    "resolve", "script", "spec", "split", "takes",
 ]
 
 ENTRY_POINT_GROUP = "ckpt_harness.targets"
@@ -81,11 +82,8 @@ def job(job: Union[str, type], **settings: Any) -> JobTarget:
     """A Job (a subclass, a registered name or "module:Class", or a matrix
     row of one: ``dcp[bf16]``, its axes as settings) with run settings
     (`RunConfig`'s); unknown settings are refused."""
-    from ckpt_harness.jobs.axes import split_row
-
-    name, axes = split_row(job) if isinstance(job, str) else (job, {})
-    ref, _ = resolve_job(name)
-    return JobTarget(RunConfig.build(ref, **{**axes, **settings}))
+    kind = _job_kind()
+    return kind.target(kind.make(job, RunConfig, settings))
 
 
 def script(script: str, **settings: Any) -> ScriptTarget:
@@ -147,3 +145,59 @@ def resolve(spec: Any, command: str, settings: Mapping[str, Any]) -> tuple[Targe
 
 def _job_kind() -> TargetKind:
     return next(kind for kind in kinds() if kind.name == "job")
+
+
+@dataclasses.dataclass(frozen=True)
+class TargetSpec:
+    """A target as data: its kind's name and every setting that made it, by
+    name, the kind's own option among them (``{"script": "train.py
+    {ckpt_dir}", "nproc_per_node": 2, ...}``, ``{"job": "dcp", "storage":
+    "s3", ...}``). What a matrix.json keeps of a row; `rebuild` makes the
+    target again through the chooser every surface uses."""
+
+    kind: str
+    settings: Mapping[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "settings": {k: list(v) if isinstance(v, tuple) else v
+                                                for k, v in self.settings.items()}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> "TargetSpec":
+        return cls(str(data["kind"]), dict(data["settings"]))
+
+
+def kind_of(target: Target) -> TargetKind:
+    """The kind `target` is of: the one whose name is its noun."""
+    for kind in kinds():
+        if kind.name == target.noun:
+            return kind
+    raise UsageError(f"no kind of target is named {target.noun!r} (the noun of {type(target).__name__}): a "
+                     f"target's noun is its kind's name; installed: {', '.join(k.name for k in kinds())}")
+
+
+def spec(target: Target) -> TargetSpec:
+    """`target` as data: its kind, and its kind's option (its name) with every one of its settings."""
+    kind = kind_of(target)
+    return TargetSpec(kind.name, {kind.option: target.name, **target.values})
+
+
+def picked_by(spec: TargetSpec) -> Any:
+    """The value of the option that picked its kind (a job's name, a script's command)."""
+    return spec.settings[next(kind for kind in kinds() if kind.name == spec.kind).option]
+
+
+def make(given: Mapping[str, Any], command: str = "run") -> Target:
+    """The target the settings `given` make, as the CLI makes one from
+    options: its kind picked by `chosen`, its config by the kind (`made`)."""
+    kind = chosen(given, command)
+    return kind.target(made(kind, command, given))
+
+
+def rebuild(spec: TargetSpec, command: str = "run") -> Target:
+    """The target `spec` describes, made again (`make`)."""
+    kind = chosen(spec.settings, command)
+    if kind.name != spec.kind:
+        raise UsageError(f"a {spec.kind} row whose settings pick a {kind.name} ({kind.flag}): give the settings "
+                         f"of a {spec.kind}")
+    return make(spec.settings, command)

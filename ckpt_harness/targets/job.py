@@ -183,9 +183,13 @@ class JobTarget:
 
 
 def _config(value: Any, cls: type, settings: Mapping[str, Any]) -> RunConfig:
+    """A job's config: `value` a job (a Job subclass, a name, module:Class) or a matrix row of one
+    (``dcp[bf16]``: its axes as settings, which settings given by name override)."""
     from ckpt_harness.jobref import resolve
+    from ckpt_harness.jobs.axes import split_row
 
-    return cls.build(resolve(value)[0], **settings)
+    name, axes = split_row(value) if isinstance(value, str) else (value, {})
+    return cls.build(resolve(name)[0], **{**axes, **settings})
 
 
 KIND = TargetKind("job", "job", f"a registered job ({', '.join(registry())}) or module:Class",

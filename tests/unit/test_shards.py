@@ -17,6 +17,7 @@ from ckpt_harness.catalogue.matrix import Matrix, load, merge, read_costs
 from ckpt_harness.catalogue.scenario import ScenarioResult, builtin_catalogue, merge_parts, select, summarize
 from ckpt_harness.catalogue.shards import CasePart, Shard, Task, assign, task_costs
 from ckpt_harness.errors import UsageError
+from ckpt_harness.targets import TargetSpec
 from ckpt_harness.verdict import CaseResult, Verdict
 
 RECORDED = Path(__file__).resolve().parents[2] / "docs" / "matrix.json"
@@ -111,7 +112,7 @@ def _matrix(results, shard=None, tasks=None, **changes) -> Matrix:
     scenarios = [s for s in builtin_catalogue() if s.name in ("overwrite-complete", "world-size-grow")]
     plan = [Task(job, s.name) for job in ("a", "b") for s in scenarios]
     m = Matrix(2, ["a", "b"], results, scenarios, 10.0, {"torch": "2.13"}, settings={"timeout": 60.0, "parallel": 2},
-               job_refs={"a": "a", "b": "b"}, plan=plan, tasks=tasks, shard=shard)
+               rows={name: TargetSpec("job", {"job": name}) for name in ("a", "b")}, plan=plan, tasks=tasks, shard=shard)
     for name, value in changes.items():
         setattr(m, name, value)
     return m
