@@ -75,18 +75,49 @@ class RunRequest:
     blocked_grace: Optional[float] = None
 
 
+class Capability(str, enum.Enum):
+    """What a target may be unable to do. A check declares the ones it needs
+    (`requires`) and is n/a, with the target's reason, on a target lacking
+    one (`Capabilities.lacks`). A name that is none of these is refused
+    where it is declared (a check's `requires`, a target's `lacks`) and
+    where it is asked (`Capabilities.has`): an unknown name would otherwise
+    count as one every target has."""
+
+    #: A save may go on landing after it returned (an async checkpoint): its writers can be stopped or frozen.
+    BACKGROUND_SAVES = "background_saves"
+    #: The launcher restarts a failed group (torchrun's --max-restarts), which resumes by itself.
+    LAUNCHER_RESTART = "launcher_restart"
+    #: It declares a state that is the same at every world size (a world-size change can be judged).
+    FULL_STATE = "full_state"
+    #: That full state is keyed as its checkpoints are, so a conversion is held to it.
+    FULL_STATE_KEYS = "full_state_keys"
+    #: The harness can set its overwrite flag.
+    OVERWRITE_FLAG = "overwrite_flag"
+    #: The harness can set how many checkpoints its rotation keeps.
+    KEEP_LAST = "keep_last"
+    #: The harness can pick its process group's backend.
+    BACKEND = "backend"
+    #: It names the layout of its checkpoints, which conversions read.
+    CONVERSIONS = "conversions"
+    #: A power loss of the writers' machines can take something of its checkpoints (not: a bucket).
+    POWER_LOSS = "power_loss"
+
+
+def capability(name: str) -> Capability:
+    """The capability `name` names; UsageError, saying which there are, for another name."""
+    try:
+        return Capability(name)
+    except ValueError:
+        from ckpt_harness.errors import UsageError, did_you_mean
+
+        known = [c.value for c in Capability]
+        raise UsageError(f"no capability {name!r}{did_you_mean(str(name), known)}: a target may lack "
+                         f"{', '.join(known)} (ckpt_harness.targets.Capability)") from None
+
+
 @dataclasses.dataclass(frozen=True)
 class Capabilities:
-    """What a target can do; for each thing it cannot, why, in a user's words.
-
-    Names of capabilities a target may lack: "background_saves", "launcher_restart",
-    "full_state", "full_state_keys" (its full state is keyed as its
-    checkpoints are, so a conversion is held to it), "overwrite_flag",
-    "keep_last", "simulated_nodes", "backend", "blocked_report",
-    "conversions", "power_loss" (its checkpoints are where a power loss of
-    the writers' machines takes nothing: a bucket). A check declares the ones it needs (`requires`) and is
-    n/a, with the reason here, on a target lacking one.
-    """
+    """What a target can do; for each thing it cannot (a `Capability`), why, in a user's words."""
 
     #: It tells the harness where a resume started (`ctx.loaded`) and when a
     #: background save was published (`ctx.published`); else the start is
@@ -112,8 +143,12 @@ class Capabilities:
     #: a report says when a run made none, or a save did nothing to break.
     marks_saves: str = "its saves must be ones the harness sees (README, \"Add a kind of target\")"
 
-    def has(self, capability: str) -> bool:
-        return capability not in self.lacks
+    def __post_init__(self) -> None:
+        for name in self.lacks:
+            capability(name)
+
+    def has(self, name: str) -> bool:
+        return capability(name) not in self.lacks
 
 
 class NotApplicable(Exception):

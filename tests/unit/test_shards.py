@@ -112,7 +112,8 @@ def _matrix(results, shard=None, tasks=None, **changes) -> Matrix:
     scenarios = [s for s in builtin_catalogue() if s.name in ("overwrite-complete", "world-size-grow")]
     plan = [Task(job, s.name) for job in ("a", "b") for s in scenarios]
     m = Matrix(2, ["a", "b"], results, scenarios, 10.0, {"torch": "2.13"}, settings={"timeout": 60.0, "parallel": 2},
-               rows={name: TargetSpec("job", {"job": name}) for name in ("a", "b")}, plan=plan, tasks=tasks, shard=shard)
+               rows={name: TargetSpec("job", {"job": name}) for name in ("a", "b")}, plan=plan, tasks=tasks,
+               shard=shard)
     for name, value in changes.items():
         setattr(m, name, value)
     return m

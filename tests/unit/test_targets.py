@@ -63,7 +63,10 @@ def test_what_a_script_cannot_take_is_not_applicable_and_its_shape_is_its_own():
     caps = script.caps
     assert not caps.reports and not caps.steps_known and not caps.parks
     assert {"overwrite_flag", "keep_last", "launcher_restart"} <= set(caps.lacks)
-    assert caps.has("blocked_report")  # a worker's record says when a fault blocked it
+    with pytest.raises(UsageError, match=r"no capability 'blocked_report': a target may lack background_saves"):
+        caps.has("blocked_report")  # a name no target can lack would count as one every target has
+    with pytest.raises(UsageError, match=r"no capability 'keep-last' \(did you mean 'keep_last'\?\)"):
+        targets.Capabilities(False, False, False, False, lacks={"keep-last": "..."})
     assert targets.script(SCRIPT, max_restarts=1).caps.has("launcher_restart")
 
 

@@ -23,9 +23,10 @@ import functools
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from ckpt_harness.config import SETTINGS, Setting
-from ckpt_harness.errors import ScenarioError
+from ckpt_harness.errors import ScenarioError, UsageError
 from ckpt_harness.extensions import load, with_entry_points
 from ckpt_harness.targets import NotApplicable
+from ckpt_harness.targets.base import capability
 
 if TYPE_CHECKING:
     from ckpt_harness.catalogue.bench import Bench
@@ -55,8 +56,8 @@ class Check(Protocol):
     #: The parameters a scenario may set, with their defaults.
     params: Sequence[Setting]
     # Optionally `requires`: the capabilities its runs need ("full_state",
-    # "overwrite_flag", ...: `targets.Capabilities`); a target lacking one
-    # makes the scenario n/a with the target's reason.
+    # "overwrite_flag", ...: `targets.Capability`, checked as the check is
+    # loaded); a target lacking one makes the scenario n/a with its reason.
 
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
         """A problem with these parameters together, in words, or None."""
@@ -91,4 +92,9 @@ def get(name: str) -> Check:
     if not isinstance(check, Check):
         raise ScenarioError(f"check {name!r} ({target}) has no params, validate() and run(): "
                             "see ckpt_harness.catalogue.checks.Check")
+    for needed in getattr(check, "requires", ()):
+        try:
+            capability(needed)
+        except UsageError as exc:
+            raise ScenarioError(f"check {name!r} ({target}) requires {exc}") from None
     return check

@@ -47,9 +47,6 @@ class Stall:
                 choices=("block", "frozen", "late", WRITER)),
         *run_settings("save_every", delay=2.0, hang_timeout=5.0, steps=6),
     )
-    #: Its peers' grace counts from the moment a rank blocked, which the rank must report.
-    requires = ("blocked_report",)
-
     def validate(self, params: Mapping[str, Any]) -> Optional[str]:
         return None
 
