@@ -10,7 +10,7 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,hf,deepspeed,lightning,data,s3]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e '.[dev,hf,deepspeed,lightning,data,s3,s3torchconnector]'
 	# DeepSpeed's CPU comm op is built with gcc on first use (minutes on a cold
 	# machine). The harness builds it itself before its first deadline, on any
 	# install path; doing it here too keeps that build out of the tests' time.

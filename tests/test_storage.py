@@ -212,6 +212,24 @@ def test_a_rename_by_copy_cut_in_the_middle_is_flagged_atomic_and_its_sealed_twi
     assert "11 cases: 11 pass" in sealed.stdout, sealed.stdout  # every copy, every put (the seal's too)
 
 
+def test_s3torchconnectors_uploads_are_fault_points_a_pointer_put_first_is_flagged_and_the_job_passes(tmp_path):
+    """AWS's DCP writer sends its requests through a native client botocore never sees; its Python client is
+    probed instead: each shard's upload, its completion (the object is visible), the `.metadata` copy. A
+    crash before any of them keeps the previous save for `dcp_s3connector`, which puts `latest` last, and
+    leaves a pointer to a save without its shard for its twin, which puts it first."""
+    pytest.importorskip("s3torchconnector")
+    done = cli("explore", "--job", "dcp_s3connector", "--steps", "6", "--faults", "crash", "--ops", "complete,copy",
+               "--corruptions", "", "--no-after", "--workdir", str(tmp_path / "job"), cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "4 cases: 4 pass" in done.stdout, done.stdout  # a shard's completion per rank, .metadata.tmp's, its copy
+    assert "copy      step_000004/.metadata.tmp -> step_000004/.metad" in done.stdout, done.stdout
+    twin = cli("explore", "--job", "tests.planted.crt:PublishesBeforeItsShards", "--steps", "6", "--faults", "crash",
+               "--ops", "complete", "--corruptions", "", "--no-after", "--workdir", str(tmp_path / "twin"), cwd=ROOT)
+    assert twin.returncode == 1, twin.stdout + twin.stderr
+    assert "--- crash@r0:save4/complete(step_000004/__0_0.distcp) / atomic: FAIL" in twin.stdout, twin.stdout
+    assert "complete step_000004/__0_0.distcp from crt.py:" in twin.stdout  # at the job's line, not the client's
+
+
 def test_dcps_fsspec_writer_commits_its_metadata_by_a_copy_and_a_delete_on_a_bucket(tmp_path):
     """What DCP's fsspec writer does on a bucket, as the object probes see it (torch 2.13): every rank puts
     its shard whole; the coordinator puts `.metadata.tmp`, then "renames" it by a copy and a delete. Its

@@ -27,8 +27,15 @@ aiobotocore's ``AioBaseClient._make_api_call``, the one call every request
 of boto3, s3fs (so fsspec, DCP's fsspec writer, Lightning and HF through
 fsspec) goes through, after the client built the request's parameters and
 before it signs and sends them: the request goes out as it would have, byte
-for byte. Not seen: clients of their own (``s3torchconnector``'s CRT
-client), which send nothing through botocore.
+for byte.
+
+``s3torchconnector`` sends its requests through a native (CRT) client of
+its own, which botocore never sees; its Python client is wrapped instead
+(`CRT_OPERATIONS`, once the code under test imported it): ``put_object``
+starts a multipart upload and returns a writer whose ``close()`` completes
+it (every object it writes is one, whatever its size), then ``copy_object``,
+``delete_object``, ``head_object``, ``list_objects``. Its parts go out from
+native threads as the writer's buffer fills: not points of their own.
 
 s3fs runs its requests on its own event-loop thread ("fsspecIO") for the
 thread that called it, which waits. An operation is recorded in that
@@ -45,7 +52,7 @@ import os
 import sys
 import threading
 from typing import Any, Callable, Optional
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ckpt_harness.inject.tracer import Tracer, caller, frame_name, is_job_code, is_library, routine
 
@@ -114,6 +121,23 @@ class Prefix:
         return op, rel, fields
 
 
+    def crt_request(self, op: str, call: dict[str, Any]) -> Optional[tuple[str, dict]]:
+        """(what, fields) of an s3torchconnector client call (`CRT_OPERATIONS`) on the checkpoint; None else."""
+        if op == "copy":
+            dst = self.rel(call.get("dst_bucket"), call.get("dst_key"))
+            if dst is None:
+                return None
+            src = self.rel(call.get("src_bucket"), unquote(call.get("src_key") or ""))
+            return f"{src} -> {dst}", {"path": dst, "src": src, "dst": dst}
+        if op == "list":
+            rel = self.rel(call.get("bucket"), call.get("prefix", ""))
+            if rel is None and (call.get("prefix", "") + "/").startswith(self.prefix):
+                rel = "."
+            return None if rel is None else (rel, {"path": rel})
+        rel = self.rel(call.get("bucket"), call.get("key"))
+        return None if rel is None else (rel, {"path": rel})
+
+
 def _common(paths: list[str]) -> str:
     if len(paths) == 1:
         return paths[0]
@@ -137,9 +161,20 @@ def _size(body: Any, length: Any) -> Optional[int]:
     return None
 
 
+#: s3torchconnector's client method -> the operation the trace calls it (`_crt_probe`).
+CRT_OPERATIONS = {"put_object": "upload", "copy_object": "copy", "delete_object": "delete",
+                  "head_object": "stat", "list_objects": "list"}
+#: The module of s3torchconnector's Python client, and of the writer its `put_object` returns.
+CRT_CLIENT, CRT_WRITER = "s3torchconnector._s3client._s3client", "s3torchconnector.s3writer"
+
+
 def install(tracer: Tracer, url: str) -> None:
-    """Probe every S3 request under `url` made by this process, through botocore and aiobotocore."""
+    """Probe every S3 request under `url` made by this process: through botocore and aiobotocore, and
+    through s3torchconnector's client once the code under test imported it."""
     where = Prefix(url)
+    from ckpt_harness.inject import imports
+
+    imports.when_imported(CRT_CLIENT, lambda module: _probe_crt(tracer, where, module))
     import botocore.client
 
     botocore.client.BaseClient._make_api_call = _sync_probe(  # type: ignore[method-assign]
@@ -204,6 +239,56 @@ def _async_probe(tracer: Tracer, where: Prefix, original: Callable) -> Callable:
     return probe
 
 
+def _probe_crt(tracer: Tracer, where: Prefix, module: Any) -> None:
+    """Wrap s3torchconnector's `S3Client` and the close of the writers its `put_object` returns."""
+    import importlib
+    import weakref
+
+    client = module.S3Client
+    writer = importlib.import_module(CRT_WRITER).S3Writer  # imported by the client's module already
+    uploads: "weakref.WeakKeyDictionary[Any, str]" = weakref.WeakKeyDictionary()  # writer -> its key, relative
+    for name, op in CRT_OPERATIONS.items():
+        setattr(client, name, _crt_probe(tracer, where, op, getattr(client, name), uploads))
+    close = writer.close
+
+    @functools.wraps(close)
+    def closing(self: Any) -> Any:
+        rel = uploads.pop(self, None)
+        if rel is None or self.closed or tracer.nested():
+            return close(self)
+        fault = _begin(tracer, "complete", rel, {"path": rel, "n": getattr(self, "_position", None)})
+        result = close(self)
+        tracer.end(fault)
+        return result
+
+    writer.close = closing
+
+
+def _crt_probe(tracer: Tracer, where: Prefix, op: str, original: Callable, uploads: Any) -> Callable:
+    @functools.wraps(original)
+    def probe(self: Any, *args: Any, **kwargs: Any) -> Any:
+        call = _crt_call(original, args, kwargs)
+        found = where.crt_request(op, call)
+        if found is None or tracer.nested():
+            return original(self, *args, **kwargs)
+        what, fields = found
+        fault = _begin(tracer, op, what, fields)
+        result = original(self, *args, **kwargs)
+        tracer.end(fault)
+        if op == "upload":
+            uploads[result] = fields["path"]
+        return result
+
+    return probe
+
+
+def _crt_call(original: Callable, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The arguments of a client call by name (`copy_object` is called by keyword, others by position)."""
+    import inspect
+
+    return inspect.signature(original).bind_partial(None, *args, **kwargs).arguments
+
+
 def _handing_over(sync: Callable) -> Callable:
     """fsspec's `sync(loop, func, ...)`, with the calling thread's phase, name and line of code carried
     into the coroutine it runs on the loop's thread."""
@@ -227,4 +312,4 @@ def _handing_over(sync: Callable) -> Callable:
     return handing_over
 
 
-__all__ = ["OPERATIONS", "Prefix", "install"]
+__all__ = ["CRT_OPERATIONS", "OPERATIONS", "Prefix", "install"]

@@ -49,14 +49,13 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import importlib.abc
-import importlib.util
 import os
 import re
 import sys
 import threading
 from typing import Any, Callable, Iterator, Mapping, Optional
 
+from ckpt_harness.inject import imports
 from ckpt_harness.inject.objects import Prefix
 from ckpt_harness.inject.writers import WRITERS, Writers
 
@@ -427,11 +426,7 @@ def install(saves: Saves) -> None:
     global _active
     _active = saves
     for name, hook in _HOOKS.items():
-        module = sys.modules.get(name)
-        if module is not None:
-            hook(module)
-    if not any(isinstance(f, _PostImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PostImport())
+        imports.when_imported(name, hook)
 
 
 def _wrap(owner: Any, attr: str, make: Callable[[Callable], Callable]) -> None:
@@ -616,38 +611,3 @@ _HOOKS: dict[str, Callable[[Any], None]] = {
     "lightning.pytorch.plugins.io.async_plugin": _lightning_async,
     "pytorch_lightning.plugins.io.async_plugin": _lightning_async,
 }
-
-
-class _PostImport(importlib.abc.MetaPathFinder):
-    """Runs a module's hook right after the module itself ran, at its first import."""
-
-    def __init__(self) -> None:
-        self.finding: set[str] = set()
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        hook = _HOOKS.get(name)
-        if hook is None or name in self.finding:
-            return None
-        self.finding.add(name)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            self.finding.discard(name)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _HookedLoader(spec.loader, hook)
-        return spec
-
-
-class _HookedLoader(importlib.abc.Loader):
-    def __init__(self, inner: Any, hook: Callable[[Any], None]):
-        self.inner, self.hook = inner, hook
-
-    def create_module(self, spec: Any) -> Any:
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        self.inner.exec_module(module)
-        self.hook(module)
-
-    def __getattr__(self, name: str) -> Any:  # get_resource_reader, get_source, ...
-        return getattr(self.inner, name)

@@ -23,6 +23,7 @@ BUILTIN_JOBS: dict[str, str] = {
     "dcp": "ckpt_harness.jobs.dcp:DcpJob",
     "dcp_async": "ckpt_harness.jobs.dcp_async:DcpAsyncJob",
     "dcp_async_process": "ckpt_harness.jobs.dcp_async:DcpAsyncProcessJob",
+    "dcp_s3connector": "ckpt_harness.jobs.dcp_s3connector:DcpS3ConnectorJob",
     "deepspeed_zero0": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero0",
     "deepspeed": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero1",
     "deepspeed_zero2": "ckpt_harness.jobs.deepspeed_job:DeepSpeedZero2",
@@ -51,6 +52,8 @@ DESCRIPTIONS: dict[str, str] = {
         "`latest` moves once the save's future completed and its files are fsynced"
     ),
     "dcp_async_process": "dcp_async with DCP's process executor (a checkpoint process per rank)",
+    "dcp_s3connector": ("the dcp job on a bucket only, through s3torchconnector's DCP writer and reader (AWS's "
+                        "native client; extra: s3torchconnector)"),
 }
 
 

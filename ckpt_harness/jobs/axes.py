@@ -108,7 +108,8 @@ def refused(job: str, supported: Mapping[str, tuple[Any, ...]], axes: Axes) -> l
     """What `axes` asks of a job that trains only with `supported` (`Job.axes`; an axis it does not
     list is at its default only), each as a sentence that says what to choose instead."""
     problems = []
-    for name, value in axes.varied().items():
+    for name in NAMES:
+        value = getattr(axes, name)
         mine = supported.get(name, VALUES[name][:1])
         if value not in mine:
             problems.append(f"job {job} does not train with {name}={_shown(value)}: it takes "

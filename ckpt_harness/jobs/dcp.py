@@ -118,7 +118,7 @@ class DcpJob(TinyJob):
         resharded = unanimous(ctx, lambda: _saved_world_size(path) != ctx.world_size)
         key = "rank0" if resharded else self._extra_key(ctx)
         target: dict[str, Any] = {"model": model_sd, "optim": optim_sd, "extra": {key: b""}}
-        dcp.load(target, checkpoint_id=checkpoint_id(path))
+        self._load(target, path)
         set_state_dict(
             self.model,
             self.optimizer,
@@ -127,6 +127,10 @@ class DcpJob(TinyJob):
         )
         unanimous(ctx, lambda: self._restore_blob(ctx, step, path, target["extra"][key], resharded))
         return step
+
+    def _load(self, target: dict[str, Any], path: Root) -> None:
+        """Read the checkpoint at `path` into `target` (DCP picks its reader by the path: `checkpoint_id`)."""
+        dcp.load(target, checkpoint_id=checkpoint_id(path))
 
     def _restore_blob(self, ctx: RankContext, step: int, path, blob: bytes, resharded: bool) -> None:
         extra = torch.load(io.BytesIO(blob), map_location="cpu", weights_only=True)

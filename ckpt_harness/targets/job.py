@@ -184,12 +184,15 @@ class JobTarget:
 
 def _config(value: Any, cls: type, settings: Mapping[str, Any]) -> RunConfig:
     """A job's config: `value` a job (a Job subclass, a name, module:Class) or a matrix row of one
-    (``dcp[bf16]``: its axes as settings, which settings given by name override)."""
+    (``dcp[bf16]``: its axes as settings, which settings given by name override). An axis whose
+    default the job does not train with (`Job.axes`) is at the first value the job lists."""
     from ckpt_harness.jobref import resolve
-    from ckpt_harness.jobs.axes import split_row
+    from ckpt_harness.jobs.axes import VALUES, split_row
 
     name, axes = split_row(value) if isinstance(value, str) else (value, {})
-    return cls.build(resolve(name)[0], **{**axes, **settings})
+    ref, job = resolve(name)
+    own = {axis: values[0] for axis, values in job.axes.items() if VALUES[axis][0] not in values}
+    return cls.build(ref, **{**own, **axes, **settings})
 
 
 KIND = TargetKind("job", "job", f"a registered job ({', '.join(registry())}) or module:Class",

@@ -5,6 +5,8 @@ save it names. On a bucket an object is visible the moment its upload
 completes, so a rank that dies between the two leaves a pointer to a save
 that is not there: not atomic. Its twin is the built-in `torch_save` job,
 which puts `latest` once every rank's files are in (`_common.commit`).
+The same mistake through s3torchconnector's DCP writer is in
+`tests/planted/crt.py` (s3torchconnector is an extra).
 """
 
 from __future__ import annotations
@@ -83,3 +85,4 @@ class RenamesByCopyThenSeals(RenamesByCopy):
 
     def _complete(self, path) -> bool:
         return (path / "COMMITTED").exists()
+

@@ -1,0 +1,31 @@
+"""A planted checkpointer through s3torchconnector's DCP writer (the `dcp_s3connector` job, its twin).
+
+`PublishesBeforeItsShards` puts `latest` before `dcp.save`, whose uploads go
+through AWS's own native client: a rank that dies before its shard's upload
+completed leaves a pointer to a save without it, which the object probes
+must see (`inject.objects.CRT_OPERATIONS`) for the crash to be armed there.
+"""
+
+from __future__ import annotations
+
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+from ckpt_harness import RankContext
+from ckpt_harness.jobs import dcp_s3connector as crt
+from ckpt_harness.jobs._common import LATEST, atomic_write_text, prepare_step_dir, step_dir
+from ckpt_harness.jobs._store import root
+
+
+class PublishesBeforeItsShards(crt.DcpS3ConnectorJob):
+    """`latest` first, then the DCP save it vouches for."""
+
+    def save(self, ctx: RankContext, step: int) -> None:
+        path = step_dir(root(ctx), step)
+        prepare_step_dir(ctx, path)
+        if ctx.rank == 0:
+            atomic_write_text(root(ctx) / LATEST, path.name + "\n")
+        dist.barrier()
+        dcp.save(self._payload(ctx, step), storage_writer=crt.S3StorageWriter(crt._region(), str(path),
+                                                                              **crt._client()))
+        dist.barrier()
