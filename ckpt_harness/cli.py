@@ -1045,7 +1045,8 @@ def _kept(args: argparse.Namespace, workdir: Path, code: int, keep_anyway: bool 
         return code
     size = sum(p.stat().st_size for p in workdir.rglob("*") if p.is_file() and not p.is_symlink())
     why = "" if args.workdir is not None or keep == "all" else " (--keep none removes them)"
-    print(f"\nruns, checkpoints and rank logs kept in {workdir}: {size / 2**20:.0f} MB{why}")
+    shown = f"{size / 2**20:.0f} MB" if size >= 2**20 else f"{size / 2**10:.0f} KB"
+    print(f"\nruns, checkpoints and rank logs kept in {workdir}: {shown}{why}")
     return code
 
 

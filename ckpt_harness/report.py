@@ -53,7 +53,9 @@ class Report:
         return [r for r in self.results if not r.verdict.ok]
 
     def table(self) -> str:
-        title = f"ckpt_harness {self.kind}: {self.noun} {self.job}, world size {self.world_size}, {self.elapsed:.1f}s"
+        storage = self.settings.get("storage", "local")  # where the checkpoints went, when not a directory
+        title = (f"ckpt_harness {self.kind}: {self.noun} {self.job}, world size {self.world_size}"
+                 f"{'' if storage == 'local' else f', storage {storage}'}, {self.elapsed:.1f}s")
         if self.note:
             title += f" ({self.note})"
         if self.kind == "explore" and all(r.cells for r in self.results):

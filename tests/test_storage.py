@@ -186,7 +186,7 @@ def test_a_power_loss_on_a_bucket_is_not_applicable_and_says_why(tmp_path):
                cwd=ROOT)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "durable: N/A — no power loss can be modelled for job dcp[s3]" in done.stdout, done.stdout
-    assert "a power loss there is a crash of the writers" in done.stdout and "0 MB" in done.stdout  # before any run
+    assert "a power loss there is a crash of the writers" in done.stdout and "0 KB" in done.stdout  # before any run
 
 
 def test_a_job_that_writes_only_to_a_directory_is_refused_on_a_bucket_before_any_run():
@@ -207,6 +207,8 @@ def test_a_rename_by_copy_cut_in_the_middle_is_flagged_atomic_and_its_sealed_twi
            "at rank 0 #18 copy step_000004.tmp/optimizer.pt -> step_000004/optimizer.pt from buckets.py:")
     assert cut in broken.stdout, broken.stdout
     assert "exploration did not see writes" not in broken.stdout  # an object's bytes travel in its request
+    assert "every case against the object store's server" in broken.stdout  # no model to derive a case from
+    assert "no case state was derived" not in broken.stdout
     sealed = _crashes_at(tmp_path, "tests.planted.buckets:RenamesByCopyThenSeals", "copy,put", "sealed")
     assert sealed.returncode == 0, sealed.stdout + sealed.stderr
     assert "11 cases: 11 pass" in sealed.stdout, sealed.stdout  # every copy, every put (the seal's too)

@@ -87,7 +87,10 @@ def describe(base: Baseline) -> str:
     steps = "" if base.target.caps.steps_known else \
         f" (the {base.target.noun} saved at steps {', '.join(map(str, base.target.save_steps() or []))})"
     launcher = base.target.values.get("launcher", "elastic, torchrun's")
-    return f"save {base.k} broken{steps}; durability model {base.plan.durability}; launcher {launcher}"
+    # on a bucket no model stands between a case and what the server kept (`storage`)
+    model = f"durability model {base.plan.durability}" if base.target.caps.has("power_loss") else \
+        "every case against the object store's server"
+    return f"save {base.k} broken{steps}; {model}; launcher {launcher}"
 
 
 def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,
@@ -95,7 +98,7 @@ def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,
     """Every case of a prepared baseline (or the `only` named), run and judged;
     with what a person must know about how they were run."""
     warnings = (baselines.unseen_warning(base.unseen),) if base.unseen else ()
-    if base.replay_gap and base.plan.derive_states:
+    if base.replay_gap and base.plan.derive_states and base.target.caps.has("power_loss"):  # a bucket: expected
         warnings += (f"no case state was derived from the golden run's trace, every case ran its faulted save: "
                      f"{base.replay_gap}",)
     nothing = base.nothing_to_break()
