@@ -219,6 +219,7 @@ def _parser() -> argparse.ArgumentParser:
                         help=SETTINGS["script"].help + "; repeatable, a row each, all at one --nproc-per-node and "
                              f"--nnodes (instead of --job; --timeout is then {ScriptConfig.timeout:g} s unless given)")
     add_arguments(matrix, ScriptConfig, only=(*MATRIX_SCRIPT_SETTINGS, "max_restarts"))  # the last one refused
+    _other_kinds_rows(matrix)
     _scenario_options(matrix)
     matrix.add_argument("--scenarios", default="", help="comma-separated scenario names or patterns (default: all)")
     matrix.add_argument("--out", type=Path,
@@ -378,6 +379,9 @@ JOB_ROW_SETTINGS = ("world_size", "timeout", "launcher", "cold_start")
 #: `explore --script`, runs each resume itself).
 MATRIX_SCRIPT_SETTINGS = ("script_args", "nproc_per_node", "nnodes", "checkpoint_layout", "keeps_best",
                           "resume_args")
+#: The kinds of target whose matrix rows have options of their own above (--job, --script); another
+#: installed kind's rows come by its option, with the settings given that its config takes.
+BUILT_IN_ROWS = ("job", "script")
 #: Cell verdicts `matrix --fail-on` may name.
 GATED = (Verdict.FAIL, Verdict.UNKNOWN, Verdict.ERROR)
 #: An incomplete matrix is the command's own failure; a framework's failing
@@ -589,9 +593,11 @@ def _matrix_mode(args: argparse.Namespace) -> None:
     """Refuse options that do not go together: --merge only reads matrix.json
     files, --resume takes its jobs, scenarios and settings from the matrix it
     finishes, --costs balances shards."""
+    from ckpt_harness import targets
     from ckpt_harness.config import SETTINGS
 
-    run = {"--job": args.job, "--script": args.script, "--scenarios": args.scenarios, "--file": args.file,
+    run = {**{kind.flag: getattr(args, kind.option, None) for kind in targets.kinds()},
+           "--scenarios": args.scenarios, "--file": args.file,
            "--shard": args.shard, "--costs": args.costs,
            **{SETTINGS[name].option: True for name in (*BENCH_SETTINGS, *MATRIX_SCRIPT_SETTINGS, "max_restarts")
               if hasattr(args, name)}}
@@ -618,10 +624,11 @@ def _matrix_rows(args: argparse.Namespace) -> list[dict]:
     scripts = getattr(args, "script", None) or []
     layout = [settings_of(ScriptConfig)[name].option for name in (*MATRIX_SCRIPT_SETTINGS, "max_restarts")
               if hasattr(args, name)]
+    others = _other_rows(args)
     if not scripts:
-        if layout:
+        if layout and not others:
             raise UsageError(f"{', '.join(layout)} belong to script mode: give them with --script, not --job")
-        return [_job_row(args, job) for job in args.job or ()]
+        return [_job_row(args, job) for job in args.job or ()] + others
     if args.job:
         raise UsageError("give --job rows or --script rows, not both: a script's rows run under torchrun at "
                          "--nnodes x --nproc-per-node, a job's at --world-size; run one matrix of each")
@@ -638,7 +645,30 @@ def _matrix_rows(args: argparse.Namespace) -> list[dict]:
              if hasattr(args, name)}
     for script in scripts:
         ScriptConfig(script=script, **given)  # a bad layout is bad input before anything heavy is imported
-    return [{"script": script, **given} for script in scripts]
+    return [{"script": script, **given} for script in scripts] + others
+
+
+def _other_kinds_rows(p: argparse.ArgumentParser) -> None:
+    """A repeatable option per installed kind of target beyond jobs and scripts (``--callable``): a row each."""
+    from ckpt_harness import targets
+
+    for kind in targets.kinds():
+        if kind.name not in BUILT_IN_ROWS:
+            p.add_argument(kind.flag, dest=kind.option, action="append", help=f"{kind.help}; repeatable, a row each")
+
+
+def _other_rows(args: argparse.Namespace) -> list[dict]:
+    """The rows of the kinds `_other_kinds_rows` added, each with the given settings its config takes."""
+    from ckpt_harness import targets
+    from ckpt_harness.config import settings_of
+
+    rows = []
+    for kind in targets.kinds():
+        takes = settings_of(kind.configs["run"])
+        for value in (getattr(args, kind.option, None) or []) if kind.name not in BUILT_IN_ROWS else []:
+            rows.append({kind.option: value, **{name: getattr(args, name) for name in takes
+                                                if name != kind.option and hasattr(args, name)}})
+    return rows
 
 
 def _job_row(args: argparse.Namespace, job: str) -> dict:

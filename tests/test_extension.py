@@ -118,8 +118,9 @@ def test_a_target_kind_from_a_package_is_verified_and_explored_through_the_cli(t
     ``ckpt_harness.targets``): no pipeline knows it. The correct function
     resumes bitwise; its twin that forgets the optimizer is flagged, by
     verify and by an exploration of its save, with repro lines in its own
-    options. One worker each: what is tested is the kind's way through the
-    CLI, which a second worker would only pay for (a fresh interpreter)."""
+    options, and as a matrix row. One worker each: what is tested is the
+    kind's way through the CLI, which a second worker would only pay for (a
+    fresh interpreter)."""
     path = [target, ROOT]
     good = cli("run", "--callable", TRAIN, "--nproc-per-node", "1", "--case", "resume@2", cwd=tmp_path,
                pythonpath=path)
@@ -136,6 +137,15 @@ def test_a_target_kind_from_a_package_is_verified_and_explored_through_the_cli(t
 
     without = cli("run", "--callable", TRAIN, cwd=tmp_path, pythonpath=[ROOT])
     assert without.returncode == 2 and "unrecognized arguments: --callable" in without.stderr
+
+    # a matrix row of its own kind, kept in matrix.json as its kind and settings (what --resume makes again)
+    matrix = cli("matrix", "--callable", TRAIN, "--nproc-per-node", "1", "--scenarios", "resume-every-save",
+                 "--out", str(tmp_path / "m"), "--quiet", cwd=tmp_path, pythonpath=path)
+    assert matrix.returncode == 0, matrix.stdout + matrix.stderr
+    data = json.loads((tmp_path / "m" / "matrix.json").read_text())
+    assert data["jobs"] == [TRAIN] and data["rows"][TRAIN]["kind"] == "callable", data["rows"]
+    assert [(c["property"], c["verdict"]) for c in data["cells"]] == [("faithful", "pass")], data["cells"]
+    assert "| callable | faithful |" in (tmp_path / "m" / "matrix.md").read_text()
 
 
 def test_a_target_kind_from_a_package_runs_through_the_plugin(pytester, target):

@@ -16,8 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import shlex
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Protocol, runtime_checkable
+from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol, runtime_checkable
+
+from ckpt_harness.config import cli_args, settings_of
 
 from ckpt_harness.inject.faults import Fault
 from ckpt_harness.records import Run
@@ -258,3 +261,76 @@ def repro_line(target: Target, command: str, plan: Mapping[str, Any] = {}, case:
     """The one way a repro line is written: `ckpt-harness COMMAND`, the options
     that rebuild the target and the plan, the case, as the target's shell line."""
     return target.shell([command, *target.cli_args(command, plan), *(["--case", case] if case else [])])
+
+
+class BaseTarget:
+    """What a kind of target does unless it says otherwise: subclass it (a
+    frozen dataclass holding its config) and define what differs.
+
+    The pipelines call a target in this order, as DCP's planner calls a
+    storage writer through ``set_up_storage_writer``, ``prepare_local_plan``,
+    ``write_data``, ``finish``:
+
+    1. `preflight` before anything runs (bad input, a framework not here);
+    2. `warm` once, before the first run's deadline starts;
+    3. `run` of the golden run, then `knowing(golden)`: the target as its
+       golden run told it (`save_steps`, `savers`, `saves_in_background`
+       answer from then on; before it, None where they cannot know);
+    4. for each scenario, `with_settings(params)` (NotApplicable for what it
+       cannot take) and `replace(...)` (world size, seed...), then `run`
+       once per case and resume;
+    5. `cli_args`, `repro` and `shell` for what reports print.
+
+    What it must define: `name`, `noun` (its kind's name), `COMMANDS`
+    (command -> its config class), `world_size`, `timeout`, `caps`,
+    `values`, `run`, `replace` (and `with_settings` if a scenario's settings
+    are not all its own). The rest defaults here."""
+
+    #: What reports call it; its kind's name (`TargetKind.name`), which `targets.kind_of` finds it by.
+    noun: ClassVar[str]
+    #: command ("run", "explore") -> the config class whose settings it takes.
+    COMMANDS: ClassVar[Mapping[str, type]]
+
+    @property
+    def row(self) -> str:
+        return self.name  # type: ignore[attr-defined]
+
+    def preflight(self) -> None:
+        """Nothing to refuse before a run."""
+
+    def warm(self, parallel: int) -> None:
+        """Nothing shared between its runs to start."""
+
+    def knowing(self, golden: Run) -> Any:
+        return self
+
+    def save_steps(self) -> Optional[list[int]]:
+        return None
+
+    def savers(self, step: int) -> Optional[frozenset[int]]:
+        return None
+
+    def saves_in_background(self) -> bool:
+        return False
+
+    def with_settings(self, params: Mapping[str, Any]) -> Any:
+        """A scenario's settings that are its own (`COMMANDS["run"]`'s); the others ignored."""
+        takes = settings_of(self.COMMANDS["run"])
+        return self.replace(**{name: value for name, value in params.items() if name in takes})  # type: ignore
+
+    def plan_defaults(self) -> Mapping[str, Any]:
+        return {}
+
+    def cli_args(self, command: str, plan: Mapping[str, Any] = {}) -> list[str]:
+        """Its settings and `plan` as the options of `command` (its own config's), defaults left out."""
+        return cli_args({**self.values, **plan},  # type: ignore[attr-defined]
+                        settings_of(self.COMMANDS.get(command, self.COMMANDS["run"])))
+
+    def bench_args(self) -> list[str]:
+        return self.cli_args("run")
+
+    def repro(self, command: str, plan: Mapping[str, Any] = {}, case: Optional[str] = None) -> str:
+        return repro_line(self, command, plan, case)  # type: ignore[arg-type]
+
+    def shell(self, args: list[str]) -> str:
+        return shlex.join(["ckpt-harness", *args])

@@ -21,7 +21,7 @@ from ckpt_harness.jobref import load
 from ckpt_harness.jobs import registry
 from ckpt_harness.launch import GroupSpec, run_group
 from ckpt_harness.records import Run
-from ckpt_harness.targets.base import Capabilities, RunRequest, Stop, TargetKind, repro_line
+from ckpt_harness.targets.base import BaseTarget, Capabilities, RunRequest, Stop, TargetKind
 
 #: How a job's saves are seen (`Capabilities.marks_saves`).
 MARKS_SAVES = ("a job's save is its `save` method; a job that owns its loop calls ctx.phase(f'save {step}') as a "
@@ -31,7 +31,7 @@ BENCH = ("world_size", "timeout")
 
 
 @dataclasses.dataclass(frozen=True)
-class JobTarget:
+class JobTarget(BaseTarget):
     config: RunConfig
     #: Each command's settings, whose defaults a repro line leaves out.
     COMMANDS: ClassVar[Mapping[str, type]] = {"run": RunConfig, "explore": ExploreConfig}
@@ -161,9 +161,6 @@ class JobTarget:
     def replace(self, **changes: Any) -> "JobTarget":
         return JobTarget(self.config.replace(**changes)) if changes else self
 
-    def plan_defaults(self) -> Mapping[str, Any]:
-        return {}
-
     def cli_args(self, command: str, plan: Mapping[str, Any] = {}) -> list[str]:
         settings = settings_of(self.COMMANDS.get(command, RunConfig))
         return ["--job", self.name, *cli_args({**self.values, **plan}, settings)]
@@ -172,9 +169,6 @@ class JobTarget:
         """What `ckpt-harness scenario` takes to run on this target again (a bench's world size and timeout)."""
         axes = cli_args(self.config.axes.varied(), settings_of(RunConfig))
         return ["--job", self.name, *axes, "--world-size", shown(self.world_size), "--timeout", shown(self.timeout)]
-
-    def repro(self, command: str, plan: Mapping[str, Any] = {}, case: Optional[str] = None) -> str:
-        return repro_line(self, command, plan, case)
 
     def shell(self, args: list[str]) -> str:
         """`ckpt-harness ARGS` as a shell line that finds the job where it is importable."""

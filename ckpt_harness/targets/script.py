@@ -25,11 +25,11 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
 from ckpt_harness import storage
-from ckpt_harness.config import ScriptConfig, ScriptExploreConfig, cli_args, script_args, settings_of
+from ckpt_harness.config import ScriptConfig, ScriptExploreConfig, script_args, settings_of
 from ckpt_harness.errors import FrameworkMissing, UsageError
 from ckpt_harness.jobs.axes import Axes, missing
 from ckpt_harness.records import Kind, Run, save_steps, savers
-from ckpt_harness.targets.base import Capabilities, NotApplicable, RunRequest, Stop, TargetKind, repro_line
+from ckpt_harness.targets.base import BaseTarget, Capabilities, NotApplicable, RunRequest, Stop, TargetKind
 
 PLACEHOLDER = "{ckpt_dir}"
 #: Where the run's checkpoints go as its storage mounts the directory: a URL on a bucket.
@@ -200,7 +200,7 @@ def row_name(script: str, limit: int = NAME_LENGTH) -> str:
 
 
 @dataclasses.dataclass(frozen=True)
-class ScriptTarget:
+class ScriptTarget(BaseTarget):
     config: ScriptConfig
     #: step -> the ranks that made that save in the golden run (`knowing`).
     saved_by: tuple[tuple[int, frozenset[int]], ...] = ()
@@ -395,22 +395,6 @@ class ScriptTarget:
             return self
         return dataclasses.replace(self, config=config, given=given_now)
 
-    def plan_defaults(self) -> Mapping[str, Any]:
-        return {}
-
-    def cli_args(self, command: str, plan: Mapping[str, Any] = {}) -> list[str]:
-        return cli_args({**self.values, **plan}, settings_of(self.COMMANDS.get(command, ScriptConfig)))
-
-    def bench_args(self) -> list[str]:
-        """What `ckpt-harness scenario` takes to run on this target again."""
-        return self.cli_args("run")
-
-    def repro(self, command: str, plan: Mapping[str, Any] = {}, case: Optional[str] = None) -> str:
-        return repro_line(self, command, plan, case)
-
-    def shell(self, args: list[str]) -> str:
-        """`ckpt-harness ARGS` as a shell line (the script's path is in its own --script)."""
-        return shlex.join(["ckpt-harness", *args])
 
 
 def _resumes(ckpt_dir: Path) -> bool:
