@@ -20,6 +20,7 @@ from ckpt_harness.extensions import load, with_entry_points
 from ckpt_harness.targets.base import (
     FAILURE_GRACE,
     PROPAGATION,
+    BaseTarget,
     Capabilities,
     Capability,
     NotApplicable,
@@ -32,9 +33,9 @@ from ckpt_harness.targets.job import JobTarget
 from ckpt_harness.targets.script import ScriptTarget
 
 __all__ = [
-    "FAILURE_GRACE", "PROPAGATION", "Capabilities", "Capability", "JobTarget", "NotApplicable", "RunRequest",
-    "ScriptTarget", "Stop", "Target", "TargetKind", "TargetSpec", "chosen", "job", "kinds", "make", "of",
-    "picked_by", "rebuild", "resolve", "script", "spec", "split", "takes",
+    "FAILURE_GRACE", "PROPAGATION", "BaseTarget", "Capabilities", "Capability", "JobTarget", "NotApplicable",
+    "RunRequest", "ScriptTarget", "Stop", "Target", "TargetKind", "TargetSpec", "chosen", "job", "kinds", "make",
+    "of", "picked_by", "rebuild", "resolve", "script", "spec", "split", "takes",
 ]
 
 ENTRY_POINT_GROUP = "ckpt_harness.targets"
