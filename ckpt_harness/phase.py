@@ -79,7 +79,7 @@ def save_work(name: str) -> Optional[int]:
     saved ("state after save 4", or a script's "state before save 4"), and
     what the job does once it returned ("after_save 4"); None for any other
     phase. Where a run's time is split into saving and training
-    (`records.run_breakdown`)."""
+    (`records.runs.run_breakdown`)."""
     match = _SAVE_WORK.fullmatch(foreground(name))
     return int(match.group(1)) if match else None
 

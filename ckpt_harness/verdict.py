@@ -68,8 +68,8 @@ class Breakdown:
     Rank-side parts (start, set-up, train, saves, the faulted save) are each
     rank's time in those phases from the launch's end until the launcher
     first heard of trouble (or the run ended), averaged over the ranks.
-    `records.run_breakdown` derives a run's from what it keeps anyway;
-    `records.CaseClock` adds a case's runs to the harness's time around them.
+    `records.runs.run_breakdown` derives a run's from what it keeps anyway;
+    `pipeline.clock.CaseClock` adds a case's runs to the harness's time around them.
     """
 
     #: Asking the fork server for the ranks until it answered with their pids.
@@ -184,7 +184,7 @@ class CaseResult:
     #: The same case judged under other properties, this one being the worst
     #: (`oracle.judge_fault`): each lands in its own property's matrix cell.
     also: tuple["CaseResult", ...] = ()
-    #: The case's runs, rank by rank (`records.CaseClock.stamp`): for a case
+    #: The case's runs, rank by rank (`pipeline.clock.CaseClock.stamp`): for a case
     #: that did not pass, or every case when asked; None where no run was timed.
     timeline: Optional["Timeline"] = dataclasses.field(default=None, compare=False, repr=False)
     #: Where `timeline` was written as a trace file (`present.timeline.write_all`).

@@ -148,7 +148,8 @@ class LocalJobHolder:
     "job, message",
     [
         ("no_such_job", "unknown job 'no_such_job': use one of torch_save, dcp, dcp_async, dcp_async_process, "
-                        "deepspeed_zero0, deepspeed, deepspeed_zero2, deepspeed_zero3, hf_trainer or module:Class"),
+                        "dcp_s3connector, deepspeed_zero0, deepspeed, deepspeed_zero2, deepspeed_zero3, hf_trainer or "
+                        "module:Class"),
         ("tests.no_such_module:Job", "cannot import 'tests.no_such_module'"),
         ("tests.planted.jobs:Missing", "has no attribute 'Missing'"),
         ("tests.planted.jobs:NotAJob", "is not a subclass of ckpt_harness.Job"),

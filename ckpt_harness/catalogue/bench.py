@@ -28,7 +28,7 @@ from ckpt_harness.errors import ConfigError, UsageError
 from ckpt_harness.pipeline import baseline as baselines
 from ckpt_harness.pipeline import confirm
 from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
-from ckpt_harness.records import Run
+from ckpt_harness.records.runs import Run
 from ckpt_harness.targets import NotApplicable, Target
 from ckpt_harness.verdict import CaseResult, Verdict
 

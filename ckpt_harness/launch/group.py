@@ -214,7 +214,7 @@ class GroupOutcome:
     #: were all started, when it first heard of trouble (a rank failed, died
     #: or reported itself blocked), when it decided the run was over, and
     #: when every process was reaped: where a run's seconds went
-    #: (`records.run_breakdown`). None from a launcher that does not say.
+    #: (`records.runs.run_breakdown`). None from a launcher that does not say.
     requested_at: Optional[float] = None
     started_at: Optional[float] = None
     troubled_at: Optional[float] = None

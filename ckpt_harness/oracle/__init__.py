@@ -39,7 +39,7 @@ from ckpt_harness.oracle.start import (
     judge_resume_point,
     judge_stopped,
 )
-from ckpt_harness.records import save_steps, savers, saves_by_step
+from ckpt_harness.records.runs import save_steps, savers, saves_by_step
 from ckpt_harness.oracle.conversions import judge_conversion, judge_converted_resume
 from ckpt_harness.oracle.conflicts import judge_single_writer
 from ckpt_harness.oracle.scenarios import (

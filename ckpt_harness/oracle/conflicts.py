@@ -25,7 +25,7 @@ from typing import Optional
 
 from ckpt_harness import phase
 from ckpt_harness.inject.trace import OUTSIDE, Event, EventKind
-from ckpt_harness.records import Run
+from ckpt_harness.records.runs import Run
 from ckpt_harness.verdict import CaseResult, Verdict
 
 CHECK = "single-writer"

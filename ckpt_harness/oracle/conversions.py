@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 from ckpt_harness.conversions.run import Converted
 from ckpt_harness.oracle import diffs
 from ckpt_harness.oracle.scenarios import judge_full_resume
-from ckpt_harness.records import Run
+from ckpt_harness.records.runs import Run
 from ckpt_harness.state import Difference, Record, diff
 from ckpt_harness.verdict import CaseResult, Verdict
 

@@ -21,7 +21,8 @@ from ckpt_harness.oracle.properties import (ERRORS, Background, accepted, accept
                                             expected_background, property_for)
 from ckpt_harness.errors import HarnessError
 from ckpt_harness.launch import RankStatus
-from ckpt_harness.records import Kind, Run, save_steps_by_rank, saving_after
+from ckpt_harness.records import Kind
+from ckpt_harness.records.runs import Run, save_steps_by_rank, saving_after
 from ckpt_harness.state import Record
 from ckpt_harness.verdict import PRECEDENCE, CaseResult, StateDiff, Verdict
 
@@ -135,7 +136,7 @@ class Reference:
     final: Optional[States]
     #: Where a rank's final state is its last save's (a script, not
     #: `Capabilities.live_state`): each rank's save steps
-    #: (`records.save_steps_by_rank`); None: the job's live state at its end.
+    #: (`records.runs.save_steps_by_rank`); None: the job's live state at its end.
     final_savers: Optional[Mapping[int, Sequence[int]]] = None
 
     def final_after(self, step: Optional[int]) -> Optional[States]:

@@ -9,7 +9,8 @@ from typing import Mapping, Optional
 
 from ckpt_harness.oracle.problems import health
 from ckpt_harness.oracle.start import REPORT_IT, infer_start
-from ckpt_harness.records import Kind, RankRun, Run
+from ckpt_harness.records import Kind
+from ckpt_harness.records.runs import RankRun, Run
 from ckpt_harness.state import Record
 
 

@@ -32,7 +32,8 @@ from __future__ import annotations
 from typing import Iterable, Mapping, Optional
 
 from ckpt_harness import phase
-from ckpt_harness.records import Kind, Run
+from ckpt_harness.records import Kind
+from ckpt_harness.records.runs import Run
 from ckpt_harness.verdict import CaseResult, Verdict
 
 

@@ -14,7 +14,8 @@ from ckpt_harness.oracle.outcomes import OutcomeKind, classify_resume, failure_o
 from ckpt_harness.oracle.problems import health, never_fired, rank_state
 from ckpt_harness.oracle.start import infer_start
 from ckpt_harness.launch import RankStatus
-from ckpt_harness.records import Kind, RankRun, Run
+from ckpt_harness.records import Kind
+from ckpt_harness.records.runs import RankRun, Run
 from ckpt_harness.state import Record
 from ckpt_harness.verdict import CaseResult, Verdict
 

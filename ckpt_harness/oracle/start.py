@@ -22,7 +22,8 @@ from ckpt_harness import phase
 from ckpt_harness.inject.trace import EventKind
 from ckpt_harness.oracle import diffs
 from ckpt_harness.oracle.problems import health
-from ckpt_harness.records import Kind, Run, save_steps, saves_by_step
+from ckpt_harness.records import Kind
+from ckpt_harness.records.runs import Run, save_steps, saves_by_step
 from ckpt_harness.verdict import CaseResult, Verdict
 
 #: What a job adds so that its resume is judged on its state, not inferred.

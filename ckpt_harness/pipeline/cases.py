@@ -30,7 +30,9 @@ from ckpt_harness.pipeline.baseline import Baseline, Point
 from ckpt_harness.pipeline.resumes import DirState
 from ckpt_harness.pipeline.workdir import fresh_dir
 from ckpt_harness.present.from_runs import Note
-from ckpt_harness.records import CaseClock, Run, data_reader
+from ckpt_harness.records import data_reader
+from ckpt_harness.records.runs import Run
+from ckpt_harness.pipeline.clock import CaseClock
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
 

@@ -22,7 +22,7 @@ from ckpt_harness.pipeline import budget
 from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
 from ckpt_harness.pipeline.cases import named, plan_cases, run_cases
 from ckpt_harness.pipeline.workdir import prepare_workdir
-from ckpt_harness.records import Run
+from ckpt_harness.records.runs import Run
 from ckpt_harness.report import Report
 from ckpt_harness.targets import RunRequest, Target
 from ckpt_harness.verdict import CaseResult

@@ -29,7 +29,9 @@ from ckpt_harness.launch.layout import crash_marker
 from ckpt_harness.pipeline import confirm
 from ckpt_harness.pipeline.workdir import prepare_workdir
 from ckpt_harness.present.from_runs import of_runs
-from ckpt_harness.records import CaseClock, Kind, Run, save_steps_by_rank, saving_after
+from ckpt_harness.records import Kind
+from ckpt_harness.records.runs import Run, save_steps_by_rank, saving_after
+from ckpt_harness.pipeline.clock import CaseClock
 from ckpt_harness.report import Report
 from ckpt_harness.targets import RunRequest, Stop, Target
 from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict, fold

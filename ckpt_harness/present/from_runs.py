@@ -24,7 +24,7 @@ from ckpt_harness.present.timeline import (
 )
 
 if TYPE_CHECKING:
-    from ckpt_harness.records import RankRun, Run
+    from ckpt_harness.records.runs import RankRun, Run
     from ckpt_harness.verdict import CaseResult
 
 #: Between two runs of one timeline: they ran one after another, minutes apart

@@ -23,7 +23,7 @@ from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol, runtime
 from ckpt_harness.config import cli_args, settings_of
 
 from ckpt_harness.inject.faults import Fault
-from ckpt_harness.records import Run
+from ckpt_harness.records.runs import Run
 
 #: How long peers of a failed rank get to fail too in a case before the run
 #: counts as stuck; also the budget of the *live* property.

@@ -20,7 +20,7 @@ from ckpt_harness.errors import BackendUnavailable, ConfigError, FrameworkMissin
 from ckpt_harness.jobref import load
 from ckpt_harness.jobs import registry
 from ckpt_harness.launch import GroupSpec, run_group
-from ckpt_harness.records import Run
+from ckpt_harness.records.runs import Run
 from ckpt_harness.targets.base import BaseTarget, Capabilities, RunRequest, Stop, TargetKind
 
 #: How a job's saves are seen (`Capabilities.marks_saves`).

@@ -28,7 +28,8 @@ from ckpt_harness import storage
 from ckpt_harness.config import ScriptConfig, ScriptExploreConfig, script_args, settings_of
 from ckpt_harness.errors import FrameworkMissing, UsageError
 from ckpt_harness.jobs.axes import Axes, missing
-from ckpt_harness.records import Kind, Run, save_steps, savers
+from ckpt_harness.records import Kind
+from ckpt_harness.records.runs import Run, save_steps, savers
 from ckpt_harness.targets.base import BaseTarget, Capabilities, NotApplicable, RunRequest, Stop, TargetKind
 
 PLACEHOLDER = "{ckpt_dir}"

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional
 from ckpt_harness.inject.trace import Event
 from ckpt_harness.launch import Cut, GroupOutcome, RankOutcome, RankStatus
 from ckpt_harness.oracle import Reference
-from ckpt_harness.records import RankRun, Run
+from ckpt_harness.records.runs import RankRun, Run
 from ckpt_harness.state import Record, capture
 
 #: The steps the synthetic job saves at; a resume after breaking save K may fall back to PREV.

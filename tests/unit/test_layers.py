@@ -93,7 +93,7 @@ LAYERS: dict[str, int] = {
     "ckpt_harness.inject.*": 2,
     # 3 code that runs in ranks/workers, and the rank<->harness records contract
     "ckpt_harness.rankside.*": 3,
-    "ckpt_harness.records": 3,
+    "ckpt_harness.records.*": 3,
     "ckpt_harness.present.from_runs": 3,
     # 4 what is under test and how it is started (run.py becomes targets/)
     "ckpt_harness.config": 4,
@@ -435,6 +435,22 @@ def test_rank_side_imports_nothing_from_the_controller():
     assert not bad, ("rank-side code imports the controller:\n" + "\n".join(f"  {where(e)}" for e in bad) +
                      "\nCode in rankside/ runs in ranks and workers: it may use records, inject, launch, job and "
                      "the foundations. Pass what it needs in the plan (env/RunPlan), or move the code down.")
+
+
+def test_what_a_rank_loads_at_import_holds_no_report_and_no_run_reader():
+    """Every module a rank-side module imports at module level, transitively (what a rank, a torchrun worker
+    and DCP's checkpoint process load before any job code): the record format, never how the harness reads
+    a run back (`records.runs`), times a case (`pipeline.clock`) or shows one (`present/`)."""
+    top = {src: {dst for (s, dst), kinds in graph().items() if s == src and "top" in kinds} for src in modules()}
+    loaded, todo = set(), [m for m in modules() if _covering_key(m, {RANKSIDE})]
+    while todo:
+        module = todo.pop()
+        if module not in loaded:
+            loaded.add(module)
+            todo += top.get(module, ())
+    heavy = sorted(m for m in loaded if _covering_key(m, {"ckpt_harness.present.*", "ckpt_harness.records.runs",
+                                                          "ckpt_harness.pipeline.*"}))
+    assert not heavy, f"a rank loads {', '.join(heavy)} at import: import it where it is used, or move it up"
 
 
 def test_job_or_script_is_decided_only_by_the_target_chooser():

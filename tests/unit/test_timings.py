@@ -1,5 +1,5 @@
 """Where a run's and a case's seconds go, derived from hand-built records: the launcher's moments and the
-ranks' phase changes (`records.run_breakdown`, `records.CaseClock`), no process."""
+ranks' phase changes (`records.runs.run_breakdown`, `pipeline.clock.CaseClock`), no process."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import pytest
 
 from ckpt_harness import phase
 from ckpt_harness.inject.trace import Event
-from ckpt_harness.records import CaseClock, run_breakdown
+from ckpt_harness.records.runs import run_breakdown
+from ckpt_harness.pipeline.clock import CaseClock
 from ckpt_harness.verdict import Breakdown
 from tests.unit.synthetic import rank, run
 

@@ -38,7 +38,8 @@ from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import Setting, ends_group
 from ckpt_harness.conversions.run import Converted, run_conversion
 from ckpt_harness.pipeline.baseline import Baseline
-from ckpt_harness.records import CaseClock, Run
+from ckpt_harness.records.runs import Run
+from ckpt_harness.pipeline.clock import CaseClock
 from ckpt_harness.state import Record
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult

@@ -25,7 +25,8 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from ckpt_harness import oracle, phase
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import SETTINGS, Setting, ends_group
-from ckpt_harness.records import CaseClock, Kind
+from ckpt_harness.records import Kind
+from ckpt_harness.pipeline.clock import CaseClock
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
 

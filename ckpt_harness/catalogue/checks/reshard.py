@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional, Sequence
 from ckpt_harness import oracle
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import Setting
-from ckpt_harness.records import CaseClock
+from ckpt_harness.pipeline.clock import CaseClock
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
 

@@ -29,7 +29,7 @@ from ckpt_harness import oracle, phase
 from ckpt_harness.catalogue.checks import NotApplicable, run_settings
 from ckpt_harness.config import Setting
 from ckpt_harness.inject.faults import BLOCKING, applicable_kinds
-from ckpt_harness.records import CaseClock
+from ckpt_harness.pipeline.clock import CaseClock
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import CaseResult
 

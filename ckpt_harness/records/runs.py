@@ -1,104 +1,22 @@
-"""What one group run leaves behind: the rank↔harness contract over the run directory.
-
-Ranks write their records (states after load and saves, the error that
-ended them) and trace (every probed operation) into the run directory as
-they go; the harness joins them with the launcher's outcome (who finished,
-failed, crashed or hung, with stacks). The oracle reads only this. Where
-each file is, `launch.layout` says, for the launcher as for the ranks.
-"""
+"""One group run read back: each rank's records, trace and outcome joined (`Run.collect`), what the oracle reads."""
 
 from __future__ import annotations
 
 import dataclasses
-import enum
 import functools
-import pickle
-import time
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from ckpt_harness import phase as phases
-from ckpt_harness.inject import trace
 from ckpt_harness.inject.collectives import Recording
 from ckpt_harness.inject.faults import BLOCKING
+from ckpt_harness.inject import trace
 from ckpt_harness.inject.trace import Event, EventKind
 from ckpt_harness.launch import GroupOutcome, RankOutcome, RankStatus
-from ckpt_harness.launch.layout import PathLike, child_trace_paths, data_path, records_path, trace_path, warm_path
+from ckpt_harness.launch.layout import warm_path
+from ckpt_harness.records import Kind, read_events, read_records
 from ckpt_harness.state import Record
-from ckpt_harness.present.from_runs import Note, attach
-from ckpt_harness.verdict import Breakdown, CaseResult
-
-
-# -- the files of a run directory, read back ------------------------------------------------
-def read_events(run_dir: PathLike, rank: int) -> list[Event]:
-    """A rank's events, with those of the processes it spawned to save merged
-    in by time (each names its process: `Event.fields["process"]`)."""
-    own = trace.read_events(trace_path(run_dir, rank))
-    children = child_trace_paths(run_dir, rank)
-    if not children:
-        return own
-    return trace.merge_processes([own, *(trace.read_events(p) for p in children)])
-
-
-def data_reader(run_dir: PathLike):
-    """`read(rank, offset, length, actor)` over the ranks' data logs, as the
-    durability model asks (a write's data ref names its log's `actor`)."""
-    def read(rank: int, offset: int, length: int, actor: str = "") -> bytes:
-        with open(data_path(run_dir, rank, actor), "rb") as f:
-            f.seek(offset)
-            return f.read(length)
-
-    return read
-
-
-class Kind(str, enum.Enum):
-    """What a record marks in a rank's life."""
-
-    LOADED = "loaded"
-    LOADED_FULL = "loaded full"
-    SAVED = "saved"
-    SAVED_FULL = "saved full"
-    #: A save that returned in the background landed and the job made it the
-    #: one to resume (`ctx.published`, or its `wait_for_saves` returned).
-    PUBLISHED = "published"
-    #: A script's save that returned in the background finished writing: its
-    #: writers (`inject.writers`: the future its entry point returned, as
-    #: `dcp.async_save`'s; a pool task or a thread it handed work to) are
-    #: done, and none raised. Not PUBLISHED: whether the script then makes it the one to
-    #: resume (a `latest` it writes after) is the script's business.
-    LANDED = "landed"
-    STOPPED = "stopped"
-    FINAL = "final"
-    FINISHED = "finished"
-    ERROR = "error"
-
-
-class Recorder:
-    """A rank's side of its record file: one pickle per record, each written
-    whole and unbuffered, so a rank killed at any moment leaves every record
-    up to that moment."""
-
-    def __init__(self, path: PathLike):
-        self.file = open(path, "ab", buffering=0)
-        self.start = time.monotonic()
-
-    def write(self, kind: Kind, **fields: Any) -> None:
-        record = {"event": kind.value, "t": time.monotonic() - self.start, **fields}
-        self.file.write(pickle.dumps(record, protocol=pickle.HIGHEST_PROTOCOL))
-
-
-def read_records(run_dir: PathLike, rank: int) -> list[dict]:
-    """Every complete record a rank wrote, in order."""
-    out = []
-    try:
-        with open(records_path(run_dir, rank), "rb") as f:
-            while True:
-                try:
-                    out.append(pickle.load(f))
-                except (EOFError, pickle.UnpicklingError):
-                    return out
-    except OSError:
-        return out
+from ckpt_harness.verdict import Breakdown
 
 
 @dataclasses.dataclass(frozen=True)
@@ -358,56 +276,3 @@ def _rank_split(events: list[Event], start: float, end: float, broken: Optional[
         since = at
     split[part] = split.get(part, 0.0) + end - since
     return split
-
-
-class CaseClock:
-    """A case's stopwatch: started when the case starts, told of each of its
-    runs (`run`) and of the moment the oracle takes over (`judging`); `done`
-    is the case's `Breakdown`. What the case spent outside its runs'
-    launchers before the judging is the harness's part. Cheap: two clock
-    reads per case and the phase events its runs read back anyway."""
-
-    def __init__(self, context: Sequence[Run] = ()) -> None:
-        self.started = time.monotonic()
-        self.runs = Breakdown()
-        self.judged_from: Optional[float] = None
-        #: The runs the case is about, in the order they ran: those it builds
-        #: on (`context`: the golden run) and those it timed (`run`).
-        self.seen: list[Run] = list(context)
-        self._context = len(self.seen)
-
-    def run(self, make: Callable[[], Run], broken: Optional[int] = None, resume: bool = False) -> Run:
-        """`make()`, a run of this case, timed: the run with its faults (or the
-        one it stops, overwrites, stalls), whose save `broken` is the one
-        broken, or with `resume` the resume from what that run left."""
-        run = make()
-        self.seen.append(run)
-        split = run_breakdown(run, broken)
-        if split is not None:
-            self.runs += dataclasses.replace(split, **{"resume_run" if resume else "fault_run": split.wall})
-        return run
-
-    def judging(self) -> None:
-        """The case's runs are over: what follows is the oracle's."""
-        self.judged_from = time.monotonic()
-
-    def done(self) -> Breakdown:
-        now = time.monotonic()
-        judging = now - self.judged_from if self.judged_from is not None else 0.0
-        wall = now - self.started
-        return dataclasses.replace(self.runs, harness=wall - self.runs.wall - judging, judging=judging, wall=wall)
-
-    @property
-    def warm(self) -> bool:
-        """Did a run of the case start a spawned process warm (`Run.warm_started`)? Not one it builds
-        on (the golden run): its states are those its ranks recorded, which a spawned process only writes
-        out, and a golden run's own judgments are confirmed where they are made (`pipeline.verify`)."""
-        return any(run.warm_started for run in self.seen[self._context:])
-
-    def stamp(self, result: CaseResult, notes: Iterable[Note] = (), every: bool = False) -> CaseResult:
-        """`result` with where its seconds went (`done`), whether a run of it
-        started warm, and the timeline of the case's runs (`present.from_runs.attach`)."""
-        warm = self.warm
-        result = dataclasses.replace(result, timings=self.done(), warm=warm,
-                                     also=tuple(dataclasses.replace(a, warm=warm) for a in result.also))
-        return attach(result, self.seen, notes, every)
