@@ -122,7 +122,8 @@ def test_a_pool_writer_handed_the_live_tensors_is_flagged_snapshot_consistent(tm
     """Its save 2 lands while step 3 runs: the checkpoint holds step 3's
     weights and Adam's step 3 beside the save's own step 2, and every save
     after the resume is off by a step. The twin that copies passes."""
-    torn = slow("--script", script("--bug", "live-tensors", steps=4), "--nproc-per-node", "2", cwd=tmp_path / "torn")
+    torn = slow("--script", script("--bug", "live-tensors", steps=4), "--nproc-per-node", "2", "--cold-start",
+                cwd=tmp_path / "torn")  # it fails: cold at once, not warm and then again cold to confirm
     assert torn.returncode == 1, torn.stdout + torn.stderr
     assert "slow-background-save [pool_writer.py --steps 4 --bug live-tensors] snapshot-consistent: FAIL" in torn.stdout
     assert "slow@2 / saves after resume: FAIL — save 4 differs from the uninterrupted run's: ranks 0-1" in torn.stdout
@@ -182,20 +183,26 @@ def test_a_trainer_that_waits_for_its_frozen_writer_without_a_timeout_is_flagged
 def test_a_trainer_that_waits_without_a_timeout_for_a_writer_that_raised_is_flagged_live(tmp_path):
     """The writer's thread raises (the injected error at its first file operation of the final save): the
     correct writer keeps the error and the main thread raises it at the end; its twin waits for good on an
-    event the writer sets only once it succeeded (deepspeedai/DeepSpeed#7741), and the deadline finds it there."""
-    targeted = dict(nproc_per_node=2, save="last", faults=("error",), ops=("open",), corruptions=(), after=False,
-                    timeout=45.0)
+    event the writer sets only once it succeeded (deepspeedai/DeepSpeed#7741), and the deadline finds it there.
+    The correct one first: its faulted run, here and now, sets the twin's deadline (the same run, but for the
+    wait at the end): three times it, doubled for the twin's cold start (a cold worker imports torch itself,
+    about twice a warm run's time on the 2-core box), and never under 15 s (it was a fixed 45 s)."""
+    targeted = dict(nproc_per_node=2, save="last", faults=("error",), ops=("open",), corruptions=(), after=False)
     case = "error@r0:bg_save6/open(latest.tmp)"
+    correct = explore_script(script("--pg-timeout", "600"), workdir=tmp_path / "correct", cases=[case],
+                             timeout=45.0, **targeted)
+    assert case in {r.case for r in correct.results} and correct.verdict is Verdict.PASS, correct.explain()
+    took = next(r for r in correct.results if r.case == case).timings.fault_run
+    assert took > 0, correct.explain()
     broken = explore_script(script("--bug", "waits-event", "--pg-timeout", "600"), workdir=tmp_path / "broken",
-                            cases=[case], cold_start=True, **targeted)  # cold: its 45 s deadline waited out once
+                            cases=[case], cold_start=True, timeout=max(15.0, 2 * 3 * took),
+                            **targeted)  # cold: its deadline waited out once
     result = next(r for r in broken.results if r.case == case)
     assert (result.check, result.verdict) == ("live", Verdict.FAIL), broken.explain()
     assert "the injected error ended rank 0's writer of save 6 and no thread of the rank raised it" in result.summary
     waits = f'pool_writer.py", line {WAITS_AT_END} in <module>'
     assert waits in result.details, result.details  # rank 0's stack: its main thread, where it waits
     assert "usual fix: wait for a writer through what it ends either way" in broken.explain()
-    correct = explore_script(script("--pg-timeout", "600"), workdir=tmp_path / "correct", cases=[case], **targeted)
-    assert case in {r.case for r in correct.results} and correct.verdict is Verdict.PASS, correct.explain()
 
 
 def test_a_file_staged_outside_and_moved_in_is_judged_by_the_power_loss_model(tmp_path):

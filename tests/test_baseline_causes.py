@@ -64,7 +64,7 @@ def test_a_script_matrix_row_failing_for_another_cause_is_new(tmp_path):
                                         'verdict = "fail"\nreason = "never looks for its checkpoint"\n'
                                         'cause = ["live"]\n')
     other = cli(*common, "--script", f"{script} --bug forget-optimizer", "--out", "m2", "--baseline", "base.toml",
-                "--write-baseline", "optimizer.toml", cwd=tmp_path)
+                "--write-baseline", "optimizer.toml", "--cold-start", cwd=tmp_path)  # it fails: cold at once
     assert other.returncode == 1, other.stdout + other.stderr
     assert re.search(r"  NEW      resumable.py .* · resume-every-save: fail, for another cause: observed final state "
                      r"· model values; the baseline expects it for live \(base.toml:1\)", other.stdout), other.stdout

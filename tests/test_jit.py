@@ -16,15 +16,19 @@ def _op(tmp_path, builder, key="k", **env):
     return JitOp("the planted op", tmp_path / "ext" / "op", f"tests.planted.jit:{builder}", key, env=env)
 
 
-def test_a_build_longer_than_the_deadline_happens_before_it(ckpt, tmp_path, monkeypatch):
-    """The run's deadline is shorter than the build: built inside the run, it would be cut."""
+def test_a_build_longer_than_the_deadline_happens_before_it(ckpt, tmp_path, monkeypatch, pace):
+    """The run's deadline is shorter than the build: built inside the run, it would be cut. The deadline
+    leaves the run (about a second on a quiet box) five times that here and now, and never more than the
+    15 s it was fixed at; the build takes 5 s longer than the deadline."""
+    timeout = min(15.0, round(pace(5.0), 1))
+    build = int(timeout) + 5
     monkeypatch.setenv("CKPT_TEST_JIT_DIR", str(tmp_path / "ext"))
-    monkeypatch.setenv("CKPT_TEST_BUILD_SECONDS", "20")
+    monkeypatch.setenv("CKPT_TEST_BUILD_SECONDS", str(build))
     started = time.monotonic()
-    report = ckpt.verify("tests.planted.jobs:SlowJitOp", steps=2, timeout=15, cases=["golden"])
-    assert time.monotonic() - started >= 20
+    report = ckpt.verify("tests.planted.jobs:SlowJitOp", steps=2, timeout=timeout, cases=["golden"])
+    assert time.monotonic() - started >= build
     assert [(r.check, r.verdict) for r in report.results] == [("live", Verdict.PASS), ("fresh start", Verdict.PASS)]
-    assert (tmp_path / "ext" / ".ckpt-harness-slow_op.built").read_text().startswith("slow 20")
+    assert (tmp_path / "ext" / ".ckpt-harness-slow_op.built").read_text().startswith(f"slow {build}")
 
 
 def test_built_once_then_a_stamp_check(tmp_path, capsys):

@@ -30,7 +30,8 @@ def script(*flags: str) -> str:
 
 
 def test_a_checkpoint_written_in_place_is_not_atomic(tmp_path):
-    report = explore_script(script(), workdir=tmp_path, **TARGETED)
+    # every case fails: cold at once, not warm and then again cold to confirm it (`pipeline.confirm`)
+    report = explore_script(script(), workdir=tmp_path, cold_start=True, **TARGETED)
     assert report.note.startswith("save 4 broken (the script saved at steps 2, 4, 6)"), report.note
     cases = [r for r in report.results if r.case != "golden"]
     assert cases and all(r.verdict is Verdict.FAIL and r.check == "atomic" for r in cases), report.explain()

@@ -149,7 +149,9 @@ def test_a_resume_that_forgets_the_optimizer_state_is_flagged(verified, framewor
 def final_save_and_its_twin(tmp_path: Path, framework: str, flags: tuple, bug: str, final: str):
     """The golden run of the framework's script with `flags` (PASS, its final
     model's file `final` written), then its twin's `--bug BUG`, given three
-    times the correct run's time here and now: the twin's one failure."""
+    times the correct run's time here and now: the twin's one failure. The
+    twin cold at once: warm, its failure would be run again cold to confirm
+    it (`pipeline.confirm`), waiting out its deadline twice."""
     from ckpt_harness.pipeline.verify import verify_script
 
     started = time.monotonic()
@@ -158,7 +160,7 @@ def final_save_and_its_twin(tmp_path: Path, framework: str, flags: tuple, bug: s
     assert (tmp_path / "good" / "golden" / "ckpt" / "final" / final).stat().st_size > 0
     deadline = max(20.0, round(3 * (time.monotonic() - started)))
     bad = verify_script(command(framework, *flags, "--bug", bug), workdir=tmp_path / "bad", cases=["golden"],
-                        nproc_per_node=2, timeout=deadline)
+                        nproc_per_node=2, timeout=deadline, cold_start=True)
     (live,) = bad.failures()
     assert (live.case, live.check) == ("golden", "live"), bad.explain()
     return live

@@ -100,14 +100,9 @@ def test_a_script_that_resumes_from_scratch_is_flagged(correct_runs, tmp_path):
     assert final.verdict is Verdict.PASS, final.summary
 
 
-def test_a_script_that_forgets_optimizer_state_is_flagged(tmp_path):
-    report = verify_script(script("--bug", "forget-optimizer"), workdir=tmp_path, cases=["resume@2"],
-                           nproc_per_node=2)
-    found = verdicts(report)
-    assert found.get(("resume@2", "saves after resume")) is Verdict.FAIL, report.explain()
-    assert found[("resume@2", "load step")] is Verdict.PASS  # it did resume, only not all of it
-    failed = next(r for r in report.results if r.check == "saves after resume")
-    assert "save 4 differs" in failed.summary and "model" in failed.summary
+# A script that forgets its optimizer state is flagged under "saves after resume", having resumed from 2:
+# tests/test_warm_workers.py, test_a_script_case_that_fails_warm_is_judged_by_its_cold_run[forget-optimizer-fail],
+# verifies this very command (warm, then cold) and checks that.
 
 
 @pytest.mark.parametrize("bug", [(), ("--bug", "from-scratch")], ids=["resumes", "from-scratch"])
@@ -223,7 +218,8 @@ def test_a_peer_left_waiting_in_a_save_routine_is_a_hang_of_the_checkpointing(tm
                           nproc_per_node=2)
     assert fixed.verdict is Verdict.PASS, fixed.explain()
     report = verify_script(script("--staging", "--no-marker", "--bug", "skip-barrier"), workdir=tmp_path / "bug",
-                           cases=["golden"], nproc_per_node=2, timeout=max(pace(8.0), 2.5 * fixed.elapsed))
+                           cases=["golden"], nproc_per_node=2, timeout=max(pace(8.0), 2.5 * fixed.elapsed),
+                           cold_start=True)  # it hangs: cold at once, its deadline waited out once, not warm and cold
     (live,) = [r for r in report.results if r.check == "live"]
     assert live.verdict is Verdict.FAIL and live.summary.startswith("golden: hang:"), report.explain()
     assert "rank 1 waiting in barrier" in live.summary and "in save()" in live.summary, live.summary
@@ -239,7 +235,7 @@ def test_a_rank_that_returns_past_the_final_barrier_leaves_its_peer_hung_as_on_n
     the deadline."""
     deadline = 120.0
     report = verify_script(script("--staging", "--bug", "skip-final-barrier"), workdir=tmp_path,
-                           cases=["golden"], nproc_per_node=2, timeout=deadline)
+                           cases=["golden"], nproc_per_node=2, timeout=deadline, cold_start=True)  # fails: cold
     (live,) = [r for r in report.results if r.check == "live"]
     assert live.verdict is Verdict.FAIL and live.summary.startswith("golden: hang:"), report.explain()
     assert "rank 1 waiting in barrier" in live.summary and "ended at once" in live.summary, live.summary

@@ -109,7 +109,7 @@ def test_the_trainers_save_total_limit_keeps_the_newest_and_a_rotation_by_name_i
     transformers costs seconds of CPU (docs/speed.md)."""
     pytest.importorskip("transformers")
     scripts = [ScriptConfig(script=f"{HF_TRAIN} {{ckpt_dir}}{flags}", script_args=HF_TOLD, nproc_per_node=1,
-                            timeout=120.0, keeps_best=best, cold_start="--bug" in flags)  # the twin: cold at once
+                            timeout=120.0, keeps_best=best)
                for flags, best in (("", False), (" --bug rotate-by-name", False), (" --load_best_model_at_end", True))]
     m = run_matrix([targets.of(c) for c in scripts], select(builtin_catalogue(), ["retention-order"]),
                    workdir=tmp_path)

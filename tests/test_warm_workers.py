@@ -145,6 +145,10 @@ def test_a_script_case_that_fails_warm_is_judged_by_its_cold_run(tmp_path, bug, 
     assert judged.verdict is after_cold and judged.confirmed_cold and not judged.warm, report.explain()
     said = "the warm run said the same" if after_cold is Verdict.FAIL else "the warm run said FAIL"
     assert "confirmed with cold starts" in judged.details and said in judged.details, judged.details
+    if after_cold is Verdict.FAIL:  # the script that forgets its optimizer state is flagged (the same
+        # verification tests/test_script_mode.py made of it again: its checks are here)
+        assert {(r.case, r.check): r.verdict for r in report.results}[("resume@2", "load step")] is Verdict.PASS
+        assert "save 4 differs" in judged.summary and "model" in judged.summary, judged.summary  # resumed, not all
 
 
 def test_cold_start_reaches_a_scripts_workers_through_the_cli(tmp_path):
