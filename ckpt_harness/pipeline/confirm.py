@@ -15,7 +15,7 @@ confirmed, and what the warm run said where that differs.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+from typing import Callable, Optional, Sequence
 
 from ckpt_harness.verdict import CaseResult
 
@@ -45,3 +45,25 @@ def confirm(results: Sequence[CaseResult], cold: Callable[[], Sequence[CaseResul
     warm = {(r.case, r.check): r for r in results}
     return [confirmed(warm[(r.case, r.check)], r) if (r.case, r.check) in warm else
             dataclasses.replace(r, confirmed_cold=True) for r in cold()]
+
+
+def confirm_cases(results: Sequence[CaseResult],
+                  cold: Callable[[Optional[list[str]]], Sequence[CaseResult]]) -> list[CaseResult]:
+    """As `confirm`, running again with cold starts only the cases doubted
+    (`cold(names)`: those cases, on a golden run of their own), and every case
+    (`cold(None)`) when a judgment of the golden run itself is doubted: every
+    case stands on it. The others keep their results, in their places."""
+    names = list(dict.fromkeys(r.case for r in results if r.warm and not r.verdict.ok))
+    if not names:
+        return list(results)
+    if any(name.startswith("golden") or name == "flake" for name in names):
+        return confirm(results, lambda: cold(None))
+    mine = [r for r in results if r.case in names]
+    redone = confirm(mine, lambda: [r for r in cold(names) if r.case in names])
+    out: list[CaseResult] = []
+    for r in results:
+        if r.case not in names:
+            out.append(r)
+        elif r is mine[0]:  # where the first of them was
+            out += redone
+    return out

@@ -170,8 +170,9 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
     results[1:1] = again
     if golden.warm_started:  # the golden run's own judgments: a warm start in it may have made them
         results = [dataclasses.replace(r, warm=True) if r.case == "golden" else r for r in results]
-    results = confirm.confirm(results, lambda: run_verification(
-        target.replace(cold_start=True), root / "cold", cases, stop, timelines=timelines, flake=flake).results)
+    results = confirm.confirm_cases(results, lambda names: run_verification(
+        target.replace(cold_start=True), root / "cold", cases if names is None else names, stop,
+        timelines=timelines, flake=flake if names is None else None).results)
     return Report(target.name, target.world_size, results, time.monotonic() - started, settings=target.values,
                   noun=target.noun)
 
