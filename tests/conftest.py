@@ -46,26 +46,26 @@ def pace(tmp_path_factory) -> Pace:
     return measure(tmp_path_factory.mktemp("pace"))
 
 
-#: Seconds each module's tests took in all, measured by `make test` with
-#: `--junitxml` on the 2-core machine kind (2026-11-26, the suite alone on the
-#: box; test_script_settings, test_script_frameworks and test_script_explore by
-#: `--durations` on 2026-11-27, with the tests added then: Lightning's and
-#: the kept best checkpoint's in the second session). Used only to
+#: Seconds each module's tests took in all, measured by a clean-clone CI run
+#: (`make test` with `PYTEST_ARGS=--junitxml=...`, the suite alone on the
+#: 2-core box; the date and commit beside the table). Used only to
 #: hand out the longest modules first, so that the end of the run is short
 #: tests that fill the workers evenly, not a module of torchrun runs one
 #: worker runs alone while the others idle (a module missing here goes last).
 #: `python ci/module_times.py junit.xml` prints the table from a run's JUnit XML.
-MEASURED = {
-    "test_explore": 261, "test_script_mode": 243, "test_extension": 162, "test_plugin": 130, "test_verify": 123,
-    "test_script_settings": 130, "test_script_frameworks": 250, "test_elastic": 84, "test_cli": 72,
-    "test_matrix_shards": 70, "test_scenarios": 65, "test_script_matrix": 57, "test_reduction": 57, "test_launch": 53,
-    "test_async_process": 36,
-    "test_deepspeed_job": 32, "test_jit": 29, "test_script_explore": 65, "test_async_saves": 27,
-    "test_setup_errors": 21, "test_checkpointers": 21, "test_conversions": 50, "test_frozen_ranks": 16,
-    "test_script_launch": 15, "test_background_writers": 600, "test_preemption": 110, "test_warm_starts": 40,
-    "test_baseline_causes": 60, "test_warm_workers": 60, "test_inline_save": 25,
-    "test_flake": 70, "test_severity": 25, "test_ci_output": 25,
-    "test_storage": 90,  # 2026-11-29, by --durations, the module alone on the box
+MEASURED = {  # 2026-11-29, the CI run of f8fa1f5
+    "test_script_frameworks": 400, "test_background_writers": 360, "test_storage": 289, "test_explore": 279,
+    "test_script_mode": 235, "test_extension": 206, "test_plugin": 159, "test_script_explore": 137,
+    "test_conversions": 112, "test_warm_workers": 97, "test_preemption": 95, "test_scenarios": 93, "test_cli": 90,
+    "test_elastic": 85, "test_script_settings": 85, "test_verify": 83, "test_launch": 67, "test_matrix_shards": 67,
+    "test_reduction": 58, "test_baseline_causes": 51, "test_html_report": 42, "test_early_end": 41,
+    "test_script_matrix": 41, "test_inline_save": 38, "test_warm_starts": 37, "test_async_saves": 33,
+    "test_axes": 33, "test_flake": 32, "test_setup_errors": 31, "test_jit": 30, "test_relocation": 27,
+    "test_timelines": 23, "test_deepspeed_job": 19, "test_matrix_rows": 19, "test_case_budget": 18,
+    "test_script_launch": 18, "test_async_process": 16, "test_frozen_ranks": 16, "test_resume_chain": 15,
+    "test_checkpointers": 15, "test_ci_output": 15, "test_s3server": 13, "test_save_neutral": 11,
+    "test_deepspeed_reshard": 10, "test_severity": 8, "test_hf_trainer_job": 8, "test_timings": 7,
+    "test_script_ops": 7, "test_safe_loading": 5, "test_write_conflicts": 5, "test_buffering_bugs": 5,
 }
 
 

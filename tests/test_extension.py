@@ -139,13 +139,14 @@ def test_a_target_kind_from_a_package_is_verified_and_explored_through_the_cli(t
     assert without.returncode == 2 and "unrecognized arguments: --callable" in without.stderr
 
     # a matrix row of its own kind, kept in matrix.json as its kind and settings (what --resume makes again)
-    matrix = cli("matrix", "--callable", TRAIN, "--nproc-per-node", "1", "--scenarios", "resume-every-save",
+    matrix = cli("matrix", "--callable", TRAIN, "--nproc-per-node", "1", "--scenarios", "power-loss-after-save",
                  "--out", str(tmp_path / "m"), "--quiet", cwd=tmp_path, pythonpath=path)
-    assert matrix.returncode == 0, matrix.stdout + matrix.stderr
+    assert matrix.returncode == 0, matrix.stdout + matrix.stderr  # a finding is a result: every cell judged
     data = json.loads((tmp_path / "m" / "matrix.json").read_text())
     assert data["jobs"] == [TRAIN] and data["rows"][TRAIN]["kind"] == "callable", data["rows"]
-    assert [(c["property"], c["verdict"]) for c in data["cells"]] == [("faithful", "pass")], data["cells"]
-    assert "| callable | faithful |" in (tmp_path / "m" / "matrix.md").read_text()
+    assert [(c["property"], c["verdict"]) for c in data["cells"]] == [("durable", "fail")], data["cells"]
+    assert "the checkpoint directory was never fsynced" in data["cells"][0]["reason"]
+    assert "| callable | durable |" in (tmp_path / "m" / "matrix.md").read_text()
 
 
 def test_a_target_kind_from_a_package_runs_through_the_plugin(pytester, target):

@@ -115,8 +115,9 @@ def test_a_run_that_writes_into_the_mounted_directory_instead_of_the_bucket_is_r
 
 def _script_explore(tmp_path, bug: str, name: str):
     script = f"{SCRIPTS / 'bucket_train.py'} {{ckpt_url}}" + (f" --bug {bug}" if bug else "")
+    cold = ("--cold-start",) if bug else ()  # it fails: cold at once, not warm and then again cold to confirm
     return cli("explore", "--script", script, "--storage", "s3", "--faults", "crash", "--ops", "put",
-               "--corruptions", "", "--no-after", "--workdir", str(tmp_path / name), cwd=tmp_path)
+               "--corruptions", "", "--no-after", *cold, "--workdir", str(tmp_path / name), cwd=tmp_path)
 
 
 def test_a_script_given_the_buckets_url_puts_its_pointer_last_and_passes_and_its_pointer_first_twin_is_flagged(
@@ -147,7 +148,7 @@ def test_lightnings_checkpoint_to_the_buckets_url_is_one_object_put_whole(tmp_pa
     assert sorted(p.name for p in (tmp_path / "w" / "ckpt").iterdir()) == ["step_2.ckpt", "step_4.ckpt"]
 
 
-@pytest.mark.parametrize("job", ["dcp", "torch_save"])
+@pytest.mark.parametrize("job", ["dcp"])  # torch_save's resumes from the bucket: the explorations below
 def test_a_job_saving_to_the_bucket_resumes_bitwise_from_it(tmp_path, job):
     done = cli("run", "--job", job, "--storage", "s3", "--steps", "4", "--workdir", str(tmp_path / "work"),
                cwd=tmp_path)

@@ -23,13 +23,19 @@ class PublishesBeforeItsFiles(TorchSaveJob):
     """`latest` first, then the files it vouches for."""
 
     def save(self, ctx: RankContext, step: int) -> None:
-        path = step_dir(root(ctx), step)
-        prepare_step_dir(ctx, path)
-        if ctx.rank == 0:
-            atomic_write_text(root(ctx) / LATEST, path.name + "\n")
-        dist.barrier()
+        path = published_first(ctx, step)
         _write_files(self, ctx, step, path)
         dist.barrier()
+
+
+def published_first(ctx: RankContext, step: int):
+    """Save `step`'s directory, made and named by `latest` before anything is in it."""
+    path = step_dir(root(ctx), step)
+    prepare_step_dir(ctx, path)
+    if ctx.rank == 0:
+        atomic_write_text(root(ctx) / LATEST, path.name + "\n")
+    dist.barrier()
+    return path
 
 
 def _write_files(job: TorchSaveJob, ctx: RankContext, step: int, path) -> None:

@@ -13,19 +13,14 @@ import torch.distributed.checkpoint as dcp
 
 from ckpt_harness import RankContext
 from ckpt_harness.jobs import dcp_s3connector as crt
-from ckpt_harness.jobs._common import LATEST, atomic_write_text, prepare_step_dir, step_dir
-from ckpt_harness.jobs._store import root
+from tests.planted.buckets import published_first
 
 
 class PublishesBeforeItsShards(crt.DcpS3ConnectorJob):
     """`latest` first, then the DCP save it vouches for."""
 
     def save(self, ctx: RankContext, step: int) -> None:
-        path = step_dir(root(ctx), step)
-        prepare_step_dir(ctx, path)
-        if ctx.rank == 0:
-            atomic_write_text(root(ctx) / LATEST, path.name + "\n")
-        dist.barrier()
+        path = published_first(ctx, step)
         dcp.save(self._payload(ctx, step), storage_writer=crt.S3StorageWriter(crt._region(), str(path),
                                                                               **crt._client()))
         dist.barrier()
