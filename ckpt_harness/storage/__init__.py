@@ -25,7 +25,7 @@ import contextlib
 import dataclasses
 import importlib
 from pathlib import Path
-from typing import ContextManager, Iterator, Mapping, Optional, Protocol
+from typing import ContextManager, Iterator, Mapping, Protocol
 
 from ckpt_harness.errors import ConfigError, did_you_mean
 
@@ -45,9 +45,11 @@ class Storage(Protocol):
 
     #: Its value of the `storage` axis.
     name: str
-    #: Why a power loss cannot be modelled for checkpoints here (None: it can,
-    #: from the trace of the ranks' file operations).
-    no_power_loss: Optional[str]
+    #: What a target whose checkpoints are here cannot do, each with why
+    #: (`targets.Capability` names): on a bucket, a power loss cannot be
+    #: modelled; on a local directory, from the trace of the ranks' file
+    #: operations, it can.
+    lacks: Mapping[str, str]
 
     def mount(self, ckpt_dir: Path) -> ContextManager[Mount]:
         """`ckpt_dir` where the ranks of one run reach it, and back into `ckpt_dir` when they are done."""
@@ -57,7 +59,7 @@ class LocalStorage:
     """The directory itself."""
 
     name = "local"
-    no_power_loss = None
+    lacks: Mapping[str, str] = {}
 
     @contextlib.contextmanager
     def mount(self, ckpt_dir: Path) -> Iterator[Mount]:

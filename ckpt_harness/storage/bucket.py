@@ -38,9 +38,9 @@ class BucketStorage:
     """A bucket the harness's own server keeps."""
 
     name = "s3"
-    no_power_loss = ("its checkpoints are in an object store, which keeps every object whose upload completed "
-                     "whatever happens to the writers' machines: a power loss there is a crash of the writers "
-                     "(the crash scenarios)")
+    lacks = {"power_loss": "its checkpoints are in an object store, which keeps every object whose upload "
+                           "completed whatever happens to the writers' machines: a power loss there is a crash of "
+                           "the writers (the crash scenarios)"}
 
     @contextlib.contextmanager
     def mount(self, ckpt_dir: Path) -> Iterator[Mount]:

@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Mapping, Optional, Protocol, runtime_checkable
 
 from ckpt_harness.config import cli_args, settings_of
+from ckpt_harness.storage import Storage
+from ckpt_harness.storage import of as storage_of
 
 from ckpt_harness.inject.faults import Fault
 from ckpt_harness.records.runs import Run
@@ -294,6 +296,12 @@ class BaseTarget:
     @property
     def row(self) -> str:
         return self.name  # type: ignore[attr-defined]
+
+    @property
+    def storage(self) -> Storage:
+        """Where its checkpoints go (its `storage` setting; a directory when it has none): what a run
+        mounts, and what a target whose checkpoints are there cannot do (`Storage.lacks`)."""
+        return storage_of(self.values.get("storage", "local"))  # type: ignore[attr-defined]
 
     def preflight(self) -> None:
         """Nothing to refuse before a run."""

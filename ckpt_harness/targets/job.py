@@ -72,14 +72,9 @@ class JobTarget(BaseTarget):
         if cls.checkpoint_layout is None:
             lacks["conversions"] = ("the job names no checkpoint_layout, so no conversion claims to read its "
                                     "checkpoints (set Job.checkpoint_layout; `ckpt-harness list` shows them)")
-        if self.storage.no_power_loss:
-            lacks["power_loss"] = self.storage.no_power_loss
+        lacks.update(self.storage.lacks)
         return Capabilities(reports=True, steps_known=True, live_state=True, parks=True, lacks=lacks,
                             layout=cls.checkpoint_layout, keeps_best=cls.keeps_best, marks_saves=MARKS_SAVES)
-
-    @functools.cached_property
-    def storage(self) -> storage.Storage:
-        return storage.of(self.config.storage)
 
     @property
     def values(self) -> dict[str, Any]:

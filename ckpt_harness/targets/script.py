@@ -16,7 +16,6 @@ each with the reason an n/a cell gives.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import importlib.util
 import os
 import shlex
@@ -246,15 +245,10 @@ class ScriptTarget(BaseTarget):
             lacks["background_saves"] = SYNCHRONOUS
         if self.known and not self.full:
             lacks["full_state"] = NO_FULL_STATE
-        if self.storage.no_power_loss:
-            lacks["power_loss"] = self.storage.no_power_loss
+        lacks.update(self.storage.lacks)
         return Capabilities(reports=False, steps_known=False, live_state=False, parks=False, lacks=lacks,
                             layout=self.config.checkpoint_layout, keeps_best=self.config.keeps_best,
                             marks_saves=MARKS_SAVES)
-
-    @functools.cached_property
-    def storage(self) -> storage.Storage:
-        return storage.of(self.config.storage)
 
     @property
     def values(self) -> dict[str, Any]:
