@@ -897,7 +897,7 @@ def _trace(args: argparse.Namespace) -> int:
         _discard(args, workdir)
         return EXIT_USAGE
     if args.timeline is not None:
-        from ckpt_harness.present.from_runs import of_runs
+        from ckpt_harness.records.timeline import of_runs
 
         of_runs("trace", [run]).write(args.timeline)
         print(f"timeline of the run: {args.timeline} (open in ui.perfetto.dev)")

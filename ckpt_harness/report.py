@@ -94,8 +94,8 @@ class Report:
 
 
     def with_timelines(self, directory: Path) -> "Report":
-        """This report, its cases' timelines written into `directory` (`timeline.write_all`)."""
-        from ckpt_harness.present.from_runs import write_all
+        """This report, its cases' timelines written into `directory` (`records.timeline.write_all`)."""
+        from ckpt_harness.records.timeline import write_all
 
         return dataclasses.replace(self, results=write_all(self.results, directory))
 

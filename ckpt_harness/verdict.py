@@ -12,7 +12,7 @@ import enum
 from typing import TYPE_CHECKING, Any, Iterable, Optional
 
 if TYPE_CHECKING:
-    from ckpt_harness.present.timeline import Timeline
+    from ckpt_harness.timeline import Timeline
 
 
 class Verdict(str, enum.Enum):
@@ -187,7 +187,7 @@ class CaseResult:
     #: The case's runs, rank by rank (`pipeline.clock.CaseClock.stamp`): for a case
     #: that did not pass, or every case when asked; None where no run was timed.
     timeline: Optional["Timeline"] = dataclasses.field(default=None, compare=False, repr=False)
-    #: Where `timeline` was written as a trace file (`present.timeline.write_all`).
+    #: Where `timeline` was written as a trace file (`records.timeline.write_all`).
     timeline_file: Optional[str] = dataclasses.field(default=None, compare=False)
     #: The state differences behind a FAIL of a state comparison, key by key.
     differences: tuple[StateDiff, ...] = dataclasses.field(default=(), compare=False, repr=False)

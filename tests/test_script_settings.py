@@ -85,7 +85,7 @@ def test_a_blocked_ranks_peers_are_cut_from_the_block_not_the_scripts_deadline(m
     hang_timeout from the moment the worker blocked), not at the 120 s
     deadline the scripts were given: the cut each failing case's timeline
     records says which."""
-    from ckpt_harness.present.timeline import CUT
+    from ckpt_harness.timeline import CUT
 
     hang = found(matrix, BROKEN, "final-save-blocked")
     cuts = [mark.name for c in hang.results for _, mark in c.timeline.marks(CUT)]

@@ -20,7 +20,7 @@ import pytest
 
 from ckpt_harness.inject.trace import EventKind
 from ckpt_harness.pipeline.explore import explore, explore_script
-from ckpt_harness.present.timeline import Timeline
+from ckpt_harness.timeline import Timeline
 from ckpt_harness.records import read_events
 from ckpt_harness.verdict import Verdict
 

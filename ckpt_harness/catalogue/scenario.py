@@ -163,8 +163,8 @@ class ScenarioResult:
 
     def with_timelines(self, directory: Path, base: Optional[Path] = None) -> "ScenarioResult":
         """This result, its cases' timelines written into `directory` (named relative to `base` if
-        given: `from_runs.write_all`), its details naming them."""
-        from ckpt_harness.present.from_runs import write_all
+        given: `records.timeline.write_all`), its details naming them."""
+        from ckpt_harness.records.timeline import write_all
 
         if not any(r.timeline is not None for r in self.results):
             return self

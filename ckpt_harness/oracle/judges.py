@@ -141,7 +141,7 @@ class Reference:
 
     def final_after(self, step: Optional[int]) -> Optional[States]:
         """The final state a run resumed from save `step` is judged against:
-        on the ranks that save after `step` (`records.saving_after`) where a
+        on the ranks that save after `step` (`records.runs.saving_after`) where a
         rank's final state is its last save's, else all of it."""
         if self.final is None or self.final_savers is None or step is None:
             return self.final

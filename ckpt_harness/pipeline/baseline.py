@@ -21,7 +21,7 @@ from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import OPS, Fault, address
 from ckpt_harness.inject.trace import OUTSIDE, Event, EventKind, Unseen, fields, landing, landings, unseen_writes
 from ckpt_harness.pipeline.resumes import Resumes
-from ckpt_harness.present.from_runs import attach
+from ckpt_harness.records.timeline import attach
 from ckpt_harness.records import Kind, data_reader
 from ckpt_harness.records.runs import Run, save_steps_by_rank
 from ckpt_harness.targets import RunRequest, Target

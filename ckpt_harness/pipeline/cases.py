@@ -29,7 +29,7 @@ from ckpt_harness.pipeline import confirm
 from ckpt_harness.pipeline.baseline import Baseline, Point
 from ckpt_harness.pipeline.resumes import DirState
 from ckpt_harness.pipeline.workdir import fresh_dir
-from ckpt_harness.present.from_runs import Note
+from ckpt_harness.records.timeline import Note
 from ckpt_harness.records import data_reader
 from ckpt_harness.records.runs import Run
 from ckpt_harness.pipeline.clock import CaseClock

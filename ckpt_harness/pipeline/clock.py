@@ -6,7 +6,7 @@ import dataclasses
 import time
 from typing import Callable, Iterable, Optional, Sequence
 
-from ckpt_harness.present.from_runs import Note, attach
+from ckpt_harness.records.timeline import Note, attach
 from ckpt_harness.records.runs import Run, run_breakdown
 from ckpt_harness.verdict import Breakdown, CaseResult
 
@@ -57,7 +57,7 @@ class CaseClock:
 
     def stamp(self, result: CaseResult, notes: Iterable[Note] = (), every: bool = False) -> CaseResult:
         """`result` with where its seconds went (`done`), whether a run of it
-        started warm, and the timeline of the case's runs (`present.from_runs.attach`)."""
+        started warm, and the timeline of the case's runs (`records.timeline.attach`)."""
         warm = self.warm
         result = dataclasses.replace(result, timings=self.done(), warm=warm,
                                      also=tuple(dataclasses.replace(a, warm=warm) for a in result.also))

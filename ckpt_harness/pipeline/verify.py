@@ -28,7 +28,7 @@ from ckpt_harness.errors import UsageError
 from ckpt_harness.launch.layout import crash_marker
 from ckpt_harness.pipeline import confirm
 from ckpt_harness.pipeline.workdir import prepare_workdir
-from ckpt_harness.present.from_runs import of_runs
+from ckpt_harness.records.timeline import of_runs
 from ckpt_harness.records import Kind
 from ckpt_harness.records.runs import Run, save_steps_by_rank, saving_after
 from ckpt_harness.pipeline.clock import CaseClock

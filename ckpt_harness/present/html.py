@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from ckpt_harness.present.timeline import Timeline
+from ckpt_harness.timeline import Timeline
 from ckpt_harness.verdict import CaseResult, Verdict
 
 if TYPE_CHECKING:

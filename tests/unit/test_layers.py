@@ -82,7 +82,7 @@ LAYERS: dict[str, int] = {
     "ckpt_harness.launch._proc": 0,
     "ckpt_harness.launch._wire": 0,
     "ckpt_harness.launch.layout": 0,
-    "ckpt_harness.present.timeline": 0,
+    "ckpt_harness.timeline": 0,
     # 1 the process mechanism: fork server, groups, torchrun agents, worker bootstrap
     "ckpt_harness.launch.*": 1,
     # conversions of a saved checkpoint: framework adapters, each run in a process of its own
@@ -94,7 +94,7 @@ LAYERS: dict[str, int] = {
     # 3 code that runs in ranks/workers, and the rank<->harness records contract
     "ckpt_harness.rankside.*": 3,
     "ckpt_harness.records.*": 3,
-    "ckpt_harness.present.from_runs": 3,
+    "ckpt_harness.records.timeline": 3,
     # 4 what is under test and how it is started (run.py becomes targets/)
     "ckpt_harness.config": 4,
     "ckpt_harness.targets.*": 4,
@@ -110,7 +110,7 @@ LAYERS: dict[str, int] = {
     # 8 surfaces
     "ckpt_harness.cli": 8,
     "ckpt_harness.plugin": 8,
-    "ckpt_harness.present.*": 8,
+    "ckpt_harness.present.*": 8,  # one layer: what a person looks at is built from what the layers below give
     "ckpt_harness": 8,
 }
 
@@ -449,6 +449,7 @@ def test_what_a_rank_loads_at_import_holds_no_report_and_no_run_reader():
             loaded.add(module)
             todo += top.get(module, ())
     heavy = sorted(m for m in loaded if _covering_key(m, {"ckpt_harness.present.*", "ckpt_harness.records.runs",
+                                                          "ckpt_harness.records.timeline",
                                                           "ckpt_harness.pipeline.*"}))
     assert not heavy, f"a rank loads {', '.join(heavy)} at import: import it where it is used, or move it up"
 
@@ -476,3 +477,86 @@ def test_top_level_stays_small():
         f"{len(files)} modules directly in {PKG}/ (at most {MAX_TOP_LEVEL}): {', '.join(files)}.\n"
         "Put the new module in the folder of its layer (launch/, inject/, rankside/, targets/, oracle/, "
         "pipeline/, catalogue/).")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Prose that names the code: a docstring or comment that names a module, a file or a name in a module that
+# no longer exists sends its reader to the wrong place (the review found six). Only references a reader
+# follows are checked: a backticked dotted name whose first part is a module or package of ckpt_harness
+# (`records.runs.saving_after`, `ckpt_harness.pipeline.cases`), and a path of a module (`launch/worker.py`).
+# ---------------------------------------------------------------------------------------------------------------
+
+_DOTTED = re.compile(r"`((?:ckpt_harness\.)?[a-z_]+(?:\.[A-Za-z_]+)+)(?:\(\))?`")
+_PATH = re.compile(r"\b((?:ckpt_harness/)?([a-z_]+)/[a-z_]+\.py)\b")
+
+
+def _defined(module: str) -> set[str]:
+    """Names a reader can find in `module`: its top-level definitions, imports and assignments, and
+    `Class.member` for its classes' methods and fields."""
+    found: set[str] = set()
+    for node in tree(module).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+            for member in node.body if isinstance(node, ast.ClassDef) else ():
+                targets = [member.target] if isinstance(member, ast.AnnAssign) else \
+                    member.targets if isinstance(member, ast.Assign) else []
+                found.update(f"{node.name}.{n}" for n in
+                             [getattr(member, "name", None)] + [t.id for t in targets if isinstance(t, ast.Name)] if n)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else node.targets
+            found.update(t.id for t in targets if isinstance(t, ast.Name))
+    return found
+
+
+def stale_references() -> list[str]:
+    """'file:line: reference (why)' for each reference in the package's prose that leads nowhere."""
+    firsts = {name.split(".")[1] for name in modules() if "." in name}
+    stale = []
+    for module, path in sorted(modules().items()):
+        text = source(module)
+        for match in _DOTTED.finditer(text):
+            parts = match.group(1).removeprefix(f"{PKG}.").split(".")
+            if parts[0] not in firsts:
+                continue  # `torch.save`, `dist.barrier`: not ours
+            n = next((n for n in range(len(parts), 0, -1) if ".".join([PKG, *parts[:n]]) in modules()), 0)
+            rest = ".".join(parts[n:])
+            if n == 0:
+                why = "no such module"
+            elif rest and rest not in _defined(".".join([PKG, *parts[:n]])) and \
+                    rest.split(".")[0] not in _defined(".".join([PKG, *parts[:n]])):
+                why = f"{'.'.join(parts[:n])} defines no {rest}"
+            else:
+                continue
+            stale.append(f"{relpath(module)}:{text.count(chr(10), 0, match.start()) + 1}: `{match.group(1)}` ({why})")
+        for match in _PATH.finditer(text):
+            file = match.group(1) if match.group(1).startswith(f"{PKG}/") else f"{PKG}/{match.group(1)}"
+            if (match.group(1).startswith(f"{PKG}/") or match.group(2) in firsts) and \
+                    not (PKG_DIR.parent / file).exists():
+                stale.append(f"{relpath(module)}:{text.count(chr(10), 0, match.start()) + 1}: "
+                             f"{match.group(1)} (no such file)")
+    return stale
+
+
+def test_prose_names_only_code_that_exists():
+    stale = stale_references()
+    assert not stale, ("docstrings or comments that name what is not there:\n  " + "\n  ".join(stale) +
+                       "\nName where the code is now, or say what it does instead.")
+
+
+def test_a_stale_reference_is_seen(tmp_path, monkeypatch):
+    """The check both ways: a docstring naming a moved module, a missing name and a missing file is flagged;
+    the references of the package as it is are not (the test above)."""
+    doc = tmp_path / "doc.py"
+    doc.write_text('"""Built by `present.from_runs`, read by `records.runs.no_such_reader` and `records.runs.Run`,\n'
+                   'as launch/no_such_file.py says; `torch.save` is not ours."""\n')
+    fake = {**modules(), "ckpt_harness.doc": doc}
+    monkeypatch.setattr(f"{__name__}.modules", lambda: fake)
+    monkeypatch.setattr(f"{__name__}.relpath", lambda module: fake[module].name)
+    stale = stale_references()
+    assert [s.split(": ", 1)[1] for s in stale] == [
+        "`present.from_runs` (present defines no from_runs)",
+        "`records.runs.no_such_reader` (records.runs defines no no_such_reader)",
+        "launch/no_such_file.py (no such file)",
+    ]

@@ -1,7 +1,7 @@
 """A case's runs as one timeline: which rank did what, in which order, where
 the fault hit, where the run was cut.
 
-A plain value (`present.from_runs` builds it from the runs' records), written
+A plain value (`records.timeline` builds it from the runs' records), written
 as Chrome trace-event JSON, the format ui.perfetto.dev and Chrome's trace
 viewers open as is, and drawn by the HTML report from the same value. One
 process per rank of each run (and per process a rank spawned to save), one

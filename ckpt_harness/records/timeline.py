@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 from ckpt_harness.inject.trace import Event, EventKind, pending_collective
 from ckpt_harness.launch import RankStatus
-from ckpt_harness.present.timeline import (
+from ckpt_harness.timeline import (
     BLOCKED, CUT, END, FAULT, FILE, STOP, Lane, Mark, RunSpan, Slice, Timeline, Track, file_name,
 )
 
