@@ -81,10 +81,10 @@ class Bench:
 
     def plan(self, params: Mapping[str, Any], **changes: Any) -> ExplorePlan:
         """How a scenario breaks a save: its explore settings, the bench's
-        parallelism and reductions, and what the target keeps as its own."""
+        parallelism and reductions."""
         takes = settings_of(ExplorePlan)
         values = {k: v for k, v in {**params, **changes}.items() if k in takes}
-        values.update(self.target.plan_defaults(), parallel=self.parallel, derive_states=self.reduce,
+        values.update(parallel=self.parallel, derive_states=self.reduce,
                       share_resumes=self.reduce, timelines=self.timelines)
         return ExplorePlan(**values)
 

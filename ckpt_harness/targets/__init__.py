@@ -139,7 +139,7 @@ def resolve(spec: Any, command: str, settings: Mapping[str, Any]) -> tuple[Targe
         if unknown:
             raise UsageError(f"unknown setting {', '.join(unknown)}: a target carries its own settings; {command} "
                              f"takes {', '.join(known) or 'none'} with it")
-        return spec, ExplorePlan(**{**spec.plan_defaults(), **settings})
+        return spec, ExplorePlan(**settings)
     kind = _job_kind()  # the job's config refuses a setting it does not take
     config = kind.make(spec, kind.configs[command], settings)
     return kind.target(config), ExplorePlan.of(config) if command == "explore" else ExplorePlan()

@@ -213,11 +213,6 @@ class Target(Protocol):
     def replace(self, **changes: Any) -> "Target":
         """This target with other run settings (world size, seed, overwrite...)."""
 
-    def plan_defaults(self) -> Mapping[str, Any]:
-        """Explore settings this target keeps as its own whatever a scenario
-        says. Every kind built in keeps none (`{}`): the hook is for a kind
-        whose runs cannot take a plan's value (an extension's)."""
-
     def cli_args(self, command: str, plan: Mapping[str, Any] = {}) -> list[str]:
         """The options of `command` that rebuild this target (and `plan`), defaults left out."""
 
@@ -325,9 +320,6 @@ class BaseTarget:
         """A scenario's settings that are its own (`COMMANDS["run"]`'s); the others ignored."""
         takes = settings_of(self.COMMANDS["run"])
         return self.replace(**{name: value for name, value in params.items() if name in takes})  # type: ignore
-
-    def plan_defaults(self) -> Mapping[str, Any]:
-        return {}
 
     def cli_args(self, command: str, plan: Mapping[str, Any] = {}) -> list[str]:
         """Its settings and `plan` as the options of `command` (its own config's), defaults left out."""
