@@ -23,7 +23,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -59,14 +58,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     with _stop_on_signals(), _heartbeat_restored():
         try:
             code = args.command(args)
-        except _USER_ERRORS as exc:
+        except _USER_ERRORS as exc:  # the command's own check, or one deep in a run: the same answer
             print(f"ckpt-harness: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         except HarnessError as exc:  # e.g. a framework's JIT op that would not build: nothing could be judged
             print(f"ckpt-harness: error: {exc}", file=sys.stderr)
             return EXIT_ERROR
         except KeyboardInterrupt as exc:
-            print("\nckpt-harness: interrupted", file=sys.stderr)
+            kept = getattr(args, "workdir", None)
+            print(f"\nckpt-harness: interrupted{f'; the runs so far are in {kept}' if kept else ''}", file=sys.stderr)
             code = interrupted_exit(exc)
     if code > 128 and argv is None:  # stopped by a signal, on the command line rather than from a caller's Python
         _exit_now(code)
@@ -85,6 +85,21 @@ def _heartbeat_restored() -> Iterator[None]:
             from ckpt_harness.launch import heartbeat
 
             heartbeat.report_to(heartbeat.default)
+
+
+@contextlib.contextmanager
+def _workdir(args: argparse.Namespace) -> Iterator[Path]:
+    """The command's work directory (--workdir, or a fresh temporary one),
+    removed if the command ends in an error or Ctrl-C and was not given:
+    `main` says what went wrong, and nothing of a failed start is left."""
+    from ckpt_harness.pipeline.workdir import prepare_workdir
+
+    workdir = prepare_workdir(args.workdir)
+    try:
+        yield workdir
+    except BaseException:
+        _discard(args, workdir)
+        raise
 
 
 def interrupted_exit(exc: KeyboardInterrupt) -> int:
@@ -461,64 +476,29 @@ def _catalogue(args: argparse.Namespace):
 def _matrix(args: argparse.Namespace) -> int:
     from ckpt_harness.catalogue.shards import Shard
 
-    try:  # options that cannot go together, before anything heavy is imported
-        shard = Shard.parse(args.shard) if args.shard is not None else None
-        _matrix_mode(args)
-        if args.html is not None:
-            _check_writable(args.html)
-        rows = [] if args.merge or args.resume else _matrix_rows(args)
-    except _USER_ERRORS as exc:
-        print(f"ckpt-harness matrix: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.merge:
-        return _merge(args)
-    from ckpt_harness.catalogue.matrix import MatrixInterrupted, load, matrix_rows, read_costs, resume, run_matrix
-    from ckpt_harness.catalogue.scenario import builtin_catalogue, default_jobs, select
+    # options that cannot go together, before anything heavy is imported
+    shard = Shard.parse(args.shard) if args.shard is not None else None
+    _matrix_mode(args)
+    from ckpt_harness.catalogue.matrix import MatrixInterrupted
+    from ckpt_harness.catalogue.request import MatrixRequest, finish
 
+    request = MatrixRequest(
+        rows=[] if args.merge or args.resume else _matrix_rows(args),
+        job_settings=_job_settings(args),
+        scenarios=_split(args.scenarios), files=args.file or (), parallel=_parallel(args), shard=shard,
+        costs=args.costs, resume=args.resume, merge=args.merge or (), workdir=args.workdir, out=args.out,
+        baseline=args.baseline, writes=[path for path in (args.html, args.write_baseline) if path is not None])
+    baseline = request.check()
+    out = request.destination
     progress = _progress(args)
-    out = args.out or (_matrix_dir(args.resume) if args.resume else Path("ckpt-matrix"))
     try:
-        baseline = _load_baseline(args)
-        _check_writable(out, directory=True)
-        if args.write_baseline:
-            _check_writable(args.write_baseline)
-        if args.resume:
-            previous = load(args.resume)
-            _gather_timelines([_matrix_dir(args.resume)], out)
-            # the catalogue a baseline's entries are looked up in: the built-in one and the matrix's own
-            catalogue = [*builtin_catalogue(), *previous.scenarios]
-            matrix = resume(previous, workdir=args.workdir, keep=args.workdir is not None, progress=progress,
-                            source=str(args.resume))
-        else:
-            costs = read_costs(args.costs) if args.costs else None
-            catalogue = _catalogue(args)
-            scenarios = select(catalogue, _split(args.scenarios))
-            targets, skipped = matrix_rows(rows or [_job_row(args, job) for job in default_jobs(scenarios)])
-            matrix = run_matrix(targets, scenarios, parallel=_parallel(args),
-                                workdir=args.workdir, keep=args.workdir is not None, progress=progress,
-                                skipped=skipped, shard=shard, costs=costs)
-    except _USER_ERRORS as exc:
-        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        matrix, catalogue = request.make(progress)
     except MatrixInterrupted as stop:
         progress.close()
         return _matrix_stopped(stop, out)
     finally:
         progress.close()
-    return _matrix_done(args, matrix, out, baseline, catalogue)
-
-
-def _matrix_done(args: argparse.Namespace, matrix, out: Path, baseline, catalogue) -> int:
-    """Gate the matrix on the baseline, write it, print it, and exit with the
-    baseline's word (`--fail-on`'s without one)."""
-    if baseline is not None:
-        matrix.gating = baseline.gate(matrix.results, jobs=matrix.jobs, scenarios=[s.name for s in matrix.scenarios],
-                                      catalogue=[s.name for s in catalogue])
-    try:
-        matrix = matrix.with_timelines(out)
-        md, js = matrix.write(out)
-    except OSError as exc:
-        raise UsageError(f"cannot write the matrix to {out}: {exc.strerror or exc}") from None
+    matrix, md, js = finish(matrix, out, baseline, catalogue)
     print(matrix.summary())
     print(f"wrote {md} and {js}")
     if args.html is not None:
@@ -537,56 +517,18 @@ def _matrix_done(args: argparse.Namespace, matrix, out: Path, baseline, catalogu
 
 def _matrix_stopped(stop, out: Path) -> int:
     """SIGINT or SIGTERM stopped the matrix: write what finished, say how to finish it."""
-    matrix = stop.matrix
+    from ckpt_harness.catalogue.request import finish
+
     try:
-        matrix = matrix.with_timelines(out)
-        md, js = matrix.write(out)
-    except OSError as exc:
-        print(f"\nckpt-harness: interrupted; cannot write the matrix to {out}: {exc.strerror or exc}",
-              file=sys.stderr)
+        matrix, md, js = finish(stop.matrix, out)
+    except UsageError as exc:
+        print(f"\nckpt-harness: interrupted; {exc}", file=sys.stderr)
         return interrupted_exit(stop)
     ran = len(matrix.tasks) - len(matrix.missing)
     print(f"\nckpt-harness: interrupted by {matrix.stopped_by}: wrote the {ran} of {len(matrix.tasks)} (job, scenario) "
           f"runs that finished to {md} and {js} (marked incomplete); `ckpt-harness matrix --resume {out}` runs the "
           f"other {len(matrix.missing)}", file=sys.stderr)
     return interrupted_exit(stop)
-
-
-def _merge(args: argparse.Namespace) -> int:
-    """`matrix --merge`: the shards' matrix.json files as one matrix."""
-    from ckpt_harness.catalogue.matrix import load, merge
-    from ckpt_harness.catalogue.scenario import builtin_catalogue
-
-    out = args.out or Path("ckpt-matrix")
-    try:
-        baseline = _load_baseline(args)
-        _check_writable(out, directory=True)
-        if args.write_baseline:
-            _check_writable(args.write_baseline)
-        matrix = merge([(str(path), load(path)) for path in args.merge])
-        _gather_timelines([_matrix_dir(path) for path in args.merge], out)
-    except _USER_ERRORS as exc:
-        print(f"ckpt-harness matrix: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    return _matrix_done(args, matrix, out, baseline, [*builtin_catalogue(), *matrix.scenarios])
-
-
-def _gather_timelines(sources: Sequence[Path], out: Path) -> None:
-    """The timeline files of matrices being merged or resumed, into `out`'s
-    (each names its row and scenario: the shards' folders do not overlap)."""
-    from ckpt_harness.catalogue.matrix import TIMELINES
-
-    for source in sources:
-        if (source / TIMELINES).is_dir() and source.resolve() != out.resolve():
-            try:
-                shutil.copytree(source / TIMELINES, out / TIMELINES, dirs_exist_ok=True)
-            except OSError as exc:
-                raise UsageError(f"cannot copy the timelines of {source} into {out}: {exc}") from None
-
-
-def _matrix_dir(path: Path) -> Path:
-    """The directory of a matrix.json given as itself or its directory."""
-    return path.parent if path.suffix == ".json" else path
 
 
 def _matrix_mode(args: argparse.Namespace) -> None:
@@ -617,7 +559,7 @@ def _matrix_mode(args: argparse.Namespace) -> None:
 def _matrix_rows(args: argparse.Namespace) -> list[dict]:
     """The settings of each row, by name (`catalogue.matrix.matrix_rows`
     makes them targets): a --script row's, or a --job row's (none given:
-    the jobs the catalogue applies to, once it is read, `_job_row`); the
+    the jobs the catalogue applies to, `MatrixRequest.job_settings`); the
     options of the other mode refused, before anything heavy is imported."""
     from ckpt_harness.config import ScriptConfig, settings_of
 
@@ -673,7 +615,11 @@ def _other_rows(args: argparse.Namespace) -> list[dict]:
 
 def _job_row(args: argparse.Namespace, job: str) -> dict:
     """A --job row's settings: the job (or a row of it, ``dcp[bf16]``) and the bench options given."""
-    return {"job": job, **{name: getattr(args, name) for name in JOB_ROW_SETTINGS if hasattr(args, name)}}
+    return {"job": job, **_job_settings(args)}
+
+
+def _job_settings(args: argparse.Namespace) -> dict:
+    return {name: getattr(args, name) for name in JOB_ROW_SETTINGS if hasattr(args, name)}
 
 
 def _matrix_exit(matrix, fail_on: FailOn) -> int:
@@ -700,12 +646,8 @@ def _scenario(args: argparse.Namespace) -> int:
 
     if args.merge:
         return _scenario_merge(args)
-    try:
-        shard = Shard.parse(args.shard) if args.shard is not None else None
-        _, config = _chosen(args, "run", "run")
-    except UsageError as exc:
-        print(f"ckpt-harness scenario: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    shard = Shard.parse(args.shard) if args.shard is not None else None
+    _, config = _chosen(args, "run", "run")
     parallel = _parallel(args)
     progress = _progress(args)
     made: list = []
@@ -735,30 +677,26 @@ def _scenario(args: argparse.Namespace) -> int:
                     **{k: v for k, v in target.values.items() if k == "launcher"}}
         return getattr(out, "result", out).report(target.world_size, settings)
 
-    return _report_or_error(args, produce, progress, as_report)
+    return _report(args, produce, progress, as_report)
 
 
 def _scenario_merge(args: argparse.Namespace) -> int:
     """`scenario NAME --merge JSON...`: the shards' reports as one."""
     from ckpt_harness.catalogue.scenario import load_part, merge_parts, select
 
-    try:
-        if args.shard is not None:
-            raise UsageError("--merge puts finished shards together: leave out --shard")
-        for path in (args.json, args.html):
-            if path is not None:
-                _check_writable(path)
-        loaded = [(str(path), *load_part(path)) for path in args.merge]
-        first_source, _, run = loaded[0]
-        for source, _, other in loaded[1:]:
-            if _but_parallel(other) != _but_parallel(run):
-                raise UsageError(f"{source} ran with other settings than {first_source} ({other} and {run}): "
-                                 f"the shards of one run share them")
-        (scenario,) = select(_catalogue(args), [args.name])
-        merged = merge_parts(scenario, [(source, result) for source, result, _ in loaded])
-    except _USER_ERRORS as exc:
-        print(f"ckpt-harness scenario: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    if args.shard is not None:
+        raise UsageError("--merge puts finished shards together: leave out --shard")
+    for path in (args.json, args.html):
+        if path is not None:
+            _check_writable(path)
+    loaded = [(str(path), *load_part(path)) for path in args.merge]
+    first_source, _, run = loaded[0]
+    for source, _, other in loaded[1:]:
+        if _but_parallel(other) != _but_parallel(run):
+            raise UsageError(f"{source} ran with other settings than {first_source} ({other} and {run}): "
+                             f"the shards of one run share them")
+    (scenario,) = select(_catalogue(args), [args.name])
+    merged = merge_parts(scenario, [(source, result) for source, result, _ in loaded])
     report = merged.report(run["world_size"], run["settings"])
     print(report.explain())
     if args.json is not None:
@@ -857,11 +795,7 @@ def _explore(args: argparse.Namespace) -> int:
     if hasattr(args, "faults") != hasattr(args, "corruptions"):
         args.corruptions = getattr(args, "corruptions", ())
         args.faults = getattr(args, "faults", ())
-    try:
-        _, config = _chosen(args, "explore", "explore")
-    except UsageError as exc:
-        print(f"ckpt-harness explore: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    _, config = _chosen(args, "explore", "explore")
     progress = _progress(args)
 
     def produce(workdir: Path):
@@ -869,33 +803,22 @@ def _explore(args: argparse.Namespace) -> int:
         target.warm(plan.parallel)
         return run_exploration(target, plan, workdir, args.case, progress)
 
-    return _report_or_error(args, produce, progress, gate_cases=True)
+    return _report(args, produce, progress, gate_cases=True)
 
 
 def _trace(args: argparse.Namespace) -> int:
     from ckpt_harness import targets
     from ckpt_harness.inject.trace import describe_phase
-    from ckpt_harness.pipeline.workdir import prepare_workdir
-
     if args.timeline is not None:
-        try:
-            _check_writable(args.timeline)
-        except UsageError as exc:
-            print(f"ckpt-harness: error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="ckpt-harness-"))
-    try:
+        _check_writable(args.timeline)
+    with _workdir(args) as workdir:
         from ckpt_harness import oracle
         from ckpt_harness.pipeline.explore import trace
 
         _, config = _chosen(args, "explore", "explore")
         target, plan = targets.split(config())
         target.warm(1)
-        run, phase = trace(target, plan, prepare_workdir(workdir))
-    except _USER_ERRORS as exc:
-        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
-        _discard(args, workdir)
-        return EXIT_USAGE
+        run, phase = trace(target, plan, workdir)
     if args.timeline is not None:
         from ckpt_harness.records.timeline import of_runs
 
@@ -934,11 +857,7 @@ def _run(args: argparse.Namespace) -> int:
     from ckpt_harness.config import VerifyPlan, settings_of
     from ckpt_harness.pipeline.verify import run_verification
 
-    try:
-        _, config = _chosen(args, "run", "run")
-    except UsageError as exc:
-        print(f"ckpt-harness run: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    _, config = _chosen(args, "run", "run")
     progress = _progress(args)
 
     plan = VerifyPlan(**{name: getattr(args, name) for name in settings_of(VerifyPlan) if hasattr(args, name)})
@@ -949,47 +868,27 @@ def _run(args: argparse.Namespace) -> int:
         return run_verification(target, workdir, args.case, progress=progress, timelines=plan.timelines,
                                 flake=plan.flake)
 
-    return _report_or_error(args, produce, progress, gate_cases=True)
+    return _report(args, produce, progress, gate_cases=True)
 
 
-def _report_or_error(args: argparse.Namespace, produce, progress=None, as_report=lambda report: report,
-                     gate_cases: bool = False) -> int:
+def _report(args: argparse.Namespace, produce, progress=None, as_report=lambda report: report,
+            gate_cases: bool = False) -> int:
     """Run `produce(workdir)`, print its report (or scenario result) and write
-    it as JSON if asked (`as_report` makes a `Report` of it); bad input exits
-    2, findings 1. `gate_cases`: judge the report's cases against --baseline
+    it as JSON if asked (`as_report` makes a `Report` of it); findings exit 1
+    (bad input raises, for `main` to answer). `gate_cases`: judge the report's cases against --baseline
     and write --write-baseline (run, explore)."""
-    from ckpt_harness.pipeline.workdir import prepare_workdir
-
-    baseline = None
-    try:  # a workdir, output path or baseline that cannot be used is refused before anything starts
-        workdir = prepare_workdir(args.workdir)
-        for path in (args.json, args.html):
-            if path is not None:
-                _check_writable(path)
-        if args.timeline_dir is not None:
-            _check_writable(args.timeline_dir, directory=True)
-        if gate_cases:
-            baseline = _load_baseline(args)
-            if args.write_baseline:
-                _check_writable(args.write_baseline)
-    except UsageError as exc:
-        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    # a workdir, output path or baseline that cannot be used is refused before anything starts
+    for path in (args.json, args.html):
+        if path is not None:
+            _check_writable(path)
+    if args.timeline_dir is not None:
+        _check_writable(args.timeline_dir, directory=True)
+    baseline = _load_baseline(args) if gate_cases else None
+    if gate_cases and args.write_baseline:
+        _check_writable(args.write_baseline)
     try:
-        report = produce(workdir)
-    except _USER_ERRORS as exc:
-        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
-        _discard(args, workdir)
-        return EXIT_USAGE
-    except HarnessError as exc:
-        print(f"ckpt-harness: error: {exc}", file=sys.stderr)
-        _discard(args, workdir)
-        return EXIT_ERROR
-    except KeyboardInterrupt as exc:
-        _discard(args, workdir)
-        kept = f"; the runs so far are in {workdir}" if args.workdir else ""
-        print(f"\nckpt-harness: interrupted{kept}", file=sys.stderr)
-        return interrupted_exit(exc)
+        with _workdir(args) as workdir:
+            report = produce(workdir)
     finally:
         if progress is not None:
             progress.close()
@@ -1031,16 +930,9 @@ def _write_html(path: Path, report) -> None:
 
 
 def _check_writable(path: Path, directory: bool = False) -> None:
-    """Refuse an output path before the runs, not after them (without
-    creating anything: bad input further on must leave no trace)."""
-    if path.exists() and path.is_dir() != directory:
-        raise UsageError(f"{path} is a {'file' if directory else 'directory'}; "
-                         f"give a {'directory' if directory else 'file'} path")
-    existing = path if directory else path.parent
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise UsageError(f"cannot write {path}: {existing} is not a directory you can write to")
+    from ckpt_harness.pipeline.workdir import check_writable
+
+    check_writable(path, directory)
 
 
 def _write_json(path: Path, data: dict) -> None:

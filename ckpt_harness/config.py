@@ -448,39 +448,21 @@ class ExplorePlan:
         return cls(**{name: getattr(config, name) for name in settings_of(cls)})
 
 
-def plus_plan(**defaults: Any) -> Callable[[type], type]:
-    """A frozen config class that takes the plan's settings after its own
-    (with `defaults` for some): a target's settings and `ExplorePlan`'s, as
-    one set of options, marker keys and repro arguments per command."""
-    def make(cls: type) -> type:
-        if "__annotations__" not in cls.__dict__:
-            cls.__annotations__ = {}
-        own = cls.__dict__["__annotations__"]
-        for f in dataclasses.fields(ExplorePlan):
-            if f.name not in own:
-                own[f.name] = f.type
-                setattr(cls, f.name, setting(f.name, defaults.get(f.name, dataclasses.MISSING)))
-        return dataclasses.dataclass(frozen=True)(cls)
-    return make
-
-
-@plus_plan()
-class ScriptExploreConfig(ScriptConfig):
-    """A script whose save `save` is broken at every point (`explore --script`).
+@dataclasses.dataclass(frozen=True)
+class ScriptExploreConfig(ExplorePlan, ScriptConfig):
+    """A script whose save `save` is broken at every point (`explore --script`):
+    the script's settings, then the plan's, as one set of options, marker
+    keys and repro arguments (`ExplorePlan.of` takes the plan back out).
 
     A script's saves are its own: which steps it saves, and on which ranks,
     is known only once its golden run made them (`ScriptTarget.knowing`).
     """
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        ScriptConfig.__post_init__(self)
         if self.max_restarts:
             raise ConfigError("explore --script runs each case's resume itself, and torchrun restarting a faulted "
                               "group would run its fault again: leave out --max-restarts (run --script takes it)")
-
-    @property
-    def plan(self) -> ExplorePlan:
-        return ExplorePlan.of(self)
 
 
 def broken_save(steps: Sequence[int], save: Union[str, int]) -> int:
@@ -495,35 +477,15 @@ def save_before(steps: Sequence[int], k: int) -> Optional[int]:
     return steps[i - 1] if i else None
 
 
-@plus_plan()
-class ExploreConfig(RunConfig):
-    """A run whose save `save` is broken at every point (see `explore`)."""
+@dataclasses.dataclass(frozen=True)
+class ExploreConfig(ExplorePlan, RunConfig):
+    """A run whose save `save` is broken at every point (see `explore`): the
+    job's settings, then the plan's, as `ScriptExploreConfig` is a script's."""
 
     steps: int = setting("steps", 4)
 
-    @property
-    def k(self) -> int:
-        """The step of the save that is broken."""
-        return broken_save(self.save_steps, self.save)
-
-    @property
-    def prev(self) -> Optional[int]:
-        """The save before it, if any: what a resume may fall back to."""
-        return save_before(self.save_steps, self.k)
-
-    @property
-    def run_config(self) -> RunConfig:
-        return RunConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(RunConfig)})
-
-    @property
-    def runs(self) -> tuple[RunConfig, int]:
-        """What the baseline depends on: the run itself and the save broken
-        (not which faults, corruptions or models the cases then apply)."""
-        return self.run_config, self.k
-
-    @property
-    def plan(self) -> ExplorePlan:
-        return ExplorePlan.of(self)
+    def __post_init__(self) -> None:
+        RunConfig.__post_init__(self)
 
 
 # -- the command line -------------------------------------------------------------------

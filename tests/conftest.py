@@ -61,9 +61,10 @@ MEASURED = {  # 2026-11-29, the CI run of f8fa1f5
     "test_reduction": 58, "test_baseline_causes": 51, "test_html_report": 42, "test_early_end": 41,
     "test_script_matrix": 41, "test_inline_save": 38, "test_warm_starts": 37, "test_async_saves": 33,
     "test_axes": 33, "test_flake": 32, "test_setup_errors": 31, "test_jit": 30, "test_relocation": 27,
-    "test_timelines": 23, "test_deepspeed_job": 19, "test_matrix_rows": 19, "test_capability_mix": 25, "test_case_budget": 18,
+    "test_timelines": 23, "test_deepspeed_job": 19, "test_matrix_rows": 19, "test_case_budget": 18,
     "test_script_launch": 18, "test_async_process": 16, "test_frozen_ranks": 16, "test_resume_chain": 15,
-    "test_checkpointers": 15, "test_ci_output": 15, "test_s3server": 13, "test_save_neutral": 11,
+    "test_capability_mix": 25, "test_checkpointers": 15, "test_ci_output": 15, "test_s3server": 13,
+    "test_save_neutral": 11,
     "test_deepspeed_reshard": 10, "test_severity": 8, "test_hf_trainer_job": 8, "test_timings": 7,
     "test_script_ops": 7, "test_safe_loading": 5, "test_write_conflicts": 5, "test_buffering_bugs": 5,
 }

@@ -6,6 +6,7 @@ gave; one left by an earlier run is emptied, anything else is refused.
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -62,3 +63,16 @@ def dir_prefix(name: str) -> str:
     """How `fresh_dir` starts a directory named after `name`: file-name
     characters only, and short, since it is in every path a report quotes."""
     return "".join(c if c.isalnum() or c in "-_.=" else "_" for c in name)[:32]
+
+
+def check_writable(path: Path, directory: bool = False) -> None:
+    """Refuse an output path before the runs, not after them (without
+    creating anything: bad input further on must leave no trace)."""
+    if path.exists() and path.is_dir() != directory:
+        raise UsageError(f"{path} is a {'file' if directory else 'directory'}; "
+                         f"give a {'directory' if directory else 'file'} path")
+    existing = path if directory else path.parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(f"cannot write {path}: {existing} is not a directory you can write to")

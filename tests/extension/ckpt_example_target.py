@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
-from ckpt_harness.config import ScriptConfig, Setting, plus_plan, setting, settings_of
+from ckpt_harness.config import ExplorePlan, ScriptConfig, Setting, setting, settings_of
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.targets import ScriptTarget, TargetKind
 
@@ -42,9 +42,12 @@ class CallableConfig:
             raise ConfigError(f"callable must be module:function, got {self.callable!r}")
 
 
-@plus_plan(hang_timeout=60.0)
-class CallableExploreConfig(CallableConfig):
-    """A callable whose save `save` is broken at every point."""
+@dataclasses.dataclass(frozen=True)
+class CallableExploreConfig(ExplorePlan, CallableConfig):
+    """A callable whose save `save` is broken at every point: its settings, then the plan's."""
+
+    hang_timeout: float = setting("hang_timeout", 60.0)
+    __post_init__ = CallableConfig.__post_init__
 
 
 @dataclasses.dataclass(frozen=True)

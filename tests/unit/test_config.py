@@ -122,10 +122,11 @@ def test_run_config_build_refuses(values, words):
     P({"steps": 9, "save_every": 3, "save": "last"}, 9, 6, id="every-3"),
     P({"steps": 2, "save": "second"}, 2, None, id="second-of-one-save"),
 ])
-def test_explore_config_k_and_prev(values, k, prev):
+def test_the_save_a_plan_breaks_and_the_one_before_it(values, k, prev):
     cfg = ExploreConfig.build(JOB, **values)
-    assert (cfg.k, cfg.prev) == (k, prev)
-    assert cfg.runs == (RunConfig(JOB, **{n: getattr(cfg, n) for n in config.settings_of(RunConfig)}), k)
+    plan = config.ExplorePlan.of(cfg)
+    assert plan.broken(cfg.save_steps) == k
+    assert config.save_before(cfg.save_steps, k) == prev
 
 
 @pytest.mark.parametrize("values, words", [
