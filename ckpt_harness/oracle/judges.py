@@ -24,7 +24,7 @@ from ckpt_harness.launch import RankStatus
 from ckpt_harness.records import Kind
 from ckpt_harness.records.runs import Run, save_steps_by_rank, saving_after
 from ckpt_harness.state import Record
-from ckpt_harness.verdict import PRECEDENCE, CaseResult, StateDiff, Verdict
+from ckpt_harness.verdict import PRECEDENCE, CaseResult, StateDiff, Verdict, fold
 
 States = Mapping[int, Record]
 
@@ -56,6 +56,20 @@ def judge_golden(case: str, run: Run, repro: Optional[str], noun: str = "job") -
         f"{run.name}: the {noun} fails with no fault armed, {where} ({problem.summary}); "
         f"nothing can be judged until it runs: fix the {noun}, or give it a longer timeout if it was only slow",
         problem.details, repro)
+
+
+def judge_flake(n: int, judged: Sequence[CaseResult], repro: Optional[str]) -> CaseResult:
+    """`n` fault-free runs, each judged as the golden one is (`judge_golden`),
+    as one case: a race between ranks (two renaming one path, a pointer
+    written through one temporary name) passes most runs and fails some.
+    FAIL if one failed in the checkpointing, the worst of them otherwise,
+    PASS if none did. `judged`: the runs' judgments, in order."""
+    failed = [r for r in judged if not r.verdict.ok]
+    if not failed:
+        return CaseResult("flake", "live", Verdict.PASS, f"{n} fault-free runs: every one finished and saved")
+    shown = ", ".join(r.case for r in failed)
+    return CaseResult("flake", "live", fold(r.verdict for r in failed),
+                      f"{len(failed)} of {n} fault-free runs did not pass ({shown}): {failed[0].summary}", repro=repro)
 
 
 def judge_fresh_start(case: str, run: Run, repro: Optional[str]) -> CaseResult:

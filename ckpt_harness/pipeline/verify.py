@@ -34,7 +34,7 @@ from ckpt_harness.records.runs import Run, save_steps_by_rank, saving_after
 from ckpt_harness.pipeline.clock import CaseClock
 from ckpt_harness.report import Report
 from ckpt_harness.targets import RunRequest, Stop, Target
-from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict, fold
+from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict
 
 #: A case's kind -> the capability it needs (None: every target) and how its run stops.
 #: "hard@4": stop without waiting for a background save; "slow@4": its writers start only
@@ -182,9 +182,8 @@ def flake_runs(target: Target, root: Path, first: CaseResult, n: int, timelines:
     (`first`, its judgment), each judged as it is (`judge_golden`): a race
     between ranks (two renaming one path, a pointer written through one
     temporary name) passes most runs and fails some. Each run that did not
-    pass is a case of its own ("golden#7"), and one more ("flake") says how
-    many of the `n` failed: FAIL if one failed in the checkpointing, the
-    worst of them otherwise, PASS if none did."""
+    pass is a case of its own ("golden#7"), and one more ("flake",
+    `oracle.judge_flake`) says how many of the `n` failed."""
     line = f"{target.repro('run', case='golden')} --flake {n}"
     found = []
     for i in range(2, n + 1):
@@ -194,13 +193,7 @@ def flake_runs(target: Target, root: Path, first: CaseResult, n: int, timelines:
             said = judged.summary.removeprefix(f"{run.name}: ")
             judged = dataclasses.replace(judged, summary=f"run {i} of {n}: {said}")
             found.append(_golden_timeline([judged], run, timelines)[0])
-    failed = [first, *found] if not first.verdict.ok else found
-    if not failed:
-        return [CaseResult("flake", "live", Verdict.PASS, f"{n} fault-free runs: every one finished and saved")]
-    verdict = fold(r.verdict for r in failed)
-    shown = ", ".join(r.case for r in failed)
-    return [*found, CaseResult("flake", "live", verdict, f"{len(failed)} of {n} fault-free runs did not pass "
-                                                          f"({shown}): {failed[0].summary}", repro=line)]
+    return [*found, oracle.judge_flake(n, [first, *found], line)]
 
 
 def _golden_timeline(results: list[CaseResult], golden: Run, timelines: str) -> list[CaseResult]:

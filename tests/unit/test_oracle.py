@@ -6,6 +6,7 @@ import pytest
 
 from ckpt_harness.errors import ModelError
 from ckpt_harness.oracle import (
+    judge_flake,
     Outcome, accepted, classify_resume, expected, health, judge_blocked, judge_frozen_writer, judge_deterministic,
     judge_fault,
     judge_fresh_start, judge_late, judge_live, judge_load_step, judge_overlap, judge_overwriting_save, judge_replaced,
@@ -745,3 +746,14 @@ def test_a_frozen_writer_is_a_hang_only_when_a_rank_waits_for_it_for_good(runs, 
     found = judge_frozen_writer("hang@r0:bg_save4/write", "live", runs, 0, 5.0, label="rank 0's writer blocked",
                                 repro="repro")
     assert found.verdict is verdict and words in found.summary, found.summary
+
+
+def test_flake_folds_the_runs_that_did_not_pass_and_passes_when_none_failed():
+    ok = CaseResult("golden", "live", V.PASS, "all ranks finished")
+    lost = CaseResult("golden#3", "live", V.FAIL, "run 3 of 5: rename of latest.tmp failed on rank 1")
+    slow = CaseResult("golden#4", "live", V.ERROR, "run 4 of 5: the job fails with no fault armed")
+    assert judge_flake(5, [ok], "repro").verdict is V.PASS
+    flagged = judge_flake(5, [ok, slow, lost], "repro")
+    assert (flagged.verdict, flagged.repro) == (V.FAIL, "repro")
+    assert flagged.summary.startswith("2 of 5 fault-free runs did not pass (golden#4, golden#3): run 4 of 5")
+    assert judge_flake(5, [ok, slow], "repro").verdict is V.ERROR
