@@ -558,36 +558,25 @@ def _matrix_mode(args: argparse.Namespace) -> None:
 
 def _matrix_rows(args: argparse.Namespace) -> list[dict]:
     """The settings of each row, by name (`catalogue.matrix.matrix_rows`
-    makes them targets): a --script row's, or a --job row's (none given:
-    the jobs the catalogue applies to, `MatrixRequest.job_settings`); the
-    options of the other mode refused, before anything heavy is imported."""
-    from ckpt_harness.config import ScriptConfig, settings_of
+    makes them targets): each value of the one kind's option (--job,
+    --script, ...: repeatable, a row each) with the settings given that its
+    config takes. None given: the jobs the catalogue applies to, with the
+    settings given (`MatrixRequest.job_settings`). Another kind's options are
+    refused (`targets.chosen`) before anything heavy is imported; a row's own
+    settings are checked as it is made (`catalogue.matrix.matrix_rows`)."""
+    from ckpt_harness import targets
+    from ckpt_harness.config import settings_of
 
-    scripts = getattr(args, "script", None) or []
-    layout = [settings_of(ScriptConfig)[name].option for name in (*MATRIX_SCRIPT_SETTINGS, "max_restarts")
-              if hasattr(args, name)]
-    others = _other_rows(args)
-    if not scripts:
-        if layout and not others:
-            raise UsageError(f"{', '.join(layout)} belong to script mode: give them with --script, not --job")
-        return [_job_row(args, job) for job in args.job or ()] + others
-    if args.job:
-        raise UsageError("give --job rows or --script rows, not both: a script's rows run under torchrun at "
-                         "--nnodes x --nproc-per-node, a job's at --world-size; run one matrix of each")
-    if hasattr(args, "max_restarts"):
+    given = {name: value for name, value in vars(args).items() if value is not None}
+    if "max_restarts" in given:
         raise UsageError("--max-restarts: a matrix row runs each resume itself, and torchrun restarting a faulted "
                          "group would run its fault again; torchrun's restart path is `run --script --max-restarts`'s")
-    if hasattr(args, "world_size"):
-        raise UsageError("--world-size applies to --job rows only: a script's world size is "
-                         "--nnodes x --nproc-per-node")
-    if hasattr(args, "launcher"):
-        raise UsageError("--launcher applies to --job rows only: a script runs under torchrun, whose agent ends "
-                         "the group when a worker exits with an error (launcher = elastic)")
-    given = {name: getattr(args, name) for name in (*MATRIX_SCRIPT_SETTINGS, "timeout", "cold_start")
-             if hasattr(args, name)}
-    for script in scripts:
-        ScriptConfig(script=script, **given)  # a bad layout is bad input before anything heavy is imported
-    return [{"script": script, **given} for script in scripts] + others
+    if not any(given.get(kind.option) for kind in targets.kinds()):
+        targets.chosen({**given, "job": "(every job the scenarios apply to)"}, "run")  # what a job row refuses
+        return []
+    kind = targets.chosen(given, "run")
+    takes = [name for name in settings_of(kind.configs["run"]) if name in given and name != kind.option]
+    return [{kind.option: value, **{name: given[name] for name in takes}} for value in given[kind.option]]
 
 
 def _other_kinds_rows(p: argparse.ArgumentParser) -> None:
@@ -597,25 +586,6 @@ def _other_kinds_rows(p: argparse.ArgumentParser) -> None:
     for kind in targets.kinds():
         if kind.name not in BUILT_IN_ROWS:
             p.add_argument(kind.flag, dest=kind.option, action="append", help=f"{kind.help}; repeatable, a row each")
-
-
-def _other_rows(args: argparse.Namespace) -> list[dict]:
-    """The rows of the kinds `_other_kinds_rows` added, each with the given settings its config takes."""
-    from ckpt_harness import targets
-    from ckpt_harness.config import settings_of
-
-    rows = []
-    for kind in targets.kinds():
-        takes = settings_of(kind.configs["run"])
-        for value in (getattr(args, kind.option, None) or []) if kind.name not in BUILT_IN_ROWS else []:
-            rows.append({kind.option: value, **{name: getattr(args, name) for name in takes
-                                                if name != kind.option and hasattr(args, name)}})
-    return rows
-
-
-def _job_row(args: argparse.Namespace, job: str) -> dict:
-    """A --job row's settings: the job (or a row of it, ``dcp[bf16]``) and the bench options given."""
-    return {"job": job, **_job_settings(args)}
 
 
 def _job_settings(args: argparse.Namespace) -> dict:

@@ -114,7 +114,7 @@ def test_one_golden_run_serves_a_row_and_the_commands_are_in_the_output(matrix, 
 
 @pytest.mark.parametrize("argv, says", [
     (["--script", "t.py {ckpt_dir}", "--job", "dcp"], "not both"),
-    (["--script", "t.py {ckpt_dir}", "--world-size", "2"], "--nnodes x --nproc-per-node"),
+    (["--script", "t.py {ckpt_dir}", "--world-size", "2"], "--world-size belong to job mode"),
     (["--script", "t.py {ckpt_dir}", "--max-restarts", "1"], "run --script --max-restarts"),
     (["--job", "dcp", "--nproc-per-node", "2"], "belong to script mode"),
 ])

@@ -64,7 +64,10 @@ def chosen(given: Mapping[str, Any], command: str) -> TargetKind:
     another kind takes. The one place a kind is picked; UsageError else,
     saying what to give."""
     picked = [kind for kind in kinds() if given.get(kind.option) is not None]
-    if len(picked) != 1:
+    if len(picked) > 1:
+        raise UsageError(f"give {' or '.join(kind.flag for kind in picked)}, not both: what runs is one kind of "
+                         "target (a matrix's rows too); run one of each")
+    if not picked:
         offered = [f"{kind.flag} ({kind.help})" for kind in kinds()]
         raise UsageError(f"give either {', '.join(offered[:-1])} or {offered[-1]}" if len(offered) > 1 else
                          f"give {offered[0]}")

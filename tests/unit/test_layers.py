@@ -53,6 +53,8 @@ import re
 from pathlib import Path
 from typing import Optional
 
+import pytest
+
 PKG = "ckpt_harness"
 PKG_DIR = Path(__file__).resolve().parents[2] / PKG
 
@@ -131,6 +133,10 @@ KIND_CLASSES = frozenset({"ScriptConfig", "RunConfig", "ExploreConfig", "ScriptE
                           "ScriptTarget"})
 #: `x.job is None`, `bench.job_class is not None`, `self.script is None`: the mode asked by a missing field.
 KIND_ATTRS = frozenset({"job", "job_class", "script"})
+#: `hasattr(args, "world_size")`: the mode asked by an option only one kind takes (the review's blind spot).
+KIND_ONLY_OPTIONS = frozenset({"world_size", "launcher", "max_restarts", "nproc_per_node", "nnodes", "script_args"})
+#: `if scripts:`, `matrix.scripts`: rows kept apart by kind instead of as targets.
+KIND_ROWS = frozenset({"scripts", "jobs_or_scripts", "script_rows", "job_rows"})
 #: (module, stripped source line) of today's mode branches outside the chooser. One entry covers every
 #: branch on an identical line of that module.
 ALLOWED_KIND_BRANCHES: frozenset[tuple[str, str]] = frozenset()
@@ -229,7 +235,7 @@ def _scan(module: str) -> tuple[list[tuple[str, str, int]], list[int]]:
                 if match and match.group(1) in known:
                     edges.append((match.group(1), "string", node.lineno))
             continue
-        if isinstance(node, (ast.Call, ast.Compare)) and _kind_branch(node):
+        if isinstance(node, (ast.Call, ast.Compare, ast.Name, ast.Attribute)) and _kind_branch(node):
             branches.append(node.lineno)
         if isinstance(node, ast.If) and _is_type_checking(node.test):
             todo += [(stmt, kind) for stmt in reversed(node.orelse)]
@@ -336,7 +342,15 @@ def upward_edges() -> list[tuple[str, str]]:
 
 
 def _kind_branch(node: ast.AST) -> bool:
-    """isinstance(x, <a kind class>) or `<...>.job is [not] None` (also through getattr(x, "job", ...))."""
+    """isinstance(x, <a kind class>) or `<...>.job is [not] None` (also through getattr(x, "job", ...)),
+    hasattr(x, <an option one kind takes>), or a name for rows of one kind (`scripts`)."""
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "hasattr" \
+            and len(node.args) == 2 and isinstance(node.args[1], ast.Constant) \
+            and node.args[1].value in KIND_ONLY_OPTIONS:
+        return True
+    if (isinstance(node, ast.Name) and node.id in KIND_ROWS) or (isinstance(node, ast.Attribute)
+                                                               and node.attr in KIND_ROWS):
+        return True
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "isinstance" \
             and len(node.args) == 2:
         classes = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
@@ -461,6 +475,20 @@ def test_job_or_script_is_decided_only_by_the_target_chooser():
     assert not new, ("Job-vs-script branches outside ckpt_harness/targets/__init__.py:\n" + "\n".join(lines) +
                      "\nAsk the target instead (its caps, save_steps, cli_args ...); the one isinstance "
                      "belongs in targets.resolve. Do not add to ALLOWED_KIND_BRANCHES.")
+
+
+@pytest.mark.parametrize("code, branch", [
+    ("if isinstance(config, ScriptConfig): pass", True),
+    ("if target.job is None: pass", True),
+    ("if hasattr(args, 'world_size'): pass", True),
+    ("if scripts: pass", True),
+    ("rows = matrix.scripts", True),
+    ("if target.caps.has('power_loss'): pass", False),
+    ("if hasattr(args, 'timeout'): pass", False),
+    ("rows = matrix.rows", False),
+])
+def test_a_kind_branch_is_seen_in_each_of_its_shapes(code, branch):
+    assert any(_kind_branch(node) for node in ast.walk(ast.parse(code))) is branch
 
 
 def test_allowed_kind_branches_still_exist():

@@ -17,7 +17,7 @@ RESUMABLE = Path(__file__).resolve().parents[1] / "scripts" / "resumable.py"
 
 @pytest.mark.parametrize("given, says", [
     ({}, "give either --job"),
-    ({"job": "torch_save", "script": SCRIPT}, "give either --job"),
+    ({"job": "torch_save", "script": SCRIPT}, "give --job or --script, not both"),
     ({"script": SCRIPT, "steps": 4}, "--steps belong to job mode (with --job), not to --script"),
     ({"job": "torch_save", "nnodes": 2}, "--nnodes belong to script mode (with --script), not to --job"),
 ])
