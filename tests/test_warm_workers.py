@@ -21,6 +21,8 @@ judged by a cold run of it.
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -96,21 +98,41 @@ def test_what_an_import_read_of_the_environment_decides_a_warm_start(monkeypatch
     reads, and the names a known walk keeps must be as at import; any other
     may differ. A walk of unknown purpose makes every difference count."""
     monkeypatch.setenv("CKPT_TEST_READ", "a")
+    monkeypatch.setenv("CKPT_TEST_COPIED", "c")
     monkeypatch.delenv("CKPT_TEST_ABSENT", raising=False)
 
     def imports() -> None:
         os.environ.get("CKPT_TEST_READ")
         assert "CKPT_TEST_ABSENT" not in os.environ
         exec("dict(os.environ.items())", {"__name__": "tqdm.utils", "os": os})  # tqdm's envwrap, by its module
+        exec("dict(os.environ)", {"__name__": "fsspec.config", "os": os})  # fsspec's copy: its reads come from C
 
     seen, now = record_reads(imports), dict(os.environ)
     assert seen.differs({**now, "RANK": "0", "MASTER_PORT": "1234"}) == []
     assert seen.differs({**now, "CKPT_TEST_READ": "b"}) == ["CKPT_TEST_READ"]
     assert seen.differs({**now, "CKPT_TEST_ABSENT": "1"}) == ["CKPT_TEST_ABSENT"]
     assert seen.differs({**now, "TQDM_DISABLE": "1", "OMP_NUM_THREADS": "7"}) == ["OMP_NUM_THREADS", "TQDM_DISABLE"]
+    assert seen.differs({**now, "FSSPEC_S3": "{}"}) == ["FSSPEC_S3"]
+    assert seen.differs({k: v for k, v in now.items() if k != "CKPT_TEST_COPIED"}) == []  # copied, not read by name
 
     unknown = record_reads(lambda: exec("dict(os.environ.items())", {"__name__": "somelib", "os": os}))
     assert unknown.walked_by == {"somelib"} and unknown.differs({**now, "RANK": "0"}) == ["RANK"]
+
+
+def test_fsspecs_walk_of_the_environment_as_a_buckets_preload_imports_it_keeps_only_its_own_names():
+    """A bucket's runs preload `s3fs` into the agent server; fsspec walks the whole environment at import
+    for its ``FSSPEC_*`` configuration. Taken for a walk of unknown purpose, it made every worker the
+    server started afterwards (a local run's too) start cold; and its copy (`dict(os.environ)`, whose reads
+    come from C) read every name, so that one the worker lacks (`TORCHINDUCTOR_CACHE_DIR`, set by the
+    server's `torch._dynamo`) did too."""
+    pytest.importorskip("s3fs")
+    code = ("import os; os.environ['CKPT_TEST_GONE'] = '1'; from ckpt_harness.launch.warm_workers import record_reads; "
+            "seen = record_reads(lambda: __import__('s3fs')); now = dict(os.environ); now.pop('CKPT_TEST_GONE'); "
+            "print(sorted(seen.walked_by), seen.differs({**now, 'RANK': '1', 'AWS_ENDPOINT_URL': 'http://x'}), "
+            "seen.differs({**now, 'FSSPEC_S3': '{}'}))")
+    # a process that has not imported s3fs yet
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[] [] ['FSSPEC_S3']", out
 
 
 def test_a_variable_an_import_sets_itself_may_come_back_with_the_value_it_set(monkeypatch):

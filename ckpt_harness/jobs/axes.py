@@ -82,6 +82,10 @@ class Axes:
         """The axes that are not at their default, by name."""
         return {name: getattr(self, name) for name in NAMES if getattr(self, name) != VALUES[name][0]}
 
+    def training_varied(self) -> dict[str, Any]:
+        """The axes of the training itself (`TRAINING`) that are not at their default."""
+        return {name: value for name, value in self.varied().items() if name in TRAINING}
+
     @property
     def label(self) -> str:
         """How a matrix row shows them: ``bf16,adagrad`` (`compile` for compile=True); empty at the defaults."""

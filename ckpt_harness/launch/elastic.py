@@ -167,6 +167,9 @@ class ScriptSpec:
     early_end: bool = dataclasses.field(default_factory=lambda: group.EARLY_END)  # read when made: a benchmark sets it
     #: Workers forked from a template of their agent (`launch.warm_workers`), not fresh interpreters.
     warm_workers: bool = False
+    #: Modules the template imports besides the entry's, for what every worker imports to reach its
+    #: storage (`storage.Mount.preload`); a warm start only.
+    preload: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -343,7 +346,8 @@ class _ElasticRun:
         for node in range(spec.nnodes):
             self.agents.append(start_agent(spec.agent_args(port, self.tag, node), env, agent_log(self.run_dir, node),
                                            warm_workers=spec.warm_workers,
-                                           preload=(spec.entry.partition(":")[0],) if spec.entry else ()))
+                                           preload=(*((spec.entry.partition(":")[0],) if spec.entry else ()),
+                                                    *spec.preload)))
 
     def _watch(self, until: float) -> bool:
         """Follow the run until the agents ended or every worker exited for

@@ -84,8 +84,10 @@ _MAX_REQUEST = 1 << 20
 
 
 #: Imports that walk the whole environment, and the prefix of the names they keep: tqdm (which
-#: `import torch` imports, through `torch.hub`) reads its ``TQDM_*`` defaults with `tqdm.utils.envwrap`.
-KNOWN_WALKS = {"tqdm.utils": "TQDM_"}
+#: `import torch` imports, through `torch.hub`) reads its ``TQDM_*`` defaults with `tqdm.utils.envwrap`;
+#: fsspec (which a bucket's `s3fs` preload imports) its ``FSSPEC_*`` configuration with `fsspec.config`'s
+#: `set_conf_env`. Unknown, either walk would make every worker after it start cold.
+KNOWN_WALKS = {"tqdm.utils": "TQDM_", "fsspec.config": "FSSPEC_"}
 #: Modules whose frames are the environment's own machinery, not a reader of it.
 _MAPPING_MODULES = ("os", "_collections_abc", "collections.abc")
 
@@ -126,8 +128,13 @@ def record_reads(imports: Callable[[], None]) -> ImportEnv:
 
     def seen_getitem(self: Any, key: str) -> str:
         caller = sys._getframe(1)
-        if not (caller.f_code.co_name == "__iter__" and caller.f_globals.get("__name__") in _MAPPING_MODULES):
-            read.add(key)  # a lookup by name; a walk's (items, values) is its `__iter__`'s business
+        module = caller.f_globals.get("__name__")
+        if caller.f_code.co_name == "__iter__" and module in _MAPPING_MODULES:
+            pass  # a walk's (items, values): its `__iter__`'s business
+        elif module in KNOWN_WALKS and not key.startswith(KNOWN_WALKS[module]):
+            pass  # a known walk copying the environment (`dict(os.environ)`: C code, no frame between)
+        else:
+            read.add(key)  # a lookup by name
         return getitem(self, key)
 
     def seen_contains(self: Any, key: object) -> bool:

@@ -38,6 +38,10 @@ class Mount:
     url: str
     #: What the ranks' environment needs to reach it (an endpoint, credentials).
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    #: Modules every rank imports to reach it (fsspec's S3 file system), imported
+    #: once by the fork server instead of by each rank of each run
+    #: (`launch.GroupSpec.preload`; docs/probes.md, "What a warm start changes").
+    preload: tuple[str, ...] = ()
 
 
 class Storage(Protocol):

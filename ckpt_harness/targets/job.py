@@ -129,11 +129,12 @@ class JobTarget(BaseTarget):
         return GroupSpec(
             world_size=config.world_size, entry="ckpt_harness.rankside.job:run_rank", payload=plan, run_dir=run_dir,
             deadline=request.deadline or config.timeout, backend=config.backend, nodes=config.nodes,
-            preload=tuple(cls.preload), env={**cls.env, **mount.env}, failure_grace=request.failure_grace,
-            blocked_grace=request.blocked_grace,
+            preload=(*cls.preload, *mount.preload), env={**cls.env, **mount.env},
+            failure_grace=request.failure_grace, blocked_grace=request.blocked_grace,
             warmup=("ckpt_harness.rankside.job:warm_up", (config.job, config.world_size, config.seed))
-            # the template warms the defaults' code paths; other axes may start workers or compile
-            if cls.warm_start and config.backend == "gloo" and not config.axes.varied() else None,
+            # the template warms the training's default code paths; other training axes may start workers or
+            # compile (where the checkpoints go is not one: the warm-up saves nothing)
+            if cls.warm_start and config.backend == "gloo" and not config.axes.training_varied() else None,
             warm_children=not config.cold_start,
         )
 

@@ -327,6 +327,7 @@ class ScriptTarget(BaseTarget):
             env={**mount.env, PLAN_ENV: plan.to_env(), CKPT_DIR_ENV: str(ckpt), CKPT_URL_ENV: mount.url},
             failure_grace=request.failure_grace, stop_ranks=None if crash else stop_ranks,
             entry="ckpt_harness.rankside.script:arm", warm_workers=not self.config.cold_start,
+            preload=mount.preload,
         )
         return Run.collect(request.name, run_dir, run_elastic(spec))
 
