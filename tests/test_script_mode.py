@@ -266,7 +266,7 @@ def test_a_script_that_never_saves_is_an_error_not_a_pass(tmp_path):
 
 @pytest.mark.parametrize("args, says", [
     (("run",), "either --job"),
-    (("run", "--job", "torch_save", "--script", "x.py"), "either --job"),
+    (("run", "--job", "torch_save", "--script", "x.py"), "give --job or --script, not both"),
     (("run", "--script", "x.py {ckpt_dir}", "--steps", "4"), "--steps belong to job mode"),
     (("run", "--job", "torch_save", "--nnodes", "2"), "--nnodes belong to script mode"),
     (("run", "--script", "missing.py {ckpt_dir}"), "no script at 'missing.py'"),

@@ -265,9 +265,14 @@ def _probe_crt(tracer: Tracer, where: Prefix, module: Any) -> None:
 
 
 def _crt_probe(tracer: Tracer, where: Prefix, op: str, original: Callable, uploads: Any) -> Callable:
+    import inspect
+
+    signature = inspect.signature(original)  # once: a request must not pay for reading its method's signature
+
     @functools.wraps(original)
     def probe(self: Any, *args: Any, **kwargs: Any) -> Any:
-        call = _crt_call(original, args, kwargs)
+        # the arguments by name (`copy_object` is called by keyword, the others by position)
+        call = signature.bind_partial(None, *args, **kwargs).arguments
         found = where.crt_request(op, call)
         if found is None or tracer.nested():
             return original(self, *args, **kwargs)
@@ -280,13 +285,6 @@ def _crt_probe(tracer: Tracer, where: Prefix, op: str, original: Callable, uploa
         return result
 
     return probe
-
-
-def _crt_call(original: Callable, args: tuple, kwargs: dict) -> dict[str, Any]:
-    """The arguments of a client call by name (`copy_object` is called by keyword, others by position)."""
-    import inspect
-
-    return inspect.signature(original).bind_partial(None, *args, **kwargs).arguments
 
 
 def _handing_over(sync: Callable) -> Callable:
