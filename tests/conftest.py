@@ -53,20 +53,20 @@ def pace(tmp_path_factory) -> Pace:
 #: tests that fill the workers evenly, not a module of torchrun runs one
 #: worker runs alone while the others idle (a module missing here goes last).
 #: `python ci/module_times.py junit.xml` prints the table from a run's JUnit XML.
-MEASURED = {  # 2026-11-29, the CI run of f8fa1f5
-    "test_script_frameworks": 400, "test_background_writers": 360, "test_storage": 289, "test_explore": 279,
-    "test_script_mode": 235, "test_extension": 206, "test_plugin": 159, "test_script_explore": 137,
-    "test_conversions": 112, "test_warm_workers": 97, "test_preemption": 95, "test_scenarios": 93, "test_cli": 90,
-    "test_elastic": 85, "test_script_settings": 85, "test_verify": 83, "test_launch": 67, "test_matrix_shards": 67,
-    "test_reduction": 58, "test_baseline_causes": 51, "test_html_report": 42, "test_early_end": 41,
-    "test_script_matrix": 41, "test_inline_save": 38, "test_warm_starts": 37, "test_async_saves": 33,
-    "test_axes": 33, "test_flake": 32, "test_setup_errors": 31, "test_jit": 30, "test_relocation": 27,
-    "test_timelines": 23, "test_deepspeed_job": 19, "test_matrix_rows": 19, "test_case_budget": 18,
-    "test_script_launch": 18, "test_async_process": 16, "test_frozen_ranks": 16, "test_resume_chain": 15,
-    "test_capability_mix": 25, "test_checkpointers": 15, "test_ci_output": 15, "test_s3server": 13,
-    "test_save_neutral": 11,
-    "test_deepspeed_reshard": 10, "test_severity": 8, "test_hf_trainer_job": 8, "test_timings": 7,
-    "test_script_ops": 7, "test_safe_loading": 5, "test_write_conflicts": 5, "test_buffering_bugs": 5,
+MEASURED = {  # 2026-11-29, the CI run of e773235
+    "test_script_frameworks": 330, "test_background_writers": 297, "test_explore": 233, "test_script_mode": 185,
+    "test_storage": 157, "test_extension": 155, "test_elastic": 149, "test_plugin": 135,
+    "test_script_settings": 124, "test_warm_workers": 105, "test_script_explore": 98, "test_scenarios": 95,
+    "test_matrix_shards": 88, "test_preemption": 87, "test_reduction": 85, "test_cli": 82, "test_verify": 76,
+    "test_html_report": 71, "test_conversions": 65, "test_inline_save": 61, "test_baseline_causes": 56,
+    "test_script_matrix": 45, "test_early_end": 42, "test_async_saves": 39, "test_launch": 37, "test_axes": 37,
+    "test_warm_starts": 35, "test_setup_errors": 28, "test_flake": 28, "test_matrix_rows": 27, "test_jit": 26,
+    "test_async_process": 26, "test_deepspeed_job": 23, "test_timelines": 23, "test_case_budget": 20,
+    "test_relocation": 19, "test_resume_chain": 19, "test_checkpointers": 19, "test_script_launch": 18,
+    "test_frozen_ranks": 16, "test_ci_output": 15, "test_hf_trainer_job": 15, "test_severity": 14,
+    "test_s3server": 14, "test_save_neutral": 13, "test_timings": 12, "test_buffering_bugs": 10,
+    "test_deepspeed_reshard": 10, "test_capability_mix": 10, "test_script_ops": 7, "test_layers": 7,
+    "test_safe_loading": 6, "test_write_conflicts": 5,
 }
 
 
