@@ -40,7 +40,7 @@ class Mount:
     env: Mapping[str, str] = dataclasses.field(default_factory=dict)
     #: Modules every rank imports to reach it (fsspec's S3 file system), imported
     #: once by the fork server instead of by each rank of each run
-    #: (`launch.GroupSpec.preload`; docs/probes.md, "What a warm start changes").
+    #: (`launch.GroupSpec.preload`, `launch.elastic.ScriptSpec.preload`; docs/probes.md, "Warm script workers").
     preload: tuple[str, ...] = ()
 
 
