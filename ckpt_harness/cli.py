@@ -32,6 +32,7 @@ from ckpt_harness.jobs import axes
 from ckpt_harness.errors import HarnessError, Interrupted, UsageError, did_you_mean, signal_of
 from ckpt_harness.jobs import describe, registry
 from ckpt_harness.launch.group import LaunchError
+from ckpt_harness.pipeline.workdir import check_writable
 from ckpt_harness.oracle.causes import Severity
 from ckpt_harness.verdict import Verdict
 
@@ -468,9 +469,9 @@ def _parallel(args: argparse.Namespace) -> int:
 
 
 def _catalogue(args: argparse.Namespace):
-    from ckpt_harness.catalogue.scenario import builtin_catalogue, load_paths
+    from ckpt_harness.catalogue.scenario import catalogue
 
-    return load_paths(args.file) if args.file else builtin_catalogue()
+    return catalogue(args.file)
 
 
 def _matrix(args: argparse.Namespace) -> int:
@@ -658,7 +659,7 @@ def _scenario_merge(args: argparse.Namespace) -> int:
         raise UsageError("--merge puts finished shards together: leave out --shard")
     for path in (args.json, args.html):
         if path is not None:
-            _check_writable(path)
+            check_writable(path)
     loaded = [(str(path), *load_part(path)) for path in args.merge]
     first_source, _, run = loaded[0]
     for source, _, other in loaded[1:]:
@@ -780,7 +781,7 @@ def _trace(args: argparse.Namespace) -> int:
     from ckpt_harness import targets
     from ckpt_harness.inject.trace import describe_phase
     if args.timeline is not None:
-        _check_writable(args.timeline)
+        check_writable(args.timeline)
     with _workdir(args) as workdir:
         from ckpt_harness import oracle
         from ckpt_harness.pipeline.explore import trace
@@ -850,12 +851,12 @@ def _report(args: argparse.Namespace, produce, progress=None, as_report=lambda r
     # a workdir, output path or baseline that cannot be used is refused before anything starts
     for path in (args.json, args.html):
         if path is not None:
-            _check_writable(path)
+            check_writable(path)
     if args.timeline_dir is not None:
-        _check_writable(args.timeline_dir, directory=True)
+        check_writable(args.timeline_dir, directory=True)
     baseline = _load_baseline(args) if gate_cases else None
     if gate_cases and args.write_baseline:
-        _check_writable(args.write_baseline)
+        check_writable(args.write_baseline)
     try:
         with _workdir(args) as workdir:
             report = produce(workdir)
@@ -897,12 +898,6 @@ def _write_html(path: Path, report) -> None:
         print(f"ckpt-harness: error: cannot write {path}: {exc.strerror or exc}", file=sys.stderr)
         return
     print(f"HTML report: {path}")
-
-
-def _check_writable(path: Path, directory: bool = False) -> None:
-    from ckpt_harness.pipeline.workdir import check_writable
-
-    check_writable(path, directory)
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -17,8 +17,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ckpt_harness.catalogue import matrix as matrices
 from ckpt_harness.catalogue.expectations import Expectations, load as load_baseline
-from ckpt_harness.catalogue.scenario import Scenario, builtin_catalogue, default_jobs, load_paths, select
+from ckpt_harness.catalogue.scenario import Scenario, builtin_catalogue, catalogue as catalogue_of, default_jobs, select
 from ckpt_harness.catalogue.shards import Shard
+from ckpt_harness.config import SETTINGS
 from ckpt_harness.errors import UsageError
 from ckpt_harness.pipeline.workdir import check_writable
 
@@ -38,7 +39,7 @@ class MatrixRequest:
     #: Scenario names or patterns (none: all) of the built-in catalogue, or of `files`.
     scenarios: Sequence[str] = ()
     files: Sequence[Path] = ()
-    parallel: int = 1
+    parallel: int = dataclasses.field(default_factory=lambda: SETTINGS["parallel"].default)
     shard: Optional[Shard] = None
     costs: Optional[Path] = None
     resume: Optional[Path] = None
@@ -79,7 +80,7 @@ class MatrixRequest:
                                      source=str(self.resume))
             return matrix, [*builtin_catalogue(), *previous.scenarios]
         costs = matrices.read_costs(self.costs) if self.costs else None
-        catalogue = load_paths(self.files) if self.files else builtin_catalogue()
+        catalogue = catalogue_of(self.files)
         scenarios = select(catalogue, list(self.scenarios))
         rows = self.rows or [{"job": job, **self.job_settings} for job in default_jobs(scenarios)]
         targets, skipped = matrices.matrix_rows(rows)

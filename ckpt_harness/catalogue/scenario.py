@@ -376,6 +376,11 @@ def builtin_catalogue() -> list[Scenario]:
     return load_dir(builtin_dir())
 
 
+def catalogue(files: Sequence[Union[str, Path]] = ()) -> list[Scenario]:
+    """The scenarios of `files` (`--file`), or the built-in catalogue when none is given."""
+    return load_paths(files) if files else builtin_catalogue()
+
+
 def load_dir(path: Path) -> list[Scenario]:
     scenarios = [s for file in sorted(Path(path).glob("*.toml")) for s in load_file(file)]
     seen: dict[str, str] = {}
