@@ -6,19 +6,17 @@ import dataclasses
 import platform
 import re
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 from ckpt_harness import phase
 from ckpt_harness.inject.faults import OBJECT_OPS
-from ckpt_harness.verdict import CaseResult, Verdict, fold
+from ckpt_harness.oracle import findings as _findings
+from ckpt_harness.oracle.findings import Finding, Site
+from ckpt_harness.verdict import EXPLORE_COLUMNS, CaseResult, Verdict, fold
 
 
 #: Distributions whose versions a matrix is only valid for.
 VERSIONED = ("torch", "deepspeed", "transformers", "accelerate", "safetensors", "torchdata", "numpy")
-
-
-#: Columns of an exploration's table, then property and verdict.
-EXPLORE_COLUMNS = ("rank", "#", "op", "target", "called from", "fault", "outcome")
 
 
 @dataclasses.dataclass
@@ -39,6 +37,9 @@ class Report:
     #: A scenario run as one shard of its cases: which, every case it planned,
     #: and its result as matrix.json keeps one (what `scenario --merge` reads).
     shard: Optional[dict[str, Any]] = None
+    #: Each single-fault case's fault kind and point, by case name: what groups
+    #: its failures into findings (`oracle.findings`); none for a verification.
+    sites: Mapping[str, tuple[str, Site]] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -51,6 +52,10 @@ class Report:
     def failures(self) -> list[CaseResult]:
         """Every result that is not a pass (or n/a)."""
         return [r for r in self.results if not r.verdict.ok]
+
+    def findings(self) -> list[Finding]:
+        """The failures grouped by the mistake they share (`oracle.findings`)."""
+        return _findings.group(self.results, self.sites, self.noun)
 
     def table(self) -> str:
         storage = self.settings.get("storage", "local")  # where the checkpoints went, when not a directory
@@ -74,15 +79,16 @@ class Report:
 
     def explain(self, every: bool = False) -> str:
         """The table, then the non-passing cases with their repro lines: an
-        exploration's grouped by cause (`causes`), each group once with its
-        count, one example in full and the usual fix; with `every`, or for a
-        verification, every one in full."""
+        exploration's as findings (`findings`), each once with its dependency,
+        its cases counted, one example in full and the usual fix; with
+        `every`, or for a verification, every one in full."""
         parts = [self.table()]
         if self.kind == "explore" and not every:
+            found = self.findings()
             hinted: set[str] = set()
-            for group in causes(self.failures()):
-                parts.append(group.explain(hint=group.key[0] not in hinted))
-                hinted.add(group.key[0])
+            for i, finding in enumerate(found, 1):
+                parts.append(explain_finding(finding, f"finding {i} of {len(found)}", hint=finding.check not in hinted))
+                hinted.add(finding.check)
             return "\n\n".join(parts)
         first_with: dict[str, CaseResult] = {}  # details -> the failure that showed them first
         for r in self.failures():
@@ -133,6 +139,7 @@ class Report:
                  **({"row": dict(zip(EXPLORE_COLUMNS, r.cells))} if r.cells else {})}
                 for r in self.results
             ],
+            "findings": [f.to_json() for f in self.findings()],
             **({"shard": self.shard} if self.shard is not None else {}),
         }
 
@@ -207,56 +214,24 @@ def usual_fix(check: str, cases: Iterable[str]) -> Optional[str]:
             or (BUCKET_FIX.get(check) if on_bucket else None) or USUAL_FIX.get(check))
 
 
-@dataclasses.dataclass(frozen=True)
-class Cause:
-    """Failing cases that failed alike: the same property and verdict, outcome,
-    fault and kind of operation, and the same reason once the numbers (ranks,
-    steps, sequence numbers) are taken out."""
-
-    key: tuple[str, ...]
-    cases: tuple[CaseResult, ...]
-
-    def explain(self, hint: bool = True) -> str:
-        """`hint`: end with the usual fix (once per property is enough)."""
-        first = self.cases[0]
-        check, verdict, outcome, fault, op, why, worst = self.key
-        n = len(self.cases)
-        where = f"{fault} at {op}" if fault else "the case"
-        head = (f"=== {n} case{'s' * (n > 1)}: {check} {verdict.upper()}{f' ({worst})' if worst else ''}, "
-                f"{outcome} after {where}" + (f": {why}" if why else ""))
-        lines = [head, first.explain()]
-        if n > 1:
-            others = [c.case for c in self.cases[1:]]
-            shown = ", ".join(others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
-            lines.append(f"the same cause in: {shown} (every one in full: --all-failures)")
-        fix = usual_fix(check, (c.case for c in self.cases))
-        if hint and fix and verdict == Verdict.FAIL.value:
-            lines.append(f"usual fix: {fix}")
-        return "\n".join(lines)
-
-
-def causes(failures: Iterable[CaseResult]) -> list[Cause]:
-    """`failures` grouped by cause, the largest group first (then in order)."""
-    groups: dict[tuple[str, ...], list[CaseResult]] = {}
-    for r in failures:
-        groups.setdefault(_cause(r), []).append(r)
-    ordered = sorted(groups.items(), key=lambda item: -len(item[1]))
-    return [Cause(key, tuple(cases)) for key, cases in ordered]
-
-
-def _cause(r: CaseResult) -> tuple[str, ...]:
-    cells = dict(zip(EXPLORE_COLUMNS, r.cells))
-    outcome = cells.get("outcome", "")
-    _, _, after = r.summary.partition(" → ")
-    why = after.partition("; ")[2].partition(": ")[0] if "; " in after else ""
-    from ckpt_harness.oracle.causes import severity_of
-
-    worst = severity_of([r])
-    return (r.check, r.verdict.value, outcome, cells.get("fault", ""), cells.get("op", ""),
-            _NUMBERS.sub("N", why), worst.label if worst is not None else "")
-
-
-_NUMBERS = re.compile(r"\d+")
+def explain_finding(finding: Finding, title: str, hint: bool = True) -> str:
+    """A finding as the terminal shows it: what it is and how many cases, its
+    dependency, one case in full, the others by name, the usual fix (`hint`:
+    once per property is enough)."""
+    first, n = finding.cases[0], len(finding.cases)
+    worst = f" ({finding.severity})" if finding.severity else ""
+    also = "; ".join(f"{check} {verdict.upper()} ×{k}" for check, verdict, k in finding.secondary())
+    lines = [f"=== {title}: {finding.check} {finding.verdict.value.upper()}{worst}, {n} case{'s' * (n > 1)}"
+             + (f" (also {also})" if also else ""),
+             finding.headline, first.explain()]
+    if n > 1:
+        others = [c.case for c in finding.cases[1:]]
+        shown = ", ".join(others[:8]) + (f" and {len(others) - 8} more" if len(others) > 8 else "")
+        lines.append(f"its other cases: {shown} (every one in full: --all-failures)")
+    fix = usual_fix(finding.check, (c.case for c in finding.cases))
+    if hint and fix and finding.verdict is Verdict.FAIL:
+        lines.append(f"usual fix: {fix}")
+    return "\n".join(lines)
 
 
 def _format_table(header: tuple[str, ...], rows: Iterable[tuple[str, ...]], free_last: bool = True) -> str:

@@ -160,6 +160,10 @@ class StateDiff:
                 "max_abs": self.max_abs}
 
 
+#: Columns of an exploration's table (a case's `cells`), then property and verdict.
+EXPLORE_COLUMNS = ("rank", "#", "op", "target", "called from", "fault", "outcome")
+
+
 @dataclasses.dataclass(frozen=True)
 class CaseResult:
     """One judgement of one case, as the oracle gives it."""
@@ -173,7 +177,7 @@ class CaseResult:
     #: Everything needed to understand a failure: diffs, stacks, log tails.
     details: str = ""
     repro: Optional[str] = None
-    #: Row of an exploration table (see `report.EXPLORE_COLUMNS`).
+    #: Row of an exploration table (`EXPLORE_COLUMNS`).
     cells: tuple[str, ...] = ()
     #: The case whose resume this one was judged against: both left the same
     #: checkpoint directory (`resumes`).
@@ -200,6 +204,10 @@ class CaseResult:
     warm: bool = dataclasses.field(default=False, compare=False)
     #: This is that cold run's verdict, the warm one's said in `details`.
     confirmed_cold: bool = dataclasses.field(default=False, compare=False)
+
+    def cell(self, column: str) -> str:
+        """Its exploration table's cell in `column` ("" if it has no row)."""
+        return dict(zip(EXPLORE_COLUMNS, self.cells)).get(column, "")
 
     def judgments(self) -> tuple["CaseResult", ...]:
         """This judgment and those riding along, one per property."""

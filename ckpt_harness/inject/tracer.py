@@ -90,14 +90,15 @@ class Tracer:
         with self.lock:
             if not batch:
                 self._flush_writes()
-                self._emit(kind, {**fields, "count": 1})
+                self._emit(kind, {**fields, "count": 1, "caller": caller()})
                 return
             where = self.current()
             index = self.injector.point(where)
             run = self.write_run
             if run is None or not run.extend(kind, fields, where):
                 self._flush_writes()
-                self.write_run = _WriteRun(index, kind, fields, where, _thread_name())
+                # the user's line once per run, not per write: a run is hundreds of torch.save writes
+                self.write_run = _WriteRun(index, kind, fields, where, _thread_name(), caller())
 
     def _flush_writes(self) -> None:
         run, self.write_run = self.write_run, None
@@ -161,8 +162,8 @@ class _WriteRun:
     `write` event whose `ops` spells the kinds of its points, run-length
     encoded ("b2w1b1": two buffered writes, a kernel write, a buffered one)."""
 
-    def __init__(self, point: int, kind: str, fields: dict, phase: str, thread: str):
-        self.point, self.phase, self.thread = point, phase, thread
+    def __init__(self, point: int, kind: str, fields: dict, phase: str, thread: str, caller: str = ""):
+        self.point, self.phase, self.thread, self.caller = point, phase, thread, caller
         self.fid, self.path = fields["fid"], fields["path"]
         self.ops: list[list] = []  # [[letter, how many in a row], ...]
         self.count = 0
@@ -190,7 +191,8 @@ class _WriteRun:
         return True
 
     def event(self) -> tuple[str, dict]:
-        fields = {"point": self.point, "fid": self.fid, "path": self.path, "count": self.count}
+        fields = {"point": self.point, "fid": self.fid, "path": self.path, "count": self.count,
+                  "caller": self.caller}
         letters = {letter for letter, _ in self.ops}
         if "w" not in letters:
             return "buffered-write", {**fields, "n": self.job_n}

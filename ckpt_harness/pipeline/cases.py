@@ -80,7 +80,7 @@ class Case:
         )
 
     def row(self, outcome: oracle.Outcome) -> tuple[str, ...]:
-        """The case's cells in an exploration table (`report.EXPLORE_COLUMNS`)."""
+        """The case's cells in an exploration table (`verdict.EXPLORE_COLUMNS`)."""
         if not self.points and self.faults:  # named by address, at a point the golden run did not reach
             first = self.faults[0]
             return (str(first.rank), "", first.op or "-", first.at or "", "not in the golden run",

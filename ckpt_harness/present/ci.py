@@ -53,10 +53,17 @@ class Finding:
 
 
 def findings(data: Mapping[str, Any]) -> list[Finding]:
-    """The failing cells of a matrix.json, or the failing cases of a report's JSON."""
+    """The failing cells of a matrix.json, or a report's findings (its failing
+    cases grouped by the mistake they share, `oracle.findings`; a report
+    written before it had them: its failing cases)."""
     if data.get("kind") == "matrix":
         return [Finding(f"{c['job']} · {c['property']}", c["verdict"], c["reason"], c.get("repro"))
                 for c in data.get("cells", ()) if c.get("verdict") in ("fail", "error", "unknown")]
+    if "findings" in data:
+        return [Finding(f"{data.get('job', '?')} · {f['check']} · finding {i} ({len(f['cases'])} "
+                        f"case{'s' * (len(f['cases']) > 1)})", f["verdict"], f["headline"], f.get("repro"),
+                        "its cases:\n" + "\n".join(f"  {case}" for case in f["cases"]))
+                for i, f in enumerate(data["findings"], 1)]
     return [Finding(f"{data.get('job', '?')} · {c['case']} / {c['check']}", c["verdict"], c["summary"], c.get("repro"),
                     c.get("details", ""))
             for c in data.get("cases", ()) if c.get("verdict") in ("fail", "error", "unknown")]

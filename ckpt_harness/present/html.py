@@ -24,6 +24,7 @@ from ckpt_harness.verdict import CaseResult, Verdict
 
 if TYPE_CHECKING:
     from ckpt_harness.catalogue.matrix import Matrix
+    from ckpt_harness.oracle.findings import Finding
     from ckpt_harness.catalogue.scenario import ScenarioResult
     from ckpt_harness.report import Report
 
@@ -79,6 +80,19 @@ class CellView:
 
 
 @dataclasses.dataclass(frozen=True)
+class FindingView:
+    """A finding of a report (`oracle.findings`): its dependency, then its cases, each a link."""
+
+    finding: "Finding"
+    #: (case name, the id of its page) of each of its cases, the lead property's first.
+    cases: tuple[tuple[str, str], ...]
+
+    @property
+    def verdict(self) -> str:
+        return self.finding.verdict.value
+
+
+@dataclasses.dataclass(frozen=True)
 class Page:
     title: str
     subtitle: str
@@ -89,6 +103,8 @@ class Page:
     scenarios: tuple[ScenarioView, ...] = ()
     #: Cases of a report that has no scenarios (run, explore).
     cases: tuple[CaseView, ...] = ()
+    #: A report's findings, shown before its cases.
+    findings: tuple[FindingView, ...] = ()
     facts: tuple[tuple[str, str], ...] = ()
     #: (id, JSON) of the timeline parts the cases' timelines are made of (`_timeline_data`).
     parts: tuple[tuple[str, str], ...] = ()
@@ -185,8 +201,10 @@ def report_page(report: "Report") -> Page:
     facts = (("world size", str(report.world_size)), ("elapsed", f"{report.elapsed:.1f} s"),
              ("cases", str(len({r.case for r in report.results}))),
              *(("warning", w) for w in report.warnings))
-    return Page(title, report.note, report.kind, report.verdict.value,
-                cases=_case_views(ids, report.results, report.job, "top", report.job, Path(".")), facts=facts,
+    cases = _case_views(ids, report.results, report.job, "top", report.job, Path("."))
+    page_of = {id(c.result): c.id for c in cases}
+    found = tuple(FindingView(f, tuple((c.case, page_of[id(c)]) for c in f.cases)) for f in report.findings())
+    return Page(title, report.note, report.kind, report.verdict.value, cases=cases, findings=found, facts=facts,
                 parts=_parts(ids))
 
 

@@ -23,14 +23,15 @@ def test_failures_of_one_cause_are_shown_once_with_their_count_an_example_and_th
     report = Report("job", 2, [*failures, passed], kind="explore")
     text = report.explain()
     assert text.count("=== ") == 3
-    assert "=== 12 cases: live FAIL, S_prev after error at write: the error did not reach every rank" in text
+    assert ("=== finding 1 of 3: live FAIL, 12 cases\n"
+            "S_prev after error at write: the error did not reach every rank") in text
     assert "--- error@r0:save4#0 / live" in text and "--- error@r0:save4#1 / live" not in text  # one example
     assert "repro error@r0:save4#0" in text and "details of error@r0:save4#0" in text
-    assert ("the same cause in: error@r0:save4#1, error@r0:save4#2, error@r0:save4#3, error@r0:save4#4, "
+    assert ("its other cases: error@r0:save4#1, error@r0:save4#2, error@r0:save4#3, error@r0:save4#4, "
             "error@r0:save4#5, error@r0:save4#6, error@r0:save4#7, error@r0:save4#8 and 3 more") in text
-    assert "=== 1 case: live FAIL, S_prev after error at fsync" in text  # another operation, another group
+    assert ": live FAIL, 1 case\nS_prev after error at fsync" in text  # another operation, another group
     assert text.count("usual fix: hand a rank's error to every rank") == 1  # once per property
-    assert "=== 1 case: preserving FAIL, fresh start after error at write: expected S_k or S_prev" in text
+    assert ": preserving FAIL, 1 case\nfresh start after error at write: expected S_k or S_prev" in text
     assert "usual fix: never delete or overwrite the previous checkpoint" in text
     every = report.explain(every=True)
     assert all(f"--- {f.case} / {f.check}" in every for f in failures) and "=== " not in every

@@ -1,0 +1,66 @@
+"""Findings from a real exploration (issue 44 item 3): a planted job that
+publishes `latest` before the shards it names fails a crash at every point
+in between, on both ranks; that is one finding, naming the two operations
+and the job's lines, with its cases behind it, in the terminal, the JSON,
+the HTML page and what CI shows. The reference checkpointer, explored the
+same way, has none."""
+
+import json
+from pathlib import Path
+
+from ckpt_harness.present import ci
+from tests.clirun import cli
+from tests.test_html_report import browser  # noqa: F401 - the fixture: one Chromium for the module
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Crashes and errors at every point of the save; no power loss, no corruption: one mistake to find.
+EXPLORE = ("explore", "--faults", "crash,error", "--corruptions", "", "--json", "out.json", "--html", "out.html")
+
+
+def test_a_pointer_first_jobs_crash_cases_are_one_finding_naming_both_operations_and_lines(
+        tmp_path, browser):  # noqa: F811 - the fixture
+    done = cli(*EXPLORE, "--job", "tests.planted.checkpointers:LatestBeforeShards", cwd=tmp_path,
+               env_extra={"PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1, done.stdout + done.stderr
+    data = json.loads((tmp_path / "out.json").read_text())
+    (finding,) = data["findings"]
+    failing = {c["case"] for c in data["cases"] if c["verdict"] != "pass"}
+    crashes = {c for c in failing if c.startswith("crash@")}
+    assert len(crashes) > 10 and set(finding["cases"]) == failing, finding
+    assert (finding["kind"], finding["check"], finding["verdict"]) == ("window", "atomic", "fail")
+    opened, closed = finding["opened_by"][0], finding["closed_by"]
+    assert (opened["rank"], opened["op"], opened["target"]) == (0, "rename", "latest.tmp -> latest")
+    assert opened["caller"].startswith("_common.py:") and "in atomic_write_text()" in opened["caller"]
+    assert {(c["rank"], c["op"], c["target"]) for c in closed} == {(0, "write", "step_000004/rank0.pt"),
+                                                                   (1, "write", "step_000004/rank1.pt")}
+    assert {c["caller"] for c in closed} == {next(iter(closed))["caller"]}
+    assert next(iter(closed))["caller"].startswith("checkpointers.py:")
+    headline = finding["headline"]
+    assert headline.startswith(f"`rename latest.tmp -> latest` (rank 0 #{opened['index']} · {opened['caller']}) "
+                               f"comes before `write step_N/rankN.pt` (ranks 0, 1 · {closed[0]['caller']}) is "
+                               "done, and the job relies on the reverse"), headline
+    # the terminal: the finding first, one example, its cases behind it
+    out = done.stdout
+    assert out.count("\n=== ") == 1 and "=== finding 1 of 1: atomic FAIL" in out, out[-4000:]
+    assert headline in out and "its other cases: " in out and "usual fix: write the save into a staging" in out
+    # the page: the finding above every case, each of its cases a link to its page
+    browser.get((tmp_path / "out.html").as_uri())
+    shown = browser.execute_script("""
+        const f = document.querySelector('#top ol.findings li.finding');
+        return {text: f.querySelector('p.headline').textContent, links: f.querySelectorAll('a').length,
+                before: f.compareDocumentPosition(document.querySelector('#top table.cases')) & 4};""")
+    assert shown["text"] == headline and shown["links"] == len(failing) and shown["before"], shown
+    # CI: one annotation, at the line of the operation that opens the window
+    annotated = cli("summary", str(tmp_path / "out.json"), "--annotations", "--root", str(ROOT), cwd=tmp_path)
+    errors = [line for line in annotated.stdout.splitlines() if line.startswith("::error")]
+    line = opened["caller"].split(":")[1].split()[0]
+    assert errors == [e for e in errors if e.startswith(f"::error file=ckpt_harness/jobs/_common.py,line={line},")]
+    assert len(errors) == 1 and len(ci.findings(data)) == 1, annotated.stdout
+
+
+def test_its_correct_twin_explored_alike_has_no_finding(tmp_path):
+    done = cli(*EXPLORE, "--job", "tests.planted.checkpointers:ReferenceCheckpointer", cwd=tmp_path,
+               env_extra={"PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout + done.stderr
+    data = json.loads((tmp_path / "out.json").read_text())
+    assert data["findings"] == [] and data["cases"] and "===" not in done.stdout
