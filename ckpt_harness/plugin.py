@@ -261,7 +261,11 @@ class CkptFixture:
             report = fn(job, **kwargs)
         except Unavailable as exc:
             pytest.skip(str(exc))
-        return _outputs(self.item, report) if self.item is not None and not report.ok else report
+        if self.item is None:
+            return report
+        report = _outputs(self.item, report) if not report.ok else report
+        _fixture_reports(self.item.config).append((self.item.nodeid, report))
+        return report
 
 
 @pytest.fixture
@@ -533,6 +537,14 @@ def _results(config: pytest.Config) -> list:
     return config.stash.setdefault(_RESULTS, [])
 
 
+def _fixture_reports(config: pytest.Config) -> list:
+    """(test node id, Report) of every call of the `ckpt` fixture this session (for --ckpt-html)."""
+    return config.stash.setdefault(_REPORTS, [])
+
+
+_REPORTS = pytest.StashKey[list]()
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """--ckpt-html: in an xdist worker, hand the results to the controller;
     elsewhere, write the page of every item's results, the workers' too."""
@@ -543,13 +555,39 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if not path:
         return
     mine = [(item.world_size, item.scenario.to_json(), result.to_json()) for item, result in _results(config)]
+    reports = [(test, report_json(report)) for test, report in _fixture_reports(config)]
     if hasattr(config, "workeroutput"):
         config.workeroutput["ckpt_results"] = mine  # type: ignore[attr-defined]
+        config.workeroutput["ckpt_reports"] = reports  # type: ignore[attr-defined]
         return
-    _write_html(config, Path(path), mine + config.stash.get(_FROM_WORKERS, []))
+    _write_html(config, Path(path), mine + config.stash.get(_FROM_WORKERS, []),
+                reports + config.stash.get(_REPORTS_FROM_WORKERS, []))
 
 
 _FROM_WORKERS = pytest.StashKey[list]()
+_REPORTS_FROM_WORKERS = pytest.StashKey[list]()
+
+
+def report_json(report: Any) -> dict:
+    """A fixture's report as an xdist worker sends it: what the page shows of
+    it, and where each case's fault struck (its findings are made of that)."""
+    from ckpt_harness.catalogue.scenario import case_json
+    from ckpt_harness.oracle.findings import Op
+
+    return {"job": report.job, "world_size": report.world_size, "kind": report.kind, "noun": report.noun,
+            "note": report.note, "elapsed": report.elapsed, "warnings": list(report.warnings),
+            "cases": [case_json(r) for r in report.results],
+            "sites": {name: [kind, Op.of(site).to_json()] for name, (kind, site) in report.sites.items()}}
+
+
+def report_from_json(data: dict) -> Any:
+    from ckpt_harness.catalogue.scenario import case_from_json
+    from ckpt_harness.oracle.findings import Op
+    from ckpt_harness.report import Report
+
+    return Report(data["job"], data["world_size"], [case_from_json(c) for c in data["cases"]], data["elapsed"],
+                  data["kind"], data["note"], warnings=tuple(data["warnings"]), noun=data["noun"],
+                  sites={name: (kind, Op(**site)) for name, (kind, site) in data["sites"].items()})
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -559,6 +597,9 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
     found = output.get("ckpt_results")
     if found:
         node.config.stash.setdefault(_FROM_WORKERS, []).extend(found)
+    reports = output.get("ckpt_reports")
+    if reports:
+        node.config.stash.setdefault(_REPORTS_FROM_WORKERS, []).extend(reports)
     gated = output.get("ckpt_gated")
     if gated:
         from ckpt_harness.catalogue.expectations import Judged
@@ -566,14 +607,20 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
         node.config.stash.setdefault(_GATED, []).extend(Judged.from_json(g) for g in gated)
 
 
-def _write_html(config: pytest.Config, path: Path, results: list) -> None:
-    """The page of the ckpt items' results: a row per target (and world size, when several ran)."""
+def _write_html(config: pytest.Config, path: Path, results: list, reports: list) -> None:
+    """The page of the ckpt items' results (a row per target, and world size
+    when several ran) and of the reports the tests' `ckpt` fixture made."""
     from ckpt_harness.catalogue.matrix import Matrix
     from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult
     from ckpt_harness.present import html
     from ckpt_harness.report import versions
 
+    if not results and not reports:
+        return
+    named = [(test, report_from_json(data)) for test, data in sorted(reports, key=lambda r: r[0])]
     if not results:
+        html.write(html.session_page(named, versions()), path)
+        config.get_terminal_writer().line(f"ckpt_harness HTML report: {path}")
         return
     sizes = {ws for ws, _, _ in results}
     rows, scenarios, done = [], {}, []
@@ -586,7 +633,7 @@ def _write_html(config: pytest.Config, path: Path, results: list) -> None:
     matrix = Matrix(world_size=min(sizes), jobs=list(dict.fromkeys(rows)), results=done,
                     scenarios=list(scenarios.values()), versions=versions(),
                     elapsed=sum(r.elapsed for r in done))
-    html.write(html.matrix_page(matrix), path)
+    html.write(html.matrix_page(matrix, reports=named), path)
     config.get_terminal_writer().line(f"ckpt_harness HTML report: {path}")
 
 

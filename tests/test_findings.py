@@ -64,3 +64,35 @@ def test_its_correct_twin_explored_alike_has_no_finding(tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     data = json.loads((tmp_path / "out.json").read_text())
     assert data["findings"] == [] and data["cases"] and "===" not in done.stdout
+
+
+def test_ckpt_html_shows_the_reports_of_tests_that_use_only_the_fixture(pytester, browser, monkeypatch):  # noqa: F811
+    """`--ckpt-html` with no catalogue item: the page lists each report the
+    `ckpt` fixture made, under xdist too (the workers hand theirs to the
+    controller), and a failing exploration's report opens on its finding."""
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    pytester.makepyfile(test_user="""
+        def test_a_correct_job(ckpt):
+            ckpt.verify("tests.planted.checkpointers:ReferenceCheckpointer", steps=4).assert_ok()
+
+        def test_a_pointer_first_job(ckpt):
+            report = ckpt.explore("tests.planted.checkpointers:LatestBeforeShards", faults=("crash",),
+                                  corruptions=(), ops=("rename", "write"))
+            assert report.ok
+        """)
+    result = pytester.runpytest_subprocess("-n", "2", "-p", "no:cacheprovider", "--ckpt-html=page.html",
+                                           f"--basetemp={pytester.path / 'base'}")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*ckpt_harness HTML report: page.html*"])
+    browser.get((pytester.path / "page.html").as_uri())
+    rows = browser.execute_script("""return [...document.querySelectorAll('#top table.reports tbody tr')].map(
+        tr => [...tr.querySelectorAll('td')].map(td => td.textContent.trim()));""")
+    assert [(r[0], r[2]) for r in rows] == [("test_user.py::test_a_correct_job[ws2]", "PASS"),
+                                            ("test_user.py::test_a_pointer_first_job[ws2]", "FAIL")], rows
+    assert rows[1][4].startswith("`rename latest.tmp -> latest` (rank 0 #"), rows[1]
+    browser.find_element("css selector", "#top table.reports tbody tr:nth-child(2) a").click()
+    shown = browser.execute_script("""
+        const page = document.querySelector('section.page.shown');
+        return {id: page.id, finding: page.querySelector('ol.findings p.headline').textContent,
+                cases: page.querySelectorAll('table.cases tbody tr').length};""")
+    assert shown["id"].startswith("report-") and shown["finding"] == rows[1][4] and shown["cases"] > 2, shown

@@ -93,6 +93,30 @@ class FindingView:
 
 
 @dataclasses.dataclass(frozen=True)
+class ReportView:
+    """A report among others on one page (each report the `ckpt` fixture made
+    in a pytest session): its findings, then its cases."""
+
+    id: str
+    #: What made it: the test's node id.
+    title: str
+    report: "Report"
+    cases: tuple[CaseView, ...]
+    findings: tuple[FindingView, ...]
+
+    @property
+    def verdict(self) -> str:
+        return self.report.verdict.value
+
+    @property
+    def reason(self) -> str:
+        """The lead finding's line, else the first failing case's summary."""
+        if self.findings:
+            return self.findings[0].finding.headline
+        return next((c.result.summary for c in self.cases if not c.result.verdict.ok), "")
+
+
+@dataclasses.dataclass(frozen=True)
 class Page:
     title: str
     subtitle: str
@@ -105,13 +129,15 @@ class Page:
     cases: tuple[CaseView, ...] = ()
     #: A report's findings, shown before its cases.
     findings: tuple[FindingView, ...] = ()
+    #: Reports of their own besides a grid (a pytest session's fixture calls), each a page.
+    reports: tuple[ReportView, ...] = ()
     facts: tuple[tuple[str, str], ...] = ()
     #: (id, JSON) of the timeline parts the cases' timelines are made of (`_timeline_data`).
     parts: tuple[tuple[str, str], ...] = ()
 
     @property
     def all_cases(self) -> list[CaseView]:
-        return [*self.cases, *(c for s in self.scenarios for c in s.cases)]
+        return [*self.cases, *(c for s in self.scenarios for c in s.cases), *(c for r in self.reports for c in r.cases)]
 
 
 # -- building the page -------------------------------------------------------------------
@@ -158,12 +184,14 @@ def _scenario_view(ids: _Ids, s: "ScenarioResult", parent: str, base: Path) -> S
                                             f"{s.job}.{s.scenario}", base), parent)
 
 
-def matrix_page(matrix: "Matrix", base: Path = Path("."), share: bool = True) -> Page:
+def matrix_page(matrix: "Matrix", base: Path = Path("."), share: bool = True,
+                reports: Sequence[tuple[str, "Report"]] = ()) -> Page:
     """The grid of `matrix`, each cell opening the scenarios it folds
     (`Matrix.cells`, `ScenarioResult.under`): its own property's first, then
     failures of it that another property's scenarios found. `base`: where
     its matrix.json is (its timeline files are named relative to it).
-    `share` off: every case holds its runs' tracks itself (the naive page)."""
+    `share` off: every case holds its runs' tracks itself (the naive page).
+    `reports`: (title, report) of other runs to list below the grid."""
     ids = _Ids(share)
     done = {(r.job, r.scenario): r for r in matrix.results}
     views = {key: _scenario_view(ids, r, "top", base) for key, r in done.items()}
@@ -190,9 +218,10 @@ def matrix_page(matrix: "Matrix", base: Path = Path("."), share: bool = True) ->
              ("date", matrix.date), *matrix.versions.items())
     if matrix.gating is not None:
         facts += (("baseline", f"{matrix.gating.source}: {matrix.gating.summary()}"),)
+    views = _report_views(ids, reports)
     return Page("ckpt_harness matrix", f"{len(matrix.jobs)} rows × {len(matrix.properties)} properties", "matrix",
                 matrix.verdict.value, tuple(matrix.properties), tuple(rows), scenario_views, facts=facts,
-                parts=_parts(ids))
+                reports=views, parts=_parts(ids))
 
 
 def report_page(report: "Report") -> Page:
@@ -202,10 +231,36 @@ def report_page(report: "Report") -> Page:
              ("cases", str(len({r.case for r in report.results}))),
              *(("warning", w) for w in report.warnings))
     cases = _case_views(ids, report.results, report.job, "top", report.job, Path("."))
+    return Page(title, report.note, report.kind, report.verdict.value, cases=cases,
+                findings=_finding_views(report, cases), facts=facts, parts=_parts(ids))
+
+
+def session_page(reports: Sequence[tuple[str, "Report"]], versions: dict[str, str]) -> Page:
+    """The reports a pytest session's tests made with the `ckpt` fixture: a
+    line per report on the first page, each its own page of findings and cases."""
+    from ckpt_harness.verdict import fold
+
+    ids = _Ids()
+    views = _report_views(ids, reports)
+    verdict = fold(r.report.verdict for r in views).value
+    facts = (("tests", str(len({t for t, _ in reports}))), ("reports", str(len(reports))),
+             ("elapsed", f"{sum(r.elapsed for _, r in reports):.1f} s"), *versions.items())
+    return Page("ckpt_harness pytest session", f"{len(reports)} reports of the ckpt fixture", "session", verdict,
+                reports=views, facts=facts, parts=_parts(ids))
+
+
+def _report_views(ids: _Ids, reports: Sequence[tuple[str, "Report"]]) -> tuple[ReportView, ...]:
+    views = []
+    for title, report in reports:
+        rid = ids("report", title, report.job)
+        cases = _case_views(ids, report.results, title, rid, f"{title}.{report.job}", Path("."))
+        views.append(ReportView(rid, title, report, cases, _finding_views(report, cases)))
+    return tuple(views)
+
+
+def _finding_views(report: "Report", cases: Sequence[CaseView]) -> tuple[FindingView, ...]:
     page_of = {id(c.result): c.id for c in cases}
-    found = tuple(FindingView(f, tuple((c.case, page_of[id(c)]) for c in f.cases)) for f in report.findings())
-    return Page(title, report.note, report.kind, report.verdict.value, cases=cases, findings=found, facts=facts,
-                parts=_parts(ids))
+    return tuple(FindingView(f, tuple((c.case, page_of[id(c)]) for c in f.cases)) for f in report.findings())
 
 
 # -- timelines, as the page draws them ------------------------------------------------------
