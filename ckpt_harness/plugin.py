@@ -569,25 +569,20 @@ _REPORTS_FROM_WORKERS = pytest.StashKey[list]()
 
 
 def report_json(report: Any) -> dict:
-    """A fixture's report as an xdist worker sends it: what the page shows of
-    it, and where each case's fault struck (its findings are made of that)."""
+    """A fixture's report as an xdist worker sends it: what the page shows of it."""
     from ckpt_harness.catalogue.scenario import case_json
-    from ckpt_harness.oracle.findings import Op
 
     return {"job": report.job, "world_size": report.world_size, "kind": report.kind, "noun": report.noun,
             "note": report.note, "elapsed": report.elapsed, "warnings": list(report.warnings),
-            "cases": [case_json(r) for r in report.results],
-            "sites": {name: [kind, Op.of(site).to_json()] for name, (kind, site) in report.sites.items()}}
+            "cases": [case_json(r) for r in report.results]}
 
 
 def report_from_json(data: dict) -> Any:
     from ckpt_harness.catalogue.scenario import case_from_json
-    from ckpt_harness.oracle.findings import Op
     from ckpt_harness.report import Report
 
     return Report(data["job"], data["world_size"], [case_from_json(c) for c in data["cases"]], data["elapsed"],
-                  data["kind"], data["note"], warnings=tuple(data["warnings"]), noun=data["noun"],
-                  sites={name: (kind, Op(**site)) for name, (kind, site) in data["sites"].items()})
+                  data["kind"], data["note"], warnings=tuple(data["warnings"]), noun=data["noun"])
 
 
 @pytest.hookimpl(optionalhook=True)

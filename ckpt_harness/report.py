@@ -6,12 +6,12 @@ import dataclasses
 import platform
 import re
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Optional
 
 from ckpt_harness import phase
 from ckpt_harness.inject.faults import OBJECT_OPS
 from ckpt_harness.oracle import findings as _findings
-from ckpt_harness.oracle.findings import Finding, Site
+from ckpt_harness.oracle.findings import Finding
 from ckpt_harness.verdict import EXPLORE_COLUMNS, CaseResult, Verdict, fold
 
 
@@ -37,9 +37,6 @@ class Report:
     #: A scenario run as one shard of its cases: which, every case it planned,
     #: and its result as matrix.json keeps one (what `scenario --merge` reads).
     shard: Optional[dict[str, Any]] = None
-    #: Each single-fault case's fault kind and point, by case name: what groups
-    #: its failures into findings (`oracle.findings`); none for a verification.
-    sites: Mapping[str, tuple[str, Site]] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -55,7 +52,7 @@ class Report:
 
     def findings(self) -> list[Finding]:
         """The failures grouped by the mistake they share (`oracle.findings`)."""
-        return _findings.group(self.results, self.sites, self.noun)
+        return _findings.group(self.results, self.noun)
 
     def table(self) -> str:
         storage = self.settings.get("storage", "local")  # where the checkpoints went, when not a directory
@@ -79,11 +76,12 @@ class Report:
 
     def explain(self, every: bool = False) -> str:
         """The table, then the non-passing cases with their repro lines: an
-        exploration's as findings (`findings`), each once with its dependency,
-        its cases counted, one example in full and the usual fix; with
-        `every`, or for a verification, every one in full."""
+        exploration's (or a scenario's of fault cases) as findings
+        (`findings`), each once with its dependency, its cases counted, one
+        example in full and the usual fix; with `every`, or for a
+        verification, every one in full."""
         parts = [self.table()]
-        if self.kind == "explore" and not every:
+        if (self.kind == "explore" or any(r.site is not None for r in self.results)) and not every:
             found = self.findings()
             hinted: set[str] = set()
             for i, finding in enumerate(found, 1):

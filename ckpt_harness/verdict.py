@@ -160,6 +160,26 @@ class StateDiff:
                 "max_abs": self.max_abs}
 
 
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """Where a case's one fault struck: one operation of one rank, with the
+    user's line that made it. What groups failing cases into the findings
+    they share (`oracle.findings`)."""
+
+    fault: str
+    rank: int
+    phase: str
+    #: The operation's number among the rank's operations in `phase`.
+    index: int
+    op: str
+    #: The file (relative to the checkpoint directory) or the collective's name.
+    target: str
+    caller: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
 #: Columns of an exploration's table (a case's `cells`), then property and verdict.
 EXPLORE_COLUMNS = ("rank", "#", "op", "target", "called from", "fault", "outcome")
 
@@ -204,6 +224,8 @@ class CaseResult:
     warm: bool = dataclasses.field(default=False, compare=False)
     #: This is that cold run's verdict, the warm one's said in `details`.
     confirmed_cold: bool = dataclasses.field(default=False, compare=False)
+    #: Where its one fault struck; None for a case of no fault, of several, or with no point.
+    site: Optional[Site] = dataclasses.field(default=None, compare=False)
 
     def cell(self, column: str) -> str:
         """Its exploration table's cell in `column` ("" if it has no row)."""

@@ -27,7 +27,7 @@ from ckpt_harness.catalogue.shards import CasePart
 from ckpt_harness.errors import ConfigError, ScenarioError, UsageError, did_you_mean
 from ckpt_harness.oracle.causes import severity_of
 from ckpt_harness.oracle.properties import SIDE_PROPERTIES
-from ckpt_harness.verdict import CaseResult, StateDiff, Verdict, fold
+from ckpt_harness.verdict import CaseResult, Site, StateDiff, Verdict, fold
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -349,7 +349,8 @@ def case_json(r: CaseResult) -> dict[str, Any]:
             "details": r.details if not r.verdict.ok else "", "repro": r.repro, "cells": list(r.cells),
             "timeline": r.timeline_file, "differences": [d.to_json() for d in r.differences],
             "outcome": r.outcome, "also": [case_json(a) for a in r.also],
-            **({"confirmed_cold": True} if r.confirmed_cold else {})}
+            **({"confirmed_cold": True} if r.confirmed_cold else {}),
+            **({"site": r.site.to_json()} if r.site is not None else {})}
 
 
 def case_from_json(data: Mapping[str, Any]) -> CaseResult:
@@ -358,6 +359,7 @@ def case_from_json(data: Mapping[str, Any]) -> CaseResult:
         str(data.get("details", "")), data.get("repro"), tuple(data.get("cells", ())),
         also=tuple(case_from_json(a) for a in data.get("also", ())), timeline_file=data.get("timeline"),
         outcome=data.get("outcome"), confirmed_cold=bool(data.get("confirmed_cold", False)),
+        site=Site(**data["site"]) if data.get("site") else None,
         differences=tuple(StateDiff(d["key"], int(d["rank"]), d["what"], d["kind"],
                                     tuple(d["first_index"]) if d.get("first_index") is not None else None,
                                     d.get("max_abs")) for d in data.get("differences", ())))

@@ -38,23 +38,11 @@ from __future__ import annotations
 import dataclasses
 import re
 from collections import Counter
-from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 from ckpt_harness.inject.faults import BY_NAME, Family
 from ckpt_harness.oracle.causes import severity_of
-from ckpt_harness.verdict import CaseResult, Verdict
-
-
-class Site(Protocol):
-    """Where a case's one fault acted: one operation of one rank
-    (`pipeline.baseline.Point` is one)."""
-
-    rank: int
-    phase: str
-    index: int
-    op: str
-    target: str
-    caller: str
+from ckpt_harness.verdict import CaseResult, Site, Verdict
 
 
 #: Kinds that stop a save before their operation: their points draw a window's edges.
@@ -167,13 +155,11 @@ class Finding:
                 "also": [{"check": c, "verdict": v, "count": n} for c, v, n in self.secondary()]}
 
 
-def group(results: Sequence[CaseResult], sites: Mapping[str, tuple[str, Site]],
-          noun: str = "job") -> list[Finding]:
+def group(results: Sequence[CaseResult], noun: str = "job") -> list[Finding]:
     """The findings of `results` (every judged case, passing ones included:
-    they draw a window's edges). `sites`: the case name -> (its one fault's
-    kind, where it acted) of each single-fault case with a point."""
+    they draw a window's edges, by where each case's fault struck, `site`)."""
     taken: set[int] = set()
-    found = _windows(results, sites, taken, noun)
+    found = _windows(results, taken, noun)
     failing = [r for r in results if not r.verdict.ok and id(r) not in taken]
     lost = _power_losses([r for r in failing if _LOST in r.summary], noun)
     damaged = [_damaged(cases, noun) for cases in _by([r for r in failing if r.cell("op") == CORRUPT],
@@ -216,16 +202,14 @@ class _Window:
                 self.phase)
 
 
-def _windows(results: Sequence[CaseResult], sites: Mapping[str, tuple[str, Site]], taken: set[int],
-             noun: str) -> list[Finding]:
+def _windows(results: Sequence[CaseResult], taken: set[int], noun: str) -> list[Finding]:
     at: dict[tuple[int, str, int], list[tuple[str, CaseResult]]] = {}
     ops: dict[tuple[int, str, int], Op] = {}
     for r in results:
-        if r.case in sites:
-            kind, site = sites[r.case]
-            where = (site.rank, site.phase, site.index)
-            at.setdefault(where, []).append((kind, r))
-            ops.setdefault(where, Op.of(site))
+        if r.site is not None:
+            where = (r.site.rank, r.site.phase, r.site.index)
+            at.setdefault(where, []).append((r.site.fault, r))
+            ops.setdefault(where, Op.of(r.site))
     edges: dict[tuple[int, str], list[tuple[Op, bool]]] = {}  # (rank, phase) -> [(op, fails)]
     for where, judged in sorted(at.items()):
         stops = [r for kind, r in judged if kind in EDGES and _LOST not in r.summary]

@@ -34,7 +34,7 @@ from ckpt_harness.records import data_reader
 from ckpt_harness.records.runs import Run
 from ckpt_harness.pipeline.clock import CaseClock
 from ckpt_harness.targets import PROPAGATION, RunRequest
-from ckpt_harness.verdict import CaseResult
+from ckpt_harness.verdict import CaseResult, Site
 
 #: The kind of a multi-fault plan whose property is judged, most severe first.
 SEVERITY = tuple(k.name for k in sorted(FAULT_KINDS, key=lambda k: k.severity))
@@ -63,6 +63,14 @@ class Case:
         where = {_place(p): p for p in points}
         chosen = tuple(where[_place(f)] for f in faults if _place(f) in where)
         return cls(plan_label(faults), dominant(faults), chosen, faults)
+
+    @property
+    def site(self) -> Optional[Site]:
+        """Where its one fault strikes (None: no fault, several, or no point)."""
+        if len(self.faults) != 1 or len(self.points) != 1:
+            return None
+        p = self.points[0]
+        return Site(self.faults[0].kind, p.rank, p.phase, p.index, p.op, p.target, p.caller)
 
     @property
     def delays_only(self) -> bool:
@@ -172,7 +180,7 @@ def run_case(baseline: Baseline, case: Case) -> CaseResult:
     result = _judged(baseline, case)
     if confirm.doubted([result]):
         result = confirm.confirmed(result, _judged(baseline.cold(), case))
-    return result
+    return dataclasses.replace(result, site=case.site)
 
 
 def _judged(baseline: Baseline, case: Case) -> CaseResult:

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 from ckpt_harness import oracle, phase, targets
 from ckpt_harness.config import ExplorePlan, ScriptExploreConfig, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.pipeline import baseline as baselines
 from ckpt_harness.pipeline import budget
-from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed, Point
+from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
 from ckpt_harness.pipeline.cases import named, plan_cases, run_cases
 from ckpt_harness.pipeline.workdir import prepare_workdir
 from ckpt_harness.records.runs import Run
@@ -70,17 +70,16 @@ def run_exploration(target: Target, plan: ExplorePlan, root: Path, only: Optiona
                     progress: Optional[ProgressFn] = None) -> Report:
     started = time.monotonic()
 
-    def report(results: list[CaseResult], warnings: tuple[str, ...] = (), note: str = "",
-               sites: Optional[Mapping[str, tuple[str, Point]]] = None) -> Report:
+    def report(results: list[CaseResult], warnings: tuple[str, ...] = (), note: str = "") -> Report:
         return Report(target.name, target.world_size, results, time.monotonic() - started, "explore", note,
-                      {**target.values, **plan.values}, warnings, target.noun, sites=sites or {})
+                      {**target.values, **plan.values}, warnings, target.noun)
 
     try:
         base = baselines.prepare(target, plan, root)
     except BaselineFailed as failed:
         return report([failed.result])
-    results, warnings, sites = explore_baseline(base, only, progress)
-    return report(results, warnings, describe(base), sites)
+    results, warnings = explore_baseline(base, only, progress)
+    return report(results, warnings, describe(base))
 
 
 def describe(base: Baseline) -> str:
@@ -94,18 +93,17 @@ def describe(base: Baseline) -> str:
     return f"save {base.k} broken{steps}; {model}; launcher {launcher}"
 
 
-def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None, progress: Optional[ProgressFn] = None
-                     ) -> tuple[list[CaseResult], tuple[str, ...], dict[str, tuple[str, Point]]]:
+def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,
+                     progress: Optional[ProgressFn] = None) -> tuple[list[CaseResult], tuple[str, ...]]:
     """Every case of a prepared baseline (or the `only` named), run and judged;
-    with what a person must know about how they were run, and where each
-    single-fault case struck (what groups its failures into findings)."""
+    with what a person must know about how they were run."""
     warnings = (baselines.unseen_warning(base.unseen),) if base.unseen else ()
     if base.replay_gap and base.plan.derive_states and base.target.caps.has("power_loss"):  # a bucket: expected
         warnings += (f"no case state was derived from the golden run's trace, every case ran its faulted save: "
                      f"{base.replay_gap}",)
     nothing = base.nothing_to_break()
     if nothing is not None:
-        return [nothing], warnings, {}
+        return [nothing], warnings
     cases = plan_cases(base)
     if only:
         cases = named(base, only, cases)
@@ -115,10 +113,8 @@ def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None, progr
     missing = base.nothing_to_corrupt()
     shared = oracle.judge_single_writer("golden", base.golden, base.target.repro("explore", base.plan.values,
                                                                                 "golden"))
-    results = ([shared] if not shared.verdict.ok and not only else []) + run_cases(base, cases, progress) + (
-        [missing] if missing is not None and not only else [])
-    return results, warnings, {c.name: (c.faults[0].kind, c.points[0]) for c in cases
-                               if len(c.faults) == 1 and len(c.points) == 1}
+    return ([shared] if not shared.verdict.ok and not only else []) + run_cases(base, cases, progress) + (
+        [missing] if missing is not None and not only else []), warnings
 
 
 def baseline(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None, **settings: Any) -> Baseline:

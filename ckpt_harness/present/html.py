@@ -57,6 +57,8 @@ class ScenarioView:
     result: "ScenarioResult"
     cases: tuple[CaseView, ...]
     parent: str
+    #: Its failing cases as the findings they share, shown before them.
+    findings: tuple["FindingView", ...] = ()
 
     @property
     def verdict(self) -> str:
@@ -179,9 +181,11 @@ def _case_views(ids: _Ids, results: Sequence[CaseResult], where: str, parent: st
 
 
 def _scenario_view(ids: _Ids, s: "ScenarioResult", parent: str, base: Path) -> ScenarioView:
+    from ckpt_harness.oracle.findings import group
+
     sid = ids("scenario", s.job, s.scenario)
-    return ScenarioView(sid, s, _case_views(ids, s.results, f"{s.job} · {s.scenario}", sid,
-                                            f"{s.job}.{s.scenario}", base), parent)
+    cases = _case_views(ids, s.results, f"{s.job} · {s.scenario}", sid, f"{s.job}.{s.scenario}", base)
+    return ScenarioView(sid, s, cases, parent, _finding_views(group(s.results), cases))
 
 
 def matrix_page(matrix: "Matrix", base: Path = Path("."), share: bool = True,
@@ -232,7 +236,7 @@ def report_page(report: "Report") -> Page:
              *(("warning", w) for w in report.warnings))
     cases = _case_views(ids, report.results, report.job, "top", report.job, Path("."))
     return Page(title, report.note, report.kind, report.verdict.value, cases=cases,
-                findings=_finding_views(report, cases), facts=facts, parts=_parts(ids))
+                findings=_finding_views(report.findings(), cases), facts=facts, parts=_parts(ids))
 
 
 def session_page(reports: Sequence[tuple[str, "Report"]], versions: dict[str, str]) -> Page:
@@ -254,13 +258,13 @@ def _report_views(ids: _Ids, reports: Sequence[tuple[str, "Report"]]) -> tuple[R
     for title, report in reports:
         rid = ids("report", title, report.job)
         cases = _case_views(ids, report.results, title, rid, f"{title}.{report.job}", Path("."))
-        views.append(ReportView(rid, title, report, cases, _finding_views(report, cases)))
+        views.append(ReportView(rid, title, report, cases, _finding_views(report.findings(), cases)))
     return tuple(views)
 
 
-def _finding_views(report: "Report", cases: Sequence[CaseView]) -> tuple[FindingView, ...]:
+def _finding_views(findings: Sequence["Finding"], cases: Sequence[CaseView]) -> tuple[FindingView, ...]:
     page_of = {id(c.result): c.id for c in cases}
-    return tuple(FindingView(f, tuple((c.case, page_of[id(c)]) for c in f.cases)) for f in report.findings())
+    return tuple(FindingView(f, tuple((c.case, page_of[id(c)]) for c in f.cases)) for f in findings)
 
 
 # -- timelines, as the page draws them ------------------------------------------------------

@@ -1,8 +1,8 @@
 """Findings: failing cases grouped by the dependency they share (`oracle.findings`), both ways.
 
 The cases here are built as an exploration leaves them: a result per case,
-and its fault's kind and point. The exploration itself, on a real planted
-job, is `tests/test_findings.py`.
+with where its fault struck (`CaseResult.site`). The exploration itself, on
+a real planted job, is `tests/test_findings.py`.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import dataclasses
 
 from ckpt_harness.oracle.findings import group
 from ckpt_harness.report import Report
-from ckpt_harness.verdict import CaseResult, Verdict
+from ckpt_harness.verdict import CaseResult, Site, Verdict
 
 PROPERTY = {"crash": "atomic", "crash-mid": "atomic", "error": "preserving", "torn": "detecting",
             "power-loss": "atomic"}
@@ -51,7 +51,7 @@ def pointer_first(fails: bool = True) -> list[tuple[Point, bool]]:
 
 def explored(points: list[tuple[Point, bool]], kinds=("crash", "error"), also_live: bool = False) -> Report:
     """A report of `kinds` at each point (`error` at file operations only), each failing where its point is broken."""
-    results, sites = [], {}
+    results = []
     for p, broken in points:
         for kind in kinds:
             if kind != "crash" and p.op == "collective":
@@ -62,9 +62,8 @@ def explored(points: list[tuple[Point, bool]], kinds=("crash", "error"), also_li
                 name, PROPERTY[kind], Verdict.FAIL if broken else Verdict.PASS,
                 f"{kind} at rank {p.rank} #{p.index} → {'refused' if broken else 'S_prev'}", repro=f"repro {name}",
                 cells=(str(p.rank), str(p.index), p.op, p.target, p.caller, kind, "refused" if broken else "S_prev"),
-                outcome="refused" if broken else "S_prev", also=live))
-            sites[name] = (kind, p)
-    return Report("job", 2, results, kind="explore", sites=sites)
+                outcome="refused" if broken else "S_prev", also=live, site=Site(kind, *dataclasses.astuple(p))))
+    return Report("job", 2, results, kind="explore")
 
 
 def test_a_pointer_published_before_its_shards_is_one_finding_naming_both_operations_and_lines():
@@ -133,7 +132,7 @@ def test_power_losses_are_grouped_by_the_missing_fsync_most_of_them_share():
     data = "  current/model.pt: written after its last fsync (10 bytes now, 4 bytes as of that fsync)"
     cases = [lost("power-loss@a", step), lost("power-loss@b", [tmp, *step]), lost("power-loss-after", step, "durable"),
              lost("power-loss@c", [data]), lost("power-loss@d", [data.replace("model", "optimizer")])]
-    found = group(cases, {})
+    found = group(cases)
     assert [(f.kind, len(f.cases)) for f in found] == [("power loss", 3), ("power loss", 2)]
     assert found[0].headline == ("a power loss drops what the job never made durable: `step_N` was never fsynced "
                                  "(lost: step_N/model.pt, step_N/rankN.pt); 3 cases break atomic")
@@ -151,7 +150,7 @@ def test_damaged_files_are_grouped_by_what_the_load_made_of_them():
                    damaged("truncate", "step_000004/model.pt", "refused without naming a file or rank"),
                    damaged("bit-flip", "step_000004/rank1.pt", "partial"),
                    CaseResult("delete:latest", "detecting", Verdict.PASS, "refused",
-                              cells=("*", "", "corrupt", "latest", "", "delete", "refused"))], {})
+                              cells=("*", "", "corrupt", "latest", "", "delete", "refused"))])
     assert [(f.kind, len(f.cases)) for f in found] == [("damaged", 2), ("damaged", 1)]
     assert found[0].headline == ("the job's load takes a checkpoint damaged on disk (bit-flip of step_N/model.pt, "
                                  "step_N/rankN.pt) as partial; expected a refusal naming the file")
@@ -162,6 +161,6 @@ def test_a_case_without_a_point_is_grouped_with_those_that_failed_alike():
                         f"rank {r} deleted what its peer read",
                         cells=(str(r), "3", "rmtree", "x", "", "delay", "refused"), outcome="refused")
              for r in (0, 1)]
-    (finding,) = group(cases, {})
+    (finding,) = group(cases)
     assert finding.kind == "alike" and len(finding.cases) == 2
     assert finding.headline == "refused after delay at rmtree: rank N deleted what its peer read"
