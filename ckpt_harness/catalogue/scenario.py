@@ -206,8 +206,17 @@ class ScenarioResult:
                 f"puts the shards' JSON reports together)")
 
     def explain(self) -> str:
+        """Its verdict and reason, its failing cases as the findings they share
+        (`oracle.findings`), then each in full."""
+        from ckpt_harness.oracle.findings import group
+
         lines = [f"{self.scenario} [{self.job}] {self.property}: {self.verdict.value.upper()} — {self.reason}"
                  + self._of_shard()]
+        found = group(self.results)
+        if len(found) > 1 or any(len(f.cases) > 1 for f in found):
+            lines.append("its failing cases, by the finding they share:")
+            lines += [f"  {i}. {f.check} {f.verdict.value.upper()}, {len(f.cases)} case{'s' * (len(f.cases) > 1)}: "
+                      f"{f.headline}" for i, f in enumerate(found, 1)]
         if self.details:
             lines.append(self.details.rstrip())
         if self.repro and f"repro: {self.repro}" not in self.details:
