@@ -59,40 +59,21 @@ _LOST = "; power loss lost "
 _NUMBERS = re.compile(r"\d+")
 
 
-@dataclasses.dataclass(frozen=True)
-class Op:
-    """One operation a finding names, with the user's line that made it."""
-
-    rank: int
-    phase: str
-    index: int
-    op: str
-    target: str
-    caller: str
-
-    @classmethod
-    def of(cls, site: Site) -> "Op":
-        return cls(site.rank, site.phase, site.index, site.op, site.target, site.caller)
-
-    @property
-    def collective(self) -> bool:
-        return self.op == "collective"
-
-    @property
-    def shape(self) -> tuple[str, str, str]:
-        """The operation whatever the rank and step: `write step_N/rankN.pt` from one line."""
-        return (self.op, _NUMBERS.sub("N", self.target), self.caller)
-
-    def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+def _shape(site: Site) -> tuple[str, str, str]:
+    """An operation whatever the rank and step: `write step_N/rankN.pt` from one line."""
+    return (site.op, _NUMBERS.sub("N", site.target), site.caller)
 
 
-def describe_ops(ops: Sequence[Op]) -> str:
-    """`ops` by shape, each with its ranks and line: "`write step_N/rankN.pt`
-    (ranks 0, 1 · checkpointers.py:139 in _write_files())"."""
-    by_shape: dict[tuple[str, str, str], list[Op]] = {}
+def _collective(site: Optional[Site]) -> bool:
+    return site is not None and site.op == "collective"
+
+
+def describe_ops(ops: Sequence[Site]) -> str:
+    """The operations at `ops` by shape, each with its ranks and line:
+    "`write step_N/rankN.pt` (ranks 0, 1 · checkpointers.py:139 in _write_files())"."""
+    by_shape: dict[tuple[str, str, str], list[Site]] = {}
     for o in ops:
-        by_shape.setdefault(o.shape, []).append(o)
+        by_shape.setdefault(_shape(o), []).append(o)
     parts = []
     for (op, target, caller), same in by_shape.items():
         ranks = sorted({o.rank for o in same})
@@ -115,10 +96,11 @@ class Finding:
     headline: str
     #: The failing judgments, the lead property's first.
     cases: tuple[CaseResult, ...]
-    #: A window's opening operation on each rank that has one (the one named first leads).
-    opened_by: tuple[Op, ...] = ()
+    #: A window's opening operation on each rank that has one (the one named first leads),
+    #: as the case whose fault struck there saw it.
+    opened_by: tuple[Site, ...] = ()
     #: A window's closing operation on each rank.
-    closed_by: tuple[Op, ...] = ()
+    closed_by: tuple[Site, ...] = ()
 
     @property
     def check(self) -> str:
@@ -178,39 +160,39 @@ class _Window:
     rank: int
     phase: str
     #: The operations at its points, in order.
-    ops: list[Op]
+    ops: list[Site]
     #: The operation right before it (None: it starts with the phase).
-    before: Optional[Op]
+    before: Optional[Site]
 
     @property
-    def opened(self) -> Optional[Op]:
+    def opened(self) -> Optional[Site]:
         """What opened it: the operation before it, or where that is a
         collective (its peer did something after it that this rank depends on),
         the window's first operation that is not one."""
-        if self.before is None or not self.before.collective:
+        if not _collective(self.before):
             return self.before
-        return next((o for o in self.ops if not o.collective), self.before)
+        return next((o for o in self.ops if not _collective(o)), self.before)
 
     @property
-    def closed(self) -> Op:
+    def closed(self) -> Site:
         return self.ops[-1]
 
     def leads(self) -> tuple:
         """Which window names its finding's opening operation: one opened by
         the operation right before it, not by a collective, then the lowest rank."""
-        return (self.opened is None or self.opened.collective, self.opened is not self.before, self.rank,
+        return (self.opened is None or _collective(self.opened), self.opened is not self.before, self.rank,
                 self.phase)
 
 
 def _windows(results: Sequence[CaseResult], taken: set[int], noun: str) -> list[Finding]:
     at: dict[tuple[int, str, int], list[tuple[str, CaseResult]]] = {}
-    ops: dict[tuple[int, str, int], Op] = {}
+    ops: dict[tuple[int, str, int], Site] = {}
     for r in results:
         if r.site is not None:
             where = (r.site.rank, r.site.phase, r.site.index)
             at.setdefault(where, []).append((r.site.fault, r))
-            ops.setdefault(where, Op.of(r.site))
-    edges: dict[tuple[int, str], list[tuple[Op, bool]]] = {}  # (rank, phase) -> [(op, fails)]
+            ops.setdefault(where, r.site)
+    edges: dict[tuple[int, str], list[tuple[Site, bool]]] = {}  # (rank, phase) -> [(op, fails)]
     for where, judged in sorted(at.items()):
         stops = [r for kind, r in judged if kind in EDGES and _LOST not in r.summary]
         if stops:
@@ -230,7 +212,7 @@ def _windows(results: Sequence[CaseResult], taken: set[int], noun: str) -> list[
     merged: dict[tuple, list[_Window]] = {}
     for windows in by_nth.values():
         opener = min(windows, key=_Window.leads).opened
-        key = (opener.shape if opener else None, tuple(sorted({o.shape for o in _closers(windows)})))
+        key = (_shape(opener) if opener else None, tuple(sorted({_shape(o) for o in _closers(windows)})))
         merged.setdefault(key, []).extend(windows)
     found = []
     for windows in merged.values():
@@ -254,15 +236,15 @@ def _windows(results: Sequence[CaseResult], taken: set[int], noun: str) -> list[
     return found
 
 
-def _closers(windows: Sequence[_Window]) -> tuple[Op, ...]:
+def _closers(windows: Sequence[_Window]) -> tuple[Site, ...]:
     """What closed the windows: each rank's last operation in its window,
     but a collective where another rank's is not one (that rank waited there
     for its peer's operation, which is what closed it)."""
     closed = [w.closed for w in sorted(windows, key=lambda w: (w.rank, w.phase))]
-    return tuple(o for o in closed if not o.collective) or tuple(closed)
+    return tuple(o for o in closed if not _collective(o)) or tuple(closed)
 
 
-def _window_line(opened: Sequence[Op], closed: Sequence[Op], ranks: Sequence[int], kinds: Sequence[str],
+def _window_line(opened: Sequence[Site], closed: Sequence[Site], ranks: Sequence[int], kinds: Sequence[str],
                  cases: Sequence[CaseResult], noun: str) -> str:
     """The dependency, the opening operation first (where a fix goes: it
     moves after the closing one): "`rename latest.tmp -> latest` (...) comes

@@ -7,24 +7,13 @@ a real planted job, is `tests/test_findings.py`.
 
 from __future__ import annotations
 
-import dataclasses
-
 from ckpt_harness.oracle.findings import group
+from ckpt_harness.pipeline.baseline import Point
 from ckpt_harness.report import Report
 from ckpt_harness.verdict import CaseResult, Site, Verdict
 
 PROPERTY = {"crash": "atomic", "crash-mid": "atomic", "error": "preserving", "torn": "detecting",
             "power-loss": "atomic"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Point:
-    rank: int
-    phase: str
-    index: int
-    op: str
-    target: str
-    caller: str
 
 
 def pointer_first(fails: bool = True) -> list[tuple[Point, bool]]:
@@ -62,7 +51,8 @@ def explored(points: list[tuple[Point, bool]], kinds=("crash", "error"), also_li
                 name, PROPERTY[kind], Verdict.FAIL if broken else Verdict.PASS,
                 f"{kind} at rank {p.rank} #{p.index} → {'refused' if broken else 'S_prev'}", repro=f"repro {name}",
                 cells=(str(p.rank), str(p.index), p.op, p.target, p.caller, kind, "refused" if broken else "S_prev"),
-                outcome="refused" if broken else "S_prev", also=live, site=Site(kind, *dataclasses.astuple(p))))
+                outcome="refused" if broken else "S_prev", also=live,
+                site=Site(kind, p.rank, p.phase, p.index, p.op, p.target, p.caller)))
     return Report("job", 2, results, kind="explore")
 
 
