@@ -20,8 +20,11 @@ operations must have; so does this module, from the cases' fault points:
   operation (`crash-mid`, `torn`, `crash-after`) at its points; findings of
   the same two operations in other phases are one.
 * **What a power loss loses.** Cases that failed because the durability
-  model dropped what no fsync had made durable, by the first loss and why
-  ("`step_N` was never fsynced"), whatever the point the power went.
+  model dropped what no fsync had made durable, by the missing fsync most
+  of them lost something to ("`step_N` was never fsynced"), whatever the
+  point the power went.
+* **Damaged files** by what the load made of them ("partial" after a bit
+  flip of any of the checkpoint's files): what the load does not check.
 * **Everything else** by what each case reports: the same property and
   verdict, outcome, fault and operation, and the same reason once the
   numbers are taken out (a corruption, a delay, a plan of several faults, a
@@ -54,8 +57,10 @@ INSIDE = tuple(k.name for k in BY_NAME.values()
                and k.lasts is None)
 #: The operation column of a corruption case (`pipeline.cases.Case.row`).
 CORRUPT = "corrupt"
-#: How a case says the power loss, not the stop, broke it (`pipeline.cases._explain_power_loss`).
-_LOST = "; power loss lost "
+#: How a case's summary says the power loss, not the stop, broke it, and how its details
+#: list each loss and why (`pipeline.cases._explain_power_loss` writes both).
+LOST = "; power loss lost "
+LOSSES = "did not keep, and why:\n"
 _NUMBERS = re.compile(r"\d+")
 
 
@@ -143,10 +148,10 @@ def group(results: Sequence[CaseResult], noun: str = "job") -> list[Finding]:
     taken: set[int] = set()
     found = _windows(results, taken, noun)
     failing = [r for r in results if not r.verdict.ok and id(r) not in taken]
-    lost = _power_losses([r for r in failing if _LOST in r.summary], noun)
+    lost = _power_losses([r for r in failing if LOST in r.summary], noun)
     damaged = [_damaged(cases, noun) for cases in _by([r for r in failing if r.cell("op") == CORRUPT],
                                                       _damage_key).values()]
-    rest = [r for r in failing if _LOST not in r.summary and r.cell("op") != CORRUPT]
+    rest = [r for r in failing if LOST not in r.summary and r.cell("op") != CORRUPT]
     alike = [_alike(cases) for cases in _by(rest, alike_key).values()]
     by_size = lambda fs: sorted(fs, key=lambda f: -len(f.cases))  # noqa: E731 - stable: first seen first
     return by_size(found) + by_size([*lost, *damaged, *alike])
@@ -194,7 +199,7 @@ def _windows(results: Sequence[CaseResult], taken: set[int], noun: str) -> list[
             ops.setdefault(where, r.site)
     edges: dict[tuple[int, str], list[tuple[Site, bool]]] = {}  # (rank, phase) -> [(op, fails)]
     for where, judged in sorted(at.items()):
-        stops = [r for kind, r in judged if kind in EDGES and _LOST not in r.summary]
+        stops = [r for kind, r in judged if kind in EDGES and LOST not in r.summary]
         if stops:
             edges.setdefault(where[:2], []).append((ops[where], any(not r.verdict.ok for r in stops)))
     by_nth: dict[tuple[str, int], list[_Window]] = {}
@@ -222,7 +227,7 @@ def _windows(results: Sequence[CaseResult], taken: set[int], noun: str) -> list[
             for index in sorted({*inside, *([w.before.index] if w.before is not None else [])}):
                 for kind, r in at.get((w.rank, w.phase, index), ()):
                     joins = kind in INSIDE or (index in inside and kind in EDGES)
-                    if joins and not r.verdict.ok and _LOST not in r.summary and id(r) not in taken:
+                    if joins and not r.verdict.ok and LOST not in r.summary and id(r) not in taken:
                         cases.append(((r.verdict is not Verdict.FAIL, BY_NAME[kind].severity, len(cases)), kind, r))
                         taken.add(id(r))
         cases.sort(key=lambda c: c[0])
@@ -291,7 +296,7 @@ def _losses(r: CaseResult) -> list[tuple[str, str]]:
     """(path, why with its numbers out) of each loss a case's details list
     (`pipeline.cases._explain_power_loss`: "  step_000002/model.pt: created,
     but `step_000002` was never fsynced"); the why is what was not fsynced."""
-    _, _, listing = r.details.partition("did not keep, and why:\n")
+    _, _, listing = r.details.partition(LOSSES)
     out = []
     for line in listing.split("\n"):
         if not line.startswith("  "):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Sequence
 
 from ckpt_harness import oracle, phase
+from ckpt_harness.oracle import findings
 from ckpt_harness.config import DEFAULT_FAULTS, ends_group
 from ckpt_harness.errors import UsageError
 from ckpt_harness.inject import corrupt, durability, payload
@@ -94,7 +95,7 @@ class Case:
             return (str(first.rank), "", first.op or "-", first.at or "", "not in the golden run",
                     "+".join(dict.fromkeys(f.kind for f in self.faults)), outcome.kind.value)
         if not self.points:
-            return ("*", "", "corrupt" if self.path else "-", self.path or "", "", self.kind, outcome.kind.value)
+            return ("*", "", findings.CORRUPT if self.path else "-", self.path or "", "", self.kind, outcome.kind.value)
         join = lambda values: "+".join(dict.fromkeys(values))  # noqa: E731
         ps = self.points
         return (join(str(p.rank) for p in ps), join(str(p.index) for p in ps), join(p.op for p in ps),
@@ -450,8 +451,8 @@ def _explain_power_loss(result: CaseResult, lost: Optional[durability.PowerLoss]
     if lost is None or not lost.losses:
         return result
     listing = "\n".join(f"  {loss}" for loss in lost.losses)
-    details = f"what the power loss ({mode} durability model) did not keep, and why:\n{listing}"
-    summary = result.summary if result.verdict.ok else f"{result.summary}; power loss lost {lost.explain(1)}"
+    details = f"what the power loss ({mode} durability model) {findings.LOSSES}{listing}"
+    summary = result.summary if result.verdict.ok else f"{result.summary}{findings.LOST}{lost.explain(1)}"
     return dataclasses.replace(result, summary=summary,
                                details=f"{details}\n\n{result.details}" if result.details else details)
 
