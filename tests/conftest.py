@@ -53,7 +53,7 @@ def pace(tmp_path_factory) -> Pace:
 #: tests that fill the workers evenly, not a module of torchrun runs one
 #: worker runs alone while the others idle (a module missing here goes last).
 #: `python ci/module_times.py junit.xml` prints the table from a run's JUnit XML.
-MEASURED = {  # 2026-11-29, the CI run of e773235
+MEASURED = {  # 2026-11-29, the CI run of e773235 (test_findings, test_examples: that of d481dc5)
     "test_script_frameworks": 330, "test_background_writers": 297, "test_explore": 233, "test_script_mode": 185,
     "test_storage": 157, "test_extension": 155, "test_elastic": 149, "test_plugin": 135,
     "test_script_settings": 124, "test_warm_workers": 105, "test_script_explore": 98, "test_scenarios": 95,
@@ -66,7 +66,7 @@ MEASURED = {  # 2026-11-29, the CI run of e773235
     "test_frozen_ranks": 16, "test_ci_output": 15, "test_hf_trainer_job": 15, "test_severity": 14,
     "test_s3server": 14, "test_save_neutral": 13, "test_timings": 12, "test_buffering_bugs": 10,
     "test_deepspeed_reshard": 10, "test_capability_mix": 10, "test_script_ops": 7, "test_layers": 7,
-    "test_safe_loading": 6, "test_write_conflicts": 5,
+    "test_safe_loading": 6, "test_write_conflicts": 5, "test_findings": 39, "test_examples": 20,
 }
 
 

@@ -198,7 +198,7 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
                           outcome=outcome.kind.value)
 
     if prop == "safe-loading":
-        return _judge_safe_loading(result, resumed, outcome, ran)
+        return _judge_safe_loading(result, resumed, outcome, ran, ends_group)
     if faulted is not None and not faulted.fired():
         problem = health(faulted)
         window = {phase.save(ref.k), phase.after_save(ref.k)}  # the case's: the save it breaks, the work after it
@@ -272,13 +272,17 @@ def _judge_resume(result: Callable[..., CaseResult], prop: str, kind: str, ref: 
 
 
 def _judge_safe_loading(result: Callable[..., CaseResult], resumed: Run, outcome: Outcome,
-                        ran: Sequence[Ran]) -> CaseResult:
+                        ran: Sequence[Ran], ends_group: bool = True) -> CaseResult:
     """FAIL if any process of the resume ran the planted payload; otherwise
     whatever the job did with the file (refused it, fell back, ignored it)
     is safe: this property judges code execution only. A rank the harness
     stopped (hung) before it finished loading might still have run the file:
-    UNKNOWN. A hang after every rank loaded or raised is a liveness finding,
-    for the scenarios of "live" and "detecting" to judge, not this one."""
+    UNKNOWN; but not one waiting for a peer that refused and ended, under a
+    launcher that ends the group then (`ends_group`, `outcomes.group_ended`):
+    it would have been ended, as it is when torchrun's agent is first to do
+    it (else the same resume was UNKNOWN or PASS by which came first). A hang
+    after every rank loaded or raised is a liveness finding, for the
+    scenarios of "live" and "detecting" to judge, not this one."""
     if ran:
         ranks = {r.outcome.pid: r.rank for r in resumed.ranks}
         who = [f"rank {ranks[r.pid]}" if r.pid in ranks else f"process {r.pid} (no rank of the group)" for r in ran]
@@ -288,12 +292,15 @@ def _judge_safe_loading(result: Callable[..., CaseResult], resumed: Run, outcome
                       f"{' and '.join(who)} ran code the file carries, via {ran[0].loader}; load it with "
                       "torch.load(..., weights_only=True) (or a non-pickle format), never pickle.load", details)
     loaded = resumed.loaded_steps()
+    ended = ends_group and group_ended(resumed)
     unfinished = [r.rank for r in resumed.ranks if r.status is RankStatus.HUNG and r.rank not in loaded]
-    if unfinished:
+    if unfinished and not ended:
         problem = health(resumed)
         return result("safe-loading", Verdict.UNKNOWN,
                       f"no process ran the planted code, but rank(s) {', '.join(map(str, unfinished))} were stopped "
                       "before they finished loading and might still have", problem.details if problem else "")
+    if unfinished:
+        return result("safe-loading", Verdict.PASS, f"no process ran the planted code ({PEERS_ENDED})")
     if outcome.kind in (OutcomeKind.HANG, OutcomeKind.SOME_ERRORS):
         return result("safe-loading", Verdict.PASS, "no process ran the planted code (every rank loaded or refused "
                       "before the run hung: a liveness finding, which this property does not judge)")

@@ -757,3 +757,21 @@ def test_flake_folds_the_runs_that_did_not_pass_and_passes_when_none_failed():
     assert (flagged.verdict, flagged.repro) == (V.FAIL, "repro")
     assert flagged.summary.startswith("2 of 5 fault-free runs did not pass (golden#4, golden#3): run 4 of 5")
     assert judge_flake(5, [ok, slow], "repro").verdict is V.ERROR
+
+
+@pytest.mark.parametrize("ends_group, verdict", [(True, V.PASS), (False, V.UNKNOWN)])
+def test_a_peer_waiting_for_the_rank_that_refused_an_unsafe_file_is_ended_by_an_elastic_launcher(ends_group, verdict):
+    """Rank 0 refuses the planted pickle and exits; rank 1, not done loading,
+    waits for it in a collective. Under a launcher that ends the group then,
+    rank 1 never goes on to load anything (PASS, as when torchrun's agent ends
+    it first); under a plain launcher it might have (UNKNOWN). A rank hung
+    with no peer ended stays UNKNOWN under either."""
+    refused = run(rank(0).failed(message="refusing rng_0.pt: unsafe pickle"),
+                  rank(1).collective("barrier", 5, phase="load").hung(), stuck=True)
+    found = judge_fault("case", "unsafe-pickle", reference(), None, refused, save_returned=True, detail="x",
+                        repro="REPRO", ends_group=ends_group)
+    expect(found, "safe-loading", verdict, "no process ran the planted code")
+    alone = run(rank(0).loaded(K), rank(1).collective("barrier", 5, phase="load").hung(), timed_out=True)
+    stopped = judge_fault("case", "unsafe-pickle", reference(), None, alone, save_returned=True, detail="x",
+                          repro="REPRO", ends_group=ends_group)
+    expect(stopped, "safe-loading", V.UNKNOWN, "were stopped before they finished loading")
