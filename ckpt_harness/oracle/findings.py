@@ -11,7 +11,8 @@ operations must have; so does this module, from the cases' fault points:
 
 * **A window.** On one rank and in one phase, the consecutive points where a
   fault that stops the save before its operation (`crash`, `error`, `eio`,
-  `enospc`) fails the case. The operation just before the window *opened*
+  `enospc`) fails the case (FAIL: an UNKNOWN or a harness ERROR says
+  nothing of the job's order and is grouped with those alike). The operation just before the window *opened*
   it: once it is done, a stop breaks the job (a publication, a deletion, an
   overwrite). The window's last operation *closed* it: once that is done,
   a stop is safe again. The job relies on the closing operation happening
@@ -201,7 +202,7 @@ def _windows(results: Sequence[CaseResult], taken: set[int], noun: str) -> list[
     for where, judged in sorted(at.items()):
         stops = [r for kind, r in judged if kind in EDGES and LOST not in r.summary]
         if stops:
-            edges.setdefault(where[:2], []).append((ops[where], any(not r.verdict.ok for r in stops)))
+            edges.setdefault(where[:2], []).append((ops[where], any(r.verdict is Verdict.FAIL for r in stops)))
     by_nth: dict[tuple[str, int], list[_Window]] = {}
     for (rank, ph), line in edges.items():
         n = 0
@@ -227,8 +228,8 @@ def _windows(results: Sequence[CaseResult], taken: set[int], noun: str) -> list[
             for index in sorted({*inside, *([w.before.index] if w.before is not None else [])}):
                 for kind, r in at.get((w.rank, w.phase, index), ()):
                     joins = kind in INSIDE or (index in inside and kind in EDGES)
-                    if joins and not r.verdict.ok and LOST not in r.summary and id(r) not in taken:
-                        cases.append(((r.verdict is not Verdict.FAIL, BY_NAME[kind].severity, len(cases)), kind, r))
+                    if joins and r.verdict is Verdict.FAIL and LOST not in r.summary and id(r) not in taken:
+                        cases.append(((BY_NAME[kind].severity, len(cases)), kind, r))
                         taken.add(id(r))
         cases.sort(key=lambda c: c[0])
         lead = cases[0][2].check

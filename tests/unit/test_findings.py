@@ -7,6 +7,8 @@ a real planted job, is `tests/test_findings.py`.
 
 from __future__ import annotations
 
+import dataclasses
+
 from ckpt_harness.oracle.findings import group
 from ckpt_harness.pipeline.baseline import Point
 from ckpt_harness.report import Report
@@ -154,3 +156,15 @@ def test_a_case_without_a_point_is_grouped_with_those_that_failed_alike():
     (finding,) = group(cases)
     assert finding.kind == "alike" and len(finding.cases) == 2
     assert finding.headline == "refused after delay at rmtree: rank N deleted what its peer read"
+
+
+def test_a_harness_error_at_a_point_opens_no_window():
+    """An ERROR (or UNKNOWN) says nothing of the job's order: it is grouped
+    with the cases alike, and a window is drawn by FAILs only."""
+    report = explored(pointer_first(fails=False), kinds=("crash",))
+    at = next(i for i, r in enumerate(report.results) if r.case == "crash@r0:save4/rename#2")
+    report.results[at] = dataclasses.replace(report.results[at], verdict=Verdict.ERROR,
+                                             summary="harness error: the fork server died")
+    (finding,) = report.findings()
+    assert (finding.kind, finding.verdict, len(finding.cases)) == ("alike", Verdict.ERROR, 1)
+    assert finding.opened_by == () and finding.closed_by == ()
