@@ -86,3 +86,17 @@ def test_the_summary_renders_as_github_shows_it(browser, tmp_path):  # noqa: F81
     first.find_element("css selector", "summary").click()
     assert "ckpt-harness scenario" in first.find_element("css selector", "code").text
     browser.save_screenshot(str(tmp_path / "summary.png"))  # docs/ci-summary.png was taken so
+
+
+def test_an_annotation_finds_the_workspaces_file_not_the_copy_a_build_left(tmp_path):
+    """`pip install .` leaves build/lib/<package>/ beside the sources: the same
+    file name twice, so before, the annotation named no file at all."""
+    for where in ("src/pkg", "build/lib/pkg"):
+        (tmp_path / where).mkdir(parents=True)
+        (tmp_path / where / "train.py").write_text("x = 1\n")
+    found = [ci.Finding("job · atomic", "fail", "`rename a -> b` (rank 0 #3 · train.py:1 in save())", None)]
+    assert ci.annotations(found, tmp_path) == [
+        "::error file=src/pkg/train.py,line=1,title=job · atomic::`rename a -> b` (rank 0 #3 · train.py:1 in save())"]
+    (tmp_path / "src" / "other").mkdir()
+    (tmp_path / "src" / "other" / "train.py").write_text("y = 2\n")  # two of the workspace's own: no guess
+    assert ci.annotations(found, tmp_path)[0].startswith("::error title=")

@@ -24,8 +24,10 @@ operations must have; so does this module, from the cases' fault points:
   model dropped what no fsync had made durable, by the missing fsync most
   of them lost something to ("`step_N` was never fsynced"), whatever the
   point the power went.
-* **Damaged files** by what the load made of them ("partial" after a bit
-  flip of any of the checkpoint's files): what the load does not check.
+* **Damaged files**: corruptions of committed files and torn writes outside
+  a window that the load took for good, whatever it made of each ("partial"
+  after a bit flip, a refusal on one rank after a zero page): one mistake,
+  a load that does not check what it reads.
 * **Everything else** by what each case reports: the same property and
   verdict, outcome, fault and operation, and the same reason once the
   numbers are taken out (a corruption, a delay, a plan of several faults, a
@@ -150,9 +152,9 @@ def group(results: Sequence[CaseResult], noun: str = "job") -> list[Finding]:
     found = _windows(results, taken, noun)
     failing = [r for r in results if not r.verdict.ok and id(r) not in taken]
     lost = _power_losses([r for r in failing if LOST in r.summary], noun)
-    damaged = [_damaged(cases, noun) for cases in _by([r for r in failing if r.cell("op") == CORRUPT],
-                                                      _damage_key).values()]
-    rest = [r for r in failing if LOST not in r.summary and r.cell("op") != CORRUPT]
+    damaged = [_damaged(cases, noun) for cases in _by([r for r in failing if _damages(r)],
+                                                      lambda r: r.verdict).values()]
+    rest = [r for r in failing if LOST not in r.summary and not _damages(r)]
     alike = [_alike(cases) for cases in _by(rest, alike_key).values()]
     by_size = lambda fs: sorted(fs, key=lambda f: -len(f.cases))  # noqa: E731 - stable: first seen first
     return by_size(found) + by_size([*lost, *damaged, *alike])
@@ -283,8 +285,7 @@ def _power_losses(failing: Sequence[CaseResult], noun: str) -> list[Finding]:
         why = counts.most_common(1)[0][0]
         cases = [r for r in left if any(w == why for _, w in lost[id(r)])]
         left = [r for r in left if all(w != why for _, w in lost[id(r)])]
-        paths = list(dict.fromkeys(path for r in cases for path, w in lost[id(r)] if w == why))
-        shown = ", ".join(paths[:4]) + (f" and {len(paths) - 4} more" if len(paths) > 4 else "")
+        shown = _some([path for r in cases for path, w in lost[id(r)] if w == why])
         lead = Counter(c.check for c in cases).most_common(1)[0][0]
         ordered = tuple(sorted(cases, key=lambda r: r.check != lead))
         found.append(Finding("power loss", f"a power loss drops what the {noun} never made durable: {why} "
@@ -309,19 +310,35 @@ def _losses(r: CaseResult) -> list[tuple[str, str]]:
 
 
 # -- damaged files -----------------------------------------------------------------------------
-def _damage_key(r: CaseResult) -> tuple[str, str, str]:
-    return (r.check, r.verdict.value, r.cell("outcome"))
+def _damages(r: CaseResult) -> bool:
+    """A case that hands the load damaged bytes: a corruption of a committed
+    file, or a write that lands torn (outside a window: inside one, the
+    window is the cause)."""
+    return r.cell("op") == CORRUPT or (r.site is not None and BY_NAME[r.site.fault].family is Family.DAMAGE)
 
 
 def _damaged(cases: Sequence[CaseResult], noun: str) -> Finding:
-    """Corruptions of committed files the load treated alike: what the load does not check."""
-    how = ", ".join(dict.fromkeys(c.cell("fault") for c in cases))
-    files = list(dict.fromkeys(_NUMBERS.sub("N", c.cell("target")) for c in cases))
-    shown = ", ".join(files[:4]) + (f" and {len(files) - 4} more" if len(files) > 4 else "")
-    _, _, expected = cases[0].summary.rpartition("; expected ")
-    return Finding("damaged", f"the {noun}'s load takes a checkpoint damaged on disk ({how} of {shown}) as "
-                              f"{cases[0].cell('outcome')}" + (f"; expected {expected}" if expected else ""),
-                   tuple(cases))
+    """Damaged files the load took for good, whatever it made of each: one
+    mistake, a load that does not check what it reads. Its own property's
+    judgments lead (`detecting`), those a hang or a refusal on one rank
+    made worse under it."""
+    made: dict[str, dict[str, list[str]]] = {}  # outcome -> damage -> files
+    for c in cases:
+        damage = c.site.fault if c.site is not None else c.cell("fault")
+        target = c.site.target if c.site is not None else c.cell("target")
+        made.setdefault(c.cell("outcome") or "?", {}).setdefault(damage, []).append(_NUMBERS.sub("N", target))
+    parts = []
+    for outcome, damages in made.items():
+        what = "; ".join(f"{damage} of {_some(files)}" for damage, files in damages.items())
+        parts.append(f"{what} → {outcome}")
+    ordered = tuple(sorted(cases, key=lambda c: c.check != "detecting"))
+    return Finding("damaged", f"the {noun}'s load takes a checkpoint damaged on disk for good: {' · '.join(parts)}",
+                   ordered)
+
+
+def _some(names: Sequence[str], limit: int = 4) -> str:
+    names = list(dict.fromkeys(names))
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
 
 
 # -- alike -------------------------------------------------------------------------------------
@@ -341,6 +358,9 @@ def _alike(cases: Sequence[CaseResult]) -> Finding:
     _, _, outcome, fault, op, why, _ = alike_key(cases[0])
     if not cases[0].cells:
         return Finding("alike", cases[0].summary, tuple(cases))
+    if len(cases) == 1:  # its own numbers, not a group's ("rank 1 finished", not "rank N")
+        _, _, after = cases[0].summary.partition(" → ")
+        why = after.partition("; ")[2].partition(": ")[0] if "; " in after else ""
     return Finding("alike", f"{outcome} after {fault} at {op}" + (f": {why}" if why else ""), tuple(cases))
 
 

@@ -121,8 +121,9 @@ def annotations(found: Sequence[Finding], root: Path) -> list[str]:
     return out
 
 
-#: Directories a workspace's own code is not in: environments, caches, VCS.
-_SKIP = frozenset({".venv", "venv", "site-packages", ".git", "node_modules", "__pycache__", ".tox"})
+#: Directories a workspace's own code is not in: environments, caches, VCS, and the copies a build makes
+#: (`pip install .` leaves build/lib/<package>: the same file names again, so no annotation would find one).
+_SKIP = frozenset({".venv", "venv", "site-packages", ".git", "node_modules", "__pycache__", ".tox", "build", "dist"})
 
 
 def _find(root: Path, names: set[str]) -> dict[str, list[Path]]:

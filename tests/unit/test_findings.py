@@ -132,20 +132,28 @@ def test_power_losses_are_grouped_by_the_missing_fsync_most_of_them_share():
     assert "data written after its last fsync (lost: current/model.pt, current/optimizer.pt)" in found[1].headline
 
 
-def test_damaged_files_are_grouped_by_what_the_load_made_of_them():
-    def damaged(kind, path, outcome):
-        return CaseResult(f"{kind}:{path}", "detecting", Verdict.FAIL,
-                          f"{path} damaged → {outcome}; expected a refusal naming the file",
-                          cells=("*", "", "corrupt", path, "", kind, outcome), outcome=outcome)
+def test_damaged_files_the_load_took_are_one_finding_whatever_it_made_of_each():
+    """Corruptions of committed files and a torn write outside any window: one
+    mistake (the load checks nothing it reads), each outcome said once; its
+    own property's judgments lead, a hang on one rank they caused under it."""
+    def damaged(kind, path, outcome, check="detecting", site=None):
+        return CaseResult(f"{kind}:{path}", check, Verdict.FAIL, f"{path} damaged → {outcome}",
+                          cells=("*", "", "corrupt", path, "", kind, outcome), outcome=outcome, site=site)
 
+    torn = Site("torn", 1, "save 4", 3, "write", "step_000004/rank1.pt", "job.py:31 in shard()")
     found = group([damaged("bit-flip", "step_000004/model.pt", "partial"),
-                   damaged("truncate", "step_000004/model.pt", "refused without naming a file or rank"),
+                   damaged("zero-page", "step_000004/rank1.pt", "error on some ranks", check="live"),
                    damaged("bit-flip", "step_000004/rank1.pt", "partial"),
+                   CaseResult("torn@r1", "detecting", Verdict.FAIL, "torn → partial", outcome="partial",
+                              cells=("1", "3", "write", "step_000004/rank1.pt", "", "torn", "partial"), site=torn),
                    CaseResult("delete:latest", "detecting", Verdict.PASS, "refused",
                               cells=("*", "", "corrupt", "latest", "", "delete", "refused"))])
-    assert [(f.kind, len(f.cases)) for f in found] == [("damaged", 2), ("damaged", 1)]
-    assert found[0].headline == ("the job's load takes a checkpoint damaged on disk (bit-flip of step_N/model.pt, "
-                                 "step_N/rankN.pt) as partial; expected a refusal naming the file")
+    (finding,) = found
+    assert (finding.kind, finding.check, len(finding.cases)) == ("damaged", "detecting", 4)
+    assert finding.cases[-1].check == "live" and ("live", "fail", 1) in finding.secondary()
+    assert finding.headline == ("the job's load takes a checkpoint damaged on disk for good: bit-flip of "
+                                "step_N/model.pt, step_N/rankN.pt; torn of step_N/rankN.pt → partial · zero-page "
+                                "of step_N/rankN.pt → error on some ranks"), finding.headline
 
 
 def test_a_case_without_a_point_is_grouped_with_those_that_failed_alike():
