@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from ckpt_harness.timeline import Timeline
-from ckpt_harness.verdict import CaseResult, Verdict
+from ckpt_harness.verdict import CaseResult, Verdict, fold
 
 if TYPE_CHECKING:
     from ckpt_harness.catalogue.matrix import Matrix
@@ -242,8 +242,6 @@ def report_page(report: "Report") -> Page:
 def session_page(reports: Sequence[tuple[str, "Report"]], versions: dict[str, str]) -> Page:
     """The reports a pytest session's tests made with the `ckpt` fixture: a
     line per report on the first page, each its own page of findings and cases."""
-    from ckpt_harness.verdict import fold
-
     ids = _Ids()
     views = _report_views(ids, reports)
     verdict = fold(r.report.verdict for r in views).value
