@@ -1,7 +1,7 @@
 """Warm starts against cold ones: the same matrix rows, verdicts compared case by case.
 
-    python ci/bench_warm.py [--job NAME ...] [--script 'CMD' [--script-args LIST] ...]
-                            [--scenarios PATTERNS] [--repeat N]
+    python ci/bench_warm.py [--job NAME ... | --all] [--script 'CMD' [--script-args LIST] ...]
+                            [--scenarios PATTERNS] [--repeat N] [--warm-only]
 
 A Job's rank serves the process DCP spawns for its checkpoints from a
 template of itself (`launch.warm`), and a script's torchrun workers are
@@ -16,7 +16,14 @@ prints:
 - the wall time of each and the ratio cold / warm (and, with two jobs, the
   PROCESS row's warm time next to the THREAD row's);
 - every cell and every case whose verdict differs between the two (none is
-  the claim), and how many cases each side confirmed cold.
+  the claim), and how many cases each side confirmed cold;
+- each row's seconds within the matrix (its scenarios' wall times summed:
+  rows run side by side, so these share the machine), and the PROCESS row's
+  over the THREAD row's where both are in one matrix.
+
+`--all` runs the whole built-in matrix (every registered job, one
+`ckpt-harness matrix` each side); `--warm-only` the warm side alone (times,
+no comparison).
 
 Run it from outside the checkout's root; its output is what
 `docs/speed.md` quotes. No assertion here: a timed test would fail on a
@@ -68,6 +75,14 @@ def verdicts(result: dict) -> tuple[dict, dict, int]:
     return cells, cases, confirmed
 
 
+def row_seconds(result: dict) -> dict[str, float]:
+    """Each row's scenarios' wall times, summed."""
+    rows: dict[str, float] = {}
+    for s in result["scenarios"]:
+        rows[s["job"]] = rows.get(s["job"], 0.0) + s.get("elapsed", 0.0)
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--job", action="append", help="a matrix row (repeatable)")
@@ -77,9 +92,13 @@ def main() -> None:
                         help="`matrix --script-args` of the script given in the same place (repeatable)")
     parser.add_argument("--scenarios", default="", help="scenario patterns, as `matrix --scenarios` takes them")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--all", action="store_true", help="the whole built-in matrix, one matrix each side")
+    parser.add_argument("--warm-only", action="store_true", help="the warm side alone: times, no comparison")
     args = parser.parse_args()
-    jobs = args.job or ([] if args.script else ["dcp_async_process", "dcp_async"])
+    jobs = args.job or ([] if args.script or args.all else ["dcp_async_process", "dcp_async"])
     units = {job: ["--job", job] for job in jobs}
+    if args.all:
+        units["built-in matrix"] = []
     for i, script in enumerate(args.script):
         told = args.script_args[i] if i < len(args.script_args) else ""
         units[script.split()[0].rsplit("/", 1)[-1]] = ["--script", script, "--nproc-per-node", "2",
@@ -89,14 +108,25 @@ def main() -> None:
         for job, rows in units.items():
             for i in range(args.repeat):
                 sides = {}
-                for cold in (False, True) if i % 2 == 0 else (True, False):
-                    out = Path(tmp, f"{job.replace(':', '_')}-{i}-{'cold' if cold else 'warm'}")
+                order = (False,) if args.warm_only else (False, True) if i % 2 == 0 else (True, False)
+                for cold in order:
+                    out = Path(tmp, f"{job.replace(':', '_').replace(' ', '_')}-{i}-{'cold' if cold else 'warm'}")
                     out.mkdir()
                     at = load()
                     wall, result = matrix(rows, args.scenarios, out, cold)
                     sides[cold] = (wall, *verdicts(result))
                     print(f"{job} {'cold' if cold else 'warm'}: {wall:.1f} s ({at}), "
                           f"{len(sides[cold][2])} judgments, {sides[cold][3]} confirmed cold", flush=True)
+                    seconds = row_seconds(result)
+                    if len(seconds) > 1:
+                        print("  rows (scenario seconds summed): " + ", ".join(
+                            f"{row} {s:.0f}" for row, s in sorted(seconds.items(), key=lambda kv: -kv[1])))
+                    if {"dcp_async_process", "dcp_async"} <= seconds.keys():
+                        print(f"  dcp_async_process / dcp_async in this matrix = "
+                              f"{seconds['dcp_async_process'] / seconds['dcp_async']:.2f}x")
+                if args.warm_only:
+                    warm_walls.setdefault(job, []).append(sides[False][0])
+                    continue
                 (warm, wcells, wcases, _), (cold_wall, ccells, ccases, _) = sides[False], sides[True]
                 warm_walls.setdefault(job, []).append(warm)
                 print(f"{job}: cold / warm = {cold_wall / warm:.2f}x")

@@ -277,7 +277,7 @@ def _parser() -> argparse.ArgumentParser:
     _target_options(scenario, "run", only=BENCH_TARGET_SETTINGS)
     scenario.add_argument("--file", action="append", type=Path,
                           help="scenario file or directory to use instead of the built-in catalogue; repeatable")
-    add_arguments(scenario, ExploreConfig, only=("parallel", "timelines"))
+    add_arguments(scenario, ExploreConfig, only=("parallel", "max_cases", "timelines"))
     scenario.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
     scenario.add_argument("--shard", metavar="K/N",
                           help="run only part K (from 1) of N of the scenario's cases (a faults scenario's), the "
@@ -610,7 +610,7 @@ def _matrix_exit(matrix, fail_on: FailOn) -> int:
 
 def _scenario(args: argparse.Namespace) -> int:
     from ckpt_harness import targets
-    from ckpt_harness.catalogue.bench import Bench, refuse_split
+    from ckpt_harness.catalogue.bench import Bench, refuse_budget_and_shard, refuse_split
     from ckpt_harness.catalogue.scenario import select
     from ckpt_harness.catalogue.shards import Shard
     from ckpt_harness.config import SETTINGS
@@ -618,6 +618,8 @@ def _scenario(args: argparse.Namespace) -> int:
     if args.merge:
         return _scenario_merge(args)
     shard = Shard.parse(args.shard) if args.shard is not None else None
+    max_cases = getattr(args, "max_cases", SETTINGS["max_cases"].default)
+    refuse_budget_and_shard(max_cases, shard)
     _, config = _chosen(args, "run", "run")
     parallel = _parallel(args)
     progress = _progress(args)
@@ -633,7 +635,8 @@ def _scenario(args: argparse.Namespace) -> int:
         made.append(target)
         target.warm(parallel)
         bench = Bench(target, workdir, parallel=parallel, progress=progress,
-                      timelines=getattr(args, "timelines", SETTINGS["timelines"].default), shard=shard)
+                      timelines=getattr(args, "timelines", SETTINGS["timelines"].default), shard=shard,
+                      max_cases=max_cases)
         result = bench.run(scenario, args.case)
         if baseline is None:
             return result

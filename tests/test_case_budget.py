@@ -10,6 +10,7 @@ finds, the reference one still passes, and the cases left out plus those
 run are every case, as the printed command replays them.
 """
 
+import json
 import shlex
 
 from ckpt_harness.pipeline import budget
@@ -60,3 +61,29 @@ def test_a_budget_passes_the_reference_checkpointer_and_is_a_cli_option(tmp_path
               "--workdir", str(tmp_path / "work"), cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "--max-cases 3: ran 3 of" in out.stdout + out.stderr, out.stdout + out.stderr
+
+
+def test_a_scenario_runs_within_a_budget_and_names_the_command_that_runs_the_rest(tmp_path):
+    """`scenario --max-cases N`: the faults check's cases, chosen as an exploration's; the rest run by the
+    command its warning gives, and the two together are every case of the scenario."""
+    def scenario(*more: str, json_out: str):
+        out = cli("scenario", "power-loss-during-save", "--job", BROKEN, *more, "--json", str(tmp_path / json_out),
+                  "--workdir", str(tmp_path / json_out.replace(".json", "")), cwd=tmp_path)
+        return out, json.loads((tmp_path / json_out).read_text())
+
+    out, cut = scenario("--max-cases", "3", json_out="cut.json")
+    assert out.returncode == 1 and cut["verdict"] == "fail", out.stdout + out.stderr  # no fsync: still flagged
+    ran = {c["case"] for c in cut["cases"]}
+    (note,) = [w for w in cut["warnings"] if w.startswith("--max-cases 3: ran 3 of")]
+    assert len(ran) == 3 and f"warning: {note}" in out.stdout, out.stdout
+    rest = shlex.split(note.split("Run them: ")[1].split("   Run every case: ")[0])
+    rest = rest[rest.index("ckpt-harness"):]  # after the job's PYTHONPATH
+    assert rest[:3] == ["ckpt-harness", "scenario", "power-loss-during-save"] and "--max-cases" not in rest, rest
+    _, left = scenario(*rest[3:], json_out="rest.json")
+    assert not left["warnings"] and ran.isdisjoint(c["case"] for c in left["cases"])
+    _, whole = scenario(json_out="whole.json")
+    assert ran | {c["case"] for c in left["cases"]} == {c["case"] for c in whole["cases"]}
+
+    refused = cli("scenario", "power-loss-during-save", "--job", BROKEN, "--max-cases", "3", "--shard", "1/2",
+                  cwd=tmp_path)
+    assert refused.returncode == 2 and "give one of the two" in refused.stderr, refused.stdout + refused.stderr

@@ -16,6 +16,8 @@ judged by a cold run of it.
 - A script that forgets its optimizer state only when started warm is
   flagged warm, run again cold, and passes there: its verdict is the cold
   run's and says so; its twin that always forgets fails warm and cold.
+- A catalogue scenario runs again cold only its cases that did not pass
+  warm, on a cold golden run of its own; the others keep their warm results.
 """
 
 import json
@@ -33,6 +35,7 @@ from ckpt_harness.launch.warm_workers import record_reads
 from ckpt_harness.pipeline.verify import verify_script
 from ckpt_harness.verdict import Verdict
 from tests.clirun import cli
+from tests.test_script_matrix import RESUMABLE
 from tests.test_script_mode import script
 
 FACTS = Path(__file__).resolve().parent / "scripts" / "process_facts.py"
@@ -179,3 +182,28 @@ def test_cold_start_reaches_a_scripts_workers_through_the_cli(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert list((tmp_path / "work").glob("**/rank0.log")), "no worker ran"
     assert not list((tmp_path / "work").glob("**/*.warm-started")), "a cold start left a warm marker"
+
+
+def test_a_scenario_runs_again_cold_only_its_cases_that_did_not_pass_warm(tmp_path):
+    """overwrite-larger-world on a script that moves its files into the directory it overwrites: with the
+    flag off it refuses the earlier run's checkpoint (a pass), with it on it leaves that run's files in
+    place (a failure). Only the failure is run again cold."""
+    from ckpt_harness import targets
+    from ckpt_harness.catalogue.bench import Bench
+    from ckpt_harness.catalogue.scenario import builtin_catalogue, select
+    from ckpt_harness.config import ScriptConfig
+
+    (scenario,) = select(builtin_catalogue(), ["overwrite-larger-world"])
+    target = targets.of(ScriptConfig(script=f"{RESUMABLE} {{ckpt_dir}} --staging --rng-files --bug overwrite-in-place",
+                                     script_args=("overwrite=--overwrite", "seed=--seed {}", "steps=--steps {}",
+                                                  "save_every=--save-every {}"), nproc_per_node=2))
+    result = Bench(target, tmp_path).run(scenario)
+    judged = {r.case: r for r in result.results}
+    assert set(judged) == {"overwrite=off", "overwrite=on"}, result.explain()
+    off, on = judged["overwrite=off"], judged["overwrite=on"]
+    assert off.verdict is Verdict.PASS and off.warm and not off.confirmed_cold, result.explain()
+    assert on.verdict is Verdict.FAIL and on.confirmed_cold and "the warm run said the same" in on.details, \
+        result.explain()
+    again = {p.name for p in (tmp_path / "cold" / scenario.name).iterdir()}
+    assert again == {"overwrite=on", "template"}, again  # the passing case was not run again
+    assert list((tmp_path / "cold").glob("**/golden/run")), "the cold case stood on a warm golden run"

@@ -26,6 +26,7 @@ from ckpt_harness.catalogue.shards import CasePart, Shard
 from ckpt_harness.config import SETTINGS, ExplorePlan, settings_of
 from ckpt_harness.errors import ConfigError, UsageError
 from ckpt_harness.pipeline import baseline as baselines
+from ckpt_harness.pipeline import budget as budgets
 from ckpt_harness.pipeline import confirm
 from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
 from ckpt_harness.records.runs import Run
@@ -45,7 +46,7 @@ class Bench:
     def __init__(self, target: Target, root: Path, *, parallel: int = SETTINGS["parallel"].default,
                  progress: Optional[Callable[[int, int, CaseResult], None]] = None, reduce: bool = True,
                  name: Optional[str] = None, timelines: str = SETTINGS["timelines"].default,
-                 shard: Optional[Shard] = None):
+                 shard: Optional[Shard] = None, max_cases: Optional[int] = None):
         self.target = target
         #: The row its results are filed under (a matrix tells apart rows their targets do not).
         self.name = name or target.row
@@ -59,8 +60,13 @@ class Bench:
         self.timelines = SETTINGS["timelines"].check(timelines)
         #: Run only this part of each scenario's cases (`scenario --shard K/N`).
         self.shard = shard
+        #: Run at most this many of a scenario's cases (`scenario --max-cases N`, `pipeline.budget`).
+        self.max_cases = SETTINGS["max_cases"].check(max_cases)
+        refuse_budget_and_shard(max_cases, shard)
         #: What each scenario run in part planned in all, by name (`split`).
         self._planned: dict[str, tuple[str, ...]] = {}
+        #: What the case budget left out of each scenario, and how to run it (`within_budget`).
+        self._left_out: dict[str, str] = {}
         self._memo: dict[Any, _Once] = {}
         self._numbers = itertools.count()
         self._targets = itertools.count()
@@ -140,6 +146,18 @@ class Bench:
         self._planned[scenario.name] = tuple(c.name for c in cases)
         return self.shard.part(cases)
 
+    def within_budget(self, scenario: Scenario, base: Baseline, cases: Sequence[Any]) -> list[Any]:
+        """The cases of `scenario` this bench runs within its case budget (all
+        of them without one), noting what was left out and the command that
+        runs it (the scenario's report says so)."""
+        if self.max_cases is None:
+            return list(cases)
+        chosen, left = budgets.within(cases, self.max_cases)
+        if left:
+            self._left_out[scenario.name] = budgets.left_out(
+                self.max_cases, chosen, left, self.target.shell(self._command(scenario)))
+        return chosen
+
     def memo(self, key: Any, make: Callable[[], Any]) -> Any:
         """`make()` once per key on this bench (runs several scenarios share);
         callers of the same key wait for the first, other keys go on."""
@@ -147,11 +165,24 @@ class Bench:
             once = self._memo.setdefault(key, _Once())
         return once.get(make)
 
+    def cold(self, names: Optional[Sequence[str]]) -> "Bench":
+        """This bench with cold starts, to judge again the cases a warm start
+        left in doubt (`confirm.confirm_cases`): in directories of its own (a
+        check's runs go by scenario and case), sharing the runs already made
+        (its golden run is its own: the memo goes by target). Given those
+        cases by name, it runs them all: a shard's part was taken already."""
+        cold = copy.copy(self)
+        cold.target, cold.root = self.target.replace(cold_start=True), self.root / "cold"
+        if names is not None:
+            cold.shard = None
+        return cold
+
     def repro(self, scenario: Scenario, case: Optional[str] = None) -> str:
+        return self.target.shell(self._command(scenario) + (["--case", case] if case else []))
+
+    def _command(self, scenario: Scenario) -> list[str]:
         args = ["scenario", scenario.name, *self.target.bench_args()]
-        if not scenario.builtin:
-            args += ["--file", scenario.source]
-        return self.target.shell(args + (["--case", case] if case else []))
+        return args + (["--file", scenario.source] if not scenario.builtin else [])
 
     def not_applicable(self, scenario: Scenario) -> Optional[str]:
         """Why `scenario` cannot run on this bench's target (None: it can):
@@ -190,10 +221,8 @@ class Bench:
             bench.progress = progress
         try:
             results = check.run(bench, scenario, cases)
-            if confirm.doubted(results):  # its check's own runs started warm: judged by a cold run
-                cold = copy.copy(bench)  # in directories of its own: a check's runs go by scenario and case
-                cold.target, cold.root = self.target.replace(cold_start=True), self.root / "cold"
-                results = confirm.confirm(results, lambda: check.run(cold, scenario, cases))
+            results = confirm.confirm_cases(results, lambda names: check.run(bench.cold(names), scenario,
+                                                                             cases if names is None else names))
         except (NotApplicable, ConfigError) as exc:  # e.g. nodes = 2 at world size 3
             result = not_applicable(self.job, scenario, str(exc))
         except BaselineFailed as failed:
@@ -208,6 +237,8 @@ class Bench:
             result = summarize(self.job, scenario, results, getattr(check, "unit", "cases"))
             if self.shard is not None and scenario.name in self._planned:
                 result = dataclasses.replace(result, part=CasePart(self.shard, self._planned[scenario.name]))
+            if scenario.name in self._left_out:
+                result = dataclasses.replace(result, left_out=self._left_out[scenario.name])
         return _with_elapsed(result, time.monotonic() - started)
 
 
@@ -217,6 +248,13 @@ def refuse_split(scenario: Scenario) -> None:
         raise UsageError(f"--shard: scenario {scenario.name} ({scenario.check} check) runs a handful of cases, too "
                          f"few to split; a faults scenario's cases are: run this one whole, or split a catalogue "
                          f"by scenario with `ckpt-harness matrix --shard K/N`")
+
+
+def refuse_budget_and_shard(max_cases: Optional[int], shard: Optional[Shard]) -> None:
+    """UsageError when both are given: a shard runs its part of every case, a budget a chosen few."""
+    if max_cases is not None and shard is not None:
+        raise UsageError("--shard and --max-cases: a shard runs its part of every case, a budget a chosen few of "
+                         "them; give one of the two")
 
 
 class _Once:

@@ -117,6 +117,8 @@ class ScenarioResult:
     #: How bad its failing state comparisons are (`causes.Severity.option`); "" unless it fails,
     #: or when a failure of it is not a state comparison's (a hang, a torn file).
     severity: str = ""
+    #: Run within a case budget (`scenario --max-cases N`): what it left out, and the command that runs it.
+    left_out: str = ""
 
     def under(self, prop: str) -> Optional["ScenarioResult"]:
         """What this scenario says about `prop`, for that property's cell.
@@ -159,7 +161,8 @@ class ScenarioResult:
         shard = None
         if self.part is not None:
             shard = {**self.part.to_json(), "result": self.to_json()}
-        return Report(self.job, world_size, list(cases), self.elapsed, "scenario", note, dict(settings), shard=shard)
+        return Report(self.job, world_size, list(cases), self.elapsed, "scenario", note, dict(settings), shard=shard,
+                      warnings=(self.left_out,) if self.left_out else ())
 
     def with_timelines(self, directory: Path, base: Optional[Path] = None) -> "ScenarioResult":
         """This result, its cases' timelines written into `directory` (named relative to `base` if
@@ -221,6 +224,8 @@ class ScenarioResult:
             lines.append(self.details.rstrip())
         if self.repro and f"repro: {self.repro}" not in self.details:
             lines.append(f"repro: {self.repro}")
+        if self.left_out:
+            lines.append(f"warning: {self.left_out}")
         return "\n".join(lines)
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import shlex
 from typing import Hashable, Sequence
 
-from ckpt_harness.pipeline.baseline import Baseline
 from ckpt_harness.pipeline.cases import Case
 
 
@@ -47,13 +46,13 @@ def within(cases: Sequence[Case], budget: int) -> tuple[list[Case], list[Case]]:
     return sorted(chosen, key=lambda c: order[id(c)]), left
 
 
-def left_out(base: Baseline, chosen: Sequence[Case], left: Sequence[Case]) -> str:
-    """The report's warning: what the budget left out, and how to run it."""
-    everything = base.target.repro("explore", base.plan.values)
+def left_out(budget: int, chosen: Sequence[Case], left: Sequence[Case], everything: str) -> str:
+    """The report's warning: what the budget left out, and how to run it
+    (`everything`: the command that runs every case, an exploration's or a scenario's)."""
     rest = everything + "".join(f" --case {shlex.quote(c.name)}" for c in left)
     ran = sorted({a for c in chosen for a in aspects(c)}, key=repr)
     kinds = {name: sum(1 for a in ran if a[0] == name) for name in ("rank", "phase", "op", "kind")}
-    return (f"--max-cases {base.plan.max_cases}: ran {len(chosen)} of {len(chosen) + len(left)} cases "
+    return (f"--max-cases {budget}: ran {len(chosen)} of {len(chosen) + len(left)} cases "
             f"({kinds['rank']} ranks, {kinds['phase']} phases, {kinds['op']} operations, {kinds['kind']} fault kinds "
             f"among them); left out {len(left)}: {', '.join(c.name for c in left[:5])}"
             f"{' ...' if len(left) > 5 else ''}. Run them: {rest}   Run every case: {everything}")

@@ -109,7 +109,8 @@ def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,
         cases = named(base, only, cases)
     elif base.plan.max_cases is not None:
         cases, left = budget.within(cases, base.plan.max_cases)
-        warnings += (budget.left_out(base, cases, left),) if left else ()
+        warnings += (budget.left_out(base.plan.max_cases, cases, left, base.target.repro("explore", base.plan.values)),
+                     ) if left else ()
     missing = base.nothing_to_corrupt()
     shared = oracle.judge_single_writer("golden", base.golden, base.target.repro("explore", base.plan.values,
                                                                                 "golden"))

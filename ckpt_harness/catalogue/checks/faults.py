@@ -58,6 +58,8 @@ class Faults:
                                 f"nothing for {kinds} to act on")
         if only:
             cases = named(base, only, cases)
+        else:
+            cases = bench.within_budget(scenario, base, cases)
         cases = bench.split(scenario, cases)
         missing = base.nothing_to_corrupt()
         return run_cases(base, cases, bench.progress) + ([missing] if missing is not None and not only else [])
