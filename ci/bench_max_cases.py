@@ -13,8 +13,10 @@ prints:
 - the wall time and the number of cases of each, and the ratio;
 - every finding of the whole exploration (`oracle.findings`), and whether
   the budgeted one has a finding of the same cause: the same kind, property
-  and verdict, opened and closed by the same operations on the same files
-  (a window), or the same headline with its numbers out (any other kind);
+  and verdict, opened by the same operations on the same files (a window:
+  where its fix goes; where it closes is the last failing case a budget
+  ran, so that edge is printed, not compared), or the same headline with
+  its numbers out (any other kind);
 - any finding of the budgeted run that the whole one lacks (none is the claim).
 
 Run it from outside the checkout's root; its output is what
@@ -56,9 +58,16 @@ def cause(finding: dict) -> tuple:
         return frozenset((s["op"], s["target"]) for s in sites)
 
     said = (finding["kind"], finding["check"], finding["verdict"])
-    if finding["opened_by"] or finding["closed_by"]:
-        return (*said, ops(finding["opened_by"]), ops(finding["closed_by"]))
+    if finding["opened_by"]:
+        return (*said, ops(finding["opened_by"]))
     return (*said, re.sub(r"\d+", "N", finding["headline"].split(":")[0]))
+
+
+def edges(finding: dict) -> str:
+    def named(sites: list[dict]) -> str:
+        return ", ".join(sorted({f"{s['op']} {s['target']} (rank {s['rank']})" for s in sites})) or "-"
+
+    return f"opened by {named(finding['opened_by'])}; closed by {named(finding['closed_by'])}"
 
 
 def main() -> None:
@@ -66,10 +75,15 @@ def main() -> None:
     parser.add_argument("--script", default=HF, help=f"the script, as `explore --script` takes it (default: {HF})")
     parser.add_argument("--nproc-per-node", default="2")
     parser.add_argument("--max-cases", type=int, default=10)
+    parser.add_argument("--keep", type=Path, help="keep the two JSON reports in this directory")
     parser.add_argument("rest", nargs="*", help="more `explore` arguments (after --)")
     args = parser.parse_args()
     common = ["--script", args.script, "--nproc-per-node", args.nproc_per_node, *args.rest]
+    if args.keep is not None:
+        args.keep.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-max-cases-") as tmp:
+        if args.keep is not None:
+            tmp = str(args.keep.resolve())
         sides = {}
         for name, more in (("whole", []), (f"--max-cases {args.max_cases}", ["--max-cases", str(args.max_cases)])):
             at = os.getloadavg()[0]
@@ -82,11 +96,15 @@ def main() -> None:
         print(f"whole / budgeted = {whole_wall / part_wall:.2f}x")
         found = {cause(f) for f in part["findings"]}
         for f in whole["findings"]:
-            print(f"  {'found' if cause(f) in found else 'MISSED'}: {f['check']} {f['verdict'].upper()}, "
-                  f"{len(f['cases'])} cases: {f['headline'][:200]}")
+            print(f"  {'found' if cause(f) in found else 'MISSED'}: {f['kind']}, {f['check']} "
+                  f"{f['verdict'].upper()}, {len(f['cases'])} cases: {f['headline'][:200]}\n    {edges(f)}")
+            for g in part["findings"]:
+                if cause(g) == cause(f):
+                    print(f"    within the budget, {len(g['cases'])} cases: {edges(g)}")
         extra = [f for f in part["findings"] if cause(f) not in {cause(g) for g in whole["findings"]}]
         for f in extra:
-            print(f"  only within the budget: {f['check']} {f['verdict'].upper()}: {f['headline'][:200]}")
+            print(f"  only within the budget: {f['check']} {f['verdict'].upper()}: {f['headline'][:200]}\n"
+                  f"    {edges(f)}")
         missed = sum(cause(f) not in found for f in whole["findings"])
         print(f"{len(whole['findings']) - missed} of {len(whole['findings'])} causes found within the budget, "
               f"{len(extra)} not in the whole exploration")
