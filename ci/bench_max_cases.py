@@ -1,6 +1,7 @@
 """A case budget against the whole exploration: the same causes, at what cost.
 
-    python ci/bench_max_cases.py [--script 'CMD'] [--max-cases N] [-- EXPLORE ARGS ...]
+    python ci/bench_max_cases.py [--script 'CMD'] [--max-cases N] [--keep DIR] [-- EXPLORE ARGS ...]
+    python ci/bench_max_cases.py --reports WHOLE.json BUDGETED.json
 
 `--max-cases N` (`pipeline.budget`) runs N cases of an exploration, chosen
 to see every rank, phase, operation and fault kind before any twice. The
@@ -12,11 +13,7 @@ prints:
 
 - the wall time and the number of cases of each, and the ratio;
 - every finding of the whole exploration (`oracle.findings`), and whether
-  the budgeted one has a finding of the same cause: the same kind, property
-  and verdict, opened by the same operations on the same files (a window:
-  where its fix goes; where it closes is the last failing case a budget
-  ran, so that edge is printed, not compared), or the same headline with
-  its numbers out (any other kind);
+  the budgeted one has a finding of the same cause (`same_cause`);
 - any finding of the budgeted run that the whole one lacks (none is the claim).
 
 Run it from outside the checkout's root; its output is what
@@ -52,15 +49,25 @@ def explore(args: list[str], out: Path) -> tuple[float, dict]:
     return wall, json.loads(out.read_text())
 
 
-def cause(finding: dict) -> tuple:
-    """What a finding says is wrong, not how many cases showed it."""
-    def ops(sites: list[dict]) -> frozenset:
-        return frozenset((s["op"], s["target"]) for s in sites)
+def same_cause(budgeted: dict, whole: dict) -> bool:
+    """Does a finding of the budgeted run say what a finding of the whole one
+    says? The same kind, property and verdict; for a window, every operation
+    that opened it within the budget opens it in the whole exploration too
+    (on the same rank: where its fix goes; a budget may run cases of one
+    rank's part of a window alone, and its closing edge is the last failing
+    case it ran, so that is printed, not compared); any other kind, the same
+    headline with its numbers out."""
+    def sites(finding: dict) -> set:
+        return {(s["op"], s["target"], s["rank"]) for s in finding["opened_by"]}
 
-    said = (finding["kind"], finding["check"], finding["verdict"])
-    if finding["opened_by"]:
-        return (*said, ops(finding["opened_by"]))
-    return (*said, re.sub(r"\d+", "N", finding["headline"].split(":")[0]))
+    if (budgeted["kind"], budgeted["check"], budgeted["verdict"]) != (whole["kind"], whole["check"], whole["verdict"]):
+        return False
+    if budgeted["opened_by"] or whole["opened_by"]:
+        return bool(sites(budgeted)) and sites(budgeted) <= sites(whole)
+    def said(f: dict) -> str:
+        return re.sub(r"\d+", "N", f["headline"].split(":")[0])
+
+    return said(budgeted) == said(whole)
 
 
 def edges(finding: dict) -> str:
@@ -70,44 +77,50 @@ def edges(finding: dict) -> str:
     return f"opened by {named(finding['opened_by'])}; closed by {named(finding['closed_by'])}"
 
 
+def compare(whole: dict, part: dict) -> None:
+    for f in whole["findings"]:
+        mine = [g for g in part["findings"] if same_cause(g, f)]
+        print(f"  {'found' if mine else 'MISSED'}: {f['kind']}, {f['check']} {f['verdict'].upper()}, "
+              f"{len(f['cases'])} cases: {f['headline'][:200]}\n    {edges(f)}")
+        for g in mine:
+            print(f"    within the budget, {len(g['cases'])} cases: {edges(g)}")
+    extra = [g for g in part["findings"] if not any(same_cause(g, f) for f in whole["findings"])]
+    for g in extra:
+        print(f"  only within the budget: {g['check']} {g['verdict'].upper()}: {g['headline'][:200]}\n    {edges(g)}")
+    missed = sum(not any(same_cause(g, f) for g in part["findings"]) for f in whole["findings"])
+    print(f"{len(whole['findings']) - missed} of {len(whole['findings'])} causes found within the budget, "
+          f"{len(extra)} not in the whole exploration")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--script", default=HF, help=f"the script, as `explore --script` takes it (default: {HF})")
     parser.add_argument("--nproc-per-node", default="2")
     parser.add_argument("--max-cases", type=int, default=10)
-    parser.add_argument("--keep", type=Path, help="keep the two JSON reports in this directory")
+    parser.add_argument("--keep", type=Path, help="keep the two JSON reports in this directory (0.json: whole)")
+    parser.add_argument("--reports", type=Path, nargs=2, metavar=("WHOLE", "BUDGETED"),
+                        help="compare two reports made before instead of running")
     parser.add_argument("rest", nargs="*", help="more `explore` arguments (after --)")
     args = parser.parse_args()
+    if args.reports:
+        whole, part = (json.loads(p.read_text()) for p in args.reports)
+        return compare(whole, part)
     common = ["--script", args.script, "--nproc-per-node", args.nproc_per_node, *args.rest]
     if args.keep is not None:
         args.keep.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="bench-max-cases-") as tmp:
-        if args.keep is not None:
-            tmp = str(args.keep.resolve())
-        sides = {}
+        where = args.keep.resolve() if args.keep is not None else Path(tmp)
+        sides = []
         for name, more in (("whole", []), (f"--max-cases {args.max_cases}", ["--max-cases", str(args.max_cases)])):
             at = os.getloadavg()[0]
-            wall, report = explore(common + more, Path(tmp, f"{len(sides)}.json"))
-            sides[name] = (wall, report)
+            wall, report = explore(common + more, where / f"{len(sides)}.json")
+            sides.append((wall, report))
             cases = len({r["case"] for r in report["cases"]})
             print(f"{name}: {wall:.1f} s (load {at:.1f}), {cases} cases, verdict {report['verdict']}, "
                   f"{len(report['findings'])} findings", flush=True)
-        (whole_wall, whole), (part_wall, part) = sides.values()
+        (whole_wall, whole), (part_wall, part) = sides
         print(f"whole / budgeted = {whole_wall / part_wall:.2f}x")
-        found = {cause(f) for f in part["findings"]}
-        for f in whole["findings"]:
-            print(f"  {'found' if cause(f) in found else 'MISSED'}: {f['kind']}, {f['check']} "
-                  f"{f['verdict'].upper()}, {len(f['cases'])} cases: {f['headline'][:200]}\n    {edges(f)}")
-            for g in part["findings"]:
-                if cause(g) == cause(f):
-                    print(f"    within the budget, {len(g['cases'])} cases: {edges(g)}")
-        extra = [f for f in part["findings"] if cause(f) not in {cause(g) for g in whole["findings"]}]
-        for f in extra:
-            print(f"  only within the budget: {f['check']} {f['verdict'].upper()}: {f['headline'][:200]}\n"
-                  f"    {edges(f)}")
-        missed = sum(cause(f) not in found for f in whole["findings"])
-        print(f"{len(whole['findings']) - missed} of {len(whole['findings'])} causes found within the budget, "
-              f"{len(extra)} not in the whole exploration")
+        compare(whole, part)
 
 
 if __name__ == "__main__":
