@@ -68,9 +68,6 @@ class Bench:
         #: What the case budget left out of each scenario, and how to run it (`within_budget`).
         self._left_out: dict[str, str] = {}
         self._memo: dict[Any, _Once] = {}
-        #: Its goldens are its warm twin's (`cold`): cases run again cold stand on them, as a case
-        #: `pipeline.cases.run_case` confirms does, and a golden run's own judgments are confirmed where made.
-        self._warm_goldens = False
         self._numbers = itertools.count()
         self._targets = itertools.count()
         self._lock = threading.Lock()
@@ -109,7 +106,7 @@ class Bench:
             except BaselineFailed as failed:
                 return failed.result
 
-        found = self.memo(("golden", target.replace(cold_start=False) if self._warm_goldens else target), make)
+        found = self.memo(("golden", target), make)
         if not isinstance(found, Run):
             raise BaselineFailed(found)
         return found
@@ -170,15 +167,17 @@ class Bench:
 
     def cold(self, names: Optional[Sequence[str]]) -> "Bench":
         """This bench with cold starts, to judge again the cases a warm start
-        left in doubt (`confirm.confirm_cases`), in directories of its own (a
-        check's runs go by scenario and case). Given those cases by name, it
-        runs them all (a shard's part was taken already) on the warm golden
-        runs; without (a judgment of the golden run itself is doubted), on
-        golden runs of its own, cold."""
+        left in doubt (`confirm.confirm_cases`): in directories of its own (a
+        check's runs go by scenario and case), sharing the runs already made.
+        Its golden run is its own, cold (the memo goes by target): a script's
+        ranks start warm themselves, so a warm golden run's states could be
+        a warm start's, and a cold case judged against them would not be
+        confirmed. Given those cases by name, it runs them all: a shard's
+        part was taken already."""
         cold = copy.copy(self)
         cold.target, cold.root = self.target.replace(cold_start=True), self.root / "cold"
         if names is not None:
-            cold.shard, cold._warm_goldens = None, True
+            cold.shard = None
         return cold
 
     def repro(self, scenario: Scenario, case: Optional[str] = None) -> str:
