@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import itertools
 import sys
 import threading
@@ -74,12 +75,29 @@ def _waits() -> frozenset:
 def _waiting(ident: int, waits: frozenset) -> bool:
     """Is thread `ident` in one of the calls `waits` (or gone)? Read from its
     frames' code alone: nothing of the thread is touched."""
-    frame = sys._current_frames().get(ident)
+    frame = _current_frames().get(ident)
     while frame is not None:
         if frame.f_code in waits:
             return True
         frame = frame.f_back
     return ident not in {t.ident for t in threading.enumerate()}
+
+
+def _current_frames() -> dict:
+    """`sys._current_frames()` with the cyclic collector off while it runs.
+    On CPython before 3.12 it allocates while it holds the lock of the
+    interpreter's thread list, and a collection started by that allocation
+    takes the same lock: the thread deadlocks holding the GIL, and with it
+    the whole process (python/cpython#106883; seen here as a unit test of
+    this module frozen for good). Off for the microseconds of the call: an
+    automatic collection of this process's other threads waits that long."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return sys._current_frames()
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @dataclasses.dataclass

@@ -94,3 +94,24 @@ def test_a_process_that_waits_on_nothing_of_its_writers_keeps_them_held():
     table.release("stop")
     thread.join(timeout=5)
     assert ran == ["write"] and table.released_by == "stop"
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_frames_are_read_with_the_collector_off_and_its_state_given_back(enabled, monkeypatch):
+    """python/cpython#106883: a collection started inside `sys._current_frames()` deadlocks the process
+    on 3.11 (seen here: this module's writer frozen for good holding the GIL). The look at other threads'
+    frames runs with the collector off, and gives back whatever state it found."""
+    import gc
+    import sys
+
+    from ckpt_harness.inject import writers
+
+    seen = []
+    real = sys._current_frames
+    monkeypatch.setattr(sys, "_current_frames", lambda: seen.append(gc.isenabled()) or real())
+    (gc.enable if enabled else gc.disable)()
+    try:
+        frames = writers._current_frames()
+        assert threading.get_ident() in frames and seen == [False] and gc.isenabled() is enabled
+    finally:
+        gc.enable()
