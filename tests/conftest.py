@@ -1,5 +1,8 @@
 """Fixtures shared by the real-process tests."""
 
+import faulthandler
+import os
+import sys
 import tempfile
 
 import pytest
@@ -40,6 +43,31 @@ def _system_temp_in_basetemp(tmp_path_factory):
         yield
 
 
+#: Seconds any one test may take before its process is ended with every thread's stack: 5x the longest
+#: a test took in a CI run (77 s, `MEASURED`), never reached by one that works.
+TEST_DEADLINE = float(os.environ.get("CKPT_TEST_DEADLINE", 900))
+
+
+_STDERR = pytest.StashKey[int]()
+
+
+def pytest_configure(config):
+    # the process's own stderr, taken while pytest's capture is suspended (a test's fd 2 is the capture's)
+    config.stash[_STDERR] = os.dup(sys.__stderr__.fileno())
+
+
+@pytest.fixture(autouse=True)
+def _test_deadline(request):
+    """Every test ends. faulthandler's watchdog is a C thread: it fires even
+    where no Python code can run any more (a thread deadlocked holding the
+    GIL, python/cpython#106883, froze a CI run once), writes every thread's
+    stack to the process's own stderr and ends the process, which xdist
+    reports as the test that crashed it."""
+    faulthandler.dump_traceback_later(TEST_DEADLINE, exit=True, file=request.config.stash[_STDERR])
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
 @pytest.fixture
 def pace(tmp_path_factory) -> Pace:
     """This machine's slowdown right now, measured just before the test times anything."""
@@ -67,6 +95,7 @@ MEASURED = {  # 2026-11-29, the CI run of e773235 (test_findings, test_examples:
     "test_s3server": 14, "test_save_neutral": 13, "test_timings": 12, "test_buffering_bugs": 10,
     "test_deepspeed_reshard": 10, "test_capability_mix": 10, "test_script_ops": 7, "test_layers": 7,
     "test_safe_loading": 6, "test_write_conflicts": 5, "test_findings": 39, "test_examples": 20,
+    "test_suite_deadline": 4,
 }
 
 
