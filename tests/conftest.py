@@ -44,7 +44,7 @@ def _system_temp_in_basetemp(tmp_path_factory):
 
 
 #: Seconds any one test may take before its process is ended with every thread's stack: 5x the longest
-#: a test took in a CI run (77 s, `MEASURED`), never reached by one that works.
+#: a test took in a CI run (77 s, the retention-order script matrix at 1573110), never reached by one that works.
 TEST_DEADLINE = float(os.environ.get("CKPT_TEST_DEADLINE", 900))
 
 
