@@ -32,6 +32,7 @@ import pytest
 from ckpt_harness.launch.elastic import ScriptSpec, run_elastic
 from ckpt_harness.launch.group import RankStatus
 from ckpt_harness.launch.warm_workers import record_reads
+from ckpt_harness.pipeline.explore import explore_script
 from ckpt_harness.pipeline.verify import verify_script
 from ckpt_harness.verdict import Verdict
 from tests.clirun import cli
@@ -208,3 +209,40 @@ def test_a_scenario_runs_again_cold_only_its_cases_that_did_not_pass_warm(tmp_pa
     assert again == {"overwrite=on", "template"}, again  # the passing case was not run again
     # against a cold golden run: a warm one's states could be a warm start's
     assert list((tmp_path / "cold").glob("**/golden/run")), "the cold case stood on a warm golden run"
+
+
+#: One case per exploration: a crash before rank 0 renames save 4's staging directory into place.
+BEFORE_RENAME = dict(nproc_per_node=2, faults=("crash",), ops=("rename",), corruptions=(), after=False)
+
+
+def test_an_exploration_confirms_a_case_cold_on_a_golden_run_made_cold(tmp_path):
+    """A script that, started warm, forgets its optimizer state and seeds its model otherwise: the crash
+    before save 4's rename fails warm (the resume from save 2 has no momentum). Run again cold it passes,
+    against a golden run made cold; against the warm golden run every state would differ (the seed), a
+    failure no cold run makes."""
+    report = explore_script(script("--staging", "--bug", "forget-optimizer-when-warm", "--bug", "seed-when-warm"),
+                            workdir=tmp_path, **BEFORE_RENAME)
+    (case,) = [r for r in report.results if r.case != "golden"]
+    assert case.verdict is Verdict.PASS and case.confirmed_cold, report.explain()
+    assert "the warm run said FAIL" in case.details and "S_prev (step 2)" in case.summary, case.details
+    assert (tmp_path / "cold" / "golden" / "run").is_dir() and (tmp_path / "cold" / "cases").is_dir()
+    assert not report.warnings, report.warnings
+
+
+def test_a_golden_run_that_fails_only_warm_is_made_again_cold_and_every_case_stands_on_it(tmp_path):
+    report = explore_script(script("--staging", "--bug", "fail-when-warm"), workdir=tmp_path, **BEFORE_RENAME)
+    (case,) = [r for r in report.results if r.case != "golden"]
+    assert case.verdict is Verdict.PASS and not case.warm and not case.confirmed_cold, report.explain()
+    (said,) = report.warnings
+    assert said.startswith("the golden run failed with warm starts and passed with cold ones, so every case ran "
+                           "cold") and "fail-when-warm" in said, said
+    assert list((tmp_path / "cold" / "cases").iterdir()) and not (tmp_path / "cases").exists()
+
+
+def test_a_golden_run_that_fails_cold_too_is_the_exploration_s_failure_confirmed(tmp_path):
+    report = explore_script(script("--staging", "--bug", "skip-final-barrier"), workdir=tmp_path, **BEFORE_RENAME)
+    (golden,) = report.results
+    assert golden.verdict is Verdict.FAIL and golden.confirmed_cold, report.explain()
+    assert golden.summary.startswith("golden: hang:") and "the warm run said the same" in golden.details, \
+        golden.details
+    assert not list((tmp_path / "cold" / "golden" / "run").glob("*.warm-started"))

@@ -20,6 +20,7 @@ from ckpt_harness.errors import ConfigError
 from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import OPS, Fault, address
 from ckpt_harness.inject.trace import OUTSIDE, Event, EventKind, Unseen, fields, landing, landings, unseen_writes
+from ckpt_harness.pipeline import confirm
 from ckpt_harness.pipeline.resumes import Resumes
 from ckpt_harness.records.timeline import attach
 from ckpt_harness.records import Kind, data_reader
@@ -226,6 +227,11 @@ class Baseline:
     #: What the run a delay case delays ends as without the delay, per where it
     #: stops (`cases.undelayed`), made once for all its cases.
     undelayed: Resumes = dataclasses.field(default_factory=Resumes, compare=False, repr=False)
+    #: Why its golden run is a cold one the target was not asked for ("": it is
+    #: the run asked for): the warm golden run failed and a cold one passed (`prepare`).
+    cold_because: str = ""
+    #: This baseline with cold starts (`cold`), made once for all the cases that ask.
+    _cold: Resumes = dataclasses.field(default_factory=Resumes, compare=False, repr=False)
 
     @property
     def k(self) -> int:
@@ -249,9 +255,24 @@ class Baseline:
         return self.target.repro("explore", self.plan.values, case)
 
     def cold(self) -> "Baseline":
-        """The same baseline, its cases run with cold starts (`pipeline.confirm`), sharing no warm resume."""
-        return dataclasses.replace(self, target=self.target.replace(cold_start=True), resumes=Resumes(),
-                                   undelayed=Resumes())
+        """This baseline with cold starts, to confirm a case on (`pipeline.confirm`); made once, shared by
+        every case that asks, sharing no warm resume. If the golden run started a process warm, on a golden
+        run of its own, made cold: a script's ranks start warm themselves, so the warm golden run's states
+        could be a warm start's (a str hash seed every warm worker shares, say), and a cold case judged
+        against them would be judged against what no cold run makes. (A Job's golden run starts warm only
+        the process a rank spawns to save, which writes what the rank recorded; it is made again all the
+        same: one more run per exploration that has a doubted case, for one rule.) Raises `BaselineFailed`
+        if that golden run fails."""
+        made = self._cold.resume("cold", "", self._made_cold)[0]
+        return made if made.plan == self.plan else made.with_plan(self.plan)  # shared by `with_plan`'s copies
+
+    def _made_cold(self) -> "Baseline":
+        target = self.target.replace(cold_start=True)
+        if self.target.values.get("cold_start") or not self.golden.warm_started:
+            return dataclasses.replace(self, target=target, resumes=Resumes(), undelayed=Resumes(),
+                                       _cold=self._cold)
+        base = prepare(target, self.plan, self.root / "cold", committed_run=self.committed is not None)
+        return dataclasses.replace(base, _cold=self._cold)
 
     def with_plan(self, plan: ExplorePlan) -> "Baseline":
         """The same baseline, with the cases (faults, corruptions, ...) of another plan breaking the same save."""
@@ -292,8 +313,21 @@ def prepare(target: Target, plan: ExplorePlan, root: Path, *, committed_run: boo
     plan = without_power_loss(target, plan)
     if target.save_steps() is not None:
         broken(target, plan)  # a bad step is bad input: refused before any run
-    golden = golden_run(target, plan, root)
-    return from_golden(target.knowing(golden), plan, root, golden, committed_run=committed_run)
+    because = ""
+    try:
+        golden = golden_run(target, plan, root)
+    except BaselineFailed as failed:
+        if not confirm.doubted([failed.result]):
+            raise
+        target, root = target.replace(cold_start=True), root / "cold"
+        try:  # a golden run that failed warm is judged by a cold one; if that passes, every case stands on it
+            golden = golden_run(target, plan, root)
+        except BaselineFailed as also:
+            raise BaselineFailed(confirm.confirmed(failed.result, also.result)) from None
+        because = (f"the golden run failed with warm starts and passed with cold ones, so every case ran cold "
+                   f"(as with --cold-start); the warm run said: {failed.result.summary}")
+    base = from_golden(target.knowing(golden), plan, root, golden, committed_run=committed_run)
+    return dataclasses.replace(base, cold_because=because) if because else base
 
 
 def without_power_loss(target: Target, plan: ExplorePlan) -> ExplorePlan:
@@ -316,7 +350,7 @@ def golden_run(target: Target, plan: ExplorePlan, root: Path) -> Run:
     golden = target.run(RunRequest("golden", log_data=True), root / "golden" / "ckpt", root / "golden" / "run")
     live = oracle.judge_golden("golden", golden, target.repro("explore", plan.values, "golden"), target.noun)
     if live.verdict is not Verdict.PASS:
-        raise BaselineFailed(attach(live, [golden]))
+        raise BaselineFailed(attach(dataclasses.replace(live, warm=golden.warm_started), [golden]))
     unnamed = oracle.judge_named_steps("golden", golden)
     if unnamed is not None or not oracle.save_steps(golden):
         raise BaselineFailed(unnamed or oracle.cannot_judge(

@@ -27,7 +27,7 @@ from ckpt_harness.inject.faults import (BLOCKING, BY_NAME, FAULT_KINDS, OPS, Fau
                                        plan_label)
 from ckpt_harness.inject.trace import Event, EventKind, fields
 from ckpt_harness.pipeline import confirm
-from ckpt_harness.pipeline.baseline import Baseline, Point
+from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed, Point
 from ckpt_harness.pipeline.resumes import DirState
 from ckpt_harness.pipeline.workdir import fresh_dir
 from ckpt_harness.records.timeline import Note
@@ -180,8 +180,33 @@ def run_case(baseline: Baseline, case: Case) -> CaseResult:
     (`pipeline.confirm`)."""
     result = _judged(baseline, case)
     if confirm.doubted([result]):
-        result = confirm.confirmed(result, _judged(baseline.cold(), case))
+        result = confirm.confirmed(result, _judged_cold(baseline, case))
     return dataclasses.replace(result, site=case.site)
+
+
+def _judged_cold(baseline: Baseline, case: Case) -> CaseResult:
+    """`case` run with cold starts on `baseline.cold()`, placed among its points."""
+    try:
+        cold = baseline.cold()
+    except BaselineFailed as failed:
+        return oracle.cannot_judge(case.name, oracle.property_for(case.kind),
+                                   f"the case could not be run again with cold starts, as a case that did not pass "
+                                   f"warm must be before it is reported: {failed.result.summary}")
+    return _judged(cold, placed_on(case, cold))
+
+
+def placed_on(case: Case, baseline: Baseline) -> Case:
+    """`case` on another golden run of the same target (`Baseline.cold`'s):
+    each fault named by address at that run's operation of the address (the
+    index a state derived from its trace is cut at); a fault named by index,
+    or at an address that run did not reach, a corruption and a power loss
+    as they are."""
+    if not case.faults:
+        return case
+    where = {_place(p): p for p in baseline.points}
+    faults = tuple(f.placed(where[_place(f)].index, f.at, f.nth) if f.at and _place(f) in where else f
+                   for f in case.faults)
+    return Case.of(faults, baseline.points)
 
 
 def _judged(baseline: Baseline, case: Case) -> CaseResult:

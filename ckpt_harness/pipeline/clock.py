@@ -50,9 +50,9 @@ class CaseClock:
 
     @property
     def warm(self) -> bool:
-        """Did a run of the case start a spawned process warm (`Run.warm_started`)? Not one it builds
-        on (the golden run): its states are those its ranks recorded, which a spawned process only writes
-        out, and a golden run's own judgments are confirmed where they are made (`pipeline.verify`)."""
+        """Did a run of the case start a process warm (`Run.warm_started`)? Not one it builds on (the
+        golden run): a case confirmed cold stands on a golden run of its own (`Baseline.cold`), and a
+        golden run's own judgments are confirmed where they are made (`pipeline.verify`, `baseline.prepare`)."""
         return any(run.warm_started for run in self.seen[self._context:])
 
     def stamp(self, result: CaseResult, notes: Iterable[Note] = (), every: bool = False) -> CaseResult:

@@ -10,6 +10,7 @@ tells (`Target.knowing`), and the save broken is picked among those.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
@@ -18,7 +19,7 @@ from ckpt_harness import oracle, phase, targets
 from ckpt_harness.config import ExplorePlan, ScriptExploreConfig, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.pipeline import baseline as baselines
-from ckpt_harness.pipeline import budget
+from ckpt_harness.pipeline import budget, confirm
 from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
 from ckpt_harness.pipeline.cases import named, plan_cases, run_cases
 from ckpt_harness.pipeline.workdir import prepare_workdir
@@ -97,7 +98,8 @@ def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,
                      progress: Optional[ProgressFn] = None) -> tuple[list[CaseResult], tuple[str, ...]]:
     """Every case of a prepared baseline (or the `only` named), run and judged;
     with what a person must know about how they were run."""
-    warnings = (baselines.unseen_warning(base.unseen),) if base.unseen else ()
+    warnings = (base.cold_because,) if base.cold_because else ()
+    warnings += (baselines.unseen_warning(base.unseen),) if base.unseen else ()
     if base.replay_gap and base.plan.derive_states and base.target.caps.has("power_loss"):  # a bucket: expected
         warnings += (f"no case state was derived from the golden run's trace, every case ran its faulted save: "
                      f"{base.replay_gap}",)
@@ -112,10 +114,28 @@ def explore_baseline(base: Baseline, only: Optional[Sequence[str]] = None,
         warnings += (budget.left_out(base.plan.max_cases, cases, left, base.target.repro("explore", base.plan.values)),
                      ) if left else ()
     missing = base.nothing_to_corrupt()
-    shared = oracle.judge_single_writer("golden", base.golden, base.target.repro("explore", base.plan.values,
-                                                                                "golden"))
+    shared = _single_writer(base)
     return ([shared] if not shared.verdict.ok and not only else []) + run_cases(base, cases, progress) + (
         [missing] if missing is not None and not only else []), warnings
+
+
+def _single_writer(base: Baseline) -> CaseResult:
+    """Did two ranks write one file in the golden run; judged again on the
+    cold golden run (`Baseline.cold`) if it said so of one that started warm."""
+    def judged(of: Baseline) -> CaseResult:
+        result = oracle.judge_single_writer("golden", of.golden, of.target.repro("explore", of.plan.values, "golden"))
+        return dataclasses.replace(result, warm=of.golden.warm_started)
+
+    warm = judged(base)
+
+    def cold() -> list[CaseResult]:
+        try:
+            return [judged(base.cold())]
+        except BaselineFailed as failed:
+            return [oracle.cannot_judge("golden", warm.check, f"the golden run's writers could not be judged "
+                                        f"again with cold starts: {failed.result.summary}")]
+
+    return confirm.confirm([warm], cold)[0]
 
 
 def baseline(job: Union[str, type], *, workdir: Optional[Union[str, Path]] = None, **settings: Any) -> Baseline:

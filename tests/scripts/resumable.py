@@ -47,6 +47,10 @@ when told (`--resume-args '--init_from=resume'`). Bugs (--bug, repeatable), each
   harness started warm (`launch.warm_workers`): a script whose behaviour
   depends on what was imported before it, which the harness must never
   report as the checkpointing's failure.
+* seed-when-warm: in a process started warm, another seed for the model
+  (not the one the checkpoint records): a run whose states a warm start
+  changes, so that a cold run judged against a warm one differs from the start;
+* fail-when-warm: in a process started warm, exits 1 after training.
 
 --full-state declares the model and optimizer as its full state
 (`ckpt_harness.full_state`: replicated by DDP, the same at every world
@@ -87,7 +91,7 @@ parser.add_argument("--seed", type=int, default=0)
 parser.add_argument("--pg-timeout", type=float, help="seconds a collective may wait (init_process_group's timeout)")
 parser.add_argument("--bug", action="append", default=[], choices=(
     "forget-optimizer", "from-scratch", "rename-per-node", "skip-barrier", "rotate-by-name", "overwrite-in-place",
-    "skip-final-barrier", "forget-optimizer-when-warm"))
+    "skip-final-barrier", "forget-optimizer-when-warm", "seed-when-warm", "fail-when-warm"))
 parser.add_argument("--no-marker", action="store_true")
 parser.add_argument("--full-state", action="store_true")
 parser.add_argument("--any-world-size", action="store_true")
@@ -97,7 +101,7 @@ warm = "ckpt_harness.launch.warm_workers" in sys.modules
 
 dist.init_process_group("gloo", **({"timeout": timedelta(seconds=args.pg_timeout)} if args.pg_timeout else {}))
 rank, local_rank, world = dist.get_rank(), int(os.environ["LOCAL_RANK"]), dist.get_world_size()
-torch.manual_seed(args.seed)
+torch.manual_seed(args.seed + (1 if "seed-when-warm" in args.bug and warm else 0))
 model = DistributedDataParallel(torch.nn.Linear(8, 8))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 prefix = "checkpoint-" if args.staging else "step_"
@@ -197,3 +201,5 @@ if rank == 0:
 if not ("skip-final-barrier" in args.bug and rank == 0):
     dist.barrier()
 dist.destroy_process_group()
+if "fail-when-warm" in args.bug and warm:
+    raise SystemExit("fail-when-warm: this process was started warm")
