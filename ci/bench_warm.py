@@ -17,6 +17,9 @@ prints:
   PROCESS row's warm time next to the THREAD row's);
 - every cell and every case whose verdict differs between the two (none is
   the claim), and how many cases each side confirmed cold;
+- the CPU seconds of each (its whole process tree), as a share of the
+  cores over its wall time: what is left idle, which another scenario at
+  once could fill;
 - each row's seconds within the matrix (its scenarios' wall times summed:
   rows run side by side, so these share the machine), and the PROCESS row's
   over the THREAD row's where both are in one matrix.
@@ -35,6 +38,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -48,16 +52,26 @@ def load() -> str:
     return "load {:.1f}".format(os.getloadavg()[0])
 
 
+def cpu_seconds() -> float:
+    """User and system time of every process this one waited for (each ranks' parent waits for
+    its ranks, so a matrix's whole tree), summed."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
 def matrix(rows: list[str], scenarios: str, out: Path, cold: bool) -> tuple[float, dict]:
     """`rows`: ["--job", NAME] or ["--script", CMD, ...] and what else the matrix takes."""
     cli = "import sys; from ckpt_harness.cli import main; sys.exit(main())"
     args = [sys.executable, "-c", cli, "matrix", *rows, "--out", str(out), "--quiet"]
     args += ["--scenarios", scenarios] if scenarios else []
     args += ["--cold-start"] if cold else []
-    started = time.monotonic()
+    started, before = time.monotonic(), cpu_seconds()
     done = subprocess.run(args, capture_output=True, text=True, cwd=out.parent,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})
     wall = time.monotonic() - started
+    used = cpu_seconds() - before
+    print(f"  CPU {used:.0f} s: {used / (wall * os.cpu_count()):.0%} of {os.cpu_count()} cores over its wall time",
+          flush=True)
     if not (out / "matrix.json").exists():
         sys.exit(f"matrix {'cold' if cold else 'warm'} of {rows} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return wall, json.loads((out / "matrix.json").read_text())
