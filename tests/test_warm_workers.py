@@ -198,7 +198,8 @@ def test_a_scenario_runs_again_cold_only_its_cases_that_did_not_pass_warm(tmp_pa
     target = targets.of(ScriptConfig(script=f"{RESUMABLE} {{ckpt_dir}} --staging --rng-files --bug overwrite-in-place",
                                      script_args=("overwrite=--overwrite", "seed=--seed {}", "steps=--steps {}",
                                                   "save_every=--save-every {}"), nproc_per_node=2))
-    result = Bench(target, tmp_path).run(scenario)
+    bench = Bench(target, tmp_path)
+    result = bench.run(scenario)
     judged = {r.case: r for r in result.results}
     assert set(judged) == {"overwrite=off", "overwrite=on"}, result.explain()
     off, on = judged["overwrite=off"], judged["overwrite=on"]
@@ -209,6 +210,13 @@ def test_a_scenario_runs_again_cold_only_its_cases_that_did_not_pass_warm(tmp_pa
     assert again == {"overwrite=on", "template"}, again  # the passing case was not run again
     # against a cold golden run: a warm one's states could be a warm start's
     assert list((tmp_path / "cold").glob("**/golden/run")), "the cold case stood on a warm golden run"
+    # A case of the faults check is confirmed as it runs (`cases.run_case`), on the same cold golden run.
+    (lost,) = select(builtin_catalogue(), ["power-loss-after-save"])
+    (case,) = bench.run(lost).results  # staged and renamed, never fsynced: lost
+    assert case.verdict is Verdict.FAIL and case.confirmed_cold and "the warm run said the same" in case.details, \
+        case.explain()
+    goldens = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.glob("**/golden/run"))
+    assert len(goldens) == 2, goldens  # one warm, one cold, for both checks
 
 
 #: One case per exploration: a crash before rank 0 renames save 4's staging directory into place.

@@ -134,8 +134,10 @@ class Bench:
         known = target.knowing(golden)
         k = baselines.broken(known, plan)
         need = committed or bool(plan.corruptions)
-        found = self.memo(("baseline", known, k, need), lambda: baselines.from_golden(
-            known, plan, self.root / f"ex{next(self._numbers)}", golden, committed_run=need))
+        found = self.memo(("baseline", known, k, need), lambda: dataclasses.replace(baselines.from_golden(
+            known, plan, self.root / f"ex{next(self._numbers)}", golden, committed_run=need),
+            # a case confirmed cold stands on the cold golden run the bench's other checks confirm theirs on
+            made_cold=lambda: self.cold(None).baseline(target.replace(cold_start=True), plan, committed=need)))
         return found.with_plan(plan)
 
     def split(self, scenario: Scenario, cases: Sequence[Any]) -> list[Any]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Collection, Mapping, Optional, Sequence, Union
+from typing import Callable, Collection, Mapping, Optional, Sequence, Union
 
 from ckpt_harness import oracle, phase
 from ckpt_harness.config import ExplorePlan, save_before
@@ -232,6 +232,9 @@ class Baseline:
     cold_because: str = ""
     #: This baseline with cold starts (`cold`), made once for all the cases that ask.
     _cold: Resumes = dataclasses.field(default_factory=Resumes, compare=False, repr=False)
+    #: How that one is made where its golden run is shared with other checks
+    #: (a bench's: `Bench.baseline`); None: `prepare`d under `root`/cold.
+    made_cold: Optional[Callable[[], "Baseline"]] = dataclasses.field(default=None, compare=False, repr=False)
 
     @property
     def k(self) -> int:
@@ -271,7 +274,8 @@ class Baseline:
         if self.target.values.get("cold_start") or not self.golden.warm_started:
             return dataclasses.replace(self, target=target, resumes=Resumes(), undelayed=Resumes(),
                                        _cold=self._cold)
-        base = prepare(target, self.plan, self.root / "cold", committed_run=self.committed is not None)
+        base = self.made_cold() if self.made_cold is not None else \
+            prepare(target, self.plan, self.root / "cold", committed_run=self.committed is not None)
         return dataclasses.replace(base, _cold=self._cold)
 
     def with_plan(self, plan: ExplorePlan) -> "Baseline":
