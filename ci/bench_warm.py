@@ -26,7 +26,8 @@ prints:
 
 `--all` runs the whole built-in matrix (every registered job, one
 `ckpt-harness matrix` each side); `--warm-only` the warm side alone (times,
-no comparison).
+no comparison); `--keep DIR` keeps each side's matrix.json, and `--compare
+WARM COLD` compares two kept ones again.
 
 Run it from outside the checkout's root; its output is what
 `docs/speed.md` quotes. No assertion here: a timed test would fail on a
@@ -79,15 +80,28 @@ def matrix(rows: list[str], scenarios: str, out: Path, cold: bool) -> tuple[floa
 
 
 def verdicts(result: dict) -> tuple[dict, dict, int]:
-    """(cell -> verdict, (scenario, case, check) -> verdict, cases confirmed cold)."""
+    """(cell -> verdict, (row, scenario, case, check) -> verdict, cases confirmed cold)."""
     cells = {(c["job"], c["property"]): c["verdict"] for c in result["cells"]}
     cases, confirmed = {}, 0
     for s in result["scenarios"]:
         for r in s.get("results", ()):
             for j in (r, *r.get("also", ())):
-                cases[(s["scenario"], j["case"], j["check"])] = j["verdict"]
+                cases[(s["job"], s["scenario"], j["case"], j["check"])] = j["verdict"]
             confirmed += bool(r.get("confirmed_cold"))
     return cells, cases, confirmed
+
+
+def compare(warm: dict, cold: dict) -> None:
+    """Print every cell and every judgment whose verdict differs between two matrices."""
+    (wcells, wcases, _), (ccells, ccases, _) = verdicts(warm), verdicts(cold)
+    differ = sorted(k for k in wcells.keys() | ccells.keys() if wcells.get(k) != ccells.get(k))
+    for k in differ:
+        print(f"  cell {k}: warm {wcells.get(k)}, cold {ccells.get(k)}")
+    cases = sorted(k for k in wcases.keys() | ccases.keys() if wcases.get(k) != ccases.get(k))
+    for k in cases:
+        print(f"  case {k}: warm {wcases.get(k)}, cold {ccases.get(k)}")
+    print(f"  {len(differ)} of {len(wcells.keys() | ccells.keys())} cells and {len(cases)} of "
+          f"{len(wcases.keys() | ccases.keys())} judgments differ")
 
 
 def row_seconds(result: dict) -> dict[str, float]:
@@ -109,7 +123,14 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--all", action="store_true", help="the whole built-in matrix, one matrix each side")
     parser.add_argument("--warm-only", action="store_true", help="the warm side alone: times, no comparison")
+    parser.add_argument("--keep", type=Path, help="copy each side's matrix.json into this directory")
+    parser.add_argument("--compare", nargs=2, type=Path, metavar=("WARM", "COLD"),
+                        help="compare two kept matrix.json files, and run nothing")
     args = parser.parse_args()
+    if args.compare:
+        warm, cold = (json.loads(path.read_text()) for path in args.compare)
+        compare(warm, cold)
+        return
     jobs = args.job or ([] if args.script or args.all else ["dcp_async_process", "dcp_async"])
     units = {job: ["--job", job] for job in jobs}
     if args.all:
@@ -129,9 +150,12 @@ def main() -> None:
                     out.mkdir()
                     at = load()
                     wall, result = matrix(rows, args.scenarios, out, cold)
-                    sides[cold] = (wall, *verdicts(result))
+                    sides[cold] = (wall, result, *verdicts(result))
+                    if args.keep:
+                        args.keep.mkdir(parents=True, exist_ok=True)
+                        (args.keep / f"{out.name}.json").write_text((out / "matrix.json").read_text())
                     print(f"{job} {'cold' if cold else 'warm'}: {wall:.1f} s ({at}), "
-                          f"{len(sides[cold][2])} judgments, {sides[cold][3]} confirmed cold", flush=True)
+                          f"{len(sides[cold][3])} judgments, {sides[cold][4]} confirmed cold", flush=True)
                     seconds = row_seconds(result)
                     if len(seconds) > 1:
                         print("  rows (scenario seconds summed): " + ", ".join(
@@ -142,17 +166,10 @@ def main() -> None:
                 if args.warm_only:
                     warm_walls.setdefault(job, []).append(sides[False][0])
                     continue
-                (warm, wcells, wcases, _), (cold_wall, ccells, ccases, _) = sides[False], sides[True]
+                (warm, warm_result, *_), (cold_wall, cold_result, *_) = sides[False], sides[True]
                 warm_walls.setdefault(job, []).append(warm)
                 print(f"{job}: cold / warm = {cold_wall / warm:.2f}x")
-                differ = sorted(k for k in wcells.keys() | ccells.keys() if wcells.get(k) != ccells.get(k))
-                for k in differ:
-                    print(f"  cell {k}: warm {wcells.get(k)}, cold {ccells.get(k)}")
-                cases = sorted(k for k in wcases.keys() | ccases.keys() if wcases.get(k) != ccases.get(k))
-                for k in cases:
-                    print(f"  case {k}: warm {wcases.get(k)}, cold {ccases.get(k)}")
-                print(f"  {len(differ)} cells and {len(cases)} of {len(wcases.keys() | ccases.keys())} judgments "
-                      "differ")
+                compare(warm_result, cold_result)
     if "dcp_async_process" in warm_walls and "dcp_async" in warm_walls:
         process, thread = min(warm_walls["dcp_async_process"]), min(warm_walls["dcp_async"])
         print(f"warm dcp_async_process / dcp_async = {process / thread:.2f}x ({process:.1f} s / {thread:.1f} s)")
