@@ -43,8 +43,9 @@ def _system_temp_in_basetemp(tmp_path_factory):
         yield
 
 
-#: Seconds any one test may take before its process is ended with every thread's stack: 5x the longest
-#: a test took in a CI run (77 s, the retention-order script matrix at 1573110), never reached by one that works.
+#: Seconds any one test may take before its process is ended with every thread's stack: about 5x the
+#: longest a test took in a CI run (186 s, test_extension's CLI test, three workers on two cores, 2026-11-30;
+#: 155 s with a whole matrix beside the suite), never reached by one that works.
 TEST_DEADLINE = float(os.environ.get("CKPT_TEST_DEADLINE", 900))
 
 
