@@ -283,7 +283,7 @@ def reduced_catalogue(tmp: Path) -> None:
     for job in ("torch_save", "dcp"):
         matrices = {}
         for reduce in (False, True):
-            matrices[reduce] = run_matrix([job], builtin_catalogue(), world_size=2, reduce=reduce,
+            matrices[reduce] = run_matrix(_rows(job), builtin_catalogue(), reduce=reduce,
                                           workdir=tmp / f"reduce-{job}-{reduce}")
         cells = {reduce: {(s.scenario, r.case): (r.check, r.verdict, r.cells) for s in m.results for r in s.results}
                  for reduce, m in matrices.items()}
@@ -303,7 +303,7 @@ def scenarios_at_once(tmp: Path) -> None:
 
     print(f"\n8. the whole catalogue at ws=2, parallel 2: one scenario at a time vs. {SCENARIOS_AT_ONCE} at once")
     for job in ("torch_save", "dcp"):
-        matrices = {at_once: run_matrix([job], builtin_catalogue(), world_size=2, scenarios_at_once=at_once,
+        matrices = {at_once: run_matrix(_rows(job), builtin_catalogue(), scenarios_at_once=at_once,
                                         workdir=tmp / f"at-once-{job}-{at_once}")
                     for at_once in (1, SCENARIOS_AT_ONCE)}
         verdicts = {n: [(r.scenario, r.verdict) for r in m.results] for n, m in matrices.items()}
@@ -356,7 +356,7 @@ def early_end(tmp: Path, catalogue: bool = True) -> None:
         matrices = {}
         for on in (False, True):
             group.EARLY_END = on
-            matrices[on] = run_matrix([job], builtin_catalogue(), world_size=2, workdir=tmp / f"early-m-{job}-{on}")
+            matrices[on] = run_matrix(_rows(job), builtin_catalogue(), workdir=tmp / f"early-m-{job}-{on}")
         cells = {on: {(s.scenario, r.case): (r.check, r.verdict, r.cells) for s in m.results for r in s.results}
                  for on, m in matrices.items()}
         cases = len(cells[True])
@@ -377,18 +377,17 @@ def _early_end_scripts(tmp: Path) -> None:
     the two, whatever the launcher did) and without one (its peers wait)."""
     from ckpt_harness.catalogue.matrix import run_matrix
     from ckpt_harness.catalogue.scenario import builtin_catalogue
-    from ckpt_harness.config import ScriptConfig
     from ckpt_harness.launch import group
 
     resumable = Path(__file__).resolve().parent.parent / "tests" / "scripts" / "resumable.py"
     told = ("steps=--steps {}", "save_every=--save-every {}")
-    scripts = [ScriptConfig(script=f"{resumable} {{ckpt_dir}} --staging{extra}", script_args=told, nproc_per_node=2,
-                            timeout=120.0) for extra in (" --pg-timeout 4", "")]
+    scripts = _rows(*({"script": f"{resumable} {{ckpt_dir}} --staging{extra}", "script_args": told,
+                       "nproc_per_node": 2, "timeout": 120.0} for extra in (" --pg-timeout 4", "")))
     stalls = [s for s in builtin_catalogue() if s.check == "stall"]
     matrices = {}
     for on in (False, True):
         group.EARLY_END = on
-        matrices[on] = run_matrix((), stalls, scripts=scripts, workdir=tmp / f"early-script-{on}")
+        matrices[on] = run_matrix(scripts, stalls, workdir=tmp / f"early-script-{on}")
     cells = {on: {(s.job, s.scenario, r.case): (r.check, r.verdict, r.cells) for s in m.results for r in s.results}
              for on, m in matrices.items()}
     cases = len(cells[True])
@@ -424,7 +423,7 @@ def breakdown(tmp: Path, jobs: list[str], patterns: list[str], parallel: int, ou
     summary, dump = [], {}
     for job in jobs:
         load_before = _load()
-        matrix = run_matrix([job], scenarios, world_size=2, parallel=parallel, workdir=tmp / f"breakdown-{job}",
+        matrix = run_matrix(_rows(job), scenarios, parallel=parallel, workdir=tmp / f"breakdown-{job}",
                             progress=Progress())
         if matrix.skipped:
             print(f"\n   {job}: not run ({matrix.skipped[job]})")
@@ -467,6 +466,16 @@ def breakdown(tmp: Path, jobs: list[str], patterns: list[str], parallel: int, ou
 def _row(name: str, cases: int, mean, elapsed: float) -> str:
     parts = " | ".join(f"{getattr(mean, part):.2f}" for part in PART_HEADS)
     return f"| {name} | {cases} | {parts} | {mean.wall:.2f} | {elapsed:.1f} |"
+
+
+def _rows(*given):
+    """Matrix rows: a built-in job's name (at world size 2, as the matrix runs it) or a row's settings."""
+    from ckpt_harness.catalogue.matrix import matrix_rows
+
+    rows, skipped = matrix_rows([{"job": g, "world_size": 2} if isinstance(g, str) else g for g in given])
+    if skipped:
+        sys.exit(f"cannot run {skipped}")
+    return rows
 
 
 def _load() -> str:
