@@ -14,13 +14,20 @@ intact, never half a file taken for a checkpoint.
 The rank where the fault fires plays the scheduler, right before the
 operation it is armed at:
 
-1. it starts the *reaper*, a small process (no torch) holding a pidfd of
-   every rank of the group (found through their beacons, `launch.beacon`),
-   which sleeps the grace and SIGKILLs whichever of them is still alive: a
-   pidfd names the process, never a pid some stranger took over since;
-2. it SIGTERMs its peers, then itself, so that its own handler (or
-   SIGTERM's default action, death) comes before the operation, at the
-   point the case names; its peers get theirs wherever they are.
+1. it SIGTERMs its peers (found through their beacons, `launch.beacon`,
+   each named by a pidfd: never a pid some stranger took over since) at
+   once, so that they get theirs wherever they are at the moment the case
+   names, as a scheduler's notice reaches every process of a job at
+   nearly one moment, not after the milliseconds (tens of them on a
+   loaded machine) a fork and exec take: with the reaper started first, a peer
+   ran on through them, and whether DeepSpeed's rank 0 had written
+   `latest` by then decided a case's verdict, one run in six of
+   `scenario preemption-notice --job deepspeed_zero2` at two at once;
+2. it starts the *reaper*, a small process (no torch) holding those
+   pidfds and its own, which sleeps until the grace counted from the
+   notice is over and SIGKILLs whichever of them is still alive;
+3. it SIGTERMs itself, so that its own handler (or SIGTERM's default
+   action, death) comes before the operation, at the point the case names.
 
 What it cannot avoid changing: the rank forks the reaper (its pidfds are
 closed in the rank at once) and is its parent, so a rank that lives through
@@ -37,14 +44,16 @@ import os
 import signal
 import subprocess
 import sys
+import time
 
 from ckpt_harness.launch import beacon
 
-#: The reaper, run as `python -I -S -c REAPER GRACE FD...`: the pidfds it inherited, SIGKILLed after GRACE seconds.
+#: The reaper, run as `python -I -S -c REAPER UNTIL FD...`: the pidfds it inherited, SIGKILLed once the
+#: monotonic clock (one clock for every process of the machine) reads UNTIL.
 REAPER = """
 import signal, sys, time
 fds = [int(fd) for fd in sys.argv[2:]]
-time.sleep(float(sys.argv[1]))
+time.sleep(max(0.0, float(sys.argv[1]) - time.monotonic()))
 for fd in fds:
     try:
         signal.pidfd_send_signal(fd, signal.SIGKILL)
@@ -69,14 +78,15 @@ def deliver(grace: float) -> None:
                 pass
     mine = os.pidfd_open(me)
     try:
-        subprocess.Popen([sys.executable, "-I", "-S", "-c", REAPER, repr(grace), *map(str, [*peers, mine])],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         pass_fds=[*peers, mine])
+        until = time.monotonic() + grace
         for fd in peers:
             try:
                 signal.pidfd_send_signal(fd, signal.SIGTERM)
             except ProcessLookupError:
                 pass
+        subprocess.Popen([sys.executable, "-I", "-S", "-c", REAPER, repr(until), *map(str, [*peers, mine])],
+                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         pass_fds=[*peers, mine])
     finally:
         for fd in [*peers, mine]:
             os.close(fd)
