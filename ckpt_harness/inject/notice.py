@@ -15,14 +15,13 @@ The rank where the fault fires plays the scheduler, right before the
 operation it is armed at:
 
 1. it SIGTERMs its peers (found through their beacons, `launch.beacon`,
-   each named by a pidfd: never a pid some stranger took over since) at
-   once, so that they get theirs wherever they are at the moment the case
-   names, as a scheduler's notice reaches every process of a job at
-   nearly one moment, not after the milliseconds (tens of them on a
-   loaded machine) a fork and exec take: with the reaper started first, a peer
-   ran on through them, and whether DeepSpeed's rank 0 had written
-   `latest` by then decided a case's verdict, one run in six of
-   `scenario preemption-notice --job deepspeed_zero2` at two at once;
+   each named by a pidfd: never a pid some stranger took over since), so
+   that they get theirs wherever they are at the moment the case names, as
+   a scheduler's notice reaches every process of a job at nearly one
+   moment; not after the reaper's fork and exec (milliseconds, tens on a
+   loaded machine), through which a peer ran on: whether DeepSpeed's rank 0
+   had written `latest` by then decided a case's verdict (`docs/speed.md`,
+   "A preemption notice that came a fork late");
 2. it starts the *reaper*, a small process (no torch) holding those
    pidfds and its own, which sleeps until the grace counted from the
    notice is over and SIGKILLs whichever of them is still alive;
