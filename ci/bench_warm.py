@@ -22,7 +22,11 @@ prints:
   could fill;
 - each row's seconds within the matrix (its scenarios' wall times summed:
   rows run side by side, so these share the machine), and the PROCESS row's
-  over the THREAD row's where both are in one matrix.
+  over the THREAD row's where both are in one matrix;
+- first, the box's yardstick: the CPU seconds a fresh `import torch` takes
+  (the best of three). The same tree's matrix took 1.41x as long on one day
+  as the day before, with `import torch` 1.9-2.2 s against 1.4-1.7: times
+  from different days compare only next to it.
 
 `--all` runs the whole built-in matrix (every registered job, one
 `ckpt-harness matrix` each side); `--warm-only` the warm side alone (times,
@@ -50,6 +54,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def load() -> str:
     return "load {:.1f}".format(os.getloadavg()[0])
+
+
+def yardstick() -> float:
+    """The CPU seconds (user + system) a fresh interpreter takes to import torch, the best of three."""
+    best = float("inf")
+    for _ in range(3):
+        before = os.times()
+        subprocess.run([sys.executable, "-c", "import torch"], check=True)
+        after = os.times()
+        best = min(best, after.children_user - before.children_user + after.children_system - before.children_system)
+    return best
 
 
 def busy_seconds() -> float:
@@ -131,6 +146,7 @@ def main() -> None:
         warm, cold = (json.loads(path.read_text()) for path in args.compare)
         compare(warm, cold)
         return
+    print(f"the box: a fresh `import torch` takes {yardstick():.2f} CPU s (best of three), {load()}", flush=True)
     jobs = args.job or ([] if args.script or args.all else ["dcp_async_process", "dcp_async"])
     units = {job: ["--job", job] for job in jobs}
     if args.all:
