@@ -25,7 +25,7 @@ prints:
   over the THREAD row's where both are in one matrix;
 - first, the box's yardstick: the CPU seconds a fresh `import torch` takes
   (the best of three). The same tree's matrix took 1.41x as long on one day
-  as the day before, with `import torch` 1.9-2.2 s against 1.4-1.7: times
+  as the day before, with `import torch` 1.8-2.2 CPU s against 1.4-1.7: times
   from different days compare only next to it.
 
 `--all` runs the whole built-in matrix (every registered job, one
