@@ -199,7 +199,7 @@ def test_staging_renamed_on_every_node_fails_across_nodes_through_the_cli(tmp_pa
     assert re.search(r"raised FileNotFoundError in (save 2|run, in the save routine save\(\))", out.stdout), \
         out.stdout
     repro = next(line for line in out.stdout.splitlines() if line.startswith("repro: "))
-    assert repro.endswith("--nnodes 2 --case golden") and "--script" in repro
+    assert repro.endswith("--nnodes 2 --cold-start --case golden") and "--script" in repro  # confirmed cold
     found = {(c["case"], c["check"]): c for c in json.loads((tmp_path / "report.json").read_text())["cases"]}
     assert {k: c["verdict"] for k, c in found.items()} == {("golden", "live"): "fail"}
 

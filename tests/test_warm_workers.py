@@ -42,11 +42,11 @@ from tests.test_script_mode import script
 FACTS = Path(__file__).resolve().parent / "scripts" / "process_facts.py"
 
 
-def run_facts(run_dir: Path, warm: bool, **env: str):
+def run_facts(run_dir: Path, warm: bool, nproc_per_node: int = 2, **env: str):
     run_dir.mkdir(parents=True)
     outcome = run_elastic(ScriptSpec(command=[str(FACTS), str(run_dir / "facts")], run_dir=run_dir, deadline=120,
-                                     nproc_per_node=2, nnodes=1, warm_workers=warm, env=env))
-    assert [r.status for r in outcome.ranks] == [RankStatus.OK] * 2, outcome
+                                     nproc_per_node=nproc_per_node, nnodes=1, warm_workers=warm, env=env))
+    assert [r.status for r in outcome.ranks] == [RankStatus.OK] * nproc_per_node, outcome
     return outcome
 
 
@@ -155,12 +155,30 @@ def test_a_variable_an_import_sets_itself_may_come_back_with_the_value_it_set(mo
 
 
 def test_a_worker_whose_environment_an_import_read_differently_starts_cold(tmp_path):
-    outcome = run_facts(tmp_path / "run", True, OMP_NUM_THREADS="2")
+    """MKL_NUM_THREADS, read by torch's native start-up (which takes it over torchrun's OMP_NUM_THREADS=1)
+    and not by the server's import: its workers start cold, and their torch runs two threads."""
+    outcome = run_facts(tmp_path / "run", True, MKL_NUM_THREADS="2")
     assert not list((tmp_path / "run").glob("*.warm-started"))
     log = "".join(Path(p).read_text() for p in outcome.agent_logs)
     said = [line for line in log.splitlines() if line.startswith("[ckpt_harness] worker started cold: ")]
-    assert len(said) == 2 and all("OMP_NUM_THREADS" in line for line in said), log
+    assert len(said) == 2 and all("MKL_NUM_THREADS" in line for line in said), log
     assert facts(tmp_path / "run", 0)["threads"] == 2
+
+
+@pytest.mark.parametrize("threads", [None, "2"])
+def test_a_single_worker_per_node_starts_warm_with_the_threads_a_fresh_one_has(tmp_path, threads):
+    """torchrun leaves OMP_NUM_THREADS unset for one worker per node (and as given for any number): its
+    torch runs as many threads as a fresh interpreter's. Its agent comes from a server that imported torch
+    under the same value (`warm_workers.worker_threads`), so it starts warm all the same."""
+    env = {} if threads is None else {"OMP_NUM_THREADS": threads}
+    for warm in (False, True):
+        run_facts(tmp_path / str(warm), warm, nproc_per_node=1, **env)
+    cold, warm = facts(tmp_path / "False", 0), facts(tmp_path / "True", 0)
+    assert [p.name for p in (tmp_path / "True").glob("*.warm-started")] == ["rank0.warm-started"]
+    assert (warm["threads"], warm["interop_threads"]) == (cold["threads"], cold["interop_threads"])
+    if threads is not None:
+        assert warm["threads"] == 2, warm["threads"]
+    assert "OMP_NUM_THREADS" not in warm["env"] if threads is None else warm["env"]["OMP_NUM_THREADS"] == threads
 
 
 @pytest.mark.parametrize("bug, after_cold", [("forget-optimizer-when-warm", Verdict.PASS),
@@ -197,7 +215,7 @@ def test_a_scenario_runs_again_cold_only_its_cases_that_did_not_pass_warm(tmp_pa
     (scenario,) = select(builtin_catalogue(), ["overwrite-larger-world"])
     target = targets.of(ScriptConfig(script=f"{RESUMABLE} {{ckpt_dir}} --staging --rng-files --bug overwrite-in-place",
                                      script_args=("overwrite=--overwrite", "seed=--seed {}", "steps=--steps {}",
-                                                  "save_every=--save-every {}"), nproc_per_node=2))
+                                                  "save_every=--save-every {}"), nproc_per_node=1))
     bench = Bench(target, tmp_path)
     result = bench.run(scenario)
     judged = {r.case: r for r in result.results}

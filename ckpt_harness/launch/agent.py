@@ -57,6 +57,7 @@ from typing import Mapping, Optional
 
 from ckpt_harness.launch import _proc, _wire, warm_workers
 from ckpt_harness.launch.group import LaunchError
+from ckpt_harness.launch.warm_workers import worker_threads
 
 #: How long the server may take to import torch before the harness gives up
 #: on it (a cold import under load takes tens of seconds here).
@@ -193,9 +194,12 @@ class Agent:
 
 
 class _Server:
-    """The harness's one agent server, started on first use."""
+    """An agent server of the harness, started on first use: one per
+    ``OMP_NUM_THREADS`` its agents' workers run under (`threads`), the value
+    it imports torch with, so that they start warm (`warm_workers.worker_threads`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: Optional[str]) -> None:
+        self.threads = threads
         self.lock = threading.Lock()
         ours, theirs = socket.socketpair()
         # The server's log, read back only into the error of a server that failed: unlinked at
@@ -208,8 +212,8 @@ class _Server:
             [sys.executable, "-u", "-m", "ckpt_harness.launch.agent", str(theirs.fileno()), str(os.getpid())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
             start_new_session=True,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p),
-                 **warm_workers.reserved_env()},
+            env=warm_workers.server_env({**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
+                                        threads),
         )
         theirs.close()
         self.sock = ours
@@ -278,64 +282,74 @@ class _Server:
 
 
 class _Holder:
-    """This process's server, started from one long-lived thread: the
-    parent-death signal follows the *thread* that started a child, so a
-    server started from a short-lived one would die with it."""
+    """This process's servers, by the thread count they serve, each started
+    from one long-lived thread: the parent-death signal follows the *thread*
+    that started a child, so a server started from a short-lived one would
+    die with it."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.server: Optional[_Server] = None
+        self.servers: dict[Optional[str], _Server] = {}
         self.owner = os.getpid()
-        self.requests: "queue.Queue[queue.Queue]" = queue.Queue()
+        self.requests: "queue.Queue[tuple[Optional[str], queue.Queue]]" = queue.Queue()
         self.thread: Optional[threading.Thread] = None
 
-    def get(self) -> _Server:
+    def get(self, threads: Optional[str], exact: bool = True) -> _Server:
+        """The server for workers of `threads`, started if need be; with
+        `exact` false (workers started cold: any server's agents start them
+        alike) any running one first."""
         with self.lock:
-            if self.owner != os.getpid():  # a forked harness: the server is the parent's
-                self.server, self.thread, self.owner, self.requests = None, None, os.getpid(), queue.Queue()
-            if self.server is None or self.server.proc.poll() is not None:
+            if self.owner != os.getpid():  # a forked harness: the servers are the parent's
+                self.servers, self.thread, self.owner, self.requests = {}, None, os.getpid(), queue.Queue()
+            live = {t: s for t, s in self.servers.items() if s.proc.poll() is None}
+            if threads not in live and not exact and live:
+                return next(iter(live.values()))
+            if threads not in live:
                 if self.thread is None:
                     self.thread = threading.Thread(target=self._start_forever, name="ckpt-harness-agents",
                                                    daemon=True)
                     self.thread.start()
                 reply: queue.Queue = queue.Queue()
-                self.requests.put(reply)
+                self.requests.put((threads, reply))
                 server = reply.get()
                 if isinstance(server, BaseException):
                     raise server
-                self.server = server
-            return self.server
+                self.servers[threads] = server
+            return self.servers[threads]
 
     def _start_forever(self) -> None:
         while True:
-            reply = self.requests.get()
+            threads, reply = self.requests.get()
             try:
-                reply.put(_Server())
+                reply.put(_Server(threads))
             except BaseException as exc:
                 reply.put(exc)
 
     def close(self) -> None:
         with self.lock:
-            if self.server is not None and self.owner == os.getpid():
-                self.server.close(wait=1.0)
-            self.server = None
+            if self.owner == os.getpid():
+                for server in self.servers.values():
+                    server.close(wait=1.0)
+            self.servers = {}
 
 
 _holder = _Holder()
 
 
-def start_agent(argv: list[str], env: Mapping[str, str], log: Path, warm_workers: bool = False,
-                preload: tuple[str, ...] = ()) -> Agent:
+def start_agent(argv: list[str], env: Mapping[str, str], log: Path, nproc_per_node: int,
+                warm_workers: bool = False, preload: tuple[str, ...] = ()) -> Agent:
     """Start ``torchrun ARGV`` (as a warm fork) with `env`, in this process's
-    working directory, its output to `log`; its workers forked from a
-    template of it if `warm_workers` (`launch.warm_workers`), which has
-    imported `preload` too, else fresh."""
-    return _holder.get().start(argv, env, log, warm_workers, preload)
+    working directory, its output to `log`; its `nproc_per_node` workers
+    forked from a template of it if `warm_workers` (`launch.warm_workers`),
+    which has imported `preload` too, else fresh."""
+    server = _holder.get(worker_threads(env, nproc_per_node), exact=warm_workers)
+    return server.start(argv, env, log, warm_workers, preload)
 
 
-def prestart() -> None:
-    """Start the server now, so its torch import overlaps the caller's start-up."""
-    _holder.get()
+def prestart(nproc_per_node: int) -> None:
+    """Start the server for runs of `nproc_per_node` workers now, so its
+    torch import overlaps the caller's start-up."""
+    _holder.get(worker_threads(os.environ, nproc_per_node))
 
 
 def shutdown() -> None:

@@ -345,7 +345,7 @@ class _ElasticRun:
             env[ENTRY_ENV] = spec.entry
         for node in range(spec.nnodes):
             self.agents.append(start_agent(spec.agent_args(port, self.tag, node), env, agent_log(self.run_dir, node),
-                                           warm_workers=spec.warm_workers,
+                                           spec.nproc_per_node, warm_workers=spec.warm_workers,
                                            preload=(*((spec.entry.partition(":")[0],) if spec.entry else ()),
                                                     *spec.preload)))
 

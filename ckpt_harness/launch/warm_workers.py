@@ -34,8 +34,9 @@ every case that does not pass exist for (`docs/probes.md`, "Warm script
 workers"): the modules of `PRELOAD` were imported before the script, in
 the agent server's environment, so a worker is started warm only if every
 variable those imports read (`ImportEnv`) has the value it had then
-(torchrun sets ``OMP_NUM_THREADS=1`` for several workers per node: the
-server imports torch under it); str hashes share the server's seed on
+(torchrun sets ``OMP_NUM_THREADS=1`` for several workers per node and
+leaves a single one's unset: a server imports torch under the value its
+workers will have, `worker_threads`); str hashes share the server's seed on
 every warm worker (a fresh interpreter draws its own); and the
 interpreter's start-up flags are the server's (``-u``, as torchrun's).
 A request the template cannot serve is a real ``fork``+``exec``, and says
@@ -72,7 +73,7 @@ WORKER = ("-u", "-m", "ckpt_harness.launch.worker")
 #: out of the recorder's sight, so compared by name.
 NATIVE_PREFIXES = ("OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "LD_", "MALLOC_", "GLIBC_TUNABLES", "LC_", "LANG",
                    "TORCH_CPP_", "TORCH_SHOW_", "PYTHON")
-#: The run's tag, reserved in the server's own environment (`reserved_env`) so a forked worker can show it.
+#: The run's tag, reserved in the server's own environment (`server_env`) so a forked worker can show it.
 TAG_ENV = "CKPT_HARNESS_ELASTIC_RUN"
 #: Set by the interpreter's flags, or made again for the worker (`_sys_path`, `_show_tag`), whatever the
 #: server had: an import that walks the whole environment reads these too.
@@ -177,9 +178,21 @@ class _Server:
     base_path: Optional[list[str]] = None
 
 
-def reserved_env() -> dict[str, str]:
-    """What the server's environment must hold for its forks to show a run's tag."""
-    return {TAG_ENV: "0" * TAG_LENGTH, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+def worker_threads(env: Mapping[str, str], nproc_per_node: int) -> Optional[str]:
+    """The ``OMP_NUM_THREADS`` torchrun gives its workers when started with
+    `env` (``torch.distributed.run``: 1 for two or more workers per node
+    unless set; a single worker keeps what it was given): the server's
+    torch must have been imported under that value for them to start warm."""
+    return env.get("OMP_NUM_THREADS", "1" if nproc_per_node > 1 else None)
+
+
+def server_env(env: Mapping[str, str], threads: Optional[str]) -> dict[str, str]:
+    """`env` as an agent server for workers of `threads` runs under: the
+    run's tag reserved (so its forks can show one) and ``OMP_NUM_THREADS``
+    the workers' (`worker_threads`), unset where theirs is."""
+    out = {**env, TAG_ENV: "0" * TAG_LENGTH}
+    out.pop("OMP_NUM_THREADS", None)
+    return out if threads is None else {**out, "OMP_NUM_THREADS": threads}
 
 
 def prepare_server(import_modules: Callable[[], None]) -> None:
@@ -385,7 +398,7 @@ def _take_on(sock: socket.socket, request: dict, fds: list[int]) -> None:
 
 def _show_tag(tag: Optional[str]) -> None:
     """Write the run's tag into the environment block the kernel shows in
-    ``/proc/PID/environ`` (the server's, reserved by `reserved_env`), where
+    ``/proc/PID/environ`` (the server's, reserved by `server_env`), where
     the harness's teardown looks for it; `os.environ` alone does not reach there."""
     if _Server.tag_at is not None and tag is not None and len(tag) == TAG_LENGTH:
         ctypes.memmove(_Server.tag_at, tag.encode(), TAG_LENGTH)

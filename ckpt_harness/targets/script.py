@@ -289,7 +289,8 @@ class ScriptTarget(BaseTarget):
     def warm(self, parallel: int) -> None:
         from ckpt_harness.launch.agent import prestart
 
-        prestart()  # the agents' torch, imported once while the harness starts up (and forked into workers)
+        # the agents' torch, imported once while the harness starts up (and forked into workers)
+        prestart(self.config.nproc_per_node)
 
     def run(self, request: RunRequest, ckpt_dir: Path, run_dir: Path) -> Run:
         """One torchrun run on `ckpt_dir`. A run stopped after save k stops the
