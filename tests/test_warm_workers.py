@@ -184,7 +184,7 @@ def test_a_single_worker_per_node_starts_warm_with_the_threads_a_fresh_one_has(t
 @pytest.mark.parametrize("bug, after_cold", [("forget-optimizer-when-warm", Verdict.PASS),
                                              ("forget-optimizer", Verdict.FAIL)])
 def test_a_script_case_that_fails_warm_is_judged_by_its_cold_run(tmp_path, bug, after_cold):
-    report = verify_script(script("--bug", bug), workdir=tmp_path, cases=["resume@2"], nproc_per_node=2)
+    report = verify_script(script("--bug", bug), workdir=tmp_path, cases=["resume@2"], nproc_per_node=1)
     judged = next(r for r in report.results if r.check == "saves after resume")
     assert judged.verdict is after_cold and judged.confirmed_cold and not judged.warm, report.explain()
     said = "the warm run said the same" if after_cold is Verdict.FAIL else "the warm run said FAIL"
@@ -238,7 +238,7 @@ def test_a_scenario_runs_again_cold_only_its_cases_that_did_not_pass_warm(tmp_pa
 
 
 #: One case per exploration: a crash before rank 0 renames save 4's staging directory into place.
-BEFORE_RENAME = dict(nproc_per_node=2, faults=("crash",), ops=("rename",), corruptions=(), after=False)
+BEFORE_RENAME = dict(nproc_per_node=1, faults=("crash",), ops=("rename",), corruptions=(), after=False)
 
 
 def test_an_exploration_confirms_a_case_cold_on_a_golden_run_made_cold(tmp_path):
@@ -266,7 +266,8 @@ def test_a_golden_run_that_fails_only_warm_is_made_again_cold_and_every_case_sta
 
 
 def test_a_golden_run_that_fails_cold_too_is_the_exploration_s_failure_confirmed(tmp_path):
-    report = explore_script(script("--staging", "--bug", "skip-final-barrier"), workdir=tmp_path, **BEFORE_RENAME)
+    report = explore_script(script("--staging", "--bug", "skip-final-barrier"), workdir=tmp_path,
+                            **{**BEFORE_RENAME, "nproc_per_node": 2})  # a peer to wait at the barrier rank 0 skips
     (golden,) = report.results
     assert golden.verdict is Verdict.FAIL and golden.confirmed_cold, report.explain()
     assert golden.summary.startswith("golden: hang:") and "the warm run said the same" in golden.details, \
