@@ -5,7 +5,8 @@ with training going on while they are written.
 does: a snapshot handed to a one-thread pool, no future kept. Its save
 lands when the pool's task is done (`inject.writers`), so a run stopped
 after save k lets that task finish first, and the operations of the task
-are points of the save's background phase. Under real torchrun at 2 ranks:
+are points of the save's background phase. Under real torchrun (at 2 ranks where
+what one rank does and another does not is part of the test, else at 1):
 
 - delays on every operation of the correct writer change nothing (before,
   the run stopped with the writer in flight and a delay made the resume
@@ -47,10 +48,11 @@ def script(*flags: str, steps: int = 6) -> str:
 def scenario_of(name: str, tmp_path: Path, *flags: str, steps: int = 4, cold: bool = False):
     """`ckpt-harness scenario NAME` on the pool writer with `flags`, in a directory of its own (absolute: the
     in-process fork server keeps the first call's directory). `cold`: workers started cold, for a run
-    expected to fail, which warm would be run twice (warm, then cold to confirm)."""
+    expected to fail, which warm would be run twice (warm, then cold to confirm). One worker: what these
+    scenarios judge is rank 0's writer."""
     where = tmp_path / ("-".join(flags) or "plain")
     where.mkdir()
-    return cli("scenario", name, "--script", script(*flags, steps=steps), "--nproc-per-node", "2",
+    return cli("scenario", name, "--script", script(*flags, steps=steps), "--nproc-per-node", "1",
                *(("--cold-start",) if cold else ()), "--workdir", str(where / "work"), cwd=where)
 
 
@@ -80,7 +82,7 @@ def test_delays_on_every_operation_of_a_pool_writer_without_a_future_change_noth
 
 
 def test_a_pointer_moved_before_the_pool_writer_landed_is_flagged_atomic(tmp_path):
-    targeted = dict(nproc_per_node=2, save=4, faults=("crash",), ops=("rename",), corruptions=(), after=False)
+    targeted = dict(nproc_per_node=1, save=4, faults=("crash",), ops=("rename",), corruptions=(), after=False)
     broken = explore_script(script("--bug", "latest-early"), workdir=tmp_path / "broken", **targeted)
     failed = {r.case: r for r in broken.results if r.verdict is Verdict.FAIL}
     writer = failed.get(f"crash@r0:{BG}/rename(<outside>->step_4.pt)")
@@ -187,7 +189,7 @@ def test_a_trainer_that_waits_without_a_timeout_for_a_writer_that_raised_is_flag
     The correct one first: its faulted run, here and now, sets the twin's deadline (the same run, but for the
     wait at the end): three times it, doubled for the twin's cold start (a cold worker imports torch itself,
     about twice a warm run's time on the 2-core box), and never under 15 s (it was a fixed 45 s)."""
-    targeted = dict(nproc_per_node=2, save="last", faults=("error",), ops=("open",), corruptions=(), after=False)
+    targeted = dict(nproc_per_node=1, save="last", faults=("error",), ops=("open",), corruptions=(), after=False)
     case = "error@r0:bg_save6/open(latest.tmp)"
     correct = explore_script(script("--pg-timeout", "600"), workdir=tmp_path / "correct", cases=[case],
                              timeout=45.0, **targeted)
