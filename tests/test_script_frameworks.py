@@ -276,8 +276,9 @@ def test_no_lightning_checkpoint_survives_a_power_loss_right_after_its_save(tmp_
     pytest.importorskip("pytorch_lightning")
     from tests.clirun import cli
 
-    out = cli("scenario", "power-loss-after-save", "--script", f"{LIGHTNING} {{ckpt_dir}}", "--nproc-per-node", "2",
-              "--workdir", str(tmp_path / "work"), cwd=tmp_path)
+    # one worker: rank 0 writes the checkpoint; cold: it fails, and warm it would be run again cold to confirm
+    out = cli("scenario", "power-loss-after-save", "--script", f"{LIGHTNING} {{ckpt_dir}}", "--nproc-per-node", "1",
+              "--cold-start", "--workdir", str(tmp_path / "work"), cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "durable: FAIL" in out.stdout and "expected S_k" in out.stdout, out.stdout
     assert ("step_2.ckpt: renamed in from outside the checkpoint directory, but the checkpoint directory was never "
