@@ -196,7 +196,7 @@ def test_a_script_case_that_fails_warm_is_judged_by_its_cold_run(tmp_path, bug, 
 
 
 def test_cold_start_reaches_a_scripts_workers_through_the_cli(tmp_path):
-    out = cli("run", "--script", script(), "--nproc-per-node", "2", "--case", "resume@2", "--cold-start",
+    out = cli("run", "--script", script(), "--nproc-per-node", "1", "--case", "resume@2", "--cold-start",
               "--workdir", str(tmp_path / "work"), cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert list((tmp_path / "work").glob("**/rank0.log")), "no worker ran"
