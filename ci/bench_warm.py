@@ -1,7 +1,7 @@
 """Warm starts against cold ones: the same matrix rows, verdicts compared case by case.
 
     python ci/bench_warm.py [--job NAME ... | --all] [--script 'CMD' [--script-args LIST] ...]
-                            [--scenarios PATTERNS] [--repeat N] [--warm-only]
+                            [--nproc-per-node N] [--scenarios PATTERNS] [--repeat N] [--warm-only]
 
 A Job's rank serves the process DCP spawns for its checkpoints from a
 template of itself (`launch.warm`), and a script's torchrun workers are
@@ -9,9 +9,9 @@ forked from a template of their agent (`launch.warm_workers`), unless
 `--cold-start` is given. For each job (default: `dcp_async_process`, the
 row that spawns, and `dcp_async`, the same job with a thread, as the
 yardstick; none once scripts are given), and for each script given (a
-matrix of it alone, at two workers), this runs `ckpt-harness matrix` warm
-and cold, interleaved, each in a fresh process with its own servers, and
-prints:
+matrix of it alone, at two workers or `--nproc-per-node`), this runs
+`ckpt-harness matrix` warm and cold, interleaved, each in a fresh process
+with its own servers, and prints:
 
 - the wall time of each and the ratio cold / warm (and, with two jobs, the
   PROCESS row's warm time next to the THREAD row's);
@@ -134,6 +134,7 @@ def main() -> None:
                         help="a script, as `matrix --script` takes it: a matrix of it alone (repeatable)")
     parser.add_argument("--script-args", action="append", default=[],
                         help="`matrix --script-args` of the script given in the same place (repeatable)")
+    parser.add_argument("--nproc-per-node", type=int, default=2, help="the scripts' workers per node (default 2)")
     parser.add_argument("--scenarios", default="", help="scenario patterns, as `matrix --scenarios` takes them")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--all", action="store_true", help="the whole built-in matrix, one matrix each side")
@@ -153,7 +154,7 @@ def main() -> None:
         units["built-in matrix"] = []
     for i, script in enumerate(args.script):
         told = args.script_args[i] if i < len(args.script_args) else ""
-        units[script.split()[0].rsplit("/", 1)[-1]] = ["--script", script, "--nproc-per-node", "2",
+        units[script.split()[0].rsplit("/", 1)[-1]] = ["--script", script, "--nproc-per-node", str(args.nproc_per_node),
                                                         *(["--script-args", told] if told else [])]
     warm_walls: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-warm-") as tmp:
