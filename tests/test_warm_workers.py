@@ -11,8 +11,10 @@ judged by a cold run of it.
   sleeping non-daemon thread and an atexit hook to the interpreter's exit.
   Everything is the same but what names the run; only warm leaves the
   marker a run reads (`Run.warm_started`).
-- A worker whose environment differs where an import read it (OMP_NUM_THREADS)
-  starts cold, and the agent's log says why.
+- A worker whose environment differs where an import read it (MKL_NUM_THREADS)
+  starts cold, and the agent's log says why; a single worker per node, whose
+  OMP_NUM_THREADS torchrun leaves as given, starts warm with a fresh one's
+  thread count.
 - A script that forgets its optimizer state only when started warm is
   flagged warm, run again cold, and passes there: its verdict is the cold
   run's and says so; its twin that always forgets fails warm and cold.

@@ -199,7 +199,6 @@ class _Server:
     it imports torch with, so that they start warm (`warm_workers.worker_threads`)."""
 
     def __init__(self, threads: Optional[str]) -> None:
-        self.threads = threads
         self.lock = threading.Lock()
         ours, theirs = socket.socketpair()
         # The server's log, read back only into the error of a server that failed: unlinked at
