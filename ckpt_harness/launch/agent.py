@@ -4,8 +4,9 @@ An agent is torchrun's Python process: it imports torch, rendezvouses, and
 starts the workers as fresh interpreters. A bare ``torchrun`` spends most
 of its first seconds importing torch (2.7 s before the script's first line
 on the 2-core machine, `docs/speed.md`), in every run and on every node.
-Here one server per harness imports torch once, and each agent is a fork
-of it that then runs torchrun's ``__main__`` exactly as ``python -m
+Here a server imports torch once per harness (once per ``OMP_NUM_THREADS``
+its agents' workers get, `_Server`), and each agent is a fork of it that
+then runs torchrun's ``__main__`` exactly as ``python -m
 torch.distributed.run ARGS`` would: its arguments, the environment and
 working directory the harness gives, its own session, stdin from /dev/null,
 its output to the agent's log. The workers it starts are torchrun's to
