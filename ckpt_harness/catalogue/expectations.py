@@ -15,7 +15,7 @@ scenario verdict of that run) or an expectations file checked into the
 user's repo:
 
     [[expect]]
-    job = "dcp"                          # job name, fnmatch patterns allowed
+    job = "dcp"                          # job name (a row's own: dcp[bf16]), fnmatch patterns allowed
     scenario = "power-loss-after-save"   # scenario name, patterns allowed
     verdict = "fail"                     # pass, fail, unknown, error or n/a
     reason = "metadata not fsynced before the rename, pytorch#NNN"
@@ -29,6 +29,10 @@ the build. An entry without `cause` accepts any.
 `run` and `explore` are gated case by case: their entries name a `case`
 (as repro lines do, patterns allowed: `delay@r0:after_save6#*`) instead of
 a scenario, and a case's verdict is the fold of its checks (`case_verdicts`).
+
+A name is matched as itself first, then as a pattern: a row on an axis
+(`dcp[bf16]`, `dcp_s3connector[s3]`) is spelled with brackets, which as a
+pattern are a set of characters that never matches the name.
 
 The first entry that matches a result decides it. Torch-free: the CLI and
 the pytest plugin load a baseline before anything runs.
@@ -65,6 +69,11 @@ class BaselineError(UsageError):
     """A baseline file that cannot be used; the message names the entry and key to fix."""
 
 
+def named(name: str, pattern: str) -> bool:
+    """`name` is `pattern` itself, or matches it as an fnmatch pattern (see the module's docstring)."""
+    return name == pattern or fnmatch.fnmatchcase(name, pattern)
+
+
 @dataclasses.dataclass(frozen=True)
 class Expectation:
     job: str
@@ -79,7 +88,7 @@ class Expectation:
     causes: Optional[frozenset[str]] = None
 
     def matches(self, job: str, scenario: str) -> bool:
-        return fnmatch.fnmatchcase(job, self.job) and fnmatch.fnmatchcase(scenario, self.scenario)
+        return named(job, self.job) and named(scenario, self.scenario)
 
     def describe(self) -> str:
         return f'job="{self.job}" {self.key}="{self.scenario}" verdict="{self.verdict.value}"'
@@ -236,8 +245,7 @@ class Gating:
         `job` on `scenarios` (those behind the cell), and of its stale entries
         (an entry about the job and one of them that matched no result)."""
         gated = tuple(g for g in self.gated if g.job == job and g.scenario in scenarios)
-        stale = tuple(e for e in self.stale
-                      if fnmatch.fnmatchcase(job, e.job) and any(fnmatch.fnmatchcase(s, e.scenario) for s in scenarios))
+        stale = tuple(e for e in self.stale if named(job, e.job) and any(named(s, e.scenario) for s in scenarios))
         return CellGate(gated, stale)
 
     def to_json(self) -> dict[str, Any]:
@@ -361,7 +369,7 @@ class Expectations:
 
         def covered(e: Expectation) -> bool:
             def hit(names: Collection[str], pattern: str) -> bool:
-                return any(fnmatch.fnmatchcase(n, pattern) for n in names)
+                return any(named(n, pattern) for n in names)
 
             return hit(jobs, e.job) and (hit(scenarios, e.scenario) or not hit(catalogue, e.scenario))
 

@@ -105,6 +105,29 @@ def test_patterns_match_and_the_first_matching_entry_decides():
         (Outcome.EXPECTED, "expect.toml:8"), (Outcome.EXPECTED, "expect.toml:14")]
 
 
+def test_a_row_on_an_axis_is_matched_by_its_own_name_as_well_as_by_a_pattern():
+    """A row's name on an axis has brackets (`dcp_s3connector[s3]`), which as
+    an fnmatch pattern are a character set: read as a pattern alone, a
+    matrix.json did not expect its own row's failures (they were new), nor a
+    written baseline, and an entry was stale while its row failed."""
+    row = "dcp_s3connector[s3]"
+    results = [result(row, "missing-shard", V.FAIL), result("dcp[bf16]", "crash-every-phase", V.FAIL)]
+    recorded = from_matrix_json(json.dumps({"scenarios": [
+        {"job": row, "scenario": "missing-shard", "verdict": "fail", "reason": "latest deleted: fresh start"},
+        {"job": "dcp[bf16]", "scenario": "crash-every-phase", "verdict": "fail", "reason": "torn"},
+    ]}), "matrix.json")
+    g = recorded.gate(results)
+    assert [x.outcome for x in g.gated] == [Outcome.EXPECTED, Outcome.EXPECTED] and g.stale == () and g.ok
+    written = from_toml(expectations_toml(results), "expect.toml").gate(results)
+    assert [x.outcome for x in written.gated] == [Outcome.EXPECTED, Outcome.EXPECTED] and written.stale == ()
+    assert written.part(row, ["missing-shard"]).gated[0].outcome is Outcome.EXPECTED
+    # patterns still match a row on an axis, and a name that is not the row's does not
+    g = gate(results, '[[expect]]\njob = "dcp*"\nscenario = "*"\nverdict = "fail"\nreason = "r"\n')
+    assert [x.outcome for x in g.gated] == [Outcome.EXPECTED, Outcome.EXPECTED]
+    g = gate(results, '[[expect]]\njob = "dcp_s3connector[s4]"\nscenario = "*"\nverdict = "fail"\nreason = "r"\n')
+    assert g.gated[0].outcome is Outcome.NEW
+
+
 def test_entries_matching_nothing_the_run_covered_are_stale():
     text = EXPECT + '\n[[expect]]\njob = "dcp"\nscenario = "renamed-scenario"\nverdict = "fail"\nreason = "r"\n'
     results = [result("dcp", "power-loss-after-save", V.FAIL)]
