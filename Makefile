@@ -30,7 +30,7 @@ DEMO_SCENARIOS := unsafe-load,power-loss-during-save,power-loss-after-save,overw
 demo: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/ckpt-harness matrix $(addprefix --job ,$(DEMO_JOBS)) --scenarios $(DEMO_SCENARIOS) --out ckpt-matrix --html ckpt-matrix/matrix.html
 
-# The whole matrix: 9 jobs x 33 scenarios, about 13 minutes on 2 cores (docs/matrix.md).
+# The whole matrix: 10 rows x 33 scenarios, about 20 minutes on 2 cores (docs/matrix.md).
 matrix: $(STAMP)
 	HF_HUB_OFFLINE=1 $(VENV)/bin/ckpt-harness matrix --out ckpt-matrix
 
