@@ -30,9 +30,7 @@ the build. An entry without `cause` accepts any.
 (as repro lines do, patterns allowed: `delay@r0:after_save6#*`) instead of
 a scenario, and a case's verdict is the fold of its checks (`case_verdicts`).
 
-A name is matched as itself first, then as a pattern: a row on an axis
-(`dcp[bf16]`, `dcp_s3connector[s3]`) is spelled with brackets, which as a
-pattern are a set of characters that never matches the name.
+A name is matched as itself first, then as a pattern (`catalogue.names`).
 
 The first entry that matches a result decides it. Torch-free: the CLI and
 the pytest plugin load a baseline before anything runs.
@@ -42,13 +40,13 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-import fnmatch
 import json
 import re
 import sys
 from pathlib import Path
 from typing import Any, Collection, Iterable, Optional, Sequence, Union
 
+from ckpt_harness.catalogue.names import named
 from ckpt_harness.errors import UsageError
 from ckpt_harness.verdict import PRECEDENCE, Verdict, fold
 
@@ -67,11 +65,6 @@ _HEADER = re.compile(r"^[ \t]*\[\[[ \t]*expect[ \t]*\]\]", re.MULTILINE)
 
 class BaselineError(UsageError):
     """A baseline file that cannot be used; the message names the entry and key to fix."""
-
-
-def named(name: str, pattern: str) -> bool:
-    """`name` is `pattern` itself, or matches it as an fnmatch pattern (see the module's docstring)."""
-    return name == pattern or fnmatch.fnmatchcase(name, pattern)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -6,7 +6,7 @@ A scenario file (TOML) holds one table per scenario:
     property = "atomic"                 # what a failure breaks (oracle.PROPERTIES)
     check = "faults"                    # how it is run (ckpt_harness.catalogue.checks)
     description = "SIGKILL one rank before every operation of a save"
-    jobs = ["*"]                        # job names it applies to (fnmatch), default all
+    jobs = ["*"]                        # rows it applies to (names, or fnmatch patterns), default all
     faults = ["crash"]                  # the rest are the check's parameters
 
 Files live in the repo's `scenarios/` directory (shipped inside the package
@@ -23,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
+from ckpt_harness.catalogue.names import named
 from ckpt_harness.catalogue.shards import CasePart
 from ckpt_harness.errors import ConfigError, ScenarioError, UsageError, did_you_mean
 from ckpt_harness.oracle.causes import severity_of
@@ -53,7 +54,7 @@ class Scenario:
     def applies_to(self, job: str) -> bool:
         """Whether it runs on a row: a row with axes (``dcp[bf16]``) is a row of its job (``dcp``) too."""
         names = {job, job.partition("[")[0]}
-        return any(fnmatch.fnmatchcase(name, pattern) for name in names for pattern in self.jobs)
+        return any(named(name, pattern) for name in names for pattern in self.jobs)
 
     @property
     def named_jobs(self) -> tuple[str, ...]:

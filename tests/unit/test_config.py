@@ -202,6 +202,16 @@ def test_scenario_parse_fills_the_check_defaults():
     assert got.applies_to("torch_save") and not got.applies_to("dcp")
 
 
+def test_a_scenario_naming_a_row_on_an_axis_applies_to_that_row():
+    """Brackets read as a pattern are a set of characters: `dcp[bf16]` and a
+    script row whose command has them matched no row, and the scenario ran on nothing."""
+    row = scenario.parse("crash-all", {**BASE, "jobs": ["dcp[bf16]", "resumable.py --bug x[1]"]}, "cat.toml")
+    assert row.applies_to("dcp[bf16]") and row.applies_to("resumable.py --bug x[1]")
+    assert not row.applies_to("dcp") and not row.applies_to("dcp[fp16]") and not row.applies_to("torch_save")
+    every = scenario.parse("crash-all", {**BASE, "jobs": ["dcp"]}, "cat.toml")  # a job's name: its rows on axes too
+    assert every.applies_to("dcp[bf16]") and every.applies_to("dcp")
+
+
 def test_a_boolean_options_text_is_read_as_its_word_not_by_bool():
     """The pytest plugin's options parse their text with `option_type`, and
     `bool("false")` is True: `--ckpt-keeps-best=false` must be false."""
