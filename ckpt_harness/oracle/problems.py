@@ -110,7 +110,10 @@ def _in_checkpointing(ranks: list[RankRun], routines: set[str], sites: set[str] 
     is checkpointing whatever its phase (rank 1 waiting in the barrier of
     a save only rank 0 writes, a rename of the staging directory); and so
     is a hung rank waiting at a call site of its earlier saves (`sites`:
-    the barrier that closed every save, written inline in the loop)."""
+    the barrier that closed every save, written inline in the loop). A
+    module's top level is never a routine by its name (`save_routines`):
+    where the loop is the module, its inline save is known by its phase
+    and its call sites alone."""
     failed = [r for r in ranks if r.status.ended_badly and not r.outcome.ended_by_launcher]
     blamed = failed or [r for r in ranks if r.status is not RankStatus.OK]
     return any((r.phase is not None and phase.checkpointing(r.phase)) or bool(routines.intersection(_frames(r)))
@@ -160,12 +163,35 @@ def save_routines(run: Run) -> set[str]:
     """The job's own functions its checkpoint I/O happened in, on any rank,
     but those that also train (the loop, `main`): a script's save routine,
     its barriers and the ranks that write nothing in it included. From the
-    run's trace (`tracer.routine`, the `trains` events); empty without one."""
+    run's trace (`tracer.routine`, the `trains` events); empty without one.
+
+    Never a module's top level (`<module>`), by its name: a function is
+    known to train only once a rank made an optimizer step in it (the
+    `trains` events), and a plain script's module holds its training loop
+    and its setup (the `mkdir` of the checkpoint directory is checkpoint
+    I/O there). By name, a rank that raised in its first training step,
+    before any optimizer step and any save, was "in the save routine
+    <module>()": a false FAIL of a script that fails outside its saves
+    (issue 64). A module's inline save is told apart by where, not by
+    name: a rank in a save's phase (`phase.checkpointing`: the inline save
+    lasts until the script trains again), or hung at the call site of a
+    collective its earlier saves, and only they, ran (`save_sites`: the
+    barrier that closes each save). Nor any other code without a name of
+    its own (`<genexpr>`, `<lambda>`, `<listcomp>`): every one of its kind in
+    a file is called so, the listing that finds the newest checkpoint and
+    a sum over the losses alike."""
     events = run.events()
     made = {e.fields["routine"] for e in events if e.fields.get("routine")}
     made |= {f for e in events if e.kind is EventKind.SAVES for f in e.fields.get("functions", ())}
     trains = {f for e in events if e.kind is EventKind.TRAINS for f in e.fields.get("functions", ())}
-    return made - trains
+    return {f for f in made - trains if not _unnamed(f)}
+
+
+def _unnamed(function: str) -> bool:
+    """Is "file:function" (`tracer.job_functions`) code without a name of
+    its own: a module's top level, a generator expression, a lambda
+    ("<module>", "<genexpr>", "<lambda>")?"""
+    return function.rpartition(":")[2].startswith("<")
 
 
 def _inside(r: RankRun, routines: frozenset[str] | set[str]) -> Optional[str]:

@@ -7,7 +7,13 @@ all-reduces its loss to log it (a collective of Python's, which the
 harness sees). Started again on a directory that holds a checkpoint, the
 script resumes from the newest one. Knows nothing of the harness.
 
-    inline_save.py OUT [--steps N] [--save-every K] [--pg-timeout S] [--bug BUG]
+    inline_save.py OUT [--steps N] [--save-every K] [--pg-timeout S] [--raise-in-step N] [--bug BUG]
+
+``--raise-in-step N``: rank 1 raises a RuntimeError in training step N,
+after its forward and before its backward (so before that step's optimizer
+step): step 1 is before any save and any optimizer step, step 3 (of the
+default 4, saving every 2) between saves. The script's own failure in a
+train step, outside its saves: an ERROR, never a FAIL.
 
 Bugs:
 
@@ -18,6 +24,10 @@ Bugs:
 * rank0-collective-in-train-step: the same mismatch in the last training
   step, after every save but the final one: the script's own failure, not
   its checkpointing's.
+* rank0-rename-raises: in the save of the first step it saves, rank 0
+  renames a temporary name it never wrote (``step_N.tmp``, not
+  ``step_N.pt.tmp``): FileNotFoundError inside the inline save, which is
+  the checkpointing's failure.
 """
 
 import argparse
@@ -34,7 +44,9 @@ parser.add_argument("out", type=Path)
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--save-every", type=int, default=2)
 parser.add_argument("--pg-timeout", type=float, default=1800.0)
-parser.add_argument("--bug", choices=("rank0-collective-in-final-save", "rank0-collective-in-train-step"))
+parser.add_argument("--raise-in-step", type=int, default=0)
+parser.add_argument("--bug", choices=("rank0-collective-in-final-save", "rank0-collective-in-train-step",
+                                      "rank0-rename-raises"))
 args = parser.parse_args()
 
 dist.init_process_group("gloo", timeout=timedelta(seconds=args.pg_timeout))
@@ -56,6 +68,8 @@ for step in range(start + 1, args.steps + 1):
     data = torch.Generator().manual_seed(1000 * step + rank)
     optimizer.zero_grad()
     loss = model(torch.randn(4, 8, generator=data)).square().sum()
+    if step == args.raise_in_step and rank == 1:
+        raise RuntimeError(f"rank 1 fails in training step {step}")
     loss.backward()
     optimizer.step()
     if args.bug == "rank0-collective-in-train-step" and step == args.steps and rank == 0:
@@ -68,6 +82,9 @@ for step in range(start + 1, args.steps + 1):
         if rank == 0:
             state = {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "step": step}
             torch.save(state, args.out / f"step_{step}.pt.tmp")
-            os.replace(args.out / f"step_{step}.pt.tmp", args.out / f"step_{step}.pt")
-        dist.barrier()
+            written = args.out / f"step_{step}.pt.tmp"
+            if args.bug == "rank0-rename-raises":
+                written = args.out / f"step_{step}.tmp"  # a name it never wrote
+            os.replace(written, args.out / f"step_{step}.pt")
+        dist.barrier()  # closes the save
 dist.destroy_process_group()
