@@ -110,6 +110,27 @@ def test_bad_settings_exit_2_with_one_line_before_torch(tmp_path, no_torch, args
     assert "got ('" not in out.stderr  # a list shown as typed, not as a tuple
 
 
+def test_a_script_never_told_its_checkpoint_directory_is_bad_input_after_one_run(tmp_path):
+    """resumable.py takes its directory as an argument, and the command has no {ckpt_dir}: argparse refuses
+    on every rank before any save. Exit 2 naming the placeholder and quoting argparse, from that one run
+    (before: ERROR after 22 s, a second run with cold starts to confirm it, the reason in rank0.log alone).
+    Its twin reads CKPT_HARNESS_CKPT_DIR, has no placeholder either, and runs."""
+    resumable = ROOT / "tests" / "scripts" / "resumable.py"
+    out = cli("run", "--script", f"{resumable} --steps 4", "--nproc-per-node", "2", "--workdir", "w", cwd=tmp_path)
+    assert out.returncode == 2 and out.stdout == "", out.stdout + out.stderr
+    first, *quoted = out.stderr.strip().splitlines()
+    assert first.startswith("ckpt-harness: error: the script exited with status 2 on every rank before its "
+                            "first save, and its command has no {ckpt_dir}: it was never told where its "
+                            "checkpoints go"), first
+    assert "or have it read $CKPT_HARNESS_CKPT_DIR" in first, first
+    assert quoted == ["    resumable.py: error: the following arguments are required: out"], out.stderr
+    assert [p.name for p in (tmp_path / "w").iterdir() if not p.name.startswith(".")] == ["golden"], \
+        "one run, none again cold"
+    told = cli("run", "--script", f"{ROOT / 'tests' / 'scripts' / 'env_dir.py'} --steps 2", "--nproc-per-node", "2",
+               "--case", "golden", cwd=tmp_path)
+    assert told.returncode == 0 and "golden  live   PASS" in told.stdout, told.stdout + told.stderr
+
+
 def test_a_workdir_that_is_a_file_or_cannot_be_made_is_one_line(tmp_path):
     (tmp_path / "afile").write_text("")
     out = cli("run", "--job", "torch_save", "--workdir", "afile", cwd=tmp_path)

@@ -359,7 +359,8 @@ class _ElasticRun:
         torch down (seconds of a fresh interpreter's exit under load): they
         are killed rather than waited for. After a failure they are waited
         for up to `AGENT_EXIT`, outside the deadline and the failure grace:
-        their log has the exit codes.
+        their log has the exit codes (unless every worker raised, and
+        recorded its own).
         """
         graced = False
         ended: Optional[float] = None
@@ -385,7 +386,10 @@ class _ElasticRun:
                     return True
                 if any(self._failed_for_good(r) for r in last.values()):
                     # No restart will follow: the agents only log the workers' exit codes (the
-                    # signal that killed one is known from there alone) and exit.
+                    # signal that killed one is known from there alone) and exit. Every worker
+                    # that raised recorded its exit code itself: then there is nothing to wait for.
+                    if all(r.end == "raised" for r in last.values()):
+                        return True
                     ended = now
                     continue
             if self._stopped(last):

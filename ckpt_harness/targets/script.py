@@ -21,13 +21,14 @@ import os
 import shlex
 import shutil
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Optional
+from typing import Any, ClassVar, Iterable, Mapping, Optional
 
 from ckpt_harness import storage
 from ckpt_harness.config import ScriptConfig, ScriptExploreConfig, script_args, settings_of
 from ckpt_harness.errors import FrameworkMissing, UsageError
 from ckpt_harness.jobs.axes import Axes, missing
 from ckpt_harness.records import Kind
+from ckpt_harness.launch import RankStatus
 from ckpt_harness.records.runs import Run, save_steps, savers
 from ckpt_harness.targets.base import BaseTarget, Capabilities, NotApplicable, RunRequest, Stop, TargetKind
 
@@ -118,21 +119,61 @@ def _in_place(text: str, places: Mapping[str, str]) -> str:
 def _config_copy(word: str, places: Mapping[str, str], configs: Path) -> str:
     """`word`, naming instead a copy of the config file it names with the
     checkpoint directory in place, if that file holds ``{ckpt_dir}`` (or ``{ckpt_url}``)."""
-    option, eq, value = word.rpartition("=") if word.startswith("-") else ("", "", word)
-    path = Path(value)
-    if (any(p in value for p in places) or path.suffix == ".py" or not path.is_file()
-            or path.stat().st_size > CONFIG_SIZE):
+    found = _config(word, places)
+    if found is None:
         return word
-    try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError):
-        return word
-    if not any(p in text for p in places):
-        return word
+    option, path, text = found
     configs.mkdir(parents=True, exist_ok=True)
     copy = configs / path.name
     copy.write_text(_in_place(text, places))
-    return f"{option}{eq}{copy}"
+    return f"{option}{copy}"
+
+
+def _config(word: str, places: Iterable[str]) -> Optional[tuple[str, Path, str]]:
+    """The option before the file (``--config=``, or ""), the file and its
+    text, if `word` names a config file that holds one of `places` (never a
+    Python file, whose placeholder is code)."""
+    option, eq, value = word.rpartition("=") if word.startswith("-") else ("", "", word)
+    path = Path(value)
+    try:
+        if (any(p in value for p in places) or path.suffix == ".py" or not path.is_file()
+                or path.stat().st_size > CONFIG_SIZE):
+            return None
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return (f"{option}{eq}", path, text) if any(p in text for p in places) else None
+
+
+def tells_ckpt_dir(script: str) -> bool:
+    """Does the command tell the script where its checkpoints go: ``{ckpt_dir}``
+    or ``{ckpt_url}`` in an argument, or in a config file an argument names?
+    A script may also read it from the environment (`CKPT_DIR_ENV`), which
+    no command shows."""
+    words = _words(script)
+    first = 2 if words[:1] == [MODULE] else 1
+    places = (PLACEHOLDER, URL_PLACEHOLDER)
+    return (any(p in word for word in words for p in places)
+            or any(_config(word, places) is not None for word in words[first:]))
+
+
+#: How many of the last lines of a script's output a refusal quotes.
+QUOTED_LINES = 3
+#: Lines the harness's worker bootstrap adds to a rank's log: its header, runpy's warning about its module.
+_BOOTSTRAP_NOISE = ("[ckpt_harness]", "'ckpt_harness.launch.")
+
+
+def last_words(log: str) -> list[str]:
+    """What a script said last on its output (a rank's log, from the header
+    of its last attempt on, without the bootstrap's own lines): its last
+    `QUOTED_LINES` lines, or from the last of them that says "error" on
+    (argparse's usage then ``error: the following arguments are required``)."""
+    lines = log.splitlines()
+    header = max((i for i, line in enumerate(lines) if line.startswith("[ckpt_harness] rank ")), default=-1)
+    said = [line.rstrip() for line in lines[header + 1:]
+            if line.strip() and not any(noise in line for noise in _BOOTSTRAP_NOISE)][-QUOTED_LINES:]
+    errors = [i for i, line in enumerate(said) if "error" in line.lower()]
+    return said[errors[-1]:] if errors else said
 
 
 def told_args(template: str, value: Any) -> list[str]:
@@ -330,7 +371,41 @@ class ScriptTarget(BaseTarget):
             entry="ckpt_harness.rankside.script:arm", warm_workers=not self.config.cold_start,
             preload=mount.preload,
         )
-        return Run.collect(request.name, run_dir, run_elastic(spec))
+        run = Run.collect(request.name, run_dir, run_elastic(spec))
+        if not (request.faults or request.stop_after_save is not None or plan.resumes):
+            self._refuse_untold(run)
+        return run
+
+    def _refuse_untold(self, run: Run) -> None:
+        """UsageError if `run` (a fresh one, nothing armed) shows a script never
+        told where its checkpoints go: its command has no ``{ckpt_dir}`` (nor
+        ``{ckpt_url}``, nor a config file holding one), and it refused to run,
+        on every rank that ended by itself, with `sys.exit` (argparse's
+        required argument, a ``sys.exit("give --out")``) before any save.
+        A script that takes its directory from the environment instead has
+        no placeholder and runs: only its refusal, which no fault can have
+        made, says the command is wrong, and its own words say how.
+        Anything else that fails there (an exception, a signal) is the
+        script's failure, judged as before (`oracle.judge_golden`: ERROR)."""
+        from ckpt_harness.rankside.script import CKPT_DIR_ENV
+
+        if self.given or tells_ckpt_dir(self.config.script) or any(rec["event"] == Kind.SAVED for r in run.ranks
+                                                                   for rec in r.records):
+            return  # told settings: the arguments the harness added may be what it refused
+        own = [r for r in run.ranks if r.status.ended_badly and not r.outcome.ended_by_launcher]
+        if not own or any(r.status is RankStatus.OK for r in run.ranks) or not all(
+                r.error is not None and r.error.name == "SystemExit" and r.outcome.exit_code for r in own):
+            return
+        codes = sorted({r.outcome.exit_code for r in own})
+        said = last_words(own[0].outcome.log_text())
+        quoted = "".join(f"\n    {line}" for line in said) if said else " (nothing)"
+        where = "every rank" if len(own) == len(run.ranks) else "rank " + ", ".join(str(r.rank) for r in own)
+        raise UsageError(
+            f"the script exited with status {', '.join(map(str, codes))} on {where} before its first save, and "
+            f"its command has no {PLACEHOLDER}: it was never told where its checkpoints go (--script "
+            f"{self.config.script!r}). Put {PLACEHOLDER} where it takes its checkpoint directory (e.g. "
+            f"'train.py --output_dir {PLACEHOLDER}', or in a config file the command names), or have it read "
+            f"${CKPT_DIR_ENV}. Rank {own[0].rank}'s output ended:{quoted}")
 
     def knowing(self, golden: Run) -> "ScriptTarget":
         saved_by = tuple((step, savers(golden, step)) for step in save_steps(golden))

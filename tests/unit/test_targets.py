@@ -179,6 +179,35 @@ def test_the_script_itself_and_python_files_are_never_taken_for_config_files(tmp
     assert not (tmp_path / "run" / "configs").exists()
 
 
+def test_a_command_tells_its_checkpoint_directory_by_a_placeholder_in_it_or_in_a_config_it_names(tmp_path):
+    from ckpt_harness.targets.script import tells_ckpt_dir
+
+    config = tmp_path / "train.yaml"
+    config.write_text("output_dir: {ckpt_dir}\n")
+    script = tmp_path / "train.py"
+    script.write_text('print("{ckpt_dir}")\n')  # code, not a config: tells nothing
+    assert tells_ckpt_dir(f"{RESUMABLE} {{ckpt_dir}}") and tells_ckpt_dir(f"{RESUMABLE} --out={{ckpt_url}}/x")
+    assert tells_ckpt_dir(f"{RESUMABLE} --config={config}") and tells_ckpt_dir(f"-m pkg.train {config}")
+    assert not tells_ckpt_dir(f"{RESUMABLE} --steps 4") and not tells_ckpt_dir(f"{script} --plugin {script}")
+
+
+@pytest.mark.parametrize("log, quoted", [
+    ("[ckpt_harness] rank 0 (pid 1, restart 0): train.py\nusage: train.py [-h] out\n"
+     "train.py: error: the following arguments are required: out\n"
+     "<frozen runpy>:128: RuntimeWarning: 'ckpt_harness.launch.worker' found in sys.modules\n",
+     ["train.py: error: the following arguments are required: out"]),
+    ("Usage: train.py [OPTIONS] OUT\nTry 'train.py --help' for help.\n\nError: Missing argument 'OUT'.\n",
+     ["Error: Missing argument 'OUT'."]),  # click
+    ("old attempt: error\n[ckpt_harness] rank 0 (pid 2, restart 1): train.py\nloading\nstarting\ngive --out\n",
+     ["loading", "starting", "give --out"]),  # sys.exit("give --out"), the last attempt's lines only
+    ("[ckpt_harness] rank 0 (pid 2, restart 0): train.py\n", []),
+])
+def test_a_refusal_quotes_the_last_lines_the_script_printed(log, quoted):
+    from ckpt_harness.targets.script import last_words
+
+    assert last_words(log) == quoted
+
+
 @pytest.mark.parametrize("capability, shown_by, lacking", [
     ("background_saves", "background", "returned once written"),
     ("full_state", "full_state", "@ckpt_harness.full_state"),
