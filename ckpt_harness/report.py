@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Iterable, Optional
 
 from ckpt_harness import phase
-from ckpt_harness.inject.faults import OBJECT_OPS
+from ckpt_harness.inject.faults import BLOCKING, OBJECT_OPS
 from ckpt_harness.oracle import findings as _findings
 from ckpt_harness.oracle.findings import Finding
 from ckpt_harness.verdict import EXPLORE_COLUMNS, CaseResult, Verdict, fold
@@ -177,6 +177,15 @@ WRITER_FIX = {
 }
 
 
+#: The usual fix when the fault blocked a rank for good (`faults.BLOCKING`: hang, sigstop, gil): no error
+#: reaches anyone and no worker exits, so only a timeout on what its peers wait in ends them.
+BLOCKED_FIX = {
+    "live": "give the waits of a save a timeout the job can afford (init_process_group(timeout=...) for its "
+            "collectives, a store wait with a timeout), so that the peers of a rank that hangs raise and the launcher "
+            "ends the group; monitored_barrier is not enough, as it times out on rank 0 only",
+}
+
+
 #: The usual fix when a preemption notice (the preempt fault) broke the save: what then cut the
 #: checkpoint is most often the job's own SIGTERM handler, writing until the grace ran out.
 NOTICE_FIX = {
@@ -203,13 +212,20 @@ def usual_fix(check: str, cases: Iterable[str]) -> Optional[str]:
     one of them broke a background writer (the group's cause is then the
     writer's race with the main thread, whichever case the group shows first),
     the notice's when a preemption notice broke it, the bucket's when a
-    request to a bucket did ("crash@r0:save4/copy(...)")."""
+    request to a bucket did ("crash@r0:save4/copy(...)"), the blocked one's
+    when the fault blocked a rank for good ("hang@r0:save4/...")."""
     cases = list(cases)
     in_writer = any(f":{phase.BACKGROUND}" in case for case in cases)  # "crash@r0:bg_save4/rename(...)"
     noticed = any(case.startswith("preempt@") or "+preempt@" in case for case in cases)
+    blocked = any(_BLOCKED.search(case) for case in cases)
     on_bucket = any(_ON_A_BUCKET.search(case) for case in cases)
     return ((NOTICE_FIX.get(check) if noticed else None) or (WRITER_FIX.get(check) if in_writer else None)
-            or (BUCKET_FIX.get(check) if on_bucket else None) or USUAL_FIX.get(check))
+            or (BLOCKED_FIX.get(check) if blocked else None) or (BUCKET_FIX.get(check) if on_bucket else None)
+            or USUAL_FIX.get(check))
+
+
+#: A case whose plan blocks a rank for good ("hang@r0:save4/...", "crash@r1:...+sigstop@r0:...").
+_BLOCKED = re.compile(r"(?:^|\+)(?:{})@".format("|".join(BLOCKING)))
 
 
 def explain_finding(finding: Finding, title: str, hint: bool = True) -> str:

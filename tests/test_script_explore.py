@@ -9,6 +9,7 @@ torchtitan's shape (FSDP2, `dcp.save`), at the rename that completes a
 DCP checkpoint.
 """
 
+import json
 import shlex
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from ckpt_harness.records import Kind, read_records
 from ckpt_harness.pipeline.explore import explore_script
 from ckpt_harness.verdict import Verdict
+from tests.clirun import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 RESUMABLE = ROOT / "tests" / "scripts" / "resumable.py"
@@ -107,3 +109,34 @@ def test_a_torchtitan_shaped_trainer_resumes_only_a_step_dcp_completed(tmp_path,
     assert (case.check, case.verdict, case.cells[-1]) == ("atomic", verdict, outcome), report.explain()
     if verdict is Verdict.FAIL:
         assert "CheckpointException" in case.summary, case.summary
+
+
+#: A hang of rank 0 at the rename that commits save 4, while rank 1 waits in the barrier after it.
+HANG = "hang@r0:save4/rename(tmp-checkpoint-4->checkpoint-4)"
+
+
+@pytest.mark.parametrize("flags, code", [((), 1), (("--pg-timeout", "5"), 0)], ids=["waits-for-good", "times-out"])
+def test_a_hang_that_leaves_a_peer_waiting_for_good_is_a_live_failure_whatever_it_was_armed_for(tmp_path, flags,
+                                                                                                 code):
+    """A hang is a crash-like fault, armed for `atomic`, which the resume
+    passes (S_prev: the staging directory was never renamed). Rank 1 waits
+    in the barrier after the rename for good: before, the case said only
+    `atomic PASS`. Now a live FAIL leads, the atomic PASS riding along. Its
+    twin bounds every collective (5 s): rank 1 raises, torchrun ends the
+    group, and the case passes. The failing one runs cold at once (a
+    failure is confirmed cold: not warm, then cold again)."""
+    command = " ".join([str(RESUMABLE), "{ckpt_dir}", "--steps", "4", "--staging", *flags])
+    out = cli("explore", "--script", command, "--nproc-per-node", "2", "--faults", "hang", "--ops", "rename",
+              "--corruptions", "", "--hang-timeout", "15", *(("--cold-start",) if code else ()), "--json", "r.json",
+              cwd=tmp_path)
+    assert out.returncode == code, out.stdout + out.stderr
+    (case,) = [c for c in json.loads((tmp_path / "r.json").read_text())["cases"] if c["case"] != "golden"]
+    judged = [(case["check"], case["verdict"]), *((j["check"], j["verdict"]) for j in case.get("also", ()))]
+    if code:
+        assert judged == [("live", "fail"), ("atomic", "pass")], out.stdout
+        assert "rank 1 waited for good (rank 0 blocked by the injected hang)" in case["summary"], case["summary"]
+        assert "rank 1 waiting in barrier" in case["summary"] and "S_prev (step 2)" in case["summary"]
+        assert "usual fix: give the waits of a save a timeout" in out.stdout, out.stdout
+    else:
+        assert judged == [("atomic", "pass")] and "S_prev (step 2)" in case["summary"], out.stdout
+    assert case["case"] == HANG, out.stdout

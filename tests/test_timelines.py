@@ -62,7 +62,10 @@ def test_a_hang_case_of_a_built_in_job_is_read_by_chrome_devtools(tmp_path):
     report = explore("torch_save", steps=4, faults=("hang",), corruptions=(), cases=[case], timelines="all",
                      workdir=tmp_path / "work")
     hang = next(r for r in report.results if r.case == case)
-    assert hang.verdict is Verdict.PASS and hang.timeline is not None, report.explain()
+    # rank 1 waits for good for the blocked rank 0: a live failure, its atomic judgment (S_prev) riding along
+    assert [(j.check, j.verdict) for j in hang.judgments()] == [("live", Verdict.FAIL), ("atomic", Verdict.PASS)], \
+        report.explain()
+    assert hang.timeline is not None, report.explain()
     path = hang.timeline.write(tmp_path / "hang.json")
 
     case_dir = next((tmp_path / "work" / "cases").glob("hang_r0_save4_fsync_._-*"))

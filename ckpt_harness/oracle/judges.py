@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Callable, Mapping, Optional, Sequence
 
+from ckpt_harness.inject.faults import BLOCKING
 from ckpt_harness.inject.payload import Ran
 from ckpt_harness.oracle import diffs
 from ckpt_harness.oracle.causes import severity
@@ -173,7 +174,9 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
     those too. The worst leads (the table's row); the others ride along in
     `CaseResult.also`, so that a matrix cell holds only the cases that broke
     its own property (an error that reached one rank only is a `live`
-    finding, not a `preserving` one, when the previous checkpoint survived).
+    finding, not a `preserving` one, when the previous checkpoint survived;
+    so is a rank left waiting for good for one the fault blocked, whatever
+    the kind: `_left_waiting`).
 
     `faulted` is the run with the fault armed (None when the directory was
     damaged after the fact); `save_returned` whether save k returned on every
@@ -227,6 +230,11 @@ def judge_fault(case: str, kind: str, ref: Reference, faulted: Optional[Run], re
         elif faulted.outcome.timed_out:  # no rank ended: the one that got the error lived on, and no launcher sees it
             judged.append(result("live", Verdict.FAIL, _lived_on(faulted) + (problem.summary if problem else "hang"),
                                  problem.details if problem else ""))
+    waiting = _left_waiting(faulted) if faulted is not None else None
+    if waiting is not None and not any(j.check == "live" and j.verdict is Verdict.FAIL for j in judged):
+        problem = health(faulted)
+        judged.append(result("live", Verdict.FAIL, waiting + (problem.summary if problem else "hang"),
+                             problem.details if problem else ""))
     if kind == "delay" and faulted is not None and not faulted.ok:
         problem = health(faulted)
         return result("skew-safe", Verdict.FAIL, problem.summary if problem else "", problem.details if problem else "")
@@ -305,6 +313,29 @@ def _judge_safe_loading(result: Callable[..., CaseResult], resumed: Run, outcome
         return result("safe-loading", Verdict.PASS, "no process ran the planted code (every rank loaded or refused "
                       "before the run hung: a liveness finding, which this property does not judge)")
     return result("safe-loading", Verdict.PASS, "no process ran the planted code")
+
+
+def _left_waiting(faulted: Run) -> Optional[str]:
+    """Why a faulted run is a hang, whatever property its fault judges: the
+    injected fault blocked a rank for good (hang, SIGSTOP, the GIL held:
+    `faults.BLOCKING`), or a rank's writer of a save (a thread or a pool
+    task), and another rank was still running when the run was cut
+    (`hang_timeout` after the block, or at once when the beacons proved it
+    could not progress): waiting for it in a collective, or for its frozen
+    writer. A blocked worker never exits, so no launcher ends the group:
+    the rank waits until its collective's timeout (30 minutes by default),
+    as in the final-save-blocked scenario. None when nothing blocked, or
+    every other rank raised (its wait timed out) or finished."""
+    fired = [(r.rank, e) for r in faulted.ranks for e in r.events if e.fault in BLOCKING]
+    blocked = {rank for rank, e in fired if phase.foreground(e.phase) == e.phase}  # the rank's own thread
+    waiting = [r.rank for r in faulted.ranks if r.rank not in blocked and r.status is RankStatus.HUNG]
+    if not fired or not waiting:
+        return None
+    by = "; ".join(f"rank {rank} {BLOCKING[e.fault]}" if rank in blocked else
+                   f"rank {rank}'s writer of {phase.foreground(e.phase)} {BLOCKING[e.fault]}" for rank, e in fired)
+    return (f"rank{'s' * (len(waiting) > 1)} {', '.join(map(str, waiting))} waited for good ({by}): a blocked "
+            "worker never exits, so no launcher ends the ranks waiting for it, which wait until their collectives' "
+            "timeout (give the process group a short timeout so that they raise): ")
 
 
 def _lived_on(faulted: Run) -> str:

@@ -160,6 +160,16 @@ R, FIRST = reference(), reference(k=2, prev=None)
 GARBAGE = both(lambda b: b.loaded(K, state(9, 7)))
 ONE_RAISED = run(rank(0).failed(), rank(1).loaded(K))
 DELAY_DIED = run(rank(0).fault("delay").crashed(), rank(1))
+#: Rank 0 blocked for good by the injected hang (or SIGSTOP): its peer waits in the save's barrier to the cut,
+#: or raises within its collective's timeout (the twin that passes).
+BLOCKED_WAITED = run(rank(0).fault("hang").hung(), rank(1).collective("barrier", 4).hung(), timed_out=True,
+                     name="faulted")
+STOPPED_WAITED = run(rank(0).fault("sigstop").hung(stopped=True), rank(1).collective("barrier", 4).hung(),
+                     timed_out=True, name="faulted")
+BLOCKED_RAISED = run(rank(0).fault("hang").hung(), rank(1).failed(f"save {K}", "barrier timed out"), timed_out=True,
+                     name="faulted")
+WRITER_WAITED = run(rank(0).fault("hang", phase=f"bg_save {K}").hung(), rank(1).final(), timed_out=True,
+                    name="faulted")
 
 
 @pytest.mark.parametrize("kind, fault_run, resume, save_returned, ref, check, verdict, words", [
@@ -181,6 +191,13 @@ DELAY_DIED = run(rank(0).fault("delay").crashed(), rank(1))
     P("crash", faulted(), HANG, False, R, "live", V.FAIL, "waiting in barrier #2", id="resume-hangs"),
     P("crash", faulted(), ONE_RAISED, False, R, "live", V.FAIL, "raised RuntimeError in load", id="resume-one-raised"),
     P("delay", DELAY_DIED, resumed(K), False, R, "skew-safe", V.FAIL, "SIGKILL", id="delay-broke-run"),
+    P("hang", BLOCKED_WAITED, resumed(PREV), False, R, "live", V.FAIL,
+      "rank 1 waited for good (rank 0 blocked by the injected hang)", id="hang-peer-waits-for-good"),
+    P("sigstop", STOPPED_WAITED, resumed(PREV), False, R, "live", V.FAIL,
+      "rank 1 waited for good (rank 0 stopped by the injected SIGSTOP)", id="sigstop-peer-waits-for-good"),
+    P("hang", BLOCKED_RAISED, resumed(PREV), False, R, "atomic", V.PASS, "S_prev", id="hang-peer-timed-out"),
+    P("hang", WRITER_WAITED, resumed(PREV), False, R, "live", V.FAIL,
+      "rank 0 waited for good (rank 0's writer of save 6 blocked by the injected hang)", id="hang-writer-waited"),
     P("power-loss-after", faulted(), resumed(PREV), True, R, "durable", V.FAIL, "expected S_k", id="durable-lost"),
     P("power-loss-after", faulted(), resumed(K), True, R, "durable", V.PASS, "S_k", id="durable-kept"),
 ])
@@ -190,6 +207,13 @@ def test_judge_fault(kind, fault_run, resume, save_returned, ref, check, verdict
     expect(result, check, verdict, words)
     assert result.summary.startswith("at #3 → ")
     assert result.cells == (classify_resume(resume, ref.saved, ref.k, ref.prev).kind.value,)
+
+
+def test_a_rank_left_waiting_for_a_blocked_one_is_a_live_failure_beside_the_faults_own_property():
+    """The hang's own property (atomic) is judged as before and rides along: the live failure leads."""
+    result = judge_fault("case", "hang", R, BLOCKED_WAITED, resumed(PREV), save_returned=False, detail="at #3",
+                         repro="REPRO")
+    assert [(j.check, j.verdict) for j in result.judgments()] == [("live", V.FAIL), ("atomic", V.PASS)]
 
 
 def test_a_fault_that_never_fired_is_judged_by_what_the_run_did_instead():

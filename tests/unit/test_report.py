@@ -35,3 +35,12 @@ def test_failures_of_one_cause_are_shown_once_with_their_count_an_example_and_th
     assert "usual fix: never delete or overwrite the previous checkpoint" in text
     every = report.explain(every=True)
     assert all(f"--- {f.case} / {f.check}" in every for f in failures) and "=== " not in every
+
+
+def test_a_peer_left_waiting_for_a_blocked_rank_gets_the_timeout_fix_not_the_errors():
+    """A hang raises nothing for a rank to hand on, and no worker exits for torchrun to see: only a timeout on
+    what the peers wait in ends them."""
+    hung = CaseResult("hang@r0:save4/rename(a->b)", "live", Verdict.FAIL, "rank 1 waited for good", "d", "repro",
+                      ("0", "61", "rename", "a -> b", "", "hang", "S_prev"))
+    text = Report("job", 2, [hung], kind="explore").explain()
+    assert "usual fix: give the waits of a save a timeout" in text and "hand a rank's error" not in text, text
