@@ -14,6 +14,7 @@ import dataclasses
 import math
 from typing import Mapping, Sequence
 
+from ckpt_harness.oracle.severity import kind_of_key, severity
 from ckpt_harness.state import Difference, Record, diff
 from ckpt_harness.verdict import StateDiff
 
@@ -88,12 +89,29 @@ def fold_keys(differences: Sequence[Difference]) -> tuple[Line, ...]:
 
 
 def summary(problems: Sequence[tuple[int, Sequence[Difference]]]) -> str:
-    """The first folded line with its ranks, and how many keys the others add."""
-    blocks = fold(problems)
-    first = blocks[0].lines[0]
-    keys = {d.key for _, ds in problems for d in ds}
-    more = len(keys - set(first.keys))
-    return f"{blocks[0].label} {first.text}" + (f" (and {more} more keys)" if more else "")
+    """The lead line: the most telling differences, named. Keys rank by the
+    severity baselines use (`severity.Severity`: a key missing or unexpected,
+    then model or optimizer values, counters, data position, RNG); the
+    worst kind leads, its first keys named (never a ``*``), on the ranks
+    that share it, then how many more keys differ and of what kind."""
+    def rank_of(d: Difference) -> tuple:
+        return severity([d]), d.kind
+
+    worst = max(rank_of(d) for _, ds in problems for d in ds)
+    lead_rank, lead_ds = next((r, ds) for r, ds in problems if any(rank_of(d) == worst for d in ds))
+    lead = [d for d in lead_ds if rank_of(d) == worst]
+    named = {(d.key, d.detail) for d in lead[:NAMED]}
+    ranks = [r for r, ds in problems if named <= {(d.key, d.detail) for d in ds}]
+    names = ", ".join(d.key for d in lead[:NAMED]) + (f" (+{len(lead) - NAMED} more)" if len(lead) > NAMED else "")
+    what = lead[0].detail if len(lead) == 1 else _what(worst[1], lead)
+    rest = {d.key: d for _, ds in problems for d in ds if d.key not in {x.key for x in lead}}
+    kinds = sorted({kind_of_key(k) for k in rest})
+    more = f" (and {len(rest)} more keys: {', '.join(kinds)})" if rest else ""
+    return f"{ranks_label(ranks)} {names}: {what}{more}"
+
+
+#: Keys a lead line names before "(+N more)".
+NAMED = 2
 
 
 def listing(problems: Sequence[tuple[int, Sequence[Difference]]]) -> str:

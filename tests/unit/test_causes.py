@@ -124,3 +124,15 @@ def test_a_failure_that_is_not_a_state_comparisons_has_no_degree():
     assert severity_of([rng, judged("final state", diff("model/w"))]) is Severity.VALUES
     assert severity_of([rng, judged("atomic", outcome="refused")]) is None
     assert severity_of([]) is None
+
+
+def test_accelerate_s_rng_file_is_rng_state():
+    """accelerate saves each rank's RNG in random_states_<rank>.pkl; a
+    difference confined to it is an RNG difference, not a model's."""
+    from ckpt_harness.oracle.causes import Severity, kind_of_key, severity
+    from ckpt_harness.verdict import StateDiff
+
+    assert kind_of_key("random_states_0.pkl.torch_manual_seed") == "rng"
+    assert kind_of_key("random_states_1.pkl.random_state") == "rng"
+    assert severity([StateDiff("random_states_0.pkl.torch_manual_seed", 0, "1, expected 2", "values")]) is Severity.RNG
+    assert kind_of_key("step_4.pt.model.weight") == "model"  # a numbered file's name is not a counter

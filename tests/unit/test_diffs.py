@@ -27,7 +27,9 @@ def forgotten_optimizer() -> list[tuple[int, list]]:
 def test_a_forgotten_optimizer_is_one_line_for_all_ranks():
     listing = diffs.listing(forgotten_optimizer())
     assert listing.splitlines() == ["ranks 0-3:", "  optim/* (18 keys): missing"]
-    assert diffs.summary(forgotten_optimizer()) == "ranks 0-3 optim/* (18 keys): missing"
+    # the lead line names keys, never a `*`
+    assert diffs.summary(forgotten_optimizer()) == \
+        "ranks 0-3 optim/0.bias/exp_avg, optim/0.bias/exp_avg_sq (+16 more): missing"
 
 
 def test_values_fold_with_their_largest_difference():
@@ -42,6 +44,21 @@ def test_few_keys_and_rank_specific_values_stay_listed_one_by_one():
     assert diffs.listing(problems).splitlines() == [
         "rank 0:", "  rng/seed: 10, expected 0", "rank 1:", "  rng/seed: 11, expected 1"]
     assert diffs.summary(problems) == "rank 0 rng/seed: 10, expected 0"
+
+
+def test_the_lead_line_names_the_most_severe_keys_first_not_the_file_they_were_saved_in():
+    """A script's keys all start with the file they went to: folded by it,
+    the lead read ``rank 0 step_4.* (8 keys): values differ``. It names the
+    worst keys (model and optimizer values before counters) instead."""
+    def saved(momentum: float, count: int) -> dict:
+        return capture({"step_4.pt": {"model": {"0.weight": np.ones(4, np.float32), "0.bias": np.ones(2, np.float32)},
+                                      "optimizer": {"state": {"0": {"momentum_buffer": np.full(4, momentum,
+                                                                                               np.float32)}}},
+                                      "scheduler": {"_step_count": count}}})
+    problems = [(0, diff(saved(0.5, 5), saved(0.0, 1)))]
+    assert diffs.summary(problems) == ("rank 0 step_4.pt.optimizer.state.0.momentum_buffer: 4 of 4 elements differ; "
+                                       "first at index [0]: 0.0, expected 0.5; max abs diff 0.5 "
+                                       "(and 1 more keys: counters)")
 
 
 def test_ranks_label():

@@ -382,8 +382,9 @@ FINAL = {r: final(r) for r in range(2)}
       "final state differs (model or optimizer values): rank 1 w: 0.25, expected 1.0", id="value"),
     P({0: final(0), 1: final(1, w=None)}, V.FAIL, "rank 1 w: missing", id="missing-key"),
     P({0: final(0), 1: final(1, lr=0.1)}, V.FAIL, "rank 1 lr: unexpected key", id="extra-key"),
-    P({0: final(0)}, V.FAIL, "rank 1 rank: missing", id="missing-rank"),
-    P({0: final(0, w=0.5), 1: final(1, step=3)}, V.FAIL, "rank 0 w: 0.5, expected 1.0 (and 1 more keys)", id="two"),
+    P({0: final(0)}, V.FAIL, "rank 1 rank, step (+1 more): missing", id="missing-rank"),
+    P({0: final(0, w=0.5), 1: final(1, step=3)}, V.FAIL, "rank 0 w: 0.5, expected 1.0 (and 1 more keys: counters)",
+      id="two"),
     P(None, V.FAIL, "no final state recorded on every rank", id="nothing"),
 ])
 def test_judge_same_state(actual, verdict, words):
