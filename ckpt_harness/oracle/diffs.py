@@ -100,8 +100,10 @@ def summary(problems: Sequence[tuple[int, Sequence[Difference]]]) -> str:
     worst = max(rank_of(d) for _, ds in problems for d in ds)
     lead_rank, lead_ds = next((r, ds) for r, ds in problems if any(rank_of(d) == worst for d in ds))
     lead = [d for d in lead_ds if rank_of(d) == worst]
-    named = {(d.key, d.detail) for d in lead[:NAMED]}
-    ranks = [r for r, ds in problems if named <= {(d.key, d.detail) for d in ds}]
+    # The ranks where the named keys differ so: one key quoted, by the same values; keys folded, by any.
+    same = (lambda d: (d.key, d.detail)) if len(lead) == 1 else (lambda d: (d.key, d.kind))
+    named = {same(d) for d in lead[:NAMED]}
+    ranks = [r for r, ds in problems if named <= {same(d) for d in ds}]
     names = ", ".join(d.key for d in lead[:NAMED]) + (f" (+{len(lead) - NAMED} more)" if len(lead) > NAMED else "")
     what = lead[0].detail if len(lead) == 1 else _what(worst[1], lead)
     rest = {d.key: d for _, ds in problems for d in ds if d.key not in {x.key for x in lead}}
