@@ -153,8 +153,8 @@ def _write_patterns(directory: Path) -> dict:
             seen.append(os.stat(path).st_size)
         f.close()
         seen.append(os.stat(path).st_size)
-        return {"sizes": seen, "io": [k for k in kinds if k in ("BufferedWriter", "BufferedRandom", "TextIOWrapper",
-                                                                "FileIO")],
+        return {"sizes": seen, "name": type(f.name).__name__,
+                "io": [k for k in kinds if k in ("BufferedWriter", "BufferedRandom", "TextIOWrapper", "FileIO")],
                 "buffered": isinstance(f, (io.BufferedWriter, io.BufferedRandom, io.TextIOWrapper))}
 
     small = [lambda f: f.write(b"s" * 100)] * 50

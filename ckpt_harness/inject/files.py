@@ -283,7 +283,8 @@ def _open_probed(handle: _Handle, file: Any, mode: str, buffering: int, encoding
     """What `io.open` returns for these arguments, with the probes in its layers."""
     binary = "b" in mode
     raw_mode = "".join(c for c in "xrwa+" if c in mode) + "b"
-    raw = ProbedRaw(file, raw_mode, closefd, opener, handle)
+    # `io.open` hands its raw file a path as a string: the file's `name` is one (a `Path` given or not)
+    raw = ProbedRaw(file if isinstance(file, int) else os.fspath(file), raw_mode, closefd, opener, handle)
     try:
         if buffering == 0:
             if binary:

@@ -79,6 +79,13 @@ class Save:
     #: The save may go on writing after it returned: its entry point returned a
     #: future (`dcp.async_save`), or it handed work to a writer (`writers`).
     background: bool = False
+    #: A save begun by the script's own write under the checkpoint directory
+    #: (`Saves.wrote`): the files it left there, as named now (renames
+    #: followed), each with whether a serializer wrote its object into it
+    #: (`Saves.covers`); None for a save begun at an entry point.
+    written: Optional[dict[str, bool]] = None
+    #: It took objects handed to serializers before it began (`Saves.stage`): what its files hold.
+    took_staged: bool = False
 
     def add(self, name: str, obj: Any) -> None:
         taken = {n for n, _ in self.handed}
@@ -126,6 +133,12 @@ class Saves:
         self._forward_hook: Any = None
         #: The script's functions recorded so far, by event kind (`_note`).
         self.noted: dict[str, set[str]] = {"trains": set(), "saves": set()}
+        #: What the script handed a serializer since it last trained, writing
+        #: elsewhere (a buffer, a staging directory): a save that begins with a
+        #: write under the directory takes it (`stage`, `inject.writes`).
+        self.staged: list[tuple[str, Any]] = []
+        #: A forked child (a data loader's worker) inherits the wrappers, not the saves.
+        self.pid = os.getpid()
 
     def rel(self, path: Any) -> Optional[str]:
         """`path` relative to the checkpoint directory, or None if it is not a
@@ -166,6 +179,8 @@ class Saves:
                 self.current.add(name, obj)
             yield
             return
+        if step is None and self.pending is not None and self.pending.written is not None:
+            step, source = self.pending.step, self.pending.source  # a piece of the save the script's write began
         if step is None:
             step, source = self.last_step + 1, "count"
         if self.pending is not None and self.pending.step != step:
@@ -192,6 +207,13 @@ class Saves:
     def _end(self, save: Save) -> None:
         """Save `save` returned (its routine is over): record it, and its landing
         if its writers are done already; else the last of them records it."""
+        if save.written is not None and not save.took_staged:  # the files no object was handed for
+            for rel in (name for name, covered in save.written.items() if not covered):
+                found = written_state(os.path.join(self.root, rel))
+                if found is not None:
+                    save.add(rel.replace(os.sep, "/"), found)
+            if not any(plain(obj) not in ({}, []) for _, obj in save.handed):
+                return  # it saved nothing a run could be compared by (an empty marker file): no save
         with self._landing:  # a writer that finishes now waits: its landing is recorded after the save
             running = self.writers.running(save.step)
             # Handing work to a writer makes the save one that may return before it landed, whether this
@@ -202,6 +224,66 @@ class Saves:
             self.ended(save)
         if save.background and not running and not self.writers.failed(save.step):
             self.on_landed(save.step)
+
+    # -- saves begun by the script's own writes (`inject.writes`) ---------------------------------------
+    def _ours(self) -> bool:
+        return threading.current_thread() is threading.main_thread() and os.getpid() == self.pid
+
+    def wrote(self, path: Any, src: Any, frame: Any) -> None:
+        """The script opens `path` for writing, or renames `src` to it: under
+        the checkpoint directory, outside any save, made by its own code (not
+        a framework's logger), that begins a save of its own, named by the
+        number in the path as any save is. Inside such a save it is one more
+        file of it (a rename moves the file, or a whole directory of them)."""
+        if self.current is not None or not self._ours():
+            return
+        rel = self.rel(path)
+        if rel is None:
+            return
+        save = self.pending
+        if save is None:
+            from ckpt_harness.inject.tracer import made_by_job
+
+            if not made_by_job(frame):
+                return
+            step = self.step_in(path)  # saves go forward: a smaller number names a rank or a version, not a step
+            save = self._begin_written(step if step is not None and step > self.last_step else None)
+        if save.written is None:  # the routine of an entry point's save: its files are what it was handed
+            return
+        moved = self.rel(src) if src is not None else None
+        if moved is not None:
+            for name in [n for n in save.written if n == moved or n.startswith(moved + os.sep)]:
+                save.written[rel + name[len(moved):]] = save.written.pop(name)
+        else:
+            save.written.setdefault(rel, False)
+
+    def covers(self, rel: str) -> None:
+        """A serializer wrote what it was handed into `rel`, a file of the
+        save the script's write began: its state is that object, not the bytes."""
+        if self.pending is not None and self.pending.written is not None and rel in self.pending.written:
+            self.pending.written[rel] = True
+
+    def _begin_written(self, step: Optional[int]) -> Save:
+        """A save the script's write begins: it lasts until training goes on, as any save's routine does, and
+        takes what the script handed a serializer on the way (`staged`)."""
+        save = Save(step if step is not None else self.last_step + 1, "path" if step is not None else "count",
+                    written={})
+        save.handed, self.staged = self.staged, []
+        save.took_staged = bool(save.handed)
+        self._note("saves", every=False)
+        self.began(save.step)
+        self.last_step = max(self.last_step, save.step)
+        self.pending = save
+        self._watch_forward()
+        return save
+
+    def stage(self, name: str, obj: Any, frame: Any) -> None:
+        """The script handed `obj` to a serializer writing outside the directory (a `BytesIO`, a staging
+        file): held for a save its next write under the directory begins, until it trains again."""
+        from ckpt_harness.inject.tracer import made_by_job
+
+        if obj is not None and self._ours() and made_by_job(frame):
+            self.staged.append((name, obj))
 
     # -- background saves -----------------------------------------------------------------------------
     def in_flight(self, step: int, returned: Any) -> None:
@@ -245,6 +327,7 @@ class Saves:
         if threading.current_thread() is not threading.main_thread() or self.current is not None:
             return
         self.trained = True
+        self.staged.clear()
         self.flush()
         self._note("trains", every=True)
         self.trains()
@@ -272,6 +355,22 @@ class Saves:
             self._forward_hook = None
         if save is not None:
             self._end(save)
+
+    def watch_first_forward(self) -> None:
+        """The functions on the stack at the script's first module forward
+        train (the loop, `main`, the module itself): a rank that fails in
+        its first step, before any optimizer step said so, fails in its
+        training, not in a save routine that merely made a directory before
+        (`oracle.problems.save_routines`). The hook is there only until that
+        first forward: it takes `Module.__call__` off its fast path, once."""
+        import torch.nn.modules.module as module
+
+        def first(_module: Any, _args: Any) -> None:
+            if threading.current_thread() is threading.main_thread() and os.getpid() == self.pid:
+                hook.remove()
+                if self.current is None and self.pending is None:
+                    self._note("trains", every=True)
+        hook = module.register_module_forward_pre_hook(first)
 
     def _watch_forward(self) -> None:
         """A module's forward also ends the routine: the next step's forward
@@ -306,6 +405,9 @@ def _location(target: Any) -> Optional[str]:
     an fsspec file, by the URL of what it writes (``s3://bucket/key``)."""
     if isinstance(target, (str, bytes, os.PathLike)):
         return os.fsdecode(os.fspath(target))
+    name = getattr(target, "name", None)
+    if isinstance(name, (str, bytes, os.PathLike)) and not hasattr(target, "fs"):  # a file `open` gave: its path
+        return os.path.abspath(os.fsdecode(name))
     path, protocol = getattr(target, "path", None), getattr(getattr(target, "fs", None), "protocol", None)
     if not isinstance(path, str) or not protocol:
         return None
@@ -427,16 +529,19 @@ def install(saves: Saves) -> None:
     _active = saves
     for name, hook in _HOOKS.items():
         imports.when_imported(name, hook)
+    from ckpt_harness.inject import writes
+
+    writes.install(saves)
 
 
-def _wrap(owner: Any, attr: str, make: Callable[[Callable], Callable]) -> None:
+def _wrap(owner: Any, attr: str, make: Callable[[Callable], Callable], rebind: bool = True) -> None:
     original = getattr(owner, attr, None)
     if original is None or getattr(original, "__ckpt_harness_save__", False):
         return
     wrapped = functools.wraps(original)(make(original))
     wrapped.__ckpt_harness_save__ = True
     setattr(owner, attr, wrapped)
-    if isinstance(owner, type(sys)):  # a module: `from x import f` copies bound earlier
+    if rebind and isinstance(owner, type(sys)):  # a module: `from x import f` copies bound earlier
         from ckpt_harness.inject.files import _rebind
 
         _rebind(original, wrapped)
@@ -450,13 +555,64 @@ def _to_path(saves_of: Callable[[], Saves], path_arg: int, path_kw: str, obj_arg
             path = args[path_arg] if len(args) > path_arg else kwargs.get(path_kw)
             obj = args[obj_arg] if len(args) > obj_arg else None
             rel = saves.rel(path)
-            if rel is None and saves.current is None:
-                return original(*args, **kwargs)
             name = os.path.basename(rel) if rel else _type_name(path)
-            with saves.boundary(saves.step_in(path), "path", name, obj):
+            if rel is None and saves.current is None:
+                saves.stage(os.path.basename(_location(path) or "") or name, obj, sys._getframe(1))
                 return original(*args, **kwargs)
+            try:
+                with saves.boundary(saves.step_in(path), "path", name, obj):
+                    return original(*args, **kwargs)
+            finally:
+                saves.covers(rel) if rel is not None else None
         return save
     return make
+
+
+def _serializer(path_arg: int, path_kw: str, obj_of: Callable[[tuple, dict], Any]) -> Callable:
+    """A general serializer (``pickle.dump``, ``json.dump``, ``numpy.save``):
+    only for the saves the script's own writes make (`inject.writes`), so an
+    entry point's save records what it recorded before. Into the checkpoint
+    directory, outside a save, it begins one; elsewhere what it was handed is
+    held for the save the script's next write there begins (`Saves.stage`)."""
+    def make(original: Callable) -> Callable:
+        def save(*args: Any, **kwargs: Any) -> Any:
+            saves = _require()
+            if saves.current is not None or saves.pending is not None and saves.pending.written is None:
+                return original(*args, **kwargs)
+            path = args[path_arg] if len(args) > path_arg else kwargs.get(path_kw)
+            rel = saves.rel(path)
+            if rel is None:
+                saves.stage(os.path.basename(_location(path) or "") or _type_name(path), obj_of(args, kwargs),
+                            sys._getframe(1))
+                return original(*args, **kwargs)
+            try:
+                with saves.boundary(saves.step_in(path), "path", os.path.basename(rel), obj_of(args, kwargs)):
+                    return original(*args, **kwargs)
+            finally:
+                saves.covers(rel)
+        return save
+    return make
+
+
+def written_state(path: str) -> Any:
+    """What a file of a save that was handed nothing holds (raw bytes the
+    script wrote, a file it copied in): a JSON document as itself, its keys
+    compared one by one; any other file by the SHA-256 of its bytes. None
+    where no file is any more (deleted, or a directory)."""
+    import hashlib
+    import json
+
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+        return None
+    if path.endswith(".json"):
+        try:
+            return json.loads(data)
+        except ValueError:
+            pass
+    return f"sha256:{hashlib.sha256(data).hexdigest()} ({len(data)} bytes)"
 
 
 def _type_name(target: Any) -> str:
@@ -497,6 +653,7 @@ def _torch(module: Any) -> None:
         import torch.optim.optimizer as optimizer
 
         optimizer.register_optimizer_step_pre_hook(lambda _optimizer, _args, _kwargs: _require().training())
+        _require().watch_first_forward()
         _steps_hooked = True
         WRITERS.arm()  # a run that holds a save's writers until training went on watches its steps from now
 
@@ -506,6 +663,28 @@ _steps_hooked = False
 
 def _safetensors(module: Any) -> None:
     _wrap(module, "save_file", _to_path(_require, 1, "filename", 0))
+
+
+def _pickle(module: Any) -> None:
+    _wrap(module, "dump", _serializer(1, "file", lambda a, k: a[0] if a else k.get("obj")), rebind=False)
+
+
+def _json(module: Any) -> None:
+    _wrap(module, "dump", _serializer(1, "fp", lambda a, k: a[0] if a else k.get("obj")), rebind=False)
+
+
+def _numpy(module: Any) -> None:
+    # Called as `np.save`: a `from numpy import save` bound earlier is not
+    # rebound (a walk of every module per rank, `files._rebind`).
+    _wrap(module, "save", _serializer(0, "file", lambda a, k: a[1] if len(a) > 1 else k.get("arr")), rebind=False)
+    arrays = _serializer(0, "file", lambda a, k: {**{f"arr_{i}": v for i, v in enumerate(a[1:])},
+                                                   **{n: v for n, v in k.items() if n not in _NUMPY_OPTIONS}})
+    _wrap(module, "savez", arrays, rebind=False)
+    _wrap(module, "savez_compressed", arrays, rebind=False)
+
+
+#: Keywords of `numpy.savez` that are options, not arrays.
+_NUMPY_OPTIONS = frozenset({"file", "allow_pickle"})
 
 
 def _dcp(module: Any) -> None:
@@ -601,6 +780,9 @@ def _lightning_async(module: Any) -> None:
 #: Module -> what wraps its save entry points once it has run.
 _HOOKS: dict[str, Callable[[Any], None]] = {
     "torch": _torch,
+    "pickle": _pickle,
+    "json": _json,
+    "numpy": _numpy,
     "safetensors.torch": _safetensors,
     "torch.distributed.checkpoint": _dcp,
     "transformers.trainer": _hf_trainer,

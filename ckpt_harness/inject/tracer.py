@@ -260,6 +260,19 @@ def is_library(filename: str) -> bool:
             or filename.startswith(_STDLIB))
 
 
+def made_by_job(frame: Any) -> bool:
+    """Whether the innermost frame from `frame` out that is neither the
+    standard library nor the harness is the job's own code: a write the
+    script asked for itself (through `shutil`, `pathlib` or `tarfile` too),
+    not one an installed framework made (its logger's files)."""
+    while frame is not None:
+        name = frame.f_code.co_filename
+        if not (name.startswith(_STDLIB) or name.startswith(_HARNESS_DIR) and not name.startswith(_JOBS_DIR)):
+            return is_job_code(name) and not is_library(name)
+        frame = frame.f_back
+    return False
+
+
 def frame_name(filename: str, line: int, function: str) -> str:
     return f"{os.path.basename(filename)}:{line} in {function}()"
 
