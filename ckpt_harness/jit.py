@@ -15,6 +15,12 @@ and said so. Once built, a stamp next to the build records the versions it
 was built for, so later harness processes check one file instead of
 importing the framework.
 
+A build that fails (or outlasts `BUILD_TIMEOUT`) steps aside: it is said,
+with its reason, and the run starts anyway, the ranks building (or failing
+to build) the op themselves as a user's processes would, so that what the
+harness prepares never turns into a verdict of the run (issue 64). It is
+not tried again in this process.
+
 Torch-free: this runs in the harness process.
 """
 
@@ -103,16 +109,22 @@ _lock = threading.Lock()
 
 
 def ensure_built(ops: Sequence[JitOp], say: Say = say, timeout: float = BUILD_TIMEOUT) -> None:
-    """Build every op of `ops` not built yet; once per op per process (threads wait for the first)."""
+    """Build every op of `ops` not built yet; once per op per process (threads wait for the first).
+    One that cannot be built is said and left to the ranks (`build`)."""
     with _lock:
         for op in ops:
             if (op.build_dir, op.key) not in _done:
                 if not op.built():
-                    _build(op, say, timeout)
+                    try:
+                        build(op, say, timeout)
+                    except Exception as exc:  # noqa: BLE001 - a warm-up never fails a run
+                        say(f"warm-up skipped: {op.what} was not built before the run; the ranks build it "
+                            f"themselves, inside their deadline, as a cold start would. Why: {exc}")
                 _done.add((op.build_dir, op.key))
 
 
-def _build(op: JitOp, say: Say, timeout: float) -> None:
+def build(op: JitOp, say: Say = say, timeout: float = BUILD_TIMEOUT) -> None:
+    """Build `op` now (unless another process just did); `BuildFailed` if it cannot be."""
     op.build_dir.parent.mkdir(parents=True, exist_ok=True)
     with open(op.build_dir.parent / f".ckpt-harness-{op.build_dir.name}.flock", "w") as guard:
         fcntl.flock(guard, fcntl.LOCK_EX)  # another harness process building it: wait for it

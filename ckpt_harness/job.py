@@ -128,7 +128,10 @@ class Job:
     #: starts, so a missing framework is a skip that names the fix, not a
     #: traceback from a rank.
     requires: ClassVar[Mapping[str, str]] = {}
-    #: Modules the warm parent imports before forking ranks.
+    #: Modules the warm parent imports before forking ranks. One that is
+    #: missing or raises on import (a framework release without it) is
+    #: skipped with a note, and the ranks import what they need themselves:
+    #: a preload never fails a run (`launch.preimport`).
     preload: ClassVar[tuple[str, ...]] = ()
     #: Environment set in the warm parent before `preload` and in every rank.
     env: ClassVar[Mapping[str, str]] = {}

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from ckpt_harness import Verdict
-from ckpt_harness.jit import BuildFailed, JitOp, ensure_built
+from ckpt_harness.jit import BuildFailed, JitOp, build, ensure_built
 
 
 def _op(tmp_path, builder, key="k", **env):
@@ -39,7 +39,15 @@ def test_built_once_then_a_stamp_check(tmp_path, capsys):
     ensure_built([_op(tmp_path, "fail")])  # same op and key: not run again
     assert capsys.readouterr().err == ""
     with pytest.raises(BuildFailed, match="gcc: fatal error"):
-        ensure_built([_op(tmp_path, "fail", key="new versions")])  # a new key rebuilds
+        build(_op(tmp_path, "fail", key="new versions"))  # a new key rebuilds
+    # a build that fails steps aside: said, not stamped, not tried again by this process (issue 64)
+    failing = _op(tmp_path, "fail", key="newer versions")
+    ensure_built([failing])
+    err = capsys.readouterr().err
+    assert "warm-up skipped: the planted op was not built before the run" in err and "gcc: fatal error" in err
+    assert not failing.built()
+    ensure_built([failing])
+    assert "building" not in capsys.readouterr().err
 
 
 def test_a_stamp_whose_build_was_deleted_is_no_build(tmp_path):
@@ -96,7 +104,7 @@ def test_a_wedged_build_is_killed_with_its_children_at_its_timeout(tmp_path):
     pid_file = tmp_path / "child.pid"
     op = _op(tmp_path, "hang_with_child", CKPT_TEST_CHILD_PID=str(pid_file))
     with pytest.raises(BuildFailed, match="took longer than 5s"):
-        ensure_built([op], timeout=5)
+        build(op, timeout=5)
     child = int(pid_file.read_text())
     for _ in range(50):
         if not os.path.exists(f"/proc/{child}") or " Z " in open(f"/proc/{child}/stat").read():

@@ -106,6 +106,8 @@ LR = 1e-2
 
 #: Modules `deepspeed.initialize` and ZeRO-3 import lazily in every process;
 #: the Muon optimizer module alone pulls in torch._inductor (~2 s per rank).
+#: Those of DeepSpeed 0.19.8: a release without one of them (0.18 has no
+#: `auto_ep_layer`) is warmed without it, with a note (`launch.preimport`).
 LAZY_MODULES = (
     "deepspeed.runtime.zero.muon.muon_optimizer",
     "deepspeed.module_inject.auto_ep_layer",
@@ -116,23 +118,14 @@ LAZY_MODULES = (
 )
 
 
-def warm_deepspeed() -> None:
-    """Pay DeepSpeed's per-process first-use costs once, in the warm parent.
-
-    - the CPU comm backend loads, and on a cold machine builds with gcc, the
-      shared-memory comm op in every process (`deepspeed.comm.torch.
-      build_shm_op`); DeepSpeed caches loaded ops per process
-      (`OpBuilder._loaded_ops`) and its op-compatibility probe per module, so
-      ranks forked afterwards skip both;
-    - the lazy imports of `deepspeed.initialize` (`LAZY_MODULES`).
-
-    The fork server `gc.freeze()`s after the preloads, which matters here:
-    ZeRO-3's setup runs `gc.collect()`, ~0.9 s per rank when it has to walk
-    every object of torch, inductor and deepspeed.
-    """
-    import importlib
-
-    import deepspeed  # noqa: F401
+def build_comm_op() -> None:
+    """Load DeepSpeed's shared-memory comm op, building it with gcc if need
+    be: what its CPU comm backend does in every process at
+    `init_distributed` (`deepspeed.comm.torch.build_shm_op`). The JIT
+    builder of `jit_ops` and of scripts (`targets.script_ops`), run in a
+    process of its own: a failed build raises there, so it is said and not
+    stamped (`jit.ensure_built`). DeepSpeed caches a loaded op per process
+    (`OpBuilder._loaded_ops`) and its op-compatibility probe per module."""
     import deepspeed.ops
     from deepspeed.accelerator import get_accelerator
 
@@ -140,8 +133,28 @@ def warm_deepspeed() -> None:
     builder = get_accelerator().create_op_builder("ShareMemCommBuilder")
     if builder is not None and compatible.get(builder.NAME, False):
         builder.load()
-    for module in LAZY_MODULES:
-        importlib.import_module(module)
+
+
+def warm_deepspeed(modules: Iterable[str] = LAZY_MODULES) -> None:
+    """Pay DeepSpeed's per-process first-use costs once, in the warm parent,
+    so that ranks forked afterwards skip them: the comm op loaded
+    (`build_comm_op`) and the lazy imports of `deepspeed.initialize`
+    (`modules`). Each steps aside on its own (`launch.preimport`): a module
+    the installed release lacks (0.18 has no `auto_ep_layer`: the list is
+    one release's) is not pre-imported and the rest still are; an op that
+    does not load is left to the ranks, which load (or fail to load) it
+    themselves as a user's processes would. A warm-up never fails a run.
+
+    The fork server `gc.freeze()`s after the preloads, which matters here:
+    ZeRO-3's setup runs `gc.collect()`, ~0.9 s per rank when it has to walk
+    every object of torch, inductor and deepspeed.
+    """
+    from ckpt_harness.launch import preimport
+
+    if preimport.preimport(["deepspeed"]):
+        return  # nothing of DeepSpeed's to warm; the ranks say why it does not import
+    preimport.attempt("loading DeepSpeed's CPU comm op", build_comm_op)
+    preimport.preimport(modules)
 
 
 #: torch's JIT ops go to one directory per interpreter: two checkouts (or a
@@ -150,7 +163,7 @@ def warm_deepspeed() -> None:
 #: makes every later process wait for it forever.
 os.environ.setdefault("TORCH_EXTENSIONS_DIR", os.path.join(sys.prefix, "torch_extensions"))
 
-if os.environ.get(WARM_ENV) == "1":
+if os.environ.get(WARM_ENV) == "1":  # in the warm parent (and a rank that imports this module itself)
     warm_deepspeed()
 
 
@@ -273,12 +286,12 @@ class DeepSpeedJob(TinyJob):
 
     @classmethod
     def jit_ops(cls) -> tuple[JitOp, ...]:
-        """The CPU comm op, built by `warm_deepspeed` in a process of its own."""
+        """The CPU comm op, built by `build_comm_op` in a process of its own."""
         from importlib import metadata
 
         key = f"deepspeed {metadata.version('deepspeed')}, torch {torch.__version__}, {sys.executable}"
         return (JitOp("DeepSpeed's CPU comm op", Path(os.environ["TORCH_EXTENSIONS_DIR"]) / "deepspeed_shm_comm",
-                      f"{__name__}:warm_deepspeed", key, env={"DS_ACCELERATOR": "cpu"}),)
+                      f"{__name__}:build_comm_op", key, env={"DS_ACCELERATOR": "cpu"}),)
     env = {"DS_ACCELERATOR": "cpu", WARM_ENV: "1"}
     #: This module last: imported in the warm parent with WARM_ENV set, it runs
     #: `warm_deepspeed` there once; a rank that imported it itself ran the

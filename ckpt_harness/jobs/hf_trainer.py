@@ -359,4 +359,8 @@ def _find_sampler(loader):
 
 
 if os.environ.get(WARM_ENV) == "1":
-    _warm_caches()
+    # A transformers release without this table (or with another signature) is warmed without it: a
+    # warm-up never fails a run (`launch.preimport`); the ranks fill their caches themselves.
+    from ckpt_harness.launch import preimport
+
+    preimport.attempt("filling transformers' checkpoint conversion table", _warm_caches)

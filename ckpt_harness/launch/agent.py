@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import atexit
 import gc
-import importlib
 import os
 import queue
 import runpy
@@ -56,7 +55,7 @@ import traceback
 from pathlib import Path
 from typing import Mapping, Optional
 
-from ckpt_harness.launch import _proc, _wire, warm_workers
+from ckpt_harness.launch import _proc, _wire, preimport, warm_workers
 from ckpt_harness.launch.group import LaunchError
 from ckpt_harness.launch.warm_workers import worker_threads
 
@@ -85,7 +84,7 @@ def _serve(sock: socket.socket) -> None:
                 _wire.send(sock, {"op": "error", "message": traceback.format_exc()})
                 continue
             children.add(pid)
-            _wire.send(sock, {"op": "started", "pid": pid})
+            _wire.send(sock, {"op": "started", "pid": pid, "notes": preimport.pending()})
         elif message["op"] == "release":
             pid = message["pid"]
             children.discard(pid)
@@ -146,10 +145,10 @@ def main(argv: list[str]) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the harness's to handle
     sock = socket.socket(fileno=fd)
     # What every agent, and every worker before its script, would otherwise import.
-    warm_workers.prepare_server(lambda: [importlib.import_module(m) for m in warm_workers.PRELOAD])
+    warm_workers.prepare_server(lambda: preimport.preimport(warm_workers.PRELOAD))
     # Out of the collector's sight for as long as the server lives: no fork pays for walking it.
     gc.freeze()
-    _wire.send(sock, {"op": "ready"})
+    _wire.send(sock, {"op": "ready", "notes": preimport.pending()})
     _serve(sock)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -227,6 +226,7 @@ class _Server:
                                "warm_workers": warm_workers, "preload": preload})
             if reply["op"] != "started":
                 raise LaunchError(f"the agent server could not start torchrun:\n{reply.get('message')}")
+            preimport.tell(reply)  # what the server's warm-up skipped (`launch.preimport`)
             return Agent(self, reply["pid"])
 
     def release(self, pid: int) -> Optional[tuple[Optional[int], Optional[int]]]:
@@ -244,6 +244,7 @@ class _Server:
         reply = self._recv()
         if reply.get("op") != "ready":
             raise LaunchError(f"the agent server did not start:\n{self._log()}")
+        preimport.tell(reply)
         self.ready = True
 
     def _ask(self, message: dict) -> dict:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.errors import ConfigError, HarnessError
-from ckpt_harness.launch import _proc, _wire, beacon, flight
+from ckpt_harness.launch import _proc, _wire, beacon, flight, preimport
 from ckpt_harness.launch.heartbeat import Heartbeat
 from ckpt_harness.launch.layout import beacon_path, flight_path, log_path, store_path
 from ckpt_harness.launch.link import helpers
@@ -49,7 +49,8 @@ _DUMP_POLL = 0.01
 
 
 class LaunchError(HarnessError):
-    """The group could not be started (bad preload, dead fork server)."""
+    """The group could not be started (a dead fork server; a preload that
+    cannot be imported is skipped instead, `launch.preimport`)."""
 
 
 class Cancelled(BaseException):
@@ -286,6 +287,7 @@ class _ZygoteClient:
         if message is None or message.get("op") != "ready":
             self.close()
             raise LaunchError(f"the warm fork server did not start:\n{self._log()}")
+        preimport.tell(message)
         self.ready = True
 
     def send(self, message: dict) -> None:
@@ -426,6 +428,7 @@ class _GroupRun:
         if spawned is None or spawned["op"] == "error":
             detail = spawned["message"] if spawned else "no answer from the warm fork server"
             raise LaunchError(f"could not start ranks: {detail}")
+        preimport.tell(spawned)  # what the server's warm-up skipped (`launch.preimport`)
         self.ranks = [
             RankOutcome(rank=r, pid=pid, log=log_path(run_dir, r))
             for r, pid in enumerate(spawned["pids"])

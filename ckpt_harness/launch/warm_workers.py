@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import ctypes
 import gc
-import importlib
 import json
 import os
 import pickle
@@ -59,7 +58,7 @@ import threading
 import types
 from typing import Any, Callable, Mapping, NoReturn, Optional, Sequence
 
-from ckpt_harness.launch import _proc
+from ckpt_harness.launch import _proc, preimport
 from ckpt_harness.launch.layout import warm_path
 
 #: What every worker imports before its script runs (the bootstrap; the entry that arms it, named
@@ -217,19 +216,12 @@ def prepare_server(import_modules: Callable[[], None]) -> None:
 def preload(modules: Sequence[str]) -> None:
     """In the agent server, before it forks an agent: import `modules` too
     (the entry a run arms its workers with), recording what they read. One
-    that fails to import is left to the worker, which says why."""
+    that fails to import is skipped with a note (`preimport`) and left to
+    the worker, which imports it again and says why, with its traceback."""
     new = [m for m in modules if m not in sys.modules]
     if not new or _Server.base_path is None:
         return
-
-    def imports() -> None:
-        for module in new:
-            try:
-                importlib.import_module(module)
-            except Exception:  # noqa: BLE001 - the worker imports it again and fails there, with its traceback
-                pass
-
-    _Server.import_envs.append(record_reads(imports))
+    _Server.import_envs.append(record_reads(lambda: preimport.preimport(new)))
     gc.freeze()
 
 

@@ -43,7 +43,7 @@ import sys
 import traceback
 from typing import NoReturn, Optional
 
-from ckpt_harness.launch import _proc, _wire
+from ckpt_harness.launch import _proc, _wire, preimport
 
 #: Imported once here so no rank pays for them. torch._dynamo is pulled in by
 #: the first optimizer step of a fresh process (~0.7 s) otherwise.
@@ -165,7 +165,7 @@ class Zygote:
             self.pidfds[pidfd] = (group, spec["rank"], pid)
             self.status_fds[read_fd] = (group, spec["rank"])
             pids.append(pid)
-        _wire.send(self.sock, {"op": "spawned", "group": group, "pids": pids})
+        _wire.send(self.sock, {"op": "spawned", "group": group, "pids": pids, "notes": preimport.pending()})
 
     # -- warmed templates --------------------------------------------------------
     def _fork_from_template(self, request: dict, spec: dict) -> Optional[int]:
@@ -273,13 +273,18 @@ def _threads() -> int:
 
 
 def _prepare(request: dict) -> None:
-    """Make the zygote ready for a group: its sys.path, env and preloads."""
+    """Make the zygote ready for a group: its sys.path, env, the module of
+    the ranks' entry (one that does not import is the launch's error: no
+    rank could run) and the preloads. A preload that raises is skipped with
+    a note (`preimport`): the ranks import it themselves if they need it,
+    and one that cannot fails there, with its own traceback."""
     for entry in reversed(request.get("sys_path", [])):
         if entry not in sys.path:
             sys.path.insert(0, entry)
     os.environ.update(request.get("env", {}))
-    for module in request.get("preload", ()):
-        importlib.import_module(module)
+    if request.get("entry"):
+        importlib.import_module(request["entry"].partition(":")[0])
+    preimport.preimport(request.get("preload", ()))
     gc.freeze()
 
 
@@ -289,9 +294,10 @@ def main(argv: list[str]) -> None:
     # Ctrl-C is the harness's to handle; it tears the ranks down in order.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
-    for module in WARM_MODULES:
-        importlib.import_module(module)
+    preimport.preimport(WARM_MODULES)  # torch's own on a release without one of them: skipped, with a note
     import torch
+
+    from ckpt_harness.launch import rank  # noqa: F401 - the harness's own: every rank runs it
 
     # Before any op could start OpenMP: forked ranks inherit one thread each,
     # which is also what N ranks sharing two cores want.
@@ -309,7 +315,8 @@ def _serve_ready(sock: socket.socket) -> NoReturn:
     # str(): torch.__version__ is a TorchVersion, and unpickling one imports
     # torch into the harness (a second of CPU there, and as much again in
     # its finalization, which is what a Ctrl-C waits for).
-    _wire.send(sock, {"op": "ready", "pid": os.getpid(), "torch": str(torch.__version__)})
+    _wire.send(sock, {"op": "ready", "pid": os.getpid(), "torch": str(torch.__version__),
+                      "notes": preimport.pending()})
     Zygote(sock).serve()
     # The ranks are killed; nothing of ours is left to clean up. Finalizing an
     # interpreter that holds torch costs a second of CPU or more, and the

@@ -120,7 +120,7 @@ def _deepspeed(source: str, env: Mapping[str, str]) -> tuple[JitOp, ...]:
     if accelerator:
         builder_env["DS_ACCELERATOR"] = accelerator
     return (JitOp("DeepSpeed's CPU comm op", where,
-                  "ckpt_harness.jobs.deepspeed_job:warm_deepspeed", key, env=builder_env),)
+                  "ckpt_harness.jobs.deepspeed_job:build_comm_op", key, env=builder_env),)
 
 
 #: Top-level package a script imports -> the ops it builds in the script's
