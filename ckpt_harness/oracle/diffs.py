@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
+import re
 from typing import Mapping, Sequence
 
 from ckpt_harness.oracle.severity import kind_of_key, severity
@@ -62,9 +64,11 @@ def fold_keys(differences: Sequence[Difference]) -> tuple[Line, ...]:
     Within a group, keys of one leaf name that differ identically keep their
     own line, so the fact is not averaged away ("optim/*/step (6 keys): 5.0,
     expected 4.0")."""
+    # Under what every key shares (a script's keys start with the file they went to), the top names differ.
+    shared = _shared_prefix([d.key for d in differences])
     groups: dict[tuple[str, str], list[Difference]] = {}
     for d in differences:
-        groups.setdefault((_top(d.key), d.kind), []).append(d)
+        groups.setdefault((shared + _top(d.key[len(shared):]), d.kind), []).append(d)
     lines: list[Line] = []
     for (top, kind), ds in groups.items():
         if len(ds) <= FOLD_AT:
@@ -154,6 +158,22 @@ def _top(key: str) -> str:
     """The key's top-level name with its separator ("optim/", "model."), or the key."""
     cut = min((i for i in (key.find("/"), key.find(".")) if i > 0), default=-1)
     return key[: cut + 1] if cut > 0 else key
+
+
+def _shared_prefix(keys: Sequence[str]) -> str:
+    """The leading names every key of `keys` shares, up to a separator, when
+    they name a file or a step ("step_4.pt.tmp.", "last save.checkpoint-4/"):
+    folded by it, every key is one group that says nothing. A shared name
+    that says what the state is ("optim/") stays the group's."""
+    if len(keys) < 2:
+        return ""
+    common = os.path.commonprefix(list(keys))
+    cut = max(common.rfind("."), common.rfind("/"))
+    shared = common[:cut + 1] if cut > 0 else ""
+    return shared if _FILE_OR_STEP.search(shared) else ""
+
+
+_FILE_OR_STEP = re.compile(r"\d|\.(pt|pth|bin|ckpt|pkl|json|npz|safetensors|tmp)\b")
 
 
 def _leaf(key: str) -> str:

@@ -59,6 +59,8 @@ def test_the_lead_line_names_the_most_severe_keys_first_not_the_file_they_were_s
     assert diffs.summary(problems) == ("rank 0 step_4.pt.optimizer.state.0.momentum_buffer: 4 of 4 elements differ; "
                                        "first at index [0]: 0.0, expected 0.5; max abs diff 0.5 "
                                        "(and 1 more keys: counters)")
+    listing = diffs.listing(problems)  # folded under what the keys are, not the file all of them went to
+    assert "step_4.pt.* (" not in listing and "step_4.pt.optimizer.state.0.momentum_buffer" in listing, listing
 
 
 def test_ranks_label():
