@@ -97,6 +97,8 @@ MEASURED = {  # 2026-11-29, the CI run of e773235 (test_findings, test_examples:
     "test_deepspeed_reshard": 10, "test_capability_mix": 10, "test_script_ops": 7, "test_layers": 7,
     "test_safe_loading": 6, "test_write_conflicts": 5, "test_findings": 39, "test_examples": 20,
     "test_suite_deadline": 4,
+    # not yet in a CI run's table: estimates from their runs on a loaded 2-core box (issue 64)
+    "test_file_saves": 200, "test_run_identity": 45, "test_warmups": 20,
 }
 
 

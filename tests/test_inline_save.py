@@ -124,9 +124,10 @@ def test_a_crash_in_the_first_training_step_of_a_module_level_loop_is_an_error(f
 def test_the_module_is_no_save_routine_by_name_though_nothing_said_it_trains(first_step_crash):
     """Both ways, on that run's own trace: its checkpoint I/O (the `mkdir` of
     the directory) was made in `<module>` on every rank and no rank made an
-    optimizer step (no `trains` event), so by name alone (the rule before
-    issue 64: the functions of its I/O, less those that train) the module was
-    the save routine; `save_routines` leaves it out, and the generator
+    optimizer step, so by name alone (the rule before issue 64: the functions
+    of its I/O, less those that train) the module was the save routine but
+    for the first forward that says it trains; `save_routines` leaves it
+    out by name too, and the generator
     expression that lists the directory for the newest checkpoint (every
     generator expression of the file is `<genexpr>`) with it."""
     from ckpt_harness.inject.trace import EventKind
@@ -137,7 +138,9 @@ def test_the_module_is_no_save_routine_by_name_though_nothing_said_it_trains(fir
     events = [e for rank in (0, 1) for e in read_events(work / "golden" / "run", rank)]
     module = f"{SCRIPT}:<module>"
     assert {e.rank for e in events if e.fields.get("routine") == module} == {0, 1}
-    assert not [e for e in events if e.kind in (EventKind.TRAINS, EventKind.SAVES)]
+    assert not [e for e in events if e.kind is EventKind.SAVES]
+    # its first module forward, before the step that raised, says the module trains (`Saves.watch_first_forward`)
+    assert module in {f for e in events if e.kind is EventKind.TRAINS for f in e.fields.get("functions", ())}
 
     class Traced:  # what `save_routines` reads of a run
         def events(self):

@@ -257,10 +257,12 @@ def test_a_script_that_never_saves_is_an_error_not_a_pass(tmp_path):
     """It trains and writes nothing under {ckpt_dir}: nothing was checked, and
     the report says what to check instead of PASS (exit 3)."""
     never = ROOT / "tests" / "scripts" / "never_saves.py"
-    out = cli("run", "--script", f"{never} {{ckpt_dir}}", "--nproc-per-node", "1", cwd=tmp_path)
+    out = cli("run", "--script", f"{never} {{ckpt_dir}} {tmp_path / 'elsewhere'}", "--nproc-per-node", "1",
+              cwd=tmp_path)
     assert out.returncode == 3, out.stdout + out.stderr
     assert "golden / saves: ERROR — the run made no save the harness could see, so nothing was checked" in out.stdout
-    assert "{ckpt_dir}" in out.stdout and "ckpt_harness.saving(step)" in out.stdout
+    assert "{ckpt_dir}" in out.stdout and "ckpt_harness.saving" not in out.stdout  # never needed: any write is seen
+    assert f"it wrote nothing there, but 1 file under {tmp_path / 'elsewhere'}" in out.stdout, out.stdout
     assert "job" not in out.stdout and "ctx." not in out.stdout, out.stdout  # words about the script
 
 

@@ -139,6 +139,9 @@ class Saves:
         self.staged: list[tuple[str, Any]] = []
         #: A forked child (a data loader's worker) inherits the wrappers, not the saves.
         self.pid = os.getpid()
+        #: The files the script's own code wrote outside the directory, by their directory: where a
+        #: run that made no save put what it wrote (`oracle.start.judge_saves_seen` says it).
+        self.elsewhere: dict[str, set[str]] = {}
 
     def rel(self, path: Any) -> Optional[str]:
         """`path` relative to the checkpoint directory, or None if it is not a
@@ -239,6 +242,7 @@ class Saves:
             return
         rel = self.rel(path)
         if rel is None:
+            self._elsewhere(path, frame)
             return
         save = self.pending
         if save is None:
@@ -256,6 +260,23 @@ class Saves:
                 save.written[rel + name[len(moved):]] = save.written.pop(name)
         else:
             save.written.setdefault(rel, False)
+
+    def _elsewhere(self, path: Any, frame: Any) -> None:
+        from ckpt_harness.inject.tracer import made_by_job
+
+        where = _location(path)
+        if where is None or not made_by_job(frame):
+            return
+        where = os.path.abspath(where)
+        files = self.elsewhere.get(os.path.dirname(where))
+        if files is None and len(self.elsewhere) < ELSEWHERE:
+            files = self.elsewhere[os.path.dirname(where)] = set()
+        if files is not None and len(files) < ELSEWHERE:
+            files.add(where)
+
+    def wrote_elsewhere(self) -> dict[str, int]:
+        """How many files the script's own code wrote outside the directory, by their directory."""
+        return {folder: len(files) for folder, files in self.elsewhere.items()}
 
     def covers(self, rel: str) -> None:
         """A serializer wrote what it was handed into `rel`, a file of the
@@ -390,6 +411,8 @@ class Saves:
         return _merged(self.full_states)
 
 
+#: Directories outside the checkpoint directory a run's writes are counted in, at most.
+ELSEWHERE = 8
 #: URL schemes that name a local file.
 LOCAL_SCHEMES = ("file", "local")
 
@@ -558,6 +581,8 @@ def _to_path(saves_of: Callable[[], Saves], path_arg: int, path_kw: str, obj_arg
             name = os.path.basename(rel) if rel else _type_name(path)
             if rel is None and saves.current is None:
                 saves.stage(os.path.basename(_location(path) or "") or name, obj, sys._getframe(1))
+                if isinstance(path, (str, bytes, os.PathLike)) and saves._ours():  # natively written: no `open`
+                    saves._elsewhere(path, sys._getframe(1))
                 return original(*args, **kwargs)
             try:
                 with saves.boundary(saves.step_in(path), "path", name, obj):

@@ -27,6 +27,9 @@ filled first, the file staged in a temporary directory first) are held
 (`Saves.stage`) and join the save that begins. A save handed nothing (raw
 bytes) is known by the content of the files it left (`saves.written_state`).
 
+The script's own writes elsewhere are counted by directory (`Saves.elsewhere`):
+a run that made no save is told where it wrote instead.
+
 Observing changes nothing the script sees: every wrapper calls the
 original with the same arguments and returns what it returned.
 """

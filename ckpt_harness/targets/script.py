@@ -81,10 +81,8 @@ SYNCHRONOUS = ("the script's saves returned once written (none left a writer at 
 NO_LAYOUT = ("the script was given no checkpoint layout for a conversion to read: give --checkpoint-layout "
              "(torch_save, dcp, deepspeed, hf_trainer; `ckpt-harness list` shows the conversions)")
 #: How a script's saves are seen (`Capabilities.marks_saves`).
-MARKS_SAVES = ("a script writes its checkpoints under the directory its command gets for {ckpt_dir}, through a "
-               "save the harness wraps (torch.save, torch.distributed.checkpoint.save or async_save, DeepSpeed's "
-               "save_checkpoint, the Trainer's checkpoint), or marks its save routine with "
-               "`with ckpt_harness.saving(step):`")
+MARKS_SAVES = ("a script's save is what it writes under the directory its command gets for {ckpt_dir} (or "
+               "{ckpt_url}), through any API, between two training steps")
 #: The longest row name before it is cut.
 NAME_LENGTH = 80
 
