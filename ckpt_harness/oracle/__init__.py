@@ -29,6 +29,7 @@ from ckpt_harness.oracle.retention import judge_retention
 from ckpt_harness.oracle.properties import OTHER_LAYOUT, PROPERTIES, Background, accepted, expected, property_for
 from ckpt_harness.oracle.start import (
     Inferred,
+    identity_note,
     infer_start,
     judge_deterministic,
     judge_unreported_load,
@@ -66,7 +67,7 @@ __all__ = [
     "judge_replaced",
     "judge_reshard", "judge_reshard_save", "judge_same_state", "nothing_to_break", "property_for", "saved_full",
     "undecided_if",
-    "Inferred", "infer_start", "judge_unreported_load", "judge_retention",
+    "Inferred", "identity_note", "infer_start", "judge_unreported_load", "judge_retention",
     "judge_landed", "judge_later_saves", "judge_overlap",
     "judge_named_steps", "judge_resume_point", "judge_saves_seen", "judge_single_writer", "judge_stopped",
     "save_steps", "saves_by_step", "savers",

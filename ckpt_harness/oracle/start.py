@@ -16,6 +16,7 @@ at the save entry points it calls, and those numbered by a count of saves
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Optional, Sequence
 
 from ckpt_harness import phase
@@ -88,8 +89,36 @@ def judge_saves_seen(case: str, golden: Run, marks_saves: str) -> Optional[CaseR
     saves are seen (`Capabilities.marks_saves`)."""
     if any(rec["event"] == Kind.SAVED for r in golden.ranks for rec in r.records):
         return None
+    elsewhere: dict[str, int] = {}
+    for r in golden.ranks:
+        for rec in r.records:
+            for folder, n in rec.get("elsewhere", {}).items():
+                elsewhere[folder] = elsewhere.get(folder, 0) + n
+    wrote = ("; it wrote nothing there, but " + ", ".join(
+        f"{n} file{'s' if n > 1 else ''} under {folder}" for folder, n in sorted(elsewhere.items())[:3])
+        + " (its checkpoints? write them under the directory its command gets)") if elsewhere else ""
     return CaseResult(case, "saves", Verdict.ERROR,
-                      f"the run made no save the harness could see, so nothing was checked: {marks_saves}")
+                      f"the run made no save the harness could see, so nothing was checked: {marks_saves}{wrote}")
+
+
+#: A Lightning callback's state key spells its settings (``ModelCheckpoint{'monitor': 'loss', ...}``).
+_CALLBACK_STATE = re.compile(r"\{'[^{}]*\}")
+
+
+def identity_note(run: Run) -> Optional[str]:
+    """What `run`'s saves recorded that names the run rather than its training
+    (`rankside.identity`: its checkpoint directory, times, process ids, host),
+    compared without it: which keys, and why, for the report to say; None if none."""
+    by_reason: dict[str, dict[str, None]] = {}
+    for r in run.ranks:
+        for rec in r.records:
+            for key, why in rec.get("normalized", {}).items():
+                by_reason.setdefault(why, {})[f"rank {r.rank} {_CALLBACK_STATE.sub('{…}', key)}"] = None
+    if not by_reason:
+        return None
+    said = "; ".join(f"{why} in {len(keys)} key{'s' if len(keys) > 1 else ''} ({', '.join(list(keys)[:3])}"
+                     f"{', ...' if len(keys) > 3 else ''})" for why, keys in sorted(by_reason.items()))
+    return f"the run's identity, not its state, compared as a placeholder: {said}"
 
 
 def judge_landed(case: str, run: Run, repro: Optional[str]) -> Optional[CaseResult]:
@@ -175,14 +204,19 @@ def judge_deterministic(case: str, golden: Run, stopped: Run, step: int) -> Opti
                       diffs.listing(problems))
 
 
-def judge_resume_point(case: str, resumed: Run, step: int, repro: Optional[str]) -> CaseResult:
-    """"load step": the resumed run saved no step the checkpoint already held."""
+def judge_resume_point(case: str, resumed: Run, step: int, repro: Optional[str],
+                       golden_steps: Sequence[int] = ()) -> CaseResult:
+    """"load step": the resumed run saved no step the checkpoint already held.
+    One that did resumed from the save before the first it made again
+    (`golden_steps`: those of the uninterrupted run), or from scratch."""
     steps = save_steps(resumed)
     again = [s for s in steps if s <= step]
     if again:
+        start = max((s for s in golden_steps if s < again[0]), default=0)
+        where = f"an older checkpoint than the newest, step {start}'s" if start else "scratch"
         return CaseResult(case, "load step", Verdict.FAIL,
-                          f"the script resumed from scratch: it saved step {again[0]} again, though the "
-                          f"checkpoint directory held save {step}", repro=repro)
+                          f"the script resumed from {where}: it saved step {again[0]} again, though the checkpoint "
+                          f"directory held save {step}", repro=repro)
     if steps:
         return CaseResult(case, "load step", Verdict.PASS,
                           f"its first save after the resume was step {steps[0]}, after step {step}")

@@ -30,7 +30,7 @@ from ckpt_harness.pipeline import confirm
 from ckpt_harness.pipeline.workdir import prepare_workdir
 from ckpt_harness.records.timeline import of_runs
 from ckpt_harness.records import Kind
-from ckpt_harness.records.runs import Run, save_steps_by_rank, saving_after
+from ckpt_harness.records.runs import Run, save_steps, save_steps_by_rank, saving_after
 from ckpt_harness.pipeline.clock import CaseClock
 from ckpt_harness.report import Report
 from ckpt_harness.targets import RunRequest, Stop, Target
@@ -173,8 +173,9 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
     results = confirm.confirm_cases(results, lambda names: run_verification(
         target.replace(cold_start=True), root / "cold", cases if names is None else names, stop,
         timelines=timelines, flake=flake if names is None else None).results)
+    identity = oracle.identity_note(golden)
     return Report(target.name, target.world_size, results, time.monotonic() - started, settings=target.values,
-                  noun=target.noun)
+                  noun=target.noun, warnings=(identity,) if identity else ())
 
 
 def flake_runs(target: Target, root: Path, first: CaseResult, n: int, timelines: str) -> list[CaseResult]:
@@ -354,7 +355,7 @@ def judge_resumed(target: Target, case: str, golden: Run, stopped: Optional[Run]
     live = oracle.judge_live(case, resumed, line)
     results = [live]
     if not target.caps.reports:
-        results.append(oracle.judge_resume_point(case, resumed, step, line))
+        results.append(oracle.judge_resume_point(case, resumed, step, line, save_steps(golden)))
         later = oracle.judge_later_saves(case, golden, resumed, step, line, until)
         results += [oracle.undecided_if(nondeterminism, later)] if later else []
     elif not resumed.loaded_steps():  # judged from what it did instead

@@ -64,6 +64,7 @@ from ckpt_harness.inject.faults import Fault, parse_plan, plan_label
 from ckpt_harness.inject.writers import WRITERS
 from ckpt_harness.launch.layout import crash_marker, records_path
 from ckpt_harness.rankside.common import entries, install_probes, write_error
+from ckpt_harness.rankside.identity import Identity
 from ckpt_harness.records import Kind, Recorder
 
 #: The plan, as JSON; set only by the harness.
@@ -130,6 +131,8 @@ class ScriptRank:
         records_path(run_dir, rank).unlink(missing_ok=True)
         self.recorder = Recorder(records_path(run_dir, rank))
         self.run_dir = run_dir
+        #: What names this run, not its training: rewritten in every state it records (`rankside.identity`).
+        self.identity = Identity.of(plan.ckpt_dir, plan.ckpt_url)
         self.saves = saves.Saves(plan.ckpt_dir, self._began, self._ended, self._trains, self._landed,
                                  declared=self._declared, url=plan.ckpt_url)
         #: The step of this rank's last save and its state (saves of one step merged).
@@ -158,7 +161,9 @@ class ScriptRank:
     def _ended(self, save: saves.Save) -> None:
         probes.set_phase(phase.state_after_save(save.step))
         state = {**save.state(self.saves.where), **self._observed()}
-        self.recorder.write(Kind.SAVED, step=save.step, source=save.source, state=state_mod.capture(state),
+        captured, normalized = self.identity.normalize(state_mod.capture(state))
+        self.recorder.write(Kind.SAVED, step=save.step, source=save.source, state=captured,
+                            **({"normalized": normalized} if normalized else {}),
                             **({"background": True} if save.background else {}),
                             **({"full_state": True} if self.saves.full_states else {}),
                             **({"entries": entries(Path(self.plan.ckpt_dir), self.plan.ckpt_url)}
@@ -288,8 +293,9 @@ class ScriptRank:
             self._stop()
         probes.set_phase(phase.FINAL_STATE)
         final = {"last save": self.last[1] if self.last is not None else {}, **self._observed()}
-        self.recorder.write(Kind.FINAL, state=state_mod.capture(final))
-        self.recorder.write(Kind.FINISHED)
+        self.recorder.write(Kind.FINAL, state=self.identity.normalize(state_mod.capture(final))[0])
+        self.recorder.write(Kind.FINISHED, **({"elsewhere": self.saves.wrote_elsewhere()} if self.saves.elsewhere
+                                              else {}))
 
     def failed(self, exc: BaseException) -> None:
         write_error(self.recorder, exc)

@@ -6,7 +6,8 @@ and `trainer.fit(..., ckpt_path=...)` on the newest one when started again on
 a directory that holds one. The batches of an epoch are the same in every
 epoch and every run (no shuffling, no dropout), so a resume replays them.
 
-    lightning_train.py OUT_OR_URL [--steps N] [--save-every K] [--async] [--bug weights-only|max-steps]
+    lightning_train.py OUT_OR_URL [--steps N] [--save-every K] [--async] [--keep-best]
+                      [--bug weights-only|max-steps|resume-kept]
 
 --async saves through Lightning's `AsyncCheckpointIO` (its plugin, the
 docs' way): `save_checkpoint` clones every tensor of the checkpoint on the
@@ -29,6 +30,14 @@ one inside an epoch (`FitLoop.restarting`), so the resume re-enters the
 epoch its checkpoint had finished, on a fresh DataLoader: the next epochs
 see other batches than the uninterrupted run's.
 
+--keep-best keeps the two checkpoints of the lowest logged loss
+(``ModelCheckpoint(monitor="loss", save_top_k=2, save_last=True)``), plus
+``last.ckpt``, and resumes with ``fit(ckpt_path="last")``, the docs' way:
+the checkpoint then holds the run's own paths (``dirpath``,
+``best_model_path``, ``best_k_models`` keyed by path, ``last_model_path``).
+Its twin resume-kept resumes the first ``step_*.ckpt`` it lists instead:
+the older of the two kept (the loss falls), not the last.
+
 OUT may be a URL (``s3://bucket/prefix``): Lightning writes its checkpoints
 through fsspec, and the script finds the newest one there the same way.
 """
@@ -50,7 +59,8 @@ parser.add_argument("out")
 parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--save-every", type=int, default=2)
 parser.add_argument("--async", dest="background", action="store_true")
-parser.add_argument("--bug", choices=("weights-only", "max-steps"))
+parser.add_argument("--keep-best", dest="monitor", action="store_true")
+parser.add_argument("--bug", choices=("weights-only", "max-steps", "resume-kept"))
 args = parser.parse_args()
 
 
@@ -61,7 +71,10 @@ class LitModel(pl.LightningModule):
 
     def training_step(self, batch, batch_idx):
         (x,) = batch
-        return self.layer(x).square().sum()
+        loss = self.layer(x).square().sum()
+        if args.monitor:
+            self.log("loss", loss, on_step=False, on_epoch=True, sync_dist=True)
+        return loss
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.parameters(), lr=0.1)
@@ -80,9 +93,10 @@ trainer = pl.Trainer(
     num_nodes=world // int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
     strategy=DDPStrategy(process_group_backend="gloo", timeout=datetime.timedelta(seconds=60)),
     **({"max_steps": args.steps} if args.bug == "max-steps" else {"max_epochs": args.steps // args.save_every}),
-    callbacks=[ModelCheckpoint(dirpath=args.out, filename="step_{step}",
-                                                     auto_insert_metric_name=False, save_top_k=-1,
-                                                     every_n_epochs=1, save_on_train_epoch_end=True)],
+    callbacks=[ModelCheckpoint(dirpath=args.out, filename="step_{step}", auto_insert_metric_name=False,
+                               every_n_epochs=1, save_on_train_epoch_end=True,
+                               **({"monitor": "loss", "save_top_k": 2, "save_last": True}
+                                  if args.monitor else {"save_top_k": -1}))],
     logger=False, enable_progress_bar=False, enable_model_summary=False, num_sanity_val_steps=0,
     plugins=[AsyncCheckpointIO()] if args.background else None,
 )
@@ -90,6 +104,10 @@ fs, root = fsspec.url_to_fs(args.out)
 names = [p.rsplit("/", 1)[-1] for p in fs.ls(root, detail=False)] if fs.exists(root) else []
 steps = [int(m.group(1)) for name in names if (m := re.fullmatch(r"step_(\d+)\.ckpt", name))]
 newest = f"{args.out}/step_{max(steps)}.ckpt" if steps else None
+if newest is not None and args.bug == "resume-kept":
+    newest = f"{args.out}/step_{min(steps)}.ckpt"
 if newest is not None and args.bug == "weights-only":
     model, newest = LitModel.load_from_checkpoint(newest), None
+if newest is not None and args.monitor and args.bug != "resume-kept":
+    newest = "last"
 trainer.fit(model, loader, ckpt_path=newest)
