@@ -84,3 +84,21 @@ def test_its_atomic_twin_passes(tmp_path):
     cases = [r for r in report.results if r.case != "golden"]
     assert cases and report.verdict is Verdict.PASS, report.explain()
     assert any("step_4.pt.tmp" in r.summary for r in cases), [r.summary for r in cases]
+
+
+def test_through_the_plugin_a_file_object_save_is_judged_both_ways(pytester):
+    """The pytest face: the fixture verifies the correct script, the
+    --ckpt-script item flags the twin that forgets its momentum, naming it."""
+    pytester.makepyfile(test_user=f"""
+        import pytest
+
+        @pytest.mark.ckpt(script="{SCRIPT} {{ckpt_dir}} --apis file", nproc_per_node=2)
+        def test_my_script(ckpt):
+            ckpt.verify_script(cases=["resume@2"]).assert_ok()
+        """)
+    result = pytester.runpytest_inprocess(
+        "-v", "-p", "no:cacheprovider", "--ckpt-script", command("--apis", "file", "--bug", "forget-momentum"),
+        "--ckpt-nproc-per-node", "2")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_my_script*PASSED*", "*ckpt-script::verify FAILED*",
+                                 "*saves after resume*FAIL*", "*step_4.pt.tmp.optimizer.state.0.momentum_buffer*"])
