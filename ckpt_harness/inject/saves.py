@@ -216,7 +216,13 @@ class Saves:
                 if found is not None:
                     save.add(rel.replace(os.sep, "/"), found)
             if not any(plain(obj) not in ({}, []) for _, obj in save.handed):
-                return  # it saved nothing a run could be compared by (an empty marker file): no save
+                # It saved nothing a run could be compared by (an empty marker file): no save to record, and
+                # what the script does next is no part of one (`began` put the rank in the save's phase).
+                from ckpt_harness import phase
+                from ckpt_harness.inject import probes
+
+                probes.set_phase(phase.RUN)
+                return
         with self._landing:  # a writer that finishes now waits: its landing is recorded after the save
             running = self.writers.running(save.step)
             # Handing work to a writer makes the save one that may return before it landed, whether this
