@@ -102,12 +102,17 @@ class Saves:
 
     def __init__(self, ckpt_dir: str, began: Callable[[int], None], ended: Callable[[Save], None],
                  trains: Callable[[], None] = lambda: None, landed: Callable[[int], None] = lambda step: None,
-                 declared: Callable[[], None] = lambda: None, url: str = ""):
+                 declared: Callable[[], None] = lambda: None, url: str = "",
+                 stepping: Callable[[int], None] = lambda made: None):
         self.root = os.path.abspath(ckpt_dir)
         self.real_root = os.path.realpath(ckpt_dir)
         #: The bucket's prefix the run's storage put the directory at (``{ckpt_url}``), if it is one.
         self.bucket = Prefix(url) if _remote(url) else None
         self.began, self.ended, self.trains = began, ended, trains
+        #: Told, at each of the main thread's optimizer steps outside a save, how many it made before it.
+        self.stepping = stepping
+        #: The optimizer steps the main thread made (`optimizer_step`).
+        self.optimizer_steps = 0
         #: Called once a save that returned in the background landed: from its last writer's thread,
         #: or from the main thread, right after it returned, if its writers finished first.
         self.on_landed = landed
@@ -358,6 +363,16 @@ class Saves:
         self.flush()
         self._note("trains", every=True)
         self.trains()
+
+    def optimizer_step(self) -> None:
+        """The main thread's optimizer step is about to run: training goes on
+        (`training`), and it counts; outside a save `stepping` is told how
+        many it made before this one (a run stopped between saves stops here)."""
+        self.training()
+        if self._ours():
+            if self.current is None:
+                self.stepping(self.optimizer_steps)
+            self.optimizer_steps += 1
 
     def _note(self, kind: str, every: bool) -> None:
         """Record, once each, the script's functions that train (`trains`:
@@ -683,7 +698,7 @@ def _torch(module: Any) -> None:
     if not _steps_hooked:  # an optimizer step is training: a save before it has ended (`Saves.training`)
         import torch.optim.optimizer as optimizer
 
-        optimizer.register_optimizer_step_pre_hook(lambda _optimizer, _args, _kwargs: _require().training())
+        optimizer.register_optimizer_step_pre_hook(lambda _optimizer, _args, _kwargs: _require().optimizer_step())
         _require().watch_first_forward()
         _steps_hooked = True
         WRITERS.arm()  # a run that holds a save's writers until training went on watches its steps from now

@@ -39,7 +39,10 @@ from ckpt_harness.oracle.start import (
     judge_overlap,
     judge_saves_seen,
     judge_resume_point,
+    judge_stop_point,
     judge_stopped,
+    judge_stopped_between,
+    newest_complete,
 )
 from ckpt_harness.records.runs import save_steps, savers, saves_by_step
 from ckpt_harness.oracle.conversions import judge_conversion, judge_converted_resume
@@ -70,5 +73,6 @@ __all__ = [
     "Inferred", "identity_note", "infer_start", "judge_unreported_load", "judge_retention",
     "judge_landed", "judge_later_saves", "judge_overlap",
     "judge_named_steps", "judge_resume_point", "judge_saves_seen", "judge_single_writer", "judge_stopped",
+    "judge_stop_point", "judge_stopped_between", "newest_complete",
     "save_steps", "saves_by_step", "savers",
 ]

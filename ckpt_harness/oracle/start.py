@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from ckpt_harness import phase
 from ckpt_harness.inject.trace import EventKind
@@ -25,6 +25,7 @@ from ckpt_harness.oracle import diffs
 from ckpt_harness.oracle.problems import health
 from ckpt_harness.records import Kind
 from ckpt_harness.records.runs import Run, save_steps, saves_by_step
+from ckpt_harness.state import Record
 from ckpt_harness.verdict import CaseResult, Verdict
 
 #: What a job adds so that its resume is judged on its state, not inferred.
@@ -171,6 +172,79 @@ def judge_stopped(case: str, stopped: Run, step: int, ranks: frozenset[int]) -> 
                       f"{', '.join(map(str, missing))}: it did not save as the golden run did")
 
 
+def judge_stopped_between(case: str, stopped: Run, at: int) -> Optional[CaseResult]:
+    """UNKNOWN when the run to stop between saves, after optimizer step `at`,
+    never stopped there on some rank: it made fewer steps than the golden run."""
+    missing = sorted(r.rank for r in stopped.ranks if r.stopped_between != at)
+    if not missing:
+        return None
+    return CaseResult(case, "stopped", Verdict.UNKNOWN,
+                      f"the run to stop after step {at} (where optimizer step {at + 1} starts) never stopped there "
+                      f"on rank(s) {', '.join(map(str, missing))}: it did not train as the golden run did")
+
+
+def newest_complete(stopped: Run, savers: Mapping[int, frozenset[int]]) -> Optional[int]:
+    """The newest save `stopped` had made when it stopped on every rank that
+    makes it (`savers`, the golden run's), landed where it returned in the
+    background: the checkpoint a resume must start from. None: no save was."""
+    made = saves_by_step(stopped)
+    for step in sorted(made, reverse=True):
+        ranks = savers.get(step) or frozenset(made[step])
+        if not ranks <= set(made[step]):
+            continue
+        if all(_landed(r, step) for r in stopped.ranks if r.rank in ranks):
+            return step
+    return None
+
+
+def _landed(r, step: int) -> bool:
+    """The rank's save of `step` returned and, if in the background, landed."""
+    background = any(rec["event"] == Kind.SAVED and rec.get("step") == step and rec.get("background")
+                     for rec in r.records)
+    return not background or r.find(Kind.LANDED, step) is not None
+
+
+def _lost(n: int) -> str:
+    return f"{n} step{'s' if n != 1 else ''} lost"
+
+
+def judge_stop_point(case: str, resumed: Run, at: int, newest: Optional[int], trained: Mapping[int, int],
+                     repro: Optional[str], golden_steps: Sequence[int] = ()) -> Optional[CaseResult]:
+    """"load step" of a run stopped between saves, after optimizer step `at`,
+    when save `newest` was the newest complete one (None: none was): the
+    resume must start from it, not an older one (a `latest` pointer some
+    save did not refresh) nor scratch, nor a later one. Where it started is
+    inferred from what it did (`infer_start`), the steps lost counted by
+    `trained` (save step -> the optimizer steps made when it was made, the
+    golden run's). None when nothing tells and the run failed (its live says why)."""
+    inferred = infer_start(resumed, golden_steps)
+    start, expected = inferred.step, newest or 0
+    stopped = f"stopped after step {at}"
+
+    def lost(step: int) -> int:
+        return at - trained.get(step, step) if step else at
+
+    def name(step: int) -> str:
+        return f"save {step}" if step else "scratch"
+    if start is None:
+        if health(resumed) is not None:
+            return None
+        return CaseResult(case, "load step", Verdict.UNKNOWN,
+                          f"{stopped}: {inferred.evidence}, so nothing tells where it resumed; {NAME_THE_STEP}",
+                          repro=repro)
+    if start == expected:
+        return CaseResult(case, "load step", Verdict.PASS,
+                          f"{stopped}, resumed from {name(start)}: {_lost(lost(start))} ({inferred.evidence})")
+    if start < expected:
+        return CaseResult(case, "load step", Verdict.FAIL,
+                          f"{stopped}, the script resumed from {name(start)}, though save {expected} was complete "
+                          f"when it stopped: {_lost(lost(start))}, not {lost(expected)} ({inferred.evidence})",
+                          repro=repro)
+    return CaseResult(case, "load step", Verdict.FAIL,
+                      f"{stopped}, the script resumed from step {start}, after {name(expected)}, the newest "
+                      f"checkpoint complete when it stopped ({inferred.evidence})", repro=repro)
+
+
 def judge_overlap(case: str, stopped: Run, step: int) -> Optional[CaseResult]:
     """UNKNOWN when a run that held save `step`'s writers until training went
     on (`Stop.SLOW_WRITER`) had no writer start after an optimizer step: the
@@ -227,12 +301,19 @@ def judge_later_saves(case: str, golden: Run, resumed: Run, step: int, repro: Op
                       until: Optional[int] = None) -> Optional[CaseResult]:
     """"saves after resume": each save the golden run made after `step` (up
     to `until`, where the resumed run was stopped), made again by the same
-    ranks, bitwise; None when there was none."""
-    expected = {s: states for s, states in saves_by_step(golden).items() if s > step and (until is None or s <= until)}
-    if not expected:
+    ranks, bitwise, and no other: a save of a step the golden run never
+    saved is a FAIL naming it. None when neither run saved after `step`."""
+    def after(saves: dict[int, dict[int, Record]]) -> dict[int, dict[int, Record]]:
+        return {s: states for s, states in saves.items() if s > step and (until is None or s <= until)}
+    expected, actual = after(saves_by_step(golden)), after(saves_by_step(resumed))
+    if not expected and not actual:
         return None
-    actual = saves_by_step(resumed)
-    for s in sorted(expected):
+    for s in sorted({*expected, *actual}):
+        if s not in expected:
+            made = ", ".join(map(str, sorted(expected))) or "none"
+            return CaseResult(case, "saves after resume", Verdict.FAIL,
+                              f"the resumed run made save {s}, which the uninterrupted run never made (its saves "
+                              f"after step {step}: {made})", repro=repro)
         got = actual.get(s, {})
         missing = sorted(set(expected[s]) - set(got))
         if missing:

@@ -30,7 +30,8 @@ from ckpt_harness.pipeline import confirm
 from ckpt_harness.pipeline.workdir import prepare_workdir
 from ckpt_harness.records.timeline import of_runs
 from ckpt_harness.records import Kind
-from ckpt_harness.records.runs import Run, save_steps, save_steps_by_rank, saving_after
+from ckpt_harness.records.runs import (Run, save_steps, save_steps_by_rank, saving_after, trained_at_saves,
+                                       trained_by_end)
 from ckpt_harness.pipeline.clock import CaseClock
 from ckpt_harness.report import Report
 from ckpt_harness.targets import RunRequest, Stop, Target
@@ -41,12 +42,14 @@ from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict
 #: once training went on past it (snapshot-consistent); "restart@4": the launcher's restart.
 #: "chain@2": stop after save 2, resume, stop the resumed run after the save it makes next, resume from
 #: what it wrote, and so on to the end (each link a graceful stop). "moved@4": stop after save 4, copy the
-#: checkpoint directory elsewhere (`relocate`), remove it, resume from the copy.
+#: checkpoint directory elsewhere (`relocate`), remove it, resume from the copy. "between@3": stop between saves,
+#: where optimizer step 4 would start (3 made; `between_case`), and resume: K counts optimizer steps, not saves.
 KINDS = {"resume": (None, Stop.GRACEFUL), "hard": ("background_saves", Stop.HARD),
          "slow": ("background_saves", Stop.SLOW_WRITER), "restart": ("launcher_restart", Stop.CRASH),
-         "chain": (None, Stop.GRACEFUL), "moved": (None, Stop.GRACEFUL)}
+         "chain": (None, Stop.GRACEFUL), "moved": (None, Stop.GRACEFUL), "between": ("stops_between", Stop.GRACEFUL)}
 #: The `stop` of `verify` (and of the resume check) -> the kind of its cases.
-BY_STOP = {"graceful": "resume", "hard": "hard", "slow-writer": "slow", "chain": "chain", "relocated": "moved"}
+BY_STOP = {"graceful": "resume", "hard": "hard", "slow-writer": "slow", "chain": "chain", "relocated": "moved",
+           "between": "between"}
 #: Kinds whose save must have training after it: the last save has none to overlap.
 TRAINED_PAST = ("slow",)
 #: Kinds that start at the first save only: one chain runs through every save after it.
@@ -89,28 +92,67 @@ def verify_script(script: str, *, workdir: Optional[Union[str, Path]] = None,
     return run_verification(targets.of(ScriptConfig(script=script, **settings)), prepare_workdir(workdir), cases)
 
 
-def case_names(target: Target, steps: Sequence[int], stop: str = "graceful") -> tuple[list[str], list[str]]:
+def case_names(target: Target, steps: Sequence[int], stop: str = "graceful", gaps: Sequence[tuple[int, int]] = (),
+               between: bool = True) -> tuple[list[str], list[str]]:
     """The cases `target` can run at save `steps`, and those run unless named:
     resume@k (or hard@k, `stop="hard"`; slow@k, `stop="slow-writer"`), and
     restart@k where the launcher restarts (with resume@k and hard@k); chain@k, from
-    the first save k (`stop="chain"`); moved@k (`stop="relocated"`)."""
+    the first save k (`stop="chain"`); moved@k (`stop="relocated"`). Stops
+    between saves: `gaps` are the optimizer steps (lo, hi) of each save and
+    the next (or the run's end, `between_gaps`); between@K is listed at K =
+    hi - 1 in each, where the step of the next save would start, all of
+    them run with `stop="between"`, and the first alone beside resume@k
+    (`between`; none where a scenario stops right after each save). Any K of
+    a gap can be named (`_check_names`)."""
     kinds = [kind for kind, (needs, _) in KINDS.items() if needs is None or target.caps.has(needs)]
     first = BY_STOP[stop]
     default = [first] + (["restart"] if "restart" in kinds and first in RESTARTS_WITH else [])
+    stops = [hi - 1 for lo, hi in gaps if hi - 1 > lo] if "between" in kinds else []
 
     def at(kind: str) -> Sequence[int]:
+        if kind == "between":
+            return stops
         if kind in FIRST_ONLY:
             return steps[:1] if len(steps) > 1 else ()
         return steps[:-1] if kind in TRAINED_PAST else steps
-    return [f"{kind}@{k}" for kind in kinds for k in at(kind)], \
-        [f"{kind}@{k}" for k in steps for kind in default if k in at(kind)]
+    chosen = [f"{kind}@{k}" for k in steps for kind in default if k in at(kind) and kind != "between"]
+    if first == "between":
+        chosen = [f"between@{k}" for k in stops]
+    elif first == "resume" and between and stops:  # one: where the step of the second save starts
+        chosen.append(f"between@{stops[0]}")
+    return [f"{kind}@{k}" for kind in kinds for k in at(kind)], chosen
 
 
-def _check_names(target: Target, names: Optional[Sequence[str]], steps: Sequence[int]) -> None:
-    known, _ = case_names(target, steps)
-    unknown = [c for c in names or () if c not in known and c != "golden"]
+def between_gaps(golden: Run) -> list[tuple[int, int]]:
+    """The optimizer steps (lo, hi) the golden run had made at each save
+    whose step is known and at the next (after the last: by its end), where
+    a stop between saves, between@K, makes lo < K < hi: a script's runs
+    count their optimizer steps (`trained`); a Job's do not (none)."""
+    trained = trained_at_saves(golden)
+    counts = [trained[s] for s in sorted(trained)]
+    end = trained_by_end(golden)
+    bounds = [*counts, *([end] if end is not None else [])]
+    return [(lo, hi) for lo, hi in zip(bounds, bounds[1:]) if hi > lo]
+
+
+def _check_names(target: Target, names: Optional[Sequence[str]], steps: Sequence[int],
+                 gaps: Optional[Sequence[tuple[int, int]]] = None) -> None:
+    """Refuse names of no case the target runs; `gaps` None: its golden run did not run yet."""
+    known, _ = case_names(target, steps, gaps=gaps or ())
+
+    def between(name: str) -> bool:  # any K of a gap, not only the one listed there
+        kind, _, k = name.partition("@")
+        return kind == "between" and k.isdigit() and target.caps.has("stops_between") and \
+            (gaps is None or any(lo < int(k) < hi for lo, hi in gaps))
+    unknown = [c for c in names or () if c not in known and c != "golden" and not between(c)]
     if unknown:
         hint = "" if target.caps.has("launcher_restart") else f" (restart@K: {target.caps.lacks['launcher_restart']})"
+        if not target.caps.has("stops_between"):
+            hint += f" (between@K: {target.caps.lacks['stops_between']})"
+        elif gaps is not None:
+            hint += (" (between@K: K optimizer steps made, " + ", ".join(f"{lo} < K < {hi}" for lo, hi in gaps) + ")"
+                     if gaps else " (between@K: the golden run made no optimizer step between saves that torch.optim's "
+                                  "step hook sees)")
         raise UsageError(f"unknown case {', '.join(unknown)}: the {target.noun} saves at steps "
                          f"{', '.join(map(str, steps)) or 'none'}; choose from golden, {', '.join(known)}{hint}")
 
@@ -118,17 +160,19 @@ def _check_names(target: Target, names: Optional[Sequence[str]], steps: Sequence
 def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] = None, stop: str = "graceful", *,
                      golden: Optional[Run] = None,
                      progress: Optional[Callable[[int, int, CaseResult], None]] = None,
-                     timelines: str = "failed", flake: Optional[int] = None) -> Report:
+                     timelines: str = "failed", flake: Optional[int] = None, between: bool = True) -> Report:
     """`golden`: a finished golden run of the same target to judge against
     instead of launching one (a matrix row shares its explorations' one).
     `progress(done, total, result)` as the golden run and each case finish
     (a script's cases are known only once its golden run showed its saves).
     `timelines`: which cases keep a timeline of their runs (the setting of that name).
-    `flake` N: the golden run N times in all, each judged (`flake_runs`)."""
+    `flake` N: the golden run N times in all, each judged (`flake_runs`).
+    `between`: with `stop="graceful"`, one stop between saves among the
+    default cases (`case_names`)."""
     started = time.monotonic()
     steps = target.save_steps()
     if steps is not None:  # known up front: a bad case name is refused before any run
-        _check_names(target, cases, steps)
+        _check_names(target, cases, steps, () if not target.caps.has("stops_between") else None)
     target.preflight()
     keep_last = target.values.get("keep_last")  # then the trace tells which entries each save made
     line = target.repro("run", case="golden")
@@ -153,11 +197,13 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
             results.append(oracle.judge_retention(
                 "golden", golden, keep_last, line, background=known.saves_in_background() and known.caps.reports,
                 keeps_best=known.caps.keeps_best))
-        _check_names(known, cases, steps)
+        gaps = between_gaps(golden)
+        _check_names(known, cases, steps, gaps)
         results = _golden_timeline(results, golden, timelines)
-        every, default = case_names(known, steps, stop)
+        every, default = case_names(known, steps, stop, gaps, between)
         nondeterminism: dict[int, Optional[CaseResult]] = {}
-        chosen = [case for case in (every if cases else default) if not cases or case in cases]
+        named = [c for c in cases or () if c not in every and c.startswith("between@")]  # a K not listed
+        chosen = [case for case in (every + named if cases else default) if not cases or case in cases]
         if progress is not None:
             progress(1, 1 + len(chosen), results[0])
         for done, case in enumerate(chosen, 2):
@@ -172,7 +218,7 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
         results = [dataclasses.replace(r, warm=True) if r.case == "golden" else r for r in results]
     results = confirm.confirm_cases(results, lambda names: run_verification(
         target.replace(cold_start=True), root / "cold", cases if names is None else names, stop,
-        timelines=timelines, flake=flake if names is None else None).results)
+        timelines=timelines, flake=flake if names is None else None, between=between).results)
     identity = oracle.identity_note(golden)
     return Report(target.name, target.world_size, results, time.monotonic() - started, settings=target.values,
                   noun=target.noun, warnings=(identity,) if identity else ())
@@ -228,6 +274,8 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
         return restart_case(target, root, case, golden, step, nondeterminism.get(step), clock)
     if kind == "chain":
         return chain_case(target, root, case, golden, step, clock)
+    if kind == "between":
+        return between_case(target, root, case, golden, step, clock)
     ckpt = root / "ckpt"
     stopped, failed = _stop_after(target, root, case, step, stop, line, clock)
     if failed:
@@ -321,6 +369,32 @@ def chain_case(target: Target, root: Path, case: str, golden: Run, step: int, cl
     return results
 
 
+def between_case(target: Target, root: Path, case: str, golden: Run, at: int, clock: CaseClock) -> list[CaseResult]:
+    """A preemption between saves: the run stops where optimizer step `at`+1
+    would start (`at` made, whatever it wrote since its last save), and the
+    same command resumes on the same directory. The resume must start from
+    the newest save complete when it stopped (`oracle.newest_complete`), the
+    steps lost said, and is judged from there as any resume: exactly the
+    golden run's later saves, bitwise, and its end."""
+    line = target.repro("run", case=case)
+    ckpt = root / "ckpt"
+    stopped = clock.run(lambda: target.run(RunRequest("stopped run", stop_between=at, trace_files=False), ckpt,
+                                           root / "stop"))
+    live = oracle.judge_golden(case, stopped, line, target.noun)
+    if live.verdict is not Verdict.PASS:
+        return [live]
+    unstopped = oracle.judge_stopped_between(case, stopped, at)
+    if unstopped is not None:
+        return [unstopped]
+    newest = oracle.newest_complete(stopped, {s: target.savers(s) or frozenset() for s in target.save_steps() or ()})
+    found = oracle.judge_deterministic(case, golden, stopped, newest) if newest is not None else None
+    results = [found] if found else []
+    resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False), ckpt, root / "resume"),
+                        resume=True)
+    clock.judging()
+    return results + judge_resumed(target, case, golden, stopped, resumed, newest or 0, line, found, stopped_at=at)
+
+
 def restart_case(target: Target, root: Path, case: str, golden: Run, step: int,
                  nondeterminism: Optional[CaseResult], clock: Optional[CaseClock] = None) -> list[CaseResult]:
     """The launcher's own restart path: the first rank that made save `step`
@@ -346,15 +420,24 @@ def restart_case(target: Target, root: Path, case: str, golden: Run, step: int,
 
 
 def judge_resumed(target: Target, case: str, golden: Run, stopped: Optional[Run], resumed: Run, step: int,
-                  line: str, nondeterminism: Optional[CaseResult], until: Optional[int] = None) -> list[CaseResult]:
+                  line: str, nondeterminism: Optional[CaseResult], until: Optional[int] = None,
+                  stopped_at: Optional[int] = None) -> list[CaseResult]:
     """The oracle on a run that resumed after save `step`: live; where it
     started (reported, or inferred); the state right after the load where
     it was reported, else every later save; the final state. A run stopped
     after save `until` (a link of a chain) is judged on its saves up to it,
-    and has no final state."""
+    and has no final state. One stopped between saves, after optimizer
+    step `stopped_at`, `step` the newest save complete then (0: none),
+    says the steps it lost."""
     live = oracle.judge_live(case, resumed, line)
     results = [live]
-    if not target.caps.reports:
+    if not target.caps.reports and stopped_at is not None:
+        point = oracle.judge_stop_point(case, resumed, stopped_at, step or None, trained_at_saves(golden), line,
+                                        save_steps(golden))
+        results += [point] if point else []
+        later = oracle.judge_later_saves(case, golden, resumed, step, line, until)
+        results += [oracle.undecided_if(nondeterminism, later)] if later else []
+    elif not target.caps.reports:
         results.append(oracle.judge_resume_point(case, resumed, step, line, save_steps(golden)))
         later = oracle.judge_later_saves(case, golden, resumed, step, line, until)
         results += [oracle.undecided_if(nondeterminism, later)] if later else []

@@ -44,6 +44,14 @@ stops at its final save while rank 1 waits in the barrier after it). The harness
 rank that made save k stopped, as a preemption would. A run told to crash
 there instead dies (SIGKILL, once per run) for torchrun to restart the
 group; each attempt starts its records anew.
+
+A run told to stop between saves (`stop_between` K) stops each rank where
+the main thread's optimizer step K+1 would start, K made (counted by
+`inject.saves` through torch's optimizer step hook): a preemption after a
+step that wrote nothing. A save before it still landing in the background
+lands first, as above. Every SAVED says how many optimizer steps the rank
+had made (`trained`), as does FINISHED: the golden run's tell which
+stops lie between which saves.
 """
 
 from __future__ import annotations
@@ -85,6 +93,9 @@ class ScriptPlan:
     ckpt_url: str = ""
     #: Stop right after save k on the ranks that make it (see the module docstring).
     stop_after_save: Optional[int] = None
+    #: Stop between saves instead: where the main thread's optimizer step K+1
+    #: would start, K made (see the module docstring).
+    stop_between: Optional[int] = None
     #: Instead of parking there, die by SIGKILL, once per run (the first rank
     #: to get there, in the first attempt): torchrun's agent restarts the group.
     crash: bool = False
@@ -134,7 +145,7 @@ class ScriptRank:
         #: What names this run, not its training: rewritten in every state it records (`rankside.identity`).
         self.identity = Identity.of(plan.ckpt_dir, plan.ckpt_url)
         self.saves = saves.Saves(plan.ckpt_dir, self._began, self._ended, self._trains, self._landed,
-                                 declared=self._declared, url=plan.ckpt_url)
+                                 declared=self._declared, url=plan.ckpt_url, stepping=self._stepping)
         #: The step of this rank's last save and its state (saves of one step merged).
         self.last: Optional[tuple[int, dict[str, Any]]] = None
         self._watch: Optional[threading.Thread] = None
@@ -163,6 +174,7 @@ class ScriptRank:
         state = {**save.state(self.saves.where), **self._observed()}
         captured, normalized = self.identity.normalize(state_mod.capture(state))
         self.recorder.write(Kind.SAVED, step=save.step, source=save.source, state=captured,
+                            trained=self.saves.optimizer_steps,
                             **({"normalized": normalized} if normalized else {}),
                             **({"background": True} if save.background else {}),
                             **({"full_state": True} if self.saves.full_states else {}),
@@ -192,6 +204,19 @@ class ScriptRank:
                 and self.last[0] == self.plan.stop_after_save and not self.plan.slow_writer:
             self._stop()
 
+    def _stepping(self, made: int) -> None:
+        """The main thread's optimizer step is about to run, `made` before it:
+        a run stopped between saves stops here once it made K (`stop_between`),
+        everything before the step done (its forward and backward, the save
+        before it over) and nothing of the step itself."""
+        stop = self.plan.stop_between
+        if stop is None:
+            return
+        if made >= stop - 1:  # from the step before on, a peer may stop while this rank waits for it
+            self._watch_for_stopped_peer()
+        if made >= stop:
+            self._stop()
+
     def _stop_if_stuck(self) -> None:
         """Stop (from this thread) once the main thread, in or past the save to
         stop after, has waited `STUCK_AFTER_PEER` in one collective while a
@@ -203,7 +228,8 @@ class ScriptRank:
         first. Should the collective complete after all, the main thread
         stops at its next save or its return, as always."""
         seen, since = None, 0.0
-        during = (phase.RUN, phase.save(self.plan.stop_after_save))
+        stop = self.plan.stop_after_save
+        during = (phase.RUN, *((phase.save(stop),) if stop is not None else ()))
         while True:
             time.sleep(_POLL)
             tracer = probes.tracer()
@@ -273,8 +299,11 @@ class ScriptRank:
         """A preemption that waits: save k, returned in the background, lands
         before the stop (its writers, a pool's task, a thread or DCP's
         checkpoint process, go on while this one waits; held ones are let
-        go). A hard stop does not wait."""
+        go). A hard stop does not wait. Stopped between saves, the save
+        before the stop is the one that lands."""
         step = self.plan.stop_after_save
+        if step is None and self.plan.stop_between is not None and self.last is not None:
+            step = self.last[0]
         WRITERS.release("stop")
         if step is not None and self.saves.in_background(step) and not self.plan.hard_stop:
             probes.set_phase(phase.after_save(step))
@@ -283,7 +312,9 @@ class ScriptRank:
     def _record_stop(self) -> None:
         """STOPPED, and with save k's writers held, what let them go (`Writers.released_by`)."""
         held = {"held": WRITERS.released_by} if self.plan.slow_writer else {}
-        self.recorder.write(Kind.STOPPED, step=self.plan.stop_after_save, **held)
+        between = {"between": self.plan.stop_between, "trained": self.saves.optimizer_steps} \
+            if self.plan.stop_between is not None else {}
+        self.recorder.write(Kind.STOPPED, step=self.plan.stop_after_save, **held, **between)
 
     def finished(self) -> None:
         """The script returned: its final state is its last save's, with what it observes now."""
@@ -294,8 +325,8 @@ class ScriptRank:
         probes.set_phase(phase.FINAL_STATE)
         final = {"last save": self.last[1] if self.last is not None else {}, **self._observed()}
         self.recorder.write(Kind.FINAL, state=self.identity.normalize(state_mod.capture(final))[0])
-        self.recorder.write(Kind.FINISHED, **({"elsewhere": self.saves.wrote_elsewhere()} if self.saves.elsewhere
-                                              else {}))
+        self.recorder.write(Kind.FINISHED, trained=self.saves.optimizer_steps,
+                            **({"elsewhere": self.saves.wrote_elsewhere()} if self.saves.elsewhere else {}))
 
     def failed(self, exc: BaseException) -> None:
         write_error(self.recorder, exc)

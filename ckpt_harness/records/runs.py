@@ -86,6 +86,13 @@ class RankRun:
         found = self.find(Kind.STOPPED)
         return None if found is None else found.get("step")
 
+    @property
+    def stopped_between(self) -> Optional[int]:
+        """The optimizer step after which the harness stopped this rank between
+        saves (`RunRequest.stop_between`), if it did."""
+        found = self.find(Kind.STOPPED)
+        return None if found is None else found.get("between")
+
     def fired(self) -> bool:
         """Did a fault armed in this rank fire?"""
         return any(e.fault for e in self.events)
@@ -206,6 +213,25 @@ def saving_after(steps_by_rank: Mapping[int, Sequence[int]], step: int) -> froze
     itself, or earlier, saves nothing once resumed there (resumable.py
     --staging's rank 1 after its last save)."""
     return frozenset(rank for rank, steps in steps_by_rank.items() if any(s > step for s in steps))
+
+
+def trained_at_saves(run: Run) -> dict[int, int]:
+    """step -> how many optimizer steps the main thread had made when save
+    `step` was made (a script's SAVED `trained`; the fewest over the ranks
+    that made it), for saves whose step is known and that say it."""
+    out: dict[int, int] = {}
+    for r in run.ranks:
+        for record in r.records:
+            if record["event"] == Kind.SAVED and record.get("source") != "count" and "trained" in record:
+                out[record["step"]] = min(out.get(record["step"], record["trained"]), record["trained"])
+    return out
+
+
+def trained_by_end(run: Run) -> Optional[int]:
+    """How many optimizer steps every rank had made when it finished (a
+    script's FINISHED `trained`, the fewest); None where a rank did not say."""
+    counts = [(r.find(Kind.FINISHED) or {}).get("trained") for r in run.ranks]
+    return None if not counts or None in counts else min(counts)
 
 
 def save_steps(run: Run) -> list[int]:

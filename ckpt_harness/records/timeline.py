@@ -251,6 +251,8 @@ def _endings(run: "Run", r: "RankRun", end: float) -> list[Mark]:
         out.append(Mark(f"blocked in {r.recording.blocked.label}", BLOCKED, at, {"where": r.where()}))
     if r.stopped_after is not None:
         out.append(Mark(f"stopped after save {r.stopped_after}, as a preemption would", STOP, end))
+    elif r.stopped_between is not None:
+        out.append(Mark(f"stopped after step {r.stopped_between}, between saves, as a preemption would", STOP, end))
     status = r.outcome.describe()
     if r.error is not None:
         status = f"raised {r.error}"

@@ -63,6 +63,9 @@ class RunRequest:
     #: Stop right after this save (see `stop`); None runs to the end.
     stop_after_save: Optional[int] = None
     stop: Stop = Stop.GRACEFUL
+    #: Stop between saves instead, where the K+1th optimizer step would start
+    #: (K made): a preemption after a step that wrote nothing (capability "stops_between").
+    stop_between: Optional[int] = None
     #: Armed in the run, each firing once.
     faults: tuple[Fault, ...] = ()
     #: Log every byte written under the checkpoint directory (the power-loss model).
@@ -106,6 +109,8 @@ class Capability(str, enum.Enum):
     CONVERSIONS = "conversions"
     #: A power loss of the writers' machines can take something of its checkpoints (not: a bucket).
     POWER_LOSS = "power_loss"
+    #: A run can be stopped between saves, after an optimizer step that wrote nothing (`RunRequest.stop_between`).
+    STOPS_BETWEEN = "stops_between"
 
 
 def capability(name: str) -> Capability:

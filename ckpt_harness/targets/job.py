@@ -28,6 +28,10 @@ MARKS_SAVES = ("a job's save is its `save` method; a job that owns its loop call
                "save starts and ctx.saved(step) once it returned")
 #: Run settings a bench fixes for all its scenarios: a scenario never sets them.
 BENCH = ("world_size", "timeout")
+#: Why a Job has no stop between saves (`Capability.STOPS_BETWEEN`).
+STOPS_AT_SAVES = ("a Job's run is stopped only right after one of its saves (resume-every-save): nothing counts its "
+                  "optimizer steps to stop it between them; stops between saves are a script's (run --script, "
+                  "--case between@K)")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +73,7 @@ class JobTarget(BaseTarget):
                 "to overlap, or to freeze")
         if not cls.reshardable():
             lacks["full_state"] = "the job defines no full_state(ctx), so it claims no world-size change"
+        lacks["stops_between"] = STOPS_AT_SAVES
         if cls.checkpoint_layout is None:
             lacks["conversions"] = ("the job names no checkpoint_layout, so no conversion claims to read its "
                                     "checkpoints (set Job.checkpoint_layout; `ckpt-harness list` shows them)")

@@ -357,8 +357,10 @@ class ScriptTarget(BaseTarget):
                           slow_writer=request.stop is Stop.SLOW_WRITER,
                           faults=request.faults, log_data=request.log_data, trace_files=request.trace_files,
                           list_entries=self.values.get("keep_last") is not None,
-                          full_state=request.full_state, resumes=_resumes(ckpt))
+                          full_state=request.full_state, resumes=_resumes(ckpt), stop_between=request.stop_between)
         stop_ranks = self.savers(request.stop_after_save) if request.stop_after_save is not None else None
+        if request.stop_between is not None:  # every rank trains: each stops at its own step K+1
+            stop_ranks = frozenset(range(self.config.world_size))
         spec = ScriptSpec(
             command=self.argv(ckpt, run_dir, mount.url), run_dir=run_dir,
             deadline=request.deadline or self.config.timeout, blocked_grace=request.blocked_grace,
@@ -370,7 +372,8 @@ class ScriptTarget(BaseTarget):
             preload=mount.preload,
         )
         run = Run.collect(request.name, run_dir, run_elastic(spec))
-        if not (request.faults or request.stop_after_save is not None or plan.resumes):
+        if not (request.faults or request.stop_after_save is not None or request.stop_between is not None
+                or plan.resumes):
             self._refuse_untold(run)
         return run
 

@@ -19,10 +19,16 @@ then straight into its final name, no fsync (a crash mid-write leaves a torn ``s
 start takes). Started again on a directory that holds saves, the script resumes from the newest one
 it finds by listing them. Knows nothing of the harness.
 
-    file_saves.py OUT [--steps N] [--save-every K] [--apis file,buffer,...] [--in-place] [--bug forget-momentum]
+    file_saves.py OUT [--steps N] [--save-every K] [--apis file,buffer,...] [--in-place] [--from-latest]
+                      [--bug forget-momentum|stale-latest]
+
+--from-latest resumes from the save ``latest.json`` names instead of the newest one listed (a `last`
+pointer, as most frameworks keep one).
 
 --bug forget-momentum resumes the model and step but leaves the optimizer's momentum as a fresh start
-has it: a resume that silently skips the optimizer's state.
+has it: a resume that silently skips the optimizer's state. --bug stale-latest refreshes ``latest.json``
+on every other save only (the first, the third, ...), as a pointer a callback moves on some saves: with
+--from-latest a run stopped after the second save, before the third, resumes from the first.
 """
 
 import argparse
@@ -49,7 +55,8 @@ parser.add_argument("--steps", type=int, default=4)
 parser.add_argument("--save-every", type=int, default=2)
 parser.add_argument("--apis", default=",".join(EXTENSIONS))
 parser.add_argument("--in-place", action="store_true")
-parser.add_argument("--bug", choices=("forget-momentum",))
+parser.add_argument("--from-latest", action="store_true")
+parser.add_argument("--bug", choices=("forget-momentum", "stale-latest"))
 args = parser.parse_args()
 apis = args.apis.split(",")
 
@@ -214,11 +221,15 @@ def save(step, turn):
         with open(path, "w") as f:
             json.dump({"step": step, "file": name}, f)
             synced(f)
-    commit(args.out / "latest.json", pointer)
+    if args.bug != "stale-latest" or turn % 2 == 0:
+        commit(args.out / "latest.json", pointer)
 
 
 start = 0
 found = sorted((int(m.group(1)), p) for p in args.out.iterdir() if (m := re.fullmatch(r"step_(\d+)\.\w+", p.name)))
+if args.from_latest:
+    latest = args.out / "latest.json"
+    found = [(0, args.out / json.loads(latest.read_text())["file"])] if latest.exists() else []
 if found:
     start = load(found[-1][1])
 for step in range(start + 1, args.steps + 1):

@@ -9,7 +9,12 @@ start only once training went on past it, and the run stops once it landed
 with (snapshot-consistent), every save but the last. Neither applies to a
 job that saves synchronously: its save has landed when it returns, so its
 hard stop is the graceful one, instruction for instruction, and nothing
-of it is in flight while training goes on."""
+of it is in flight while training goes on. With `stop = "between"` each
+run stops between two saves instead, where the step of the next save
+would start (`between@K`, K optimizer steps made), and the resume must
+start from the newest save complete then: a script's (a Job's run stops
+only at its saves). `stop = "graceful"` stops right after each save alone:
+the stop between saves `run` adds is this scenario's."""
 
 from __future__ import annotations
 
@@ -29,8 +34,9 @@ class Resume:
                 "start only once training went on past it; the run stops once it landed), or chain (graceful, "
                 "and each resumed run is stopped after the save it makes next and resumed from what it wrote), or "
                 "relocated (graceful, and the checkpoint directory is copied elsewhere with its modification "
-                "times against the order of its names, the original removed, before the resume)",
-                choices=("graceful", "hard", "slow-writer", "chain", "relocated")),
+                "times against the order of its names, the original removed, before the resume), or between (between "
+                "two saves, where the step of the next save would start, K optimizer steps made)",
+                choices=("graceful", "hard", "slow-writer", "chain", "relocated", "between")),
     )
     #: Its results are checks of a few cases.
     unit = "checks"
@@ -53,10 +59,18 @@ class Resume:
             if stop == Stop.SLOW_WRITER.value and len(known.save_steps() or ()) < 2:
                 raise NotApplicable(f"the {known.noun} saves once, at the end: nothing trains after that save, so "
                                     "none is in flight while training goes on; give it steps past a save")
+        if stop == "between":
+            if not target.caps.has("stops_between"):
+                raise NotApplicable(target.caps.lacks["stops_between"])
+            from ckpt_harness.pipeline.verify import between_gaps
+
+            if not any(hi - 1 > lo for lo, hi in between_gaps(bench.golden(target))):
+                raise NotApplicable(f"the {target.noun} made no optimizer step between two saves (nor after its "
+                                    "last) that torch.optim's step hook sees: there is no stop between saves")
         root = prepare_workdir(bench.root / scenario.name)
         # judged against the golden run its bench's explorations of the same target share
         return run_verification(target, root, only, stop, golden=bench.golden(target),
-                                timelines=bench.timelines).results
+                                timelines=bench.timelines, between=False).results
 
 
 CHECK = Resume()
