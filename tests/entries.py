@@ -273,8 +273,8 @@ def _probed(info):
 
 
 def peer_waits_for_a_parked_rank(info, payload):
-    """Rank 1 raises, returns, or blocks for good (payload "raise", "return",
-    "block"); rank 0 then waits for it in a collective of the kind `payload`'s
+    """Rank 1 raises, returns, blocks for good or sleeps for good without saying
+    so (payload "raise", "return", "block", "sleep"); rank 0 then waits for it in a collective of the kind `payload`'s
     second word names: "barrier" (the default group), "subgroup" (a group of
     its own, which the beacon does not follow), "monitored" (a
     monitored_barrier that gives up after 2 s), "background" (a barrier while
@@ -292,6 +292,8 @@ def peer_waits_for_a_parked_rank(info, payload):
             from ckpt_harness.launch import rank
 
             rank.report_blocked()
+            time.sleep(1000)
+        if what == "sleep":  # nothing tells the watch: a hang only its deadline ends
             time.sleep(1000)
         return
     time.sleep(0.3)  # rank 1 parks first: what the watch sees is rank 0 waiting

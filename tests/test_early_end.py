@@ -36,12 +36,21 @@ def test_without_early_end_the_same_run_waits_for_its_cut(tmp_path, pace):
     assert not outcome.ended_early and outcome.cut is Cut.FAILURE and outcome.elapsed >= 3.0
 
 
-@pytest.mark.parametrize("how", ["subgroup", "background"])
-def test_a_wait_the_beacon_cannot_prove_endless_is_left_to_the_cut(tmp_path, pace, how):
-    """A collective of a group the beacon does not follow, or a thread still at
-    work (a background save writes files and issues collectives of its own)."""
-    outcome = run(tmp_path, f"raise {how}", pace, failure_grace=3.0)
+def test_a_wait_the_beacon_cannot_prove_endless_is_left_to_the_cut(tmp_path, pace):
+    """A thread still at work (a background save writes files and issues collectives of its own)."""
+    outcome = run(tmp_path, "raise background", pace, failure_grace=3.0)
     assert not outcome.ended_early and outcome.cut is Cut.FAILURE and outcome.elapsed >= 3.0
+
+
+def test_a_peer_waiting_in_a_subgroup_for_a_parked_rank_is_cut_at_once_by_the_groups_own_numbers(tmp_path, pace):
+    """The beacon follows the default group alone; the subgroup counts its own
+    collectives (`launch.looks`): rank 0 waits in its barrier #1, which the
+    rank that raised (parked) never reached."""
+    outcome = run(tmp_path, "raise subgroup", pace, failure_grace=GRACE)
+    waiting, raised = outcome.ranks
+    assert outcome.ended_early and outcome.cut is Cut.FAILURE and "sequence numbers" in outcome.ended_why, outcome
+    assert waiting.status == "hung" and "barrier" in waiting.stack and raised.status == "failed"
+    assert outcome.elapsed < GRACE, outcome.elapsed
 
 
 def test_a_collective_that_gives_up_by_itself_before_the_cut_is_seen_to_give_up(tmp_path, pace):
@@ -117,3 +126,23 @@ def test_a_run_that_waits_says_every_few_seconds_what_each_rank_waits_in(tmp_pat
     assert lines, outcome
     assert re.fullmatch(r"\[ckpt_harness\] \S+/\S+: running for 1\d s, cut in \d+ s; rank 0 in all_reduce #2 for "
                         r"\d+ s, rank 1 running \(in no collective the probes see\)", lines[0]), lines
+
+
+def test_a_hang_only_the_deadline_ends_is_confirmed_cold_as_soon_as_the_ranks_are_there_again(tmp_path, pace):
+    """Rank 1 sleeps for good without saying so, after the barrier rank 0 then
+    waits in: nothing proves that wait endless, so the run waits out its
+    deadline. A run with cold starts under `cold/` in its place confirms it
+    (`layout.warm_twin`, as `pipeline.confirm` places it) and ends as soon as
+    its ranks are where the warm run hung, idle: the same collectives, by
+    number, in the same order, the same one pending (`looks.reached`), not
+    at a second deadline."""
+    def spec(where, **kw):
+        return GroupSpec(world_size=2, entry="tests.entries:peer_waits_for_a_parked_rank", payload="sleep barrier",
+                         run_dir=tmp_path / where, **kw)
+
+    warm = run_group(spec("run", deadline=8.0))
+    assert warm.timed_out and not warm.ended_early and warm.cut is Cut.DEADLINE, warm
+    cold = run_group(spec("cold/run", deadline=pace(120.0), warm_children=False))
+    assert cold.ended_early and cold.cut is Cut.DEADLINE and "the same ones in the same order" in cold.ended_why, cold
+    assert [r.status for r in cold.ranks] == ["hung", "hung"] and "barrier" in cold.ranks[0].stack
+    assert cold.elapsed < GRACE, cold.elapsed

@@ -39,8 +39,9 @@ beacon_path`), written by the collective probes with plain stores: no
 system call and no lock in the rank (what the probes must not alter), and
 the watcher reads it whenever it likes. Collectives issued below Python
 (DDP's gradient buckets, a framework's C++) are not counted on any rank: a
-rank waiting in one is not seen waiting, so the run is not cut early (it
-never is when in doubt).
+rank waiting in one is not seen waiting here, so these proofs never cut
+such a run (they never do when in doubt); the process groups' own numbers
+do (`launch.looks`).
 """
 
 from __future__ import annotations

@@ -75,7 +75,7 @@ from pathlib import Path
 from typing import Mapping, Optional
 
 from ckpt_harness.errors import ConfigError
-from ckpt_harness.launch import _proc, beacon, flight, group
+from ckpt_harness.launch import _proc, beacon, flight, group, looks
 from ckpt_harness.launch.agent import Agent, start_agent
 from ckpt_harness.launch.group import (
     Cancelled,
@@ -95,6 +95,7 @@ from ckpt_harness.launch.layout import (
     log_path,
     stack_path,
     trace_path,
+    warm_twin,
     workers_dir,
 )
 from ckpt_harness.launch.heartbeat import Heartbeat
@@ -289,6 +290,9 @@ class _ElasticRun:
         self.ended_why = ""
         #: What `_stuck` last proved (None: nothing), to prove it twice in a row.
         self._proven: Optional[tuple] = None
+        #: What the workers' process groups wait in, asked while they are idle (`launch.looks`); in a run with
+        #: cold starts that confirms a warm one's hang, where the warm run hung.
+        self.looks = looks.Watch(self.run_dir, None if spec.warm_workers else looks.hang_of(warm_twin(self.run_dir)))
 
     def run(self) -> ScriptOutcome:
         spec = self.spec
@@ -308,7 +312,9 @@ class _ElasticRun:
             self.alive_at_stop = {r.pid for r in last.values() if _proc.alive(r.pid)}
             if timed_out:
                 stopped_at = ended
+                statuses = self._statuses(last)
                 self._collect_stacks(last)
+                looks.write_cut(self.run_dir, statuses)
         finally:
             self._teardown()
         if not self._last_attempt():
@@ -408,7 +414,7 @@ class _ElasticRun:
             how = {r.rank: _ENDED.get(r.end, "ended") for r in last.values() if r.end is not None}
             if len(last) == self.spec.world_size and all(r.end == "ok" for r in last.values()):
                 how = dict.fromkeys(how, "returned, not exited yet")  # nothing of the harness holds it now
-            pulse(how, self.bound_at)
+            pulse(how, self.bound_at, native=self.looks.latest)
             time.sleep(POLL)
         return True
 
@@ -433,6 +439,10 @@ class _ElasticRun:
         slots = {rank: beacon.read(self.run_dir, rank) for rank in last}
         if len(alive) == len(parked | running) == self.spec.world_size:
             why = beacon.why_stuck(slots, parked, running, self.bound_at, time.monotonic())
+            if not why and all(s is not None for s in slots.values()):  # collectives issued below Python too
+                blocked = {r for r in running if slots[r].blocked}  # type: ignore[union-attr]
+                why = self.looks.stuck({r.rank: r.pid for r in last.values()}, slots, parked | blocked,
+                                       running - blocked, self.bound_at)
         elif len(parked | running | ended) == self.spec.world_size and beacon.nothing_left(slots, running):
             why = beacon.NOTHING_LEFT
         else:
@@ -465,6 +475,19 @@ class _ElasticRun:
     def _last_attempt(self) -> dict[int, WorkerRecord]:
         """Each rank's worker that started last: the attempt the outcome is about."""
         return WorkerRecord.newest(self.run_dir)
+
+    def _statuses(self, last: dict[int, WorkerRecord]) -> dict[int, str]:
+        """How the watch found each worker as it ended (`looks.write_cut`)."""
+        found = {}
+        for rank in range(self.spec.world_size):
+            r, slot = last.get(rank), beacon.read(self.run_dir, rank)
+            if r is None or r.end not in (None, "ok") or not _proc.alive(r.pid):
+                found[rank] = "ended"
+            elif r.end == "ok":
+                found[rank] = "parked"
+            else:
+                found[rank] = "blocked" if slot is not None and slot.blocked else "running"
+        return found
 
     def _collect_stacks(self, last: dict[int, WorkerRecord]) -> None:
         """Ask every live worker for its stack and collectives (as `group.py`

@@ -34,6 +34,7 @@ import json
 import os
 import signal
 import threading
+import time
 from typing import Any, Optional
 
 #: The signal that asks a rank for its flight recorder entries.
@@ -63,7 +64,7 @@ def _serve(path: str) -> None:
     while True:
         signal.sigwait({DUMP_SIGNAL})
         try:
-            dump: dict[str, Any] = {"entries": entries()}
+            dump: dict[str, Any] = {"at": time.time(), "entries": entries()}
         except Exception as exc:  # noqa: BLE001 - the harness reports it instead of a summary
             dump = {"error": f"{type(exc).__name__}: {exc}"}
         tmp = f"{path}.tmp"
@@ -88,8 +89,10 @@ def entries() -> list[dict[str, Any]]:
             "seq": e["p2p_seq_id"] if e.get("is_p2p") else e["collective_seq_id"],
             "op": e["profiling_name"].rpartition(":")[2],
             "group": e["process_group"][1] if e.get("process_group") else "",
+            "pg": e["process_group"][0] if e.get("process_group") else "",
             "p2p": bool(e.get("is_p2p")),
             "retired": bool(e.get("retired")),
+            "created": (e.get("time_created_ns") or 0) / 1e9,
             "frames": [[f["filename"], f["line"], f["name"]] for f in e.get("frames", ())],
         }
         for e in raw.get("entries", ())

@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.errors import ConfigError, HarnessError
-from ckpt_harness.launch import _proc, _wire, beacon, flight, preimport
+from ckpt_harness.launch import _proc, _wire, beacon, flight, looks, preimport
 from ckpt_harness.launch.heartbeat import Heartbeat
-from ckpt_harness.launch.layout import beacon_path, flight_path, log_path, store_path
+from ckpt_harness.launch.layout import beacon_path, flight_path, log_path, store_path, warm_twin
 from ckpt_harness.launch.link import helpers
 from ckpt_harness.launch.stacks import StackRequest, await_answers
 from ckpt_harness.launch.zygote import FORKED
@@ -373,8 +373,11 @@ class _Stall:
     def __init__(self, spec: GroupSpec):
         self.run_dir = Path(spec.run_dir)
         self.last: Optional[tuple] = None
-        #: Why the last look proved the ranks stuck (`beacon.PARKED_PEER`, `beacon.MISMATCH`).
+        #: Why the last look proved the ranks stuck (`beacon.PARKED_PEER`, `beacon.MISMATCH`, `looks.STUCK`).
         self.why = ""
+        #: What the ranks' process groups wait in, asked while they are idle (`launch.looks`); in a run with
+        #: cold starts that confirms a warm one's hang, where the warm run hung.
+        self.looks = looks.Watch(self.run_dir, None if spec.warm_children else looks.hang_of(warm_twin(self.run_dir)))
 
     def look_in(self, ranks: Sequence[RankOutcome], blocked: bool) -> float:
         """Seconds to the next look: `_LOOK` once a rank parked, or one said it
@@ -395,6 +398,10 @@ class _Stall:
             why = beacon.PARKED_PEER if beacon.nothing_left(slots, running) else ""
         else:
             why = beacon.why_stuck(slots, parked, running, cut_at, time.monotonic())
+            if not why and all(s is not None for s in slots.values()):  # collectives issued below Python too
+                blocked = {r for r in running if slots[r].blocked}  # type: ignore[union-attr]
+                why = self.looks.stuck({r.rank: r.pid for r in ranks}, slots, parked | blocked, running - blocked,
+                                       cut_at)
         proven = bool(why) and not any(helpers(str(self.run_dir), r) for r in parked | running)
         seen = (tuple(sorted(parked)), tuple(sorted(running)), tuple(slots[r] for r in sorted(slots)))
         stuck, self.last = proven and seen == self.last, seen if proven else None
@@ -440,7 +447,9 @@ class _GroupRun:
             decided = time.monotonic()
             if cut is not None:
                 stopped_at = decided
+                statuses = self._statuses()
                 self._collect_stacks()
+                looks.write_cut(run_dir, statuses)
         finally:
             self._teardown()
         ended = time.monotonic()
@@ -510,7 +519,8 @@ class _GroupRun:
             if stall is not None:
                 until = min(until, time.monotonic() + stall.look_in(self.ranks, blocked))
             message = self._next(until)
-            pulse({r.rank: _ENDED[r.status] for r in self.ranks if r.status is not RankStatus.RUNNING}, bounds[cut])
+            pulse({r.rank: _ENDED[r.status] for r in self.ranks if r.status is not RankStatus.RUNNING}, bounds[cut],
+                  native=stall.looks.latest if stall is not None else {})
             if message is None:
                 if time.monotonic() >= bounds[cut]:
                     return cut
@@ -538,6 +548,19 @@ class _GroupRun:
                 self.troubled_at = self.troubled_at or time.monotonic()
                 bounds[Cut.FAILURE] = time.monotonic() + self.spec.failure_grace
         return None
+
+    def _statuses(self) -> dict[int, str]:
+        """How the watch found each rank as it ended (`looks.write_cut`)."""
+        found = {}
+        for r in self.ranks:
+            slot = beacon.read(self.spec.run_dir, r.rank)
+            if r.rank in self.exited or r.status is RankStatus.CRASHED:
+                found[r.rank] = "ended"
+            elif r.status in (RankStatus.OK, RankStatus.FAILED):
+                found[r.rank] = "parked"
+            else:
+                found[r.rank] = "blocked" if slot is not None and slot.blocked else "running"
+        return found
 
     def _collect_stacks(self) -> None:
         """Every live rank's stack and flight recorder, the finished ones too:

@@ -16,9 +16,9 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
-from ckpt_harness.launch import beacon
+from ckpt_harness.launch import beacon, looks
 
 #: Seconds between two lines of one run; its first comes after as many.
 EVERY = 10.0
@@ -50,19 +50,24 @@ class Heartbeat:
         #: When the next line is due (`time.monotonic()`): what the watch's wait is bounded by.
         self.due = start + every
 
-    def __call__(self, ended: Mapping[int, str], cut_at: float, now: Optional[float] = None) -> None:
-        """`ended`: rank -> how it ended, for the ranks no longer running; `cut_at`: the watch's cut."""
+    def __call__(self, ended: Mapping[int, str], cut_at: float, now: Optional[float] = None,
+                 native: Mapping[int, Mapping[str, Any]] = {}) -> None:
+        """`ended`: rank -> how it ended, for the ranks no longer running; `cut_at`: the watch's cut;
+        `native`: rank -> its newest look (`launch.looks`), for a collective the probes do not see."""
         now = time.monotonic() if now is None else now
         if now < self.due or _sink is None:
             return
         self.due = now + self.every
-        _sink(self.line(ended, cut_at, now))
+        _sink(self.line(ended, cut_at, now, native))
 
-    def line(self, ended: Mapping[int, str], cut_at: float, now: float) -> str:
+    def line(self, ended: Mapping[int, str], cut_at: float, now: float,
+             native: Mapping[int, Mapping[str, Any]] = {}) -> str:
         ranks = []
         for rank in range(self.world_size):
             slot = beacon.read(self.run_dir, rank)
             doing = ended.get(rank) or (slot.doing(now) if slot is not None else "starting")
+            if slot is not None and not ended.get(rank) and not slot.blocked and not slot.waiting:
+                doing = looks.describe(native.get(rank)) or doing  # a collective issued below Python
             ranks.append(f"rank {rank} {doing}")
         name = "/".join(self.run_dir.parts[-2:])
         return (f"[ckpt_harness] {name}: running for {now - self.start:.0f} s, cut in {max(cut_at - now, 0):.0f} s; "

@@ -14,7 +14,7 @@ needs nothing above it; `records` and the rank side import it from here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Iterator, Optional, Union
 
 PathLike = Union[Path, str]
 
@@ -70,6 +70,32 @@ def stack_path(run_dir: PathLike, rank: int) -> Path:
 def flight_path(run_dir: PathLike, rank: int) -> Path:
     """The flight recorder's dump (`flight.serve`)."""
     return Path(run_dir) / f"rank{rank}.collectives"
+
+
+def ask_path(run_dir: PathLike, rank: int) -> Path:
+    """The pipe on which the watch asks a rank what its process groups wait in (`launch.looks`)."""
+    return Path(run_dir) / f"rank{rank}.ask"
+
+
+def look_path(run_dir: PathLike, rank: int) -> Path:
+    """A rank's answer on `ask_path` (`launch.looks`)."""
+    return Path(run_dir) / f"rank{rank}.look"
+
+
+def cut_path(run_dir: PathLike) -> Path:
+    """How the launcher's watch found each rank when it cut the run (`looks.write_cut`)."""
+    return Path(run_dir) / "cut.json"
+
+
+def warm_twin(run_dir: PathLike) -> Optional[Path]:
+    """The run a run with cold starts confirms: a case that did not pass with
+    warm starts runs again under `<root>/cold`, in the place it had under
+    `<root>` (`pipeline.confirm`); None for a run not under a `cold` directory."""
+    parts = Path(run_dir).parts
+    if "cold" not in parts:
+        return None
+    at = len(parts) - 1 - parts[::-1].index("cold")
+    return Path(*parts[:at], *parts[at + 1:])
 
 
 def store_path(run_dir: PathLike) -> Path:

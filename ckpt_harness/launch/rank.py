@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Callable, Optional
 
-from ckpt_harness.launch import _proc, beacon, flight
+from ckpt_harness.launch import _proc, beacon, flight, looks
 from ckpt_harness.launch.layout import warm_path
 
 #: The signal the harness sends for an all-threads stack dump.
@@ -64,6 +64,7 @@ def become_rank(spec: dict, request: dict, status_fd: int, zygote_pid: int) -> N
 
             warm.prepare(warm_path(request["run_dir"], spec["rank"]))
         flight.serve(spec["flight"])
+        looks.serve(request["run_dir"], spec["rank"])
         os.environ.clear()
         os.environ.update(spec["env"])
         flight.enable()

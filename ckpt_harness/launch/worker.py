@@ -17,7 +17,9 @@ control the bootstrap gives the worker what `rank.py` gives a Job rank:
   exit code cannot tell apart from a crash, and when an injected fault
   blocked it for good (what a Job rank tells through its status pipe);
 * a beacon (`launch.beacon`): the collective its main thread waits in,
-  read by the harness's watch to end a run that can no longer progress.
+  read by the harness's watch to end a run that can no longer progress;
+  and a thread that answers the watch's looks (`launch.looks`): what its
+  process groups wait in by their own sequence numbers, DDP's buckets too.
 
 Then the script runs as ``python train.py args...`` would run it:
 ``sys.argv``, ``sys.path[0]`` and ``__main__`` are the script's, with
@@ -47,7 +49,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from ckpt_harness.launch import _proc, beacon, flight
+from ckpt_harness.launch import _proc, beacon, flight, looks
 from ckpt_harness.launch.layout import (
     flight_path,
     log_path,
@@ -186,6 +188,7 @@ def main(argv: list[str]) -> None:
     # chain: after the dump the default action ends the process, as without it.
     faulthandler.register(signal.SIGTERM, file=stacks, all_threads=True, chain=True)
     flight.serve(str(flight_path(run_dir, worker.rank)))
+    looks.serve(run_dir, worker.rank)
     flight.enable()
     record = WorkerRecord(rank=worker.rank, pid=os.getpid(), restart=worker.restart,
                           max_restarts=worker.max_restarts, started=time.monotonic())

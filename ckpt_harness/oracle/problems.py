@@ -269,8 +269,9 @@ _HARNESS = tuple(f"{os.sep}ckpt_harness{os.sep}{layer}{os.sep}" for layer in ("l
 def _job_frames(stack: str) -> str:
     """A faulthandler dump without the harness's own frames (`_HARNESS`)."""
     noise = (*_HARNESS, "<frozen runpy>")
-    recorder = f"{os.sep}ckpt_harness{os.sep}launch{os.sep}flight.py"  # the thread that dumps collectives
-    threads = [block for block in stack.split("\n\n") if recorder not in block]
+    # the threads that dump collectives (`launch.flight`) and answer the watch's looks (`launch.looks`)
+    harness = [f"{os.sep}ckpt_harness{os.sep}launch{os.sep}{name}.py" for name in ("flight", "looks")]
+    threads = [block for block in stack.split("\n\n") if not any(path in block for path in harness)]
     lines = [line for line in "\n\n".join(threads).splitlines() if not any(n in line for n in noise)]
     if not any(line.lstrip().startswith("File ") for line in lines):
         return "(only the harness's own frames: the rank is parked until the group is torn down)"

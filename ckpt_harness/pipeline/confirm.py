@@ -10,6 +10,14 @@ runs started one warm and that did not pass is run again with cold starts
 (`cold_start`), and reported as that run judged it: the harness never
 reports a failure a warm start could have made. The cold result says it was
 confirmed, and what the warm run said where that differs.
+
+A confirmation costs at most the failing case again. A failure ends the
+cold run where it ended the warm one; a hang the watch proved ends it as
+soon as it forms again (`launch.beacon`, `launch.looks`); and a hang that
+only the deadline ended is not waited out twice: the cold runs go under
+`<root>/cold`, each in its warm run's place (`layout.warm_twin`), and one
+ends as soon as its ranks are where that run hung, by their collectives in
+the same order (`looks.reached`).
 """
 
 from __future__ import annotations
