@@ -196,7 +196,8 @@ def _parser() -> argparse.ArgumentParser:
     _target_options(run, "run")
     add_arguments(run, VerifyPlan)  # how its cases run
     run.add_argument("--case", action="append",
-                     help="only this case (golden, resume@K; restart@K with --max-restarts); repeatable")
+                     help="only this case (golden, resume@K; restart@K with --max-restarts; a script's between@K, "
+                          "stopped after K optimizer steps between saves); repeatable")
     run.add_argument("--workdir", type=Path, help="keep every run's checkpoints and logs here")
     _keep_option(run)
     run.add_argument("--quiet", action="store_true", help="no progress lines")
