@@ -643,7 +643,8 @@ def _serializer(path_arg: int, path_kw: str, obj_of: Callable[[tuple, dict], Any
 def written_state(path: str) -> Any:
     """What a file of a save that was handed nothing holds (raw bytes the
     script wrote, a file it copied in): a JSON document as itself, its keys
-    compared one by one; any other file by the SHA-256 of its bytes. None
+    compared one by one; a short text as itself (`TEXT_BYTES`); any other
+    file by the SHA-256 of its bytes. None
     where no file is any more (deleted, or a directory)."""
     import hashlib
     import json
@@ -658,7 +659,18 @@ def written_state(path: str) -> Any:
             return json.loads(data)
         except ValueError:
             pass
+    if len(data) <= TEXT_BYTES:  # a pointer, a marker: as its text, where a run's identity can be told in it
+        try:
+            text = data.decode()
+        except UnicodeDecodeError:
+            text = None
+        if text is not None and all(c.isprintable() or c.isspace() for c in text):
+            return text
     return f"sha256:{hashlib.sha256(data).hexdigest()} ({len(data)} bytes)"
+
+
+#: A file a save wrote as raw bytes up to this size that decodes as text is recorded as that text.
+TEXT_BYTES = 4096
 
 
 def _type_name(target: Any) -> str:

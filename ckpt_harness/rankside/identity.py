@@ -20,7 +20,7 @@ and records which keys it rewrote and why, which the report lists:
   started at most `SLACK` seconds before the rank and ends now), as seconds,
   milliseconds or nanoseconds since the epoch, is a wall-clock time;
 * an integer equal to this process's id or its parent's, under a key that
-  says "pid", is a process id;
+  says "pid" or as the whole of a text (a pid file), is a process id;
 * this host's name, in a string, is the host.
 
 Only such values are rewritten: a training counter, a learning rate or a
@@ -95,6 +95,8 @@ class Identity:
         if not isinstance(leaf, ValueLeaf):
             return leaf, []
         if leaf.type == "str":
+            if leaf.value.strip().isdigit() and int(leaf.value) in self.pids:  # a pid file: nothing but the pid
+                return ValueLeaf("str", PID), [PID]
             text, reasons = self._text(leaf.value)
             return (ValueLeaf("str", text), reasons) if reasons else (leaf, [])
         if leaf.type in ("int", "float") and not isinstance(leaf.value, bool):

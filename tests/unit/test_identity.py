@@ -38,12 +38,13 @@ def test_times_pids_and_the_host_are_placeholders_and_said(tmp_path):
     now = time.time()
     state, why = recorded(str(tmp_path), meta={
         "saved_at": now, "saved_ms": int(now * 1000), "when": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "pid": os.getpid(), "host": socket.gethostname()})
+        "pid": os.getpid(), "host": socket.gethostname(), "started0": f"{os.getpid()}\n"})
     assert {k: v.value for k, v in state.items()} == {
         "meta.saved_at": WALL_CLOCK, "meta.saved_ms": WALL_CLOCK, "meta.when": WALL_CLOCK, "meta.pid": PID,
-        "meta.host": HOST}
+        "meta.host": HOST, "meta.started0": PID}
     assert why == {"meta.saved_at": "a wall-clock time", "meta.saved_ms": "a wall-clock time",
-                   "meta.when": "a wall-clock time", "meta.pid": "a process id", "meta.host": "the host's name"}
+                   "meta.when": "a wall-clock time", "meta.pid": "a process id", "meta.host": "the host's name",
+                   "meta.started0": "a process id"}
 
 
 def test_training_state_is_left_as_it_is(tmp_path):
