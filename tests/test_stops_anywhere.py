@@ -26,9 +26,11 @@ def command(*flags: str) -> str:
 
 @pytest.fixture(scope="module")
 def stale(tmp_path_factory):
-    """The planted pointer, a cold start so that its FAIL is not run again to confirm it."""
+    """The planted pointer, a cold start so that its FAIL is not run again to
+    confirm it, and one rank: a cold worker is a fresh interpreter (the twin
+    stops two ranks, each at its own step)."""
     where = tmp_path_factory.mktemp("stale-latest")
-    return cli("run", "--script", command("--bug", "stale-latest"), "--nproc-per-node", "2", "--case", "between@5",
+    return cli("run", "--script", command("--bug", "stale-latest"), "--nproc-per-node", "1", "--case", "between@5",
                "--cold-start", "--keep", "none", cwd=where)
 
 
