@@ -84,6 +84,7 @@ LAYERS: dict[str, int] = {
     "ckpt_harness.launch._proc": 0,
     "ckpt_harness.launch._wire": 0,
     "ckpt_harness.launch.layout": 0,
+    "ckpt_harness.launch.preimport": 0,  # warm-ups that step aside: a job module's warm-up goes through it
     "ckpt_harness.timeline": 0,
     # 1 the process mechanism: fork server, groups, torchrun agents, worker bootstrap
     "ckpt_harness.launch.*": 1,
