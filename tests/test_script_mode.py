@@ -222,12 +222,12 @@ def test_a_peer_left_waiting_in_a_save_routine_is_a_hang_of_the_checkpointing(tm
     out = cli("run", "--script", script("--staging", "--no-marker", "--bug", "skip-barrier"), "--nproc-per-node", "2",
               "--case", "golden", cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
-    line = next(x for x in out.stdout.splitlines() if x.startswith("--- golden / live: FAIL — golden: hang:"))
+    line = next((x for x in out.stdout.splitlines() if x.startswith("--- golden / live: FAIL — golden: hang:")), "")
     assert re.search(r"rank 0 waiting in all_reduce #(\d+) \(DDP gradient bucket, from resumable\.py:\d+ in "
                      r"<module>\(\)\).*; rank 1 waiting in barrier #\1 called from resumable\.py:\d+ in save\(\)"
-                     r".*in the save routine save\(\)", line), line
-    assert "(ended at once: every running rank waited in collectives that can never complete" in line, line
-    assert "confirmed with cold starts" in out.stdout and "the warm run said the same" in out.stdout  # early too
+                     r".*in the save routine save\(\)", line), out.stdout
+    assert "(ended at once: every running rank waited in collectives that can never complete" in line, out.stdout
+    assert "confirmed with cold starts" in out.stdout and "the warm run said the same" in out.stdout, out.stdout
 
 
 def test_a_rank_that_returns_past_the_final_barrier_leaves_its_peer_hung_as_on_nccl(tmp_path):
