@@ -17,6 +17,7 @@ from ckpt_harness.inject.faults import BLOCKING, Fault
 from ckpt_harness.launch.group import STACK_GRACE
 from ckpt_harness.oracle import health
 from ckpt_harness.targets import PROPAGATION, RunRequest
+from ckpt_harness.verdict import Verdict
 from ckpt_harness.catalogue.scenario import parse
 from tests.test_launch import alive
 
@@ -81,9 +82,14 @@ def test_frozen_rank_at_save_passes_a_job_whose_peers_time_out(tmp_path):
 
 
 def test_explore_injects_frozen_ranks_only_when_asked_and_judges_them_as_crashes(tmp_path):
+    """The resume is judged as after a crash (atomic: S_prev), and the peer
+    left waiting for good for the frozen rank is said, as the catalogue's
+    frozen-rank-at-save says it (above): a live FAIL riding beside it (issue 64)."""
     assert not set(BLOCKING) & set(DEFAULT_FAULTS)  # each case costs a deadline
     report = explore(REF, world_size=2, workdir=tmp_path, faults=FROZEN, corruptions=(), ops=("rename",),
                      after=False)
-    assert report.ok, report.explain()
-    judged = {(r.check, r.cells[5]) for r in report.results if r.cells}
-    assert judged == {("atomic", "sigstop"), ("atomic", "gil")}, report.table()
+    judged = {(r.check, r.verdict, r.cells[5]) for r in report.results if r.cells}
+    assert judged == {("live", Verdict.FAIL, "sigstop"), ("live", Verdict.FAIL, "gil")}, report.table()
+    for r in (r for r in report.results if r.cells):
+        assert [(a.check, a.verdict) for a in r.also] == [("atomic", Verdict.PASS)], report.explain()
+        assert "rank 1 waited for good" in r.summary, r.summary
