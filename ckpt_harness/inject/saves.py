@@ -240,7 +240,8 @@ class Saves:
             self.on_landed(save.step)
 
     # -- saves begun by the script's own writes (`inject.writes`) ---------------------------------------
-    def _ours(self) -> bool:
+    def ours(self) -> bool:
+        """Is this the process's main thread (not a saver's thread, not a forked child)?"""
         return threading.current_thread() is threading.main_thread() and os.getpid() == self.pid
 
     def wrote(self, path: Any, src: Any, frame: Any) -> None:
@@ -249,11 +250,11 @@ class Saves:
         a framework's logger), that begins a save of its own, named by the
         number in the path as any save is. Inside such a save it is one more
         file of it (a rename moves the file, or a whole directory of them)."""
-        if self.current is not None or not self._ours():
+        if self.current is not None or not self.ours():
             return
         rel = self.rel(path)
         if rel is None:
-            self._elsewhere(path, frame)
+            self.wrote_outside(path, frame)
             return
         save = self.pending
         if save is None:
@@ -272,7 +273,8 @@ class Saves:
         else:
             save.written.setdefault(rel, False)
 
-    def _elsewhere(self, path: Any, frame: Any) -> None:
+    def wrote_outside(self, path: Any, frame: Any) -> None:
+        """The script's own code wrote `path`, outside the directory: counted by its directory (`elsewhere`)."""
         from ckpt_harness.inject.tracer import made_by_job
 
         where = _location(path)
@@ -314,7 +316,7 @@ class Saves:
         file): held for a save its next write under the directory begins, until it trains again."""
         from ckpt_harness.inject.tracer import made_by_job
 
-        if obj is not None and self._ours() and made_by_job(frame):
+        if obj is not None and self.ours() and made_by_job(frame):
             self.staged.append((name, obj))
 
     # -- background saves -----------------------------------------------------------------------------
@@ -369,7 +371,7 @@ class Saves:
         (`training`), and it counts; outside a save `stepping` is told how
         many it made before this one (a run stopped between saves stops here)."""
         self.training()
-        if self._ours():
+        if self.ours():
             if self.current is None:
                 self.stepping(self.optimizer_steps)
             self.optimizer_steps += 1
@@ -602,8 +604,8 @@ def _to_path(saves_of: Callable[[], Saves], path_arg: int, path_kw: str, obj_arg
             name = os.path.basename(rel) if rel else _type_name(path)
             if rel is None and saves.current is None:
                 saves.stage(os.path.basename(_location(path) or "") or name, obj, sys._getframe(1))
-                if isinstance(path, (str, bytes, os.PathLike)) and saves._ours():  # natively written: no `open`
-                    saves._elsewhere(path, sys._getframe(1))
+                if isinstance(path, (str, bytes, os.PathLike)) and saves.ours():  # natively written: no `open`
+                    saves.wrote_outside(path, sys._getframe(1))
                 return original(*args, **kwargs)
             try:
                 with saves.boundary(saves.step_in(path), "path", name, obj):
