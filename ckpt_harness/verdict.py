@@ -226,6 +226,9 @@ class CaseResult:
     confirmed_cold: bool = dataclasses.field(default=False, compare=False)
     #: Where its one fault struck; None for a case of no fault, of several, or with no point.
     site: Optional[Site] = dataclasses.field(default=None, compare=False)
+    #: What its report notes beside the verdict: a difference judged inert by
+    #: its consequence (`oracle.inert`), named so that a person still sees it.
+    note: Optional[str] = dataclasses.field(default=None, compare=False)
 
     def cell(self, column: str) -> str:
         """Its exploration table's cell in `column` ("" if it has no row)."""

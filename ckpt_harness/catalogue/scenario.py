@@ -365,7 +365,8 @@ def case_json(r: CaseResult) -> dict[str, Any]:
             "timeline": r.timeline_file, "differences": [d.to_json() for d in r.differences],
             "outcome": r.outcome, "also": [case_json(a) for a in r.also],
             **({"confirmed_cold": True} if r.confirmed_cold else {}),
-            **({"site": r.site.to_json()} if r.site is not None else {})}
+            **({"site": r.site.to_json()} if r.site is not None else {}),
+            **({"note": r.note} if r.note else {})}
 
 
 def case_from_json(data: Mapping[str, Any]) -> CaseResult:
@@ -374,7 +375,7 @@ def case_from_json(data: Mapping[str, Any]) -> CaseResult:
         str(data.get("details", "")), data.get("repro"), tuple(data.get("cells", ())),
         also=tuple(case_from_json(a) for a in data.get("also", ())), timeline_file=data.get("timeline"),
         outcome=data.get("outcome"), confirmed_cold=bool(data.get("confirmed_cold", False)),
-        site=Site(**data["site"]) if data.get("site") else None,
+        site=Site(**data["site"]) if data.get("site") else None, note=data.get("note"),
         differences=tuple(StateDiff(d["key"], int(d["rank"]), d["what"], d["kind"],
                                     tuple(d["first_index"]) if d.get("first_index") is not None else None,
                                     d.get("max_abs")) for d in data.get("differences", ())))

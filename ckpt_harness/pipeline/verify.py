@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from ckpt_harness import oracle, targets
+from ckpt_harness.oracle import diffs, inert
 from ckpt_harness.config import ScriptConfig, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.launch.layout import crash_marker
@@ -30,8 +31,8 @@ from ckpt_harness.pipeline import confirm
 from ckpt_harness.pipeline.workdir import prepare_workdir
 from ckpt_harness.records.timeline import of_runs
 from ckpt_harness.records import Kind
-from ckpt_harness.records.runs import (Run, save_steps, save_steps_by_rank, saving_after, trained_at_saves,
-                                       trained_by_end)
+from ckpt_harness.records.runs import (Run, save_steps, save_steps_by_rank, saves_by_step, saving_after,
+                                       trained_at_saves, trained_by_end)
 from ckpt_harness.pipeline.clock import CaseClock
 from ckpt_harness.report import Report
 from ckpt_harness.targets import RunRequest, Stop, Target
@@ -202,12 +203,14 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
         results = _golden_timeline(results, golden, timelines)
         every, default = case_names(known, steps, stop, gaps, between)
         nondeterminism: dict[int, Optional[CaseResult]] = {}
+        consequences: dict[tuple[int, int], tuple[Optional[inert.Consequence], str]] = {}
         named = [c for c in cases or () if c not in every and c.startswith("between@")]  # a K not listed
         chosen = [case for case in (every + named if cases else default) if not cases or case in cases]
         if progress is not None:
             progress(1, 1 + len(chosen), results[0])
         for done, case in enumerate(chosen, 2):
-            found = resume_case(known, root / case, case, golden, nondeterminism, every=timelines == "all")
+            found = resume_case(known, root / case, case, golden, nondeterminism, every=timelines == "all",
+                                consequences=consequences)
             results += found
             if progress is not None and found:
                 progress(done, 1 + len(chosen), min(found, key=lambda r: PRECEDENCE.index(r.verdict)))
@@ -220,8 +223,9 @@ def run_verification(target: Target, root: Path, cases: Optional[Sequence[str]] 
         target.replace(cold_start=True), root / "cold", cases if names is None else names, stop,
         timelines=timelines, flake=flake if names is None else None, between=between).results)
     identity = oracle.identity_note(golden)
+    noted = [r.note for r in results if r.note]
     return Report(target.name, target.world_size, results, time.monotonic() - started, settings=target.values,
-                  noun=target.noun, warnings=(identity,) if identity else ())
+                  noun=target.noun, warnings=(*([identity] if identity else []), *dict.fromkeys(noted)))
 
 
 def flake_runs(target: Target, root: Path, first: CaseResult, n: int, timelines: str) -> list[CaseResult]:
@@ -252,13 +256,21 @@ def _golden_timeline(results: list[CaseResult], golden: Run, timelines: str) -> 
 
 
 def resume_case(target: Target, root: Path, case: str, golden: Run,
-                nondeterminism: dict[int, Optional[CaseResult]], every: bool = False) -> list[CaseResult]:
+                nondeterminism: dict[int, Optional[CaseResult]], every: bool = False,
+                consequences: Optional[dict[tuple[int, int], tuple[Optional[inert.Consequence], str]]] = None,
+                ) -> list[CaseResult]:
     """Stop right after save k (as the case's kind says), resume, judge.
     `nondeterminism` holds, per step, whether two identical runs differed at
     that save: a restart case has no second run of its own to tell it.
+    A case whose every failure is a data position difference is judged by
+    its consequence (`by_consequence`); `consequences` keeps what each
+    resume made twice showed, for the other cases of the verification.
     Every result of the case carries where its seconds went."""
     clock = CaseClock(context=(golden,))
     results = _resume_case(target, root, case, golden, nondeterminism, clock)
+    if not case.startswith("hard@"):  # a hard stop's resume is judged as S_k or a later save, not bitwise
+        results = by_consequence(target, root / "again", case, golden, results,
+                                 {} if consequences is None else consequences, clock)
     # one timeline for all of them, when one did not pass
     timeline = of_runs(case, clock.seen) if every or any(not r.verdict.ok for r in results) else None
     timings, warm = clock.done(), clock.warm
@@ -393,6 +405,77 @@ def between_case(target: Target, root: Path, case: str, golden: Run, at: int, cl
                         resume=True)
     clock.judging()
     return results + judge_resumed(target, case, golden, stopped, resumed, newest or 0, line, found, stopped_at=at)
+
+
+def by_consequence(target: Target, root: Path, case: str, golden: Run, results: list[CaseResult],
+                   seen: dict[tuple[int, int], tuple[Optional[inert.Consequence], str]],
+                   clock: CaseClock) -> list[CaseResult]:
+    """`results` as they stand unless their every failure is a data
+    position difference (`oracle.inert`); then resumed once more from a save
+    a resumed run wrote: stop after save `first` (the case's own, or the
+    first save where the case's has no later save with training after it),
+    resume and stop after save `again`, resume from what that run wrote to
+    the end, and compare what training did with the uninterrupted run.
+    `seen` holds the outcome for each (first, again) already made."""
+    keys = inert.bookkeeping(results)
+    if keys is None:
+        return results
+    saves = sorted(target.save_steps() or ())
+    own = case.partition("@")[2]
+    firsts = [int(own)] if own.isdigit() and int(own) in saves else []
+    pair = next(((first, again) for first in [*firsts, *saves[:1]]
+                 if (again := _trained_past(golden, saves, first)) is not None), None)
+    if pair is None:
+        return inert.judge(results, keys, None, f"no save after save {saves[0] if saves else '-'} has training "
+                                                 "after it to resume once more from; give the script more saves")
+    if pair not in seen:
+        seen[pair] = _resumed_twice(target, root, golden, *pair, clock)
+    return inert.judge(results, keys, *seen[pair])
+
+
+def _trained_past(golden: Run, saves: Sequence[int], first: int) -> Optional[int]:
+    """The first save after `first` that the golden run trained past (a
+    resume from it trains): by its optimizer steps where a script counts
+    them, else any save but the last."""
+    trained, end = trained_at_saves(golden), trained_by_end(golden)
+    for s in (s for s in saves if s > first):
+        if (trained[s] < end) if s in trained and end is not None else s != saves[-1]:
+            return s
+    return None
+
+
+def _resumed_twice(target: Target, root: Path, golden: Run, first: int, again: int,
+                   clock: CaseClock) -> tuple[Optional[inert.Consequence], str]:
+    """Stop after save `first`, resume and stop after save `again`, resume
+    to the end: what diverged from the uninterrupted run in the last run
+    but data position (`inert.Consequence`), or None and why it cannot tell."""
+    line = target.repro("run")
+    ckpt = root / "ckpt"
+    for i, (until, how) in enumerate([(first, "stopped run"), (again, "resumed run")]):
+        request = RunRequest(how, stop_after_save=until, trace_files=False)
+        run = clock.run(lambda: target.run(request, ckpt, root / f"run{i}"), resume=i > 0)
+        live = oracle.judge_golden("again", run, line, target.noun)
+        if not live.verdict.ok:
+            return None, f"the {how} that was to stop after save {until} did not finish: {live.summary}"
+        unstopped = _not_stopped(target, "again", run, until)
+        if unstopped is not None:
+            return None, unstopped.summary
+    last = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False), ckpt, root / "run2"),
+                     resume=True)
+    how = inert.Consequence(first, again)
+    live = oracle.judge_live("again", last, line)
+    if not live.verdict.ok:
+        return dataclasses.replace(how, diverged=f"that run failed: {live.summary}", details=live.details), ""
+    expected, actual = saves_by_step(golden), saves_by_step(last)
+    compared = [(f"save {s}", expected[s], actual.get(s, {})) for s in sorted(expected) if s > again]
+    if target.caps.reports:
+        compared.append(("the final state", golden.states(Kind.FINAL) or {}, last.states(Kind.FINAL) or {}))
+    for what, want, got in compared:
+        problems = inert.consequences(want, got)
+        if problems:
+            return dataclasses.replace(how, diverged=f"{what} differs from the uninterrupted run's: "
+                                                     f"{diffs.summary(problems)}", details=diffs.listing(problems)), ""
+    return how, ""
 
 
 def restart_case(target: Target, root: Path, case: str, golden: Run, step: int,
