@@ -302,7 +302,12 @@ def _parser() -> argparse.ArgumentParser:
                                         "Markdown step summary, annotations, a repro and an issue draft per finding")
     ci.add_argument("json", type=Path, metavar="JSON", help="matrix.json, or the --json of run, explore or scenario")
     ci.add_argument("--annotations", action="store_true",
-                    help="print a GitHub ::error line per finding, at the file and line of the workspace it names")
+                    help="print a GitHub annotation per finding, at the file and line of the workspace it names: "
+                         "::error for what fails the command, ::notice for what a baseline expects or is fixed, "
+                         "::warning for a matrix cell --fail-on does not count")
+    ci.add_argument("--fail-on", type=_fail_on, default=DEFAULT_FAIL_ON, metavar="VERDICT[,VERDICT...]",
+                    help=f"a matrix.json without a baseline: the --fail-on the matrix ran with, which decides "
+                         f"which cells' annotations are errors (default: {DEFAULT_FAIL_ON})")
     ci.add_argument("--repro-dir", type=Path, metavar="DIR",
                     help="write per finding DIR/NN-name/repro.sh (runs from anywhere) and ISSUE.md")
     ci.add_argument("--root", type=Path, default=Path("."), metavar="DIR",
@@ -324,7 +329,9 @@ def _summary(args: argparse.Namespace) -> int:
                          "or the --json of run, explore or scenario") from None
     if not isinstance(data, dict) or "kind" not in data:
         raise UsageError(f"{args.json}: not a matrix.json or a report's --json")
-    text = ci.summary(data)
+    root = args.root.resolve()
+    counts = _cell_rule(args.fail_on)
+    text = ci.summary(data, root=root, cell_counts=counts)
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if target:
         with open(target, "a", encoding="utf-8") as f:
@@ -332,14 +339,26 @@ def _summary(args: argparse.Namespace) -> int:
         print(f"step summary: {len(text.encode()) / 1024:.0f} KiB appended to {target}")
     else:
         print(text)
-    found = ci.findings(data)
+    found = ci.findings(data, counts)
     if args.annotations:
-        for line in ci.annotations(found, args.root.resolve()):
+        for line in ci.annotations(found, root, data):
             print(line)
     if args.repro_dir is not None:
-        written = ci.write_repros(found, args.repro_dir, args.root.resolve(), data.get("versions", {}))
+        written = ci.write_repros(found, args.repro_dir, root, data.get("versions", {}))
         print(f"wrote {len(written)} repro{'s' * (len(written) != 1)} and issue drafts under {args.repro_dir}")
     return EXIT_OK
+
+
+def _cell_rule(fail_on: "FailOn"):
+    """`--fail-on` as `present.ci` asks it of a matrix.json's cell (a dict):
+    does this cell fail the command, as `_matrix_exit` decides."""
+
+    @dataclasses.dataclass(frozen=True)
+    class _Cell:
+        verdict: Verdict
+        severity: str
+
+    return lambda cell: fail_on.hits(_Cell(Verdict(cell["verdict"]), cell.get("severity") or ""))
 
 
 def _target_options(p: argparse.ArgumentParser, command: str, only: Optional[Sequence[str]] = None) -> None:
@@ -725,8 +744,9 @@ def _write_matrix_baseline(args: argparse.Namespace, matrix, baseline) -> None:
               "replace each reason with why it is known")
 
 
-def _gate_cases(args: argparse.Namespace, report, baseline) -> Optional[int]:
-    """`_gate_matrix` for the cases of a run or explore report."""
+def _gate_cases(args: argparse.Namespace, report, baseline):
+    """`_gate_matrix` for the cases of a run or explore report: the `Gating`
+    (printed), or None without a baseline."""
     from ckpt_harness.catalogue.expectations import CASE, case_verdicts, expectations_toml
 
     cases = case_verdicts(report.job, report.results)
@@ -744,7 +764,7 @@ def _gate_cases(args: argparse.Namespace, report, baseline) -> Optional[int]:
     narrowed = [e.scenario for e in baseline.expectations] if args.case else ()
     gating = baseline.gate(cases, jobs=[report.job], scenarios=[c.scenario for c in cases], catalogue=narrowed)
     print(gating.explain())
-    return exit_code(gating.verdict)
+    return gating
 
 
 def _progress(args: argparse.Namespace):
@@ -869,14 +889,17 @@ def _report(args: argparse.Namespace, produce, progress=None, as_report=lambda r
             progress.close()
     report, wrote = _timelines(args, report, workdir)
     print(report.explain(every=True) if getattr(args, "all_failures", False) else report.explain())
+    code = exit_code(report.verdict)
+    gating = getattr(report, "gating", None)  # a scenario's, judged against --baseline in `produce`
+    if gate_cases:
+        gating = _gate_cases(args, report, baseline)
+        code = code if gating is None else exit_code(gating.verdict)
     if args.json is not None:
-        _write_json(args.json, as_report(report).to_json())
+        # the baseline's word goes with the report, as in matrix.json: what `summary` makes a notice or an error
+        _write_json(args.json, {**as_report(report).to_json(),
+                                **({"baseline": gating.to_json()} if gating is not None else {})})
     if args.html is not None:
         _write_html(args.html, as_report(report))
-    code = exit_code(report.verdict)
-    if gate_cases:
-        gated = _gate_cases(args, report, baseline)
-        code = code if gated is None else gated
     return _kept(args, workdir, code, keep_anyway=wrote)
 
 
