@@ -464,7 +464,7 @@ def _fail_on(text: str) -> FailOn:
 def _json_option(p: argparse.ArgumentParser) -> None:
     """The report's outputs besides the text: JSON for machines, HTML and timelines for people."""
     p.add_argument("--json", type=Path, metavar="PATH",
-                   help="also write the report as JSON here (schema: README, \"Output for CI\")")
+                   help="also write the report as JSON here (schema: docs/ci.md, \"Output for CI\")")
     p.add_argument("--html", type=Path, metavar="PATH",
                    help="also write the report as one self-contained HTML page here: every case, its fault plan, "
                         "repro line, state differences, stacks and timeline")
