@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo matrix test lint bench clean browser deepspeed-older
+.PHONY: demo matrix test lint docs bench clean browser deepspeed-older
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -46,13 +46,19 @@ $(BROWSER): $(STAMP) ci/install_browser.sh tests/js/package-lock.json
 	@touch $@
 browser: $(BROWSER)
 
-test: lint $(BROWSER)
+test: lint docs $(BROWSER)
 	@# Every rank, torchrun worker and pytester run is a fresh interpreter: compiled once
 	@# here, the package's and the tests' modules are not compiled again in each (a box
 	@# with PYTHONDONTWRITEBYTECODE set never caches them otherwise).
 	@$(PY) -m compileall -q ckpt_harness tests ci
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -n 3 --dist loadgroup --no-loadscope-reorder -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
 	@$(PY) ci/no_orphans.py
+
+# The manual: docs/ as a site in site/ (mkdocs.yml). --strict fails on any warning, and mkdocs.yml's
+# validation makes a link to a missing page or anchor, an absolute link and a page left out of the nav
+# warnings: a renamed file or a dead anchor fails `make test` (tests/test_docs_site.py shows it both ways).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check ckpt_harness tests ci conftest.py

@@ -1,4 +1,4 @@
-"""Remake the screenshots of the HTML report in docs/ (README, "Timelines and the HTML report").
+"""Remake the screenshots of the HTML report in docs/ (docs/ci.md, "Timelines and the HTML report").
 
     python ci/screenshots.py [--matrix PATH/matrix.html]
 

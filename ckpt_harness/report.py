@@ -112,7 +112,7 @@ class Report:
         return self.table()
 
     def to_json(self) -> dict[str, Any]:
-        """The report for machines (`--json PATH`; schema in README, "Output for CI").
+        """The report for machines (`--json PATH`; schema in docs/ci.md, "Output for CI").
 
         The envelope (kind, verdict, world_size, settings, elapsed_seconds,
         versions) is the one `matrix.json` has too, so one reader takes both.

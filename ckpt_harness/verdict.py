@@ -135,7 +135,7 @@ class Breakdown:
         return sum(items, cls()).scaled(1 / len(items)) if items else cls()
 
     def to_json(self) -> dict[str, Any]:
-        """Seconds, to the millisecond (README, "Output for CI")."""
+        """Seconds, to the millisecond (docs/ci.md, "Output for CI")."""
         return {"wall": round(self.wall, 3), "parts": {k: round(v, 3) for k, v in self.parts().items()},
                 "stages": {name: round(getattr(self, name), 3) for name in self.STAGES}}
 

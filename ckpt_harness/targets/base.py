@@ -151,7 +151,7 @@ class Capabilities:
     keeps_best: bool = False
     #: What it does so that the harness sees its saves, in its own words: what
     #: a report says when a run made none, or a save did nothing to break.
-    marks_saves: str = "its saves must be ones the harness sees (README, \"Add a kind of target\")"
+    marks_saves: str = "its saves must be ones the harness sees (docs/extending.md, \"Add a kind of target\")"
 
     def __post_init__(self) -> None:
         for name in self.lacks:
