@@ -14,8 +14,8 @@ backticks, no `;`), and the harness runs from an argument list.
 Anything that keeps the harness from running (the command cannot be split,
 is empty, names no command the Action runs, sets an option the Action
 sets) fails the step with exit 2 and a `::error` that says what to fix.
-Otherwise the step's exit is the harness's own (README, "Verdicts and exit
-codes"; a run that exits 0 having written no report, e.g. `run --help`,
+Otherwise the step's exit is the harness's own (docs/getting-started.md,
+"Verdicts and exit codes"; a run that exits 0 having written no report, e.g. `run --help`,
 judged nothing and exits 2), after the summary: the step summary, the annotations, a repro and
 an issue draft per finding (`ckpt-harness summary`).
 
@@ -39,7 +39,7 @@ COMMANDS = ("run", "explore", "scenario", "matrix")
 #: The options the Action gives each command itself (where its reports go).
 OWN_OPTIONS = {"matrix": ("--out", "--html")}
 REPORT_OPTIONS = ("--json", "--html", "--timeline-dir")
-#: Exit code when the harness could not be started: bad input, as the harness's own (README).
+#: Exit code when the harness could not be started: bad input, as the harness's own (README, "Exit codes").
 EXIT_USAGE = 2
 EXAMPLE = "matrix --job mypkg.jobs:MyJob, or run --script 'train.py --ckpt-dir {ckpt_dir}' --nproc-per-node 2"
 
