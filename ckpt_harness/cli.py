@@ -230,12 +230,15 @@ def _parser() -> argparse.ArgumentParser:
     matrix = sub.add_parser("matrix", help="run the scenario catalogue against jobs; write the compatibility "
                                            "matrix as Markdown and JSON")
     matrix.add_argument("--job", action="append",
-                        help="a job to run (module:Class or registered name); repeatable "
-                             "(default: every registered job)")
+                        help="a job to run (module:Class or registered name), with the axes it trains along in "
+                             "brackets: 'dcp[s3]', 'dcp[bf16,adagrad]' (docs/matrix-axes.md); repeatable, a row "
+                             "each (default: every registered job); an axis is a row's, never the matrix's: "
+                             "--storage and the other axis options are refused with the rows to give")
     matrix.add_argument("--script", action="append", dest="script",
                         help=SETTINGS["script"].help + "; repeatable, a row each, all at one --nproc-per-node and "
                              f"--nnodes (instead of --job; --timeout is then {ScriptConfig.timeout:g} s unless given)")
     add_arguments(matrix, ScriptConfig, only=(*MATRIX_SCRIPT_SETTINGS, "max_restarts"))  # the last one refused
+    _axis_options_refused(matrix)
     _other_kinds_rows(matrix)
     _scenario_options(matrix)
     matrix.add_argument("--scenarios", default="", help="comma-separated scenario names or patterns (default: all)")
@@ -552,12 +555,68 @@ def _matrix_stopped(stop, out: Path) -> int:
     return interrupted_exit(stop)
 
 
+def _axis_options_refused(p: argparse.ArgumentParser) -> None:
+    """The axis options (--storage, --precision...) on `matrix`, unlisted,
+    only to be refused with the rows that say them (`_axes_in_rows`): an axis
+    is a row's (``dcp[s3]``, one job at one value), and one value for every
+    row would refuse the rows that do not train with it, every registered
+    job included. Unknown to argparse, they were refused as unrecognized,
+    which told nothing of the row form."""
+    from ckpt_harness.config import RunConfig, add_arguments
+
+    add_arguments(p, RunConfig, only=axes.NAMES)
+    for action in p._actions:
+        if action.dest in axes.NAMES:
+            action.help = argparse.SUPPRESS
+
+
+def _axes_in_rows(args: argparse.Namespace) -> Optional[str]:
+    """What to give instead of matrix's axis options (`_axis_options_refused`):
+    the --job rows with those axes in their brackets; None when none was given."""
+    from ckpt_harness.config import SETTINGS
+
+    given = {name: getattr(args, name) for name in axes.NAMES if hasattr(args, name)}
+    if not given:
+        return None
+    options = " ".join(SETTINGS[name].option if value is True else f"--no-{SETTINGS[name].option[2:]}"
+                       if value is False else f"{SETTINGS[name].option} {value}" for name, value in given.items())
+    doc = "docs/matrix-storage.md" if "storage" in given else "docs/matrix-axes.md"
+    if args.script:
+        why = ("matrix --script runs on local storage. A script on a bucket: `ckpt-harness run --script "
+               "'train.py --out {ckpt_url}' --storage s3` (explore and scenario take it too)" if "storage" in given
+               else "a script trains as its own arguments say")
+        return f"matrix {options}: an axis is a job row's ({_rows(['dcp'], given)}); a --script row takes none: {why}"
+    return (f"matrix {options}: an axis is a row's, one job at one value: give {_rows(args.job or ['dcp'], given)}"
+            f"{'' if args.job else ' (a row per job)'}, beside the rows at the default to compare them ({doc})")
+
+
+def _rows(jobs: Sequence[str], given: dict) -> str:
+    """The --job options of `jobs` with the `given` axis values."""
+    return " ".join(f"--job '{row}'" if "[" in row else f"--job {row}" for row in (_with_axes(j, given) for j in jobs))
+
+
+def _with_axes(row: str, given: dict) -> str:
+    """`row` (``dcp``, ``dcp[bf16]``) with the `given` axis values in its brackets."""
+    from ckpt_harness.errors import ConfigError
+
+    try:
+        job, values = axes.split_row(row)
+    except ConfigError:
+        return row
+    return axes.row_name(job, axes.Axes.of({**values, **given}))
+
+
 def _matrix_mode(args: argparse.Namespace) -> None:
     """Refuse options that do not go together: --merge only reads matrix.json
     files, --resume takes its jobs, scenarios and settings from the matrix it
-    finishes, --costs balances shards."""
+    finishes, --costs balances shards; an axis option (--storage s3) is a
+    row's (`_axes_in_rows`)."""
     from ckpt_harness import targets
     from ckpt_harness.config import SETTINGS
+
+    instead = _axes_in_rows(args)
+    if instead:
+        raise UsageError(instead)
 
     run = {**{kind.flag: getattr(args, kind.option, None) for kind in targets.kinds()},
            "--scenarios": args.scenarios, "--file": args.file,

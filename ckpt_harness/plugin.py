@@ -49,9 +49,25 @@ _WS_PARAM = "_ckpt_world_size"
 
 
 def _marker_keys() -> dict:
+    """The marker's keywords: every setting of a job's and a script's calls,
+    each with its job-mode declaration where both have it (a script's own
+    defaults, such as its longer timeout, are `_script_defaults`)."""
     from ckpt_harness.config import ExploreConfig, ScriptExploreConfig, settings_of
 
-    return {**settings_of(ExploreConfig), **settings_of(ScriptExploreConfig)}
+    keys = dict(settings_of(ExploreConfig))
+    for name, s in settings_of(ScriptExploreConfig).items():
+        keys.setdefault(name, s)
+    return keys
+
+
+def _script_defaults() -> dict:
+    """The settings script mode declares with another default than a job's
+    (``timeout``: `ScriptConfig`'s), as the marker's help line says them."""
+    from ckpt_harness.config import ExploreConfig, ScriptExploreConfig, settings_of
+
+    jobs = settings_of(ExploreConfig)
+    return {name: s.default for name, s in settings_of(ScriptExploreConfig).items()
+            if name in jobs and s.default != jobs[name].default}
 
 
 def _script_option(name: str) -> str:
@@ -62,11 +78,15 @@ def _script_option(name: str) -> str:
 def pytest_addoption(parser: pytest.Parser) -> None:
     from ckpt_harness.config import SETTINGS, option_type, script_mode_settings
 
+    from ckpt_harness.config import ScriptConfig, settings_of
+
     timeout = SETTINGS["timeout"]
     group = parser.getgroup("ckpt_harness", "checkpoint verification (ckpt_harness)")
+    # No default of its own: unset, each run takes its config's (a job's, a script's), declared once there.
     group.addoption(
-        "--ckpt-timeout", type=float, default=timeout.default, metavar="SECONDS",
-        help=timeout.describe(),
+        "--ckpt-timeout", type=float, default=None, metavar="SECONDS",
+        help=timeout.describe().rstrip(")") + f"; with --ckpt-script and ckpt.verify_script: "
+                                              f"{settings_of(ScriptConfig)['timeout'].default})",
     )
     launcher = SETTINGS["launcher"]
     group.addoption("--ckpt-launcher", default=None, choices=launcher.choices,
@@ -112,7 +132,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     keys = ", ".join(f"{name}={s.default!r}" for name, s in _marker_keys().items())
-    config.addinivalue_line("markers", f"ckpt({keys}): defaults for the ckpt fixture")
+    scripts = ", ".join(f"{name}={value!r}" for name, value in _script_defaults().items())
+    config.addinivalue_line("markers", f"ckpt({keys}): defaults for the ckpt fixture"
+                                       + (f" (a script's own: {scripts})" if scripts else ""))
     _check_options(config)
     _load_baseline(config)
 
@@ -124,7 +146,8 @@ def _check_options(config: pytest.Config) -> None:
 
     _world_sizes(config)
     try:
-        SETTINGS["timeout"].check(config.getoption("--ckpt-timeout"))
+        if config.getoption("--ckpt-timeout") is not None:
+            SETTINGS["timeout"].check(config.getoption("--ckpt-timeout"))
     except ConfigError as exc:
         raise pytest.UsageError(f"--ckpt-timeout: {exc}") from None
     _shard(config)
@@ -165,24 +188,58 @@ def _world_sizes(config: pytest.Config) -> list[int]:
     return sizes
 
 
-def _marker_kwargs(node: Any) -> dict:
+def _marker_kwargs(node: Any, strict: bool = True) -> dict:
+    """The ckpt markers' keywords on `node`, the closest marker winning. A
+    marker with a keyword no setting has raises `MarkerError` (`strict`) or
+    is read for its known keywords only: parametrizing must not fail the
+    module's collection, so the test alone errors (`pytest_runtest_setup`)."""
     kwargs: dict = {}
     keys = _marker_keys()
     for marker in reversed(list(node.iter_markers("ckpt"))):  # closest marker wins
-        unknown = set(marker.kwargs) - set(keys)
-        if unknown or marker.args:
-            raise pytest.UsageError(
-                f"@pytest.mark.ckpt takes keyword arguments {sorted(keys)}; "
-                f"got {sorted(unknown) or list(marker.args)} on {node.nodeid if hasattr(node, 'nodeid') else node}"
-            )
-        kwargs.update(marker.kwargs)
+        problem = _marker_problem(marker, keys)
+        if problem and strict:
+            raise MarkerError(problem)
+        kwargs.update({name: value for name, value in marker.kwargs.items() if name in keys})
     return kwargs
+
+
+class MarkerError(pytest.UsageError):
+    """A @pytest.mark.ckpt keyword no setting has; the message names it, the closest one and every one."""
+
+
+def _marker_problem(marker: Any, keys: Optional[dict] = None) -> Optional[str]:
+    """What is wrong with one ``@pytest.mark.ckpt(...)``, said as the CLI says
+    an unknown option: the bad keyword, the closest one (did you mean), then
+    every keyword it takes; None when nothing is."""
+    from ckpt_harness.errors import did_you_mean
+
+    keys = _marker_keys() if keys is None else keys
+    taken = (f"it takes {', '.join(keys)} (the settings of ckpt.verify, ckpt.explore and their _script forms; "
+             "`pytest --markers` shows their defaults)")
+    if marker.args:
+        return (f"@pytest.mark.ckpt takes keyword arguments only, got {', '.join(map(repr, marker.args))}: "
+                f"name each, e.g. @pytest.mark.ckpt(world_size=2); {taken}")
+    unknown = [name for name in marker.kwargs if name not in keys]
+    if not unknown:
+        return None
+    named = "; ".join(f"{name!r}{did_you_mean(name, keys)}" for name in unknown)
+    return f"@pytest.mark.ckpt has no keyword {named}: {taken}"
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A misspelt @pytest.mark.ckpt keyword errors its own test, saying the
+    keyword to write; the module's other tests run."""
+    for marker in item.iter_markers("ckpt"):
+        problem = _marker_problem(marker)
+        if problem:
+            pytest.fail(problem, pytrace=False)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "ckpt" not in metafunc.fixturenames:
         return
-    marked = _marker_kwargs(metafunc.definition).get("world_size")
+    marked = _marker_kwargs(metafunc.definition, strict=False).get("world_size")
     if marked is None:
         sizes = _world_sizes(metafunc.config)
     else:
@@ -238,6 +295,24 @@ class CkptFixture:
 
         return self._call(explore_script, "explore", self._script(script), settings, ScriptExploreConfig)
 
+    def script_config(self, script: Optional[str] = None, **settings: Any):
+        """The `ScriptConfig` that ``verify_script(script, **settings)``
+        runs: the call's settings over the marker's and the options', script
+        mode's own defaults for the rest (its timeout is `ScriptConfig`'s, as
+        `run --script`'s is, unless --ckpt-timeout or the marker gives one)."""
+        from ckpt_harness.config import ScriptConfig
+
+        return ScriptConfig(script=self._script(script), **self._settings(ScriptConfig, settings))
+
+    def _settings(self, takes: Any, settings: dict) -> dict:
+        """The marker's and options' settings that a call taking `takes` (a
+        config class, or the names `targets.takes` gives) takes, then the
+        call's own (all of them: a setting the call does not take is an error)."""
+        from ckpt_harness.config import settings_of
+
+        names = settings_of(takes) if isinstance(takes, type) else takes
+        return {**{k: v for k, v in self.defaults.items() if k in names and k != "script"}, **settings}
+
     def _script(self, script: Optional[str]) -> str:
         script = script or self.defaults.get("script")
         if not script:
@@ -250,11 +325,9 @@ class CkptFixture:
         if given), then the call's own settings (all of them: a setting the
         call does not take is an error)."""
         from ckpt_harness import targets
-        from ckpt_harness.config import settings_of
         from ckpt_harness.errors import Unavailable
 
-        takes = settings_of(config) if config is not None else targets.takes(job, command)
-        kwargs = {**{k: v for k, v in self.defaults.items() if k in takes and k != "script"}, **settings}
+        kwargs = self._settings(config if config is not None else targets.takes(job, command), settings)
         self._runs += 1
         kwargs.setdefault("workdir", self.tmp_path / f"ckpt-{self._runs}")
         try:
@@ -272,7 +345,7 @@ class CkptFixture:
 def ckpt(request: pytest.FixtureRequest, tmp_path: Path, _ckpt_world_size: Optional[int]) -> CkptFixture:
     from ckpt_harness.config import SETTINGS
 
-    defaults = {**_script_options(request.config), "timeout": request.config.getoption("--ckpt-timeout"),
+    defaults = {**_script_options(request.config), **_timeout(request.config),
                 **_launcher(request.config), **_marker_kwargs(request.node)}
     defaults["world_size"] = _ckpt_world_size or defaults.get("world_size") or SETTINGS["world_size"].default
     return CkptFixture(defaults, tmp_path, request.node)
@@ -291,7 +364,9 @@ SCRIPT_ITEM = "ckpt-script"
 
 
 class ScriptCollector(pytest.Collector):
-    """The --ckpt-script script; named by itself, as `Catalogue` is."""
+    """The --ckpt-script script; named by itself, as `Catalogue` is. Its
+    items are made with the catalogue's, and counted as collected there
+    (`_collected`)."""
 
     def collect(self) -> list:
         return []
@@ -299,19 +374,15 @@ class ScriptCollector(pytest.Collector):
 
 class ScriptItem(pytest.Item):
     """``ckpt-harness run --script`` as a test: fails with the verdict table
-    unless every case passes. Its timeout is script mode's own unless
-    ``--ckpt-timeout`` was given."""
+    unless every case passes. Its timeout is script mode's own
+    (`ScriptConfig`'s) unless ``--ckpt-timeout`` was given."""
 
     def runtest(self) -> None:
-        from ckpt_harness.config import SETTINGS
         from ckpt_harness.errors import Unavailable
         from ckpt_harness.pipeline.verify import verify_script
 
-        settings = _script_options(self.config)
+        settings = {**_script_options(self.config), **_timeout(self.config)}
         script = settings.pop("script")
-        timeout = self.config.getoption("--ckpt-timeout")
-        if timeout != SETTINGS["timeout"].default:
-            settings["timeout"] = timeout
         try:
             report = verify_script(script, workdir=self.config._tmp_path_factory.mktemp("ckpt-script"),  # type: ignore[attr-defined]
                                    **settings)
@@ -337,17 +408,14 @@ class ScriptItem(pytest.Item):
 def _script_config(config: pytest.Config) -> Any:
     """The --ckpt-script script's `ScriptConfig` for catalogue items (a matrix
     row's); bad settings are usage errors, at collection."""
-    from ckpt_harness.config import SETTINGS, ScriptConfig
+    from ckpt_harness.config import ScriptConfig
     from ckpt_harness.errors import ConfigError
 
-    settings = _script_options(config)
+    settings = {**_script_options(config), **_timeout(config)}
     if settings.get("max_restarts"):
         raise pytest.UsageError("--ckpt-max-restarts applies to ckpt-script::verify only: the catalogue items "
                                 "(--ckpt-scenarios) run each resume themselves, as `matrix --script` does")
     settings.pop("max_restarts", None)
-    timeout = config.getoption("--ckpt-timeout")
-    if timeout != SETTINGS["timeout"].default:
-        settings["timeout"] = timeout
     try:
         return ScriptConfig(**settings)
     except ConfigError as exc:
@@ -423,7 +491,7 @@ class Catalogue(pytest.Collector):
     "::" (and their JUnit class name with a dot)."""
 
     def collect(self) -> list:
-        return []  # its items are made where the run's other items are known (pytest_collection_modifyitems)
+        return []  # its items are made where the run's other items are known, and counted there (`_collected`)
 
 
 class ScenarioItem(pytest.Item):
@@ -716,10 +784,19 @@ def _job_target(config: pytest.Config, job: str, world_size: int) -> Callable[[]
     def make() -> Any:
         from ckpt_harness import targets
 
-        return targets.job(job, world_size=world_size, timeout=config.getoption("--ckpt-timeout"),
-                           **_launcher(config))
+        return targets.job(job, world_size=world_size, **_timeout(config), **_launcher(config))
 
     return make
+
+
+def _timeout(config: pytest.Config) -> dict:
+    """--ckpt-timeout as a setting, if given. The option has no default of
+    its own: unset, each run takes its config's, declared once in
+    `ckpt_harness.config` (a job's `RunConfig`, a script's `ScriptConfig`,
+    longer: torchrun and a script's imports start inside it), as the CLI's
+    runs do; a default here would give a script a job's."""
+    given = config.getoption("--ckpt-timeout")
+    return {"timeout": given} if given is not None else {}
 
 
 def _launcher(config: pytest.Config) -> dict:
@@ -792,8 +869,8 @@ def _add_catalogue(session: pytest.Session, config: pytest.Config, items: list) 
     files of its own (then only with --ckpt-scenarios)."""
     if config.getoption("ckpt_script"):
         scripts = ScriptCollector.from_parent(session, name=SCRIPT_ITEM, nodeid=SCRIPT_ITEM)
-        items.append(ScriptItem.from_parent(scripts, name="verify"))
-        items.extend(_script_items(scripts, config))
+        items.extend(_collected(scripts, [ScriptItem.from_parent(scripts, name="verify"),
+                                          *_script_items(scripts, config)]))
     job = config.getoption("--ckpt-job")
     wanted = config.stash.get(_WANTED, [])
     if wanted and not job:
@@ -817,7 +894,8 @@ def _add_catalogue(session: pytest.Session, config: pytest.Config, items: list) 
     except (JobError, ConfigError) as exc:
         raise pytest.UsageError(f"--ckpt-job {job}: {exc}") from None
     builtin = builtin_dir().resolve()
-    files = {Path(i.scenario.source).resolve().parent for i in items if isinstance(i, ScenarioItem)}
+    files = {Path(i.scenario.source).resolve().parent for i in items  # collected as files: not --ckpt-script's
+             if isinstance(i, ScenarioItem) and not isinstance(i.parent, ScriptCollector)}
     if not wanted and (builtin in files or (_names_scenario_files(config) and not patterns)):
         return  # the catalogue was collected as files, or the command line named the scenario files to run
     catalogue = Catalogue.from_parent(session, name=CATALOGUE, nodeid=CATALOGUE)
@@ -826,7 +904,22 @@ def _add_catalogue(session: pytest.Session, config: pytest.Config, items: list) 
         if not any(_names(arg, item) for item in made):
             raise pytest.UsageError(f"{arg}: no such item of the catalogue against {job}; "
                                     f"list them with: pytest --ckpt-job {job} --collect-only -q")
-    items.extend(item for item in made if not wanted or any(_names(arg, item) for arg in wanted))
+    items.extend(_collected(catalogue, [item for item in made
+                                        if not wanted or any(_names(arg, item) for arg in wanted)]))
+
+
+def _collected(collector: pytest.Collector, items: list) -> list:
+    """`items`, made by `collector` after pytest's collection, told to pytest
+    as a collector's own items are: its collect report (what the terminal
+    counts in "collected N items", -k's and --ckpt-shard's deselections
+    then taken from that) and each item's pytest_itemcollected. Made in
+    pytest_collection_modifyitems, where the run's other items are known,
+    they would otherwise be listed but not counted ("1 test collected" over
+    four items)."""
+    collector.ihook.pytest_collectreport(report=pytest.CollectReport(collector.nodeid, "passed", None, items))
+    for item in items:
+        collector.ihook.pytest_itemcollected(item=item)
+    return items
 
 
 def _keep_shard(config: pytest.Config, items: list, shard: Any) -> None:
