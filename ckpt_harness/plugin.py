@@ -5,13 +5,15 @@
 - marker ``@pytest.mark.ckpt(world_size=2, steps=8, ...)`` sets the
   fixture's defaults: any setting of `ckpt_harness.config` (each call takes
   those its config has); ``world_size`` may be a list, which parametrizes
-  the test;
+  the test; a keyword no setting has errors that test alone, naming the
+  closest one;
 - ``ckpt.verify_script(script, ...)`` / ``ckpt.explore_script(script, ...)``: script
   mode (an unmodified script under torchrun); ``--ckpt-script 'train.py {ckpt_dir}'``
   with ``--ckpt-nproc-per-node``, ``--ckpt-nnodes``, ``--ckpt-max-restarts`` sets
   their defaults and adds the item ``ckpt-script::verify`` (with ``--ckpt-scenarios``
   also the catalogue against the script, ``ckpt-script::NAME``, as ``matrix --script``);
-- options ``--ckpt-timeout``, ``--ckpt-world-sizes`` (parametrizes tests that
+- options ``--ckpt-timeout`` (unset, each run's config's own: a script's is
+  longer than a job's, as on the command line), ``--ckpt-world-sizes`` (parametrizes tests that
   use ``ckpt`` and whose marker names no world size), ``--ckpt-job
   module:Class`` (adds the built-in scenario catalogue against that job, one
   item per scenario and world size, with node ids such as
