@@ -134,7 +134,8 @@ class Report:
                  "timeline": r.timeline_file, "differences": [d.to_json() for d in r.differences],
                  "outcome": r.outcome,
                  "also": [{"check": a.check, "verdict": a.verdict.value, "summary": a.summary} for a in r.also],
-                 **({"row": dict(zip(EXPLORE_COLUMNS, r.cells))} if r.cells else {})}
+                 **({"row": dict(zip(EXPLORE_COLUMNS, r.cells))} if r.cells else {}),
+                 **({"note": r.note} if r.note else {})}
                 for r in self.results
             ],
             "findings": [f.to_json() for f in self.findings()],
