@@ -103,3 +103,30 @@ deepspeed-older: $(DS_OLDER)/.installed
 		--script '$(CURDIR)/tests/scripts/deepspeed_train.py {ckpt_dir} --steps 4 --save-every 2 --stage 3'
 	rm -f $(DS_OLDER)/torch_extensions/.ckpt-harness-deepspeed_shm_comm.built
 	$(DS_OLDER_ENV) $(DS_OLDER)/bin/ckpt-harness run --keep none --job deepspeed_zero3 --steps 4 --save-every 2
+
+# The real trainers (issue 66): a venv per recipe under recipes/ (.venv-<name>: torch 2.13.0 CPU, the trainer
+# pinned in recipes/<name>/requirements.txt, the harness), with uv where it is on PATH, else pip; every install
+# takes -c recipes/constraints.txt (torch==2.13.0: any other torch spec pulls a multi-GB CUDA build). Then each
+# recipe's matrix (recipes/<name>/harness.json: its --script, --script-args and scenarios), written to
+# docs/matrix-trainers.md with the versions and times (recipes/harness.py). Not in `make test`: minutes per
+# recipe (each torchrun run of OLMo-core is 35-45 s on the 2-core box). TRAINER_SCENARIOS=all for the whole
+# catalogue (hours at that cost).
+TRAINERS ?= olmo_core
+TRAINER_SCENARIOS ?=
+TRAINER_PIP = if command -v uv >/dev/null 2>&1; then uv pip install --python $(1)/bin/python $(2); \
+	else $(1)/bin/pip install --quiet --disable-pip-version-check $(2); fi
+
+.venv-%/.installed: recipes/%/requirements.txt recipes/constraints.txt pyproject.toml
+	@start=$$(date +%s); \
+	if command -v uv >/dev/null 2>&1; then uv venv --python $(PYTHON) .venv-$*; else $(PYTHON) -m venv .venv-$*; fi && \
+	$(call TRAINER_PIP,.venv-$*,torch==2.13.0) && \
+	$(call TRAINER_PIP,.venv-$*,-c recipes/constraints.txt -r recipes/$*/requirements.txt) && \
+	$(call TRAINER_PIP,.venv-$*,-c recipes/constraints.txt -e .) && \
+	echo $$(( $$(date +%s) - start )) > .venv-$*/.install-seconds && \
+	echo ".venv-$*: installed in $$(cat .venv-$*/.install-seconds) s"
+	touch $@
+
+trainers: $(foreach t,$(TRAINERS),.venv-$(t)/.installed)
+	$(PYTHON) recipes/harness.py $(if $(TRAINER_SCENARIOS),--scenarios '$(TRAINER_SCENARIOS)') $(TRAINERS)
+
+.PHONY: trainers
