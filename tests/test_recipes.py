@@ -9,9 +9,9 @@ End to end, OLMo-core only (the cheapest real trainer), in the venv `make
 trainers` builds (.venv-olmo_core; skipped without it): the recipe run as
 users configure it and its planted twin, both through `ckpt-harness
 explore` in that venv, on one case: a crash of rank 0 just before it
-renames `.metadata.json` into save 2's step directory. The directory is
+writes `.metadata.json` into save 2's step directory. The directory is
 then whole but for the file that makes it a checkpoint to OLMo-core's
-loader. With `--save-overwrite` (OLMo-core's example train.py) the resume
+loader (docs/findings.md). With `--save-overwrite` (OLMo-core's example train.py) the resume
 loads step 0, trains again and replaces step 2: PASS. With OLMo-core's own
 default, `save_overwrite=False`, the resume loads step 0, trains again and
 dies saving step 2: `FileExistsError` on the torn directory (FAIL, named).
