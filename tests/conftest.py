@@ -99,7 +99,7 @@ MEASURED = {  # 2026-11-29, the CI run of e773235 (test_findings, test_examples:
     "test_suite_deadline": 4,
     # not yet in a CI run's table: estimates from their runs on a loaded 2-core box (issue 64)
     "test_file_saves": 200, "test_run_identity": 45, "test_warmups": 20, "test_stops_anywhere": 50,
-    "test_consequence": 60,
+    "test_consequence": 150, "test_action": 80, "test_docs_site": 30, "test_plugin_face": 16,
 }
 
 
