@@ -61,14 +61,16 @@ def section(recipe: str, cmd: list[str], out: Path, seconds: float, rc: int) -> 
     if install.exists():
         lines += [f"Install (`.venv-{recipe}`: venv, torch, the trainer, the harness): "
                   f"{float(install.read_text()):.0f} s.", ""]
-    shown = " ".join(shlex.quote(c) for c in [f".venv-{recipe}/bin/ckpt-harness", *cmd[1:]])
+    words = [f".venv-{recipe}/bin/ckpt-harness", *cmd[1:]]
+    shown = " ".join(shlex.quote(c.replace(str(ROOT) + "/", "")) for c in words)
     lines += ["```sh", f"HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 {shown}", "```", "",
-              f"Wall time {seconds / 60:.1f} min, exit status {rc}.", ""]
+              f"Wall time {seconds / 60:.1f} min, exit status {rc} (a matrix exits non-zero for an UNKNOWN or "
+              "ERROR cell, not for FAIL cells: those are the findings).", ""]
     md = out / "matrix.md"
     if md.exists():
         body = md.read_text().splitlines()
         # the harness's own title becomes a sub-heading of this recipe's section
-        lines += [("#" + line) if line.startswith("#") else line for line in body]
+        lines += [("##" + line) if line.startswith("#") else line for line in body]
     else:
         lines += [f"No matrix.md was written (exit status {rc}); see {out}."]
     notes = RECIPES / recipe / "MATRIX_NOTES.md"
@@ -83,6 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "ckpt-matrix-trainers")
     p.add_argument("--scenarios", default=None, help="override each recipe's harness.json scenarios ('all': every one)")
     p.add_argument("--doc", type=Path, default=ROOT / "docs" / "matrix-trainers.md")
+    p.add_argument("--doc-only", action="store_true",
+                   help="run nothing: write the page from the last run's OUT/RECIPE (its matrix.md and run.json)")
     opts = p.parse_args(argv)
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     sections = []
@@ -90,11 +94,17 @@ def main(argv: list[str] | None = None) -> int:
     for recipe in opts.recipes:
         out = (opts.out / recipe).resolve()
         cmd = matrix_command(recipe, load(recipe), out, opts.scenarios)
-        print("+", " ".join(shlex.quote(c) for c in cmd), flush=True)
-        start = time.monotonic()
-        rc = subprocess.call(cmd, cwd=ROOT, env=env)
-        seconds = time.monotonic() - start
-        print(f"{recipe}: matrix in {seconds:.0f} s, exit status {rc}", flush=True)
+        if opts.doc_only:
+            ran = json.loads((out / "run.json").read_text())
+            seconds, rc = ran["seconds"], ran["exit_status"]
+        else:
+            print("+", " ".join(shlex.quote(c) for c in cmd), flush=True)
+            start = time.monotonic()
+            rc = subprocess.call(cmd, cwd=ROOT, env=env)
+            seconds = time.monotonic() - start
+            print(f"{recipe}: matrix in {seconds:.0f} s, exit status {rc}", flush=True)
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "run.json").write_text(json.dumps({"seconds": seconds, "exit_status": rc}))
         worst = worst or rc
         sections.append(section(recipe, cmd, out, seconds, rc))
     head = ("# The real trainers' matrix\n\n"
