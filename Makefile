@@ -110,15 +110,18 @@ deepspeed-older: $(DS_OLDER)/.installed
 # recipe's matrix (recipes/<name>/harness.json: its --script, --script-args and scenarios), written to
 # docs/matrix-trainers.md with the versions and times (recipes/harness.py). Not in `make test`: minutes per
 # recipe (each torchrun run of OLMo-core is 35-45 s on the 2-core box). TRAINER_SCENARIOS=all for the whole
-# catalogue (hours at that cost).
+# catalogue (hours at that cost). uv reads no pip.conf: where torch's CPU build comes from a local index or
+# find-links (this machine kind's /etc/pip.conf), give uv the same (UV_FIND_LINKS, UV_INDEX) or pass
+# TRAINER_UV= to use pip. Measured 2026-12-07 (no uv here, pip): 332 s from nothing, the matrix 21 min.
 TRAINERS ?= olmo_core
 TRAINER_SCENARIOS ?=
-TRAINER_PIP = if command -v uv >/dev/null 2>&1; then uv pip install --python $(1)/bin/python $(2); \
-	else $(1)/bin/pip install --quiet --disable-pip-version-check $(2); fi
+TRAINER_UV ?= $(shell command -v uv)
+TRAINER_PIP = $(if $(TRAINER_UV),$(TRAINER_UV) pip install --python $(1)/bin/python $(2),$(1)/bin/pip install \
+	--quiet --disable-pip-version-check $(2))
 
 .venv-%/.installed: recipes/%/requirements.txt recipes/constraints.txt pyproject.toml
 	@start=$$(date +%s); \
-	if command -v uv >/dev/null 2>&1; then uv venv --python $(PYTHON) .venv-$*; else $(PYTHON) -m venv .venv-$*; fi && \
+	$(if $(TRAINER_UV),$(TRAINER_UV) venv --python $(PYTHON) .venv-$*,$(PYTHON) -m venv .venv-$*) && \
 	$(call TRAINER_PIP,.venv-$*,torch==2.13.0) && \
 	$(call TRAINER_PIP,.venv-$*,-c recipes/constraints.txt -r recipes/$*/requirements.txt) && \
 	$(call TRAINER_PIP,.venv-$*,-c recipes/constraints.txt -e .) && \
