@@ -82,24 +82,24 @@ def pace(tmp_path_factory) -> Pace:
 #: tests that fill the workers evenly, not a module of torchrun runs one
 #: worker runs alone while the others idle (a module missing here goes last).
 #: `python ci/module_times.py junit.xml` prints the table from a run's JUnit XML.
-MEASURED = {  # 2026-11-29, the CI run of e773235 (test_findings, test_examples: that of d481dc5)
-    "test_script_frameworks": 330, "test_background_writers": 297, "test_explore": 233, "test_script_mode": 185,
-    "test_storage": 157, "test_extension": 155, "test_elastic": 149, "test_plugin": 135,
-    "test_script_settings": 124, "test_warm_workers": 105, "test_script_explore": 98, "test_scenarios": 95,
-    "test_matrix_shards": 88, "test_preemption": 87, "test_reduction": 85, "test_cli": 82, "test_verify": 76,
-    "test_html_report": 71, "test_conversions": 65, "test_inline_save": 61, "test_baseline_causes": 56,
-    "test_script_matrix": 45, "test_early_end": 42, "test_async_saves": 39, "test_launch": 37, "test_axes": 37,
-    "test_warm_starts": 35, "test_setup_errors": 28, "test_flake": 28, "test_matrix_rows": 27, "test_jit": 26,
-    "test_async_process": 26, "test_deepspeed_job": 23, "test_timelines": 23, "test_case_budget": 20,
-    "test_relocation": 19, "test_resume_chain": 19, "test_checkpointers": 19, "test_script_launch": 18,
-    "test_frozen_ranks": 16, "test_ci_output": 15, "test_hf_trainer_job": 15, "test_severity": 14,
-    "test_s3server": 14, "test_save_neutral": 13, "test_timings": 12, "test_buffering_bugs": 10,
-    "test_deepspeed_reshard": 10, "test_capability_mix": 10, "test_script_ops": 7, "test_layers": 7,
-    "test_safe_loading": 6, "test_write_conflicts": 5, "test_findings": 39, "test_examples": 20,
-    "test_suite_deadline": 4,
-    # not yet in a CI run's table: estimates from their runs on a loaded 2-core box (issue 64)
-    "test_file_saves": 200, "test_run_identity": 45, "test_warmups": 20, "test_stops_anywhere": 50,
-    "test_consequence": 150, "test_action": 80, "test_docs_site": 30, "test_plugin_face": 16,
+#: 2026-12-07: a full run of cc78e2a (-n 3, 1454 passed in 60:34, load 8-19: other work ran beside its first half).
+MEASURED = {
+    "test_background_writers": 1091, "test_script_frameworks": 909, "test_explore": 669, "test_file_saves": 612,
+    "test_script_mode": 578, "test_plugin": 575, "test_warm_workers": 537, "test_extension": 441,
+    "test_storage": 416, "test_matrix_shards": 335, "test_script_explore": 278, "test_cli": 252,
+    "test_scenarios": 250, "test_consequence": 244, "test_reduction": 235, "test_elastic": 220,
+    "test_preemption": 204, "test_script_settings": 203, "test_conversions": 164, "test_inline_save": 151,
+    "test_run_identity": 137, "test_async_saves": 120, "test_baseline_causes": 115, "test_script_matrix": 114,
+    "test_verify": 111, "test_html_report": 106, "test_early_end": 87, "test_timelines": 86,
+    "test_warm_starts": 84, "test_stops_anywhere": 69, "test_launch": 66, "test_flake": 63,
+    "test_async_process": 62, "test_setup_errors": 58, "test_findings": 57, "test_deepspeed_job": 55,
+    "test_axes": 53, "test_case_budget": 52, "test_examples": 43, "test_action": 34, "test_relocation": 34,
+    "test_ci_output": 33, "test_jit": 32, "test_checkpointers": 32, "test_matrix_rows": 24,
+    "test_resume_chain": 22, "test_capability_mix": 21, "test_severity": 21, "test_hf_trainer_job": 21,
+    "test_frozen_ranks": 19, "test_save_neutral": 18, "test_timings": 17, "test_s3server": 15,
+    "test_script_ops": 14, "test_deepspeed_reshard": 14, "test_buffering_bugs": 12, "test_suite_deadline": 12,
+    "test_safe_loading": 11, "test_script_launch": 11, "test_write_conflicts": 9, "test_layers": 9,
+    "test_warmups": 9, "test_docs_site": 6, "test_dcp_durability": 5,
 }
 
 

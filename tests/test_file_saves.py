@@ -89,18 +89,21 @@ def test_its_atomic_twin_passes(tmp_path):
 
 
 def test_through_the_plugin_a_file_object_save_is_judged_both_ways(pytester):
-    """The pytest face: the fixture verifies the correct script, the
-    --ckpt-script item flags the twin that forgets its momentum, naming it."""
+    """The pytest face: the fixture verifies the correct script and flags the
+    twin that forgets its momentum, naming it (one resume case each: the
+    `--ckpt-script` item's whole default verify is test_plugin's)."""
     pytester.makepyfile(test_user=f"""
         import pytest
 
         @pytest.mark.ckpt(script="{SCRIPT} {{ckpt_dir}} --apis file", nproc_per_node=2)
         def test_my_script(ckpt):
             ckpt.verify_script(cases=["resume@2"]).assert_ok()
+
+        @pytest.mark.ckpt(script="{SCRIPT} {{ckpt_dir}} --apis file --bug forget-momentum", nproc_per_node=2)
+        def test_my_buggy_script(ckpt):
+            ckpt.verify_script(cases=["resume@2"]).assert_ok()
         """)
-    result = pytester.runpytest_inprocess(
-        "-v", "-p", "no:cacheprovider", "--ckpt-script", command("--apis", "file", "--bug", "forget-momentum"),
-        "--ckpt-nproc-per-node", "2")
+    result = pytester.runpytest_inprocess("-v", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1, failed=1)
-    result.stdout.fnmatch_lines(["*test_my_script*PASSED*", "*ckpt-script::verify FAILED*",
+    result.stdout.fnmatch_lines(["*test_my_script*PASSED*", "*test_my_buggy_script*FAILED*",
                                  "*saves after resume*FAIL*", "*step_4.pt.tmp.optimizer.state.0.momentum_buffer*"])
