@@ -464,8 +464,10 @@ def _resumed_twice(target: Target, root: Path, golden: Run, first: int, again: i
                      resume=True)
     how = inert.Consequence(first, again)
     live = oracle.judge_live("again", last, line)
-    if not live.verdict.ok:
+    if live.verdict is Verdict.FAIL:  # its checkpointing broke there: a consequence
         return dataclasses.replace(how, diverged=f"that run failed: {live.summary}", details=live.details), ""
+    if not live.verdict.ok:  # it could not run or be judged: that tells nothing of the difference
+        return None, f"the run resumed once more from save {again} could not be judged: {live.summary}"
     expected, actual = saves_by_step(golden), saves_by_step(last)
     compared = [(f"save {s}", expected[s], actual.get(s, {})) for s in sorted(expected) if s > again]
     if target.caps.reports:
