@@ -451,16 +451,16 @@ def _resumed_twice(target: Target, root: Path, golden: Run, first: int, again: i
     but data position (`inert.Consequence`), or None and why it cannot tell."""
     line = target.repro("run")
     ckpt = root / "ckpt"
-    for i, (until, how) in enumerate([(first, "stopped run"), (again, "resumed run")]):
-        request = RunRequest(how, stop_after_save=until, trace_files=False)
-        run = clock.run(lambda: target.run(request, ckpt, root / f"run{i}"), resume=i > 0)
-        live = oracle.judge_golden("again", run, line, target.noun)
-        if not live.verdict.ok:
-            return None, f"the {how} that was to stop after save {until} did not finish: {live.summary}"
-        unstopped = _not_stopped(target, "again", run, until)
-        if unstopped is not None:
-            return None, unstopped.summary
-    last = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False), ckpt, root / "run2"),
+    _, failed = _stop_after(target, root, "again", first, Stop.GRACEFUL, line, clock)
+    if failed is not None:
+        return None, f"the run to stop after save {first} did not: {failed.summary}"
+    request = RunRequest("resumed run", stop_after_save=again, trace_files=False)
+    resumed = clock.run(lambda: target.run(request, ckpt, root / "resume"), resume=True, broken=again)
+    failed = oracle.judge_golden("again", resumed, line, target.noun)
+    failed = _not_stopped(target, "again", resumed, again) if failed.verdict.ok else failed
+    if failed is not None:
+        return None, f"the resumed run to stop after save {again} did not: {failed.summary}"
+    last = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False), ckpt, root / "last"),
                      resume=True)
     how = inert.Consequence(first, again)
     live = oracle.judge_live("again", last, line)
