@@ -12,6 +12,11 @@ with two observation points:
   order and sizes the kernel gets them. Only these change the file, so only
   these are what the durability model replays and what a power loss keeps.
 
+A file opened through an `opener` (`tempfile.NamedTemporaryFile(dir=d)`
+hands `open` the directory and makes the file with `mkstemp`) is the file
+whose descriptor the opener returned: its open is the opener's `os.open`,
+probed there; an opener that opens some other way leaves the file unprobed.
+
 An fsync therefore lands in the trace where it really runs: `pickle.dump`
 into a buffered file followed by `os.fsync` records the fsync *before* the
 write that reaches the kernel at `close()`, which is the bug it is.
@@ -226,18 +231,26 @@ class _Handle:
 
 
 class ProbedRaw(io.FileIO):
-    """The raw file under the job's buffer: each `write` here is a write(2)."""
+    """The raw file under the job's buffer: each `write` here is a write(2).
 
-    def __init__(self, file: Any, mode: str, closefd: bool, opener: Any, handle: _Handle):
+    `handle` None: the file an `opener` opened, which `os.open`'s probe
+    recorded (then its handle is taken over from the descriptor) or left
+    alone (then so are its writes)."""
+
+    def __init__(self, file: Any, mode: str, closefd: bool, opener: Any, handle: Optional[_Handle],
+                 files: _Files):
         super().__init__(file, mode, closefd, opener=opener)
-        self._handle = handle
-        handle.files.by_fd[self.fileno()] = (handle.fid, handle.rel)
+        self._handle = handle if handle is not None else files.raw_fds.pop(self.fileno(), None)
+        if self._handle is not None:
+            files.by_fd[self.fileno()] = (self._handle.fid, self._handle.rel)
 
     def write(self, data: Any) -> Optional[int]:
+        if self._handle is None:
+            return super().write(data)
         return self._handle.kernel_write(self.fileno(), data, super().write)
 
     def close(self) -> None:
-        if not self.closed:
+        if not self.closed and self._handle is not None:
             self._handle.closed(self.fileno())
         super().close()
 
@@ -245,9 +258,11 @@ class ProbedRaw(io.FileIO):
 class _JobWrites:
     """The job's own `write()` on the object `open` handed it."""
 
-    _handle: _Handle
+    _handle: Optional[_Handle]
 
     def write(self, data: Any) -> int:
+        if self._handle is None:
+            return super().write(data)  # type: ignore[misc]
         return self._handle.job_write(data, super().write)  # type: ignore[misc]
 
 
@@ -278,13 +293,14 @@ def _buffer_size(raw: io.FileIO, buffering: int, binary: bool) -> tuple[int, boo
     return buffering, line_buffering
 
 
-def _open_probed(handle: _Handle, file: Any, mode: str, buffering: int, encoding: Any, errors: Any, newline: Any,
-                 closefd: bool, opener: Any) -> Any:
+def _open_probed(files: _Files, handle: Optional[_Handle], file: Any, mode: str, buffering: int, encoding: Any,
+                 errors: Any, newline: Any, closefd: bool, opener: Any) -> Any:
     """What `io.open` returns for these arguments, with the probes in its layers."""
     binary = "b" in mode
     raw_mode = "".join(c for c in "xrwa+" if c in mode) + "b"
     # `io.open` hands its raw file a path as a string: the file's `name` is one (a `Path` given or not)
-    raw = ProbedRaw(file if isinstance(file, int) else os.fspath(file), raw_mode, closefd, opener, handle)
+    raw = ProbedRaw(file if isinstance(file, int) else os.fspath(file), raw_mode, closefd, opener, handle, files)
+    handle = raw._handle
     try:
         if buffering == 0:
             if binary:
@@ -321,6 +337,11 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str =
                     errors: Any = None, newline: Any = None, closefd: bool = True, opener: Any = None) -> Any:
         if _WRITE_MODES.isdisjoint(mode) or tracer.nested():
             return original_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
+        if opener is not None:
+            # The opener opens what it likes: `tempfile.NamedTemporaryFile(dir=d)` hands `open` the directory
+            # and its opener makes the file (`mkstemp`, through `os.open`). The file opened is the one whose
+            # descriptor the opener returns, and its open is the opener's `os.open`, probed there.
+            return _open_probed(files, None, file, mode, buffering, encoding, errors, newline, closefd, opener)
         named = files.name(file)
         if named is None:
             return original_open(file, mode, buffering, encoding, errors, newline, closefd, opener)
@@ -328,7 +349,8 @@ def install(tracer: Tracer, ckpt_dir: str, data_log: Optional[str], actor: str =
         handle = _Handle(files, files.new_fid(), rel, append="a" in mode)
         return tracer.operation(
             "open", rel,
-            lambda fault: _open_probed(handle, file, mode, buffering, encoding, errors, newline, closefd, opener),
+            lambda fault: _open_probed(files, handle, file, mode, buffering, encoding, errors, newline, closefd,
+                                       opener),
             path=rel, fid=handle.fid, mode=mode, trunc="w" in mode, create="r" not in mode, append=handle.append,
             **where,
         )
