@@ -12,14 +12,14 @@ with two observation points:
   order and sizes the kernel gets them. Only these change the file, so only
   these are what the durability model replays and what a power loss keeps.
 
+An fsync therefore lands in the trace where it really runs: `pickle.dump`
+into a buffered file followed by `os.fsync` records the fsync *before* the
+write that reaches the kernel at `close()`, which is the bug it is.
+
 A file opened through an `opener` (`tempfile.NamedTemporaryFile(dir=d)`
 hands `open` the directory and makes the file with `mkstemp`) is the file
 whose descriptor the opener returned: its open is the opener's `os.open`,
 probed there; an opener that opens some other way leaves the file unprobed.
-
-An fsync therefore lands in the trace where it really runs: `pickle.dump`
-into a buffered file followed by `os.fsync` records the fsync *before* the
-write that reaches the kernel at `close()`, which is the bug it is.
 
 Also wrapped: `os.fsync`/`os.fdatasync` of any descriptor under the
 checkpoint directory (a directory, or a file opened only to read is found
