@@ -252,16 +252,26 @@ KINDS: dict[str, tuple[tuple[str, ...], str]] = {k.name: (k.ops, k.help) for k i
 BLOCKING: dict[str, str] = {k.name: k.blocks for k in FAULT_KINDS if k.blocks is not None}
 
 
+#: A name `tempfile` made with its default prefix (`mkstemp`, `NamedTemporaryFile`, `mkdtemp`): "tmp",
+#: eight random letters, digits or underscores, its suffix. Another in every run.
+_TEMP_NAME = re.compile(r"(?<![^/])(tmp)[a-z0-9_]{8}(?=[./]|$| ->)")
+
+
 def address(op: str, target: str) -> str:
     """How a point is named whatever the order of the run around it: a
     collective by its name ("barrier"), a file operation by what it acts on
     ("rename(latest.tmp->latest)", "write(step_4/model.pt)"). With its phase,
     rank and the count of its earlier namesakes there, it denotes one
     operation that a run reaches wherever its peers are, so a case named by it
-    replays when the next run deletes in another order (`Fault.at`)."""
+    replays when the next run deletes in another order (`Fault.at`).
+
+    A file `tempfile` named is named by its prefix and suffix, its random
+    part starred ("rename(step2/tmp*->step2/.metadata.json)", OLMo-core's):
+    the next run's file has other random letters, and a fault addressed by
+    them would never fire."""
     if op == "collective":
         return target
-    return f"{op}({target.replace(' -> ', '->')})"
+    return f"{op}({_TEMP_NAME.sub(lambda m: m[1] + '*', target).replace(' -> ', '->')})"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -70,3 +70,23 @@ def test_an_opener_of_the_path_it_is_handed_records_that_path_once(tmp_path):
     opens = [e.fields["path"] for e in events if e.kind is EventKind.OPEN]
     assert opens == [name], opens
     assert {e.fields["path"] for e in events if e.kind is EventKind.WRITE} == {name}
+
+
+def test_a_fault_at_a_temporary_files_rename_fires_in_a_run_whose_file_has_other_random_letters():
+    """OLMo-core renames `step2/tmpXXXXXXXX` to `.metadata.json`: a case made from
+    the golden run's name would wait for letters the fault run never draws."""
+    from ckpt_harness.inject.faults import Fault, Injector, address
+
+    golden = address("rename", "step2/tmpq8_x0z1k -> step2/.metadata.json")
+    assert golden == "rename(step2/tmp*->step2/.metadata.json)"
+    fault = Fault.parse(Fault("crash", 0, "save 2", 3, at=golden).label)
+    fired = []
+    injector = Injector(0, (fault,), lambda *a, **k: fired.append(k))
+    for target in ("step2/tmpa1b2c3d4.distcp -> step2/__0_0.distcp", "step2/tmp00000000 -> step2/.metadata.json"):
+        index = injector.point("save 2")
+        armed = injector.armed("save 2", index, "rename", target)
+        assert (armed is fault) == target.endswith(".metadata.json"), target
+    assert len(fired) == 1
+    # only a name tempfile made is starred: a step, a pointer, a longer or shorter name stay themselves
+    for name in ("step_00000008/model.pt", "latest.tmp -> latest", "tmpdirectory/x", "tmp1234567/x", "step0-tmp"):
+        assert "*" not in address("rename", name), name
