@@ -96,7 +96,7 @@ def unreported_outcome(resumed: Run, saved: Mapping[int, object], k: int, prev: 
     silent = f"no load was reported, and {inferred.evidence}"
     if inferred.step is None:
         return Outcome(OutcomeKind.NO_LOAD, None, f"{silent}; {REPORT_IT}")
-    if inferred.step == 0:
+    if inferred.fresh:
         return Outcome(OutcomeKind.FRESH, None, f"{silent}: it never resumed")
     kind = OutcomeKind.S_K if inferred.step == k else OutcomeKind.S_PREV if inferred.step == prev else OutcomeKind.OLDER
     return Outcome(kind, inferred.step, f"inferred, {silent}")

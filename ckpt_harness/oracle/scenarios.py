@@ -50,7 +50,7 @@ def judge_overwriting_save(case: str, check: str, run: Run, *, label: str, state
     complete = state == "complete"
     loaded = {s for s in run.loaded_steps().values() if s is not None}
     inferred = infer_start(run, sorted(ref.saved)) if ref is not None and not run.loaded_steps() else None
-    if inferred is not None and inferred.step:
+    if inferred is not None and inferred.step is not None and not inferred.fresh:
         if complete and health(run) is None:
             final = judge_finished(case, ref.final_after(inferred.step), run, "final state vs. uninterrupted run")
             if final.verdict is Verdict.PASS:
@@ -248,7 +248,7 @@ def judge_full_resume(case: str, check: str, expected: Record, resumed: Run, k: 
     else:
         inferred = infer_start(resumed, save_steps)
         if inferred.step is not None and inferred.step != k:
-            started = "it started from scratch" if inferred.step == 0 else f"it resumed from step {inferred.step}"
+            started = "it started from scratch" if inferred.fresh else f"it resumed from step {inferred.step}"
             return fail(f"{label}: {started}, expected step {k} ({inferred.evidence})")
     if loaded is None:
         return CaseResult(case, check, Verdict.UNKNOWN,

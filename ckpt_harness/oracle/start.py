@@ -34,10 +34,19 @@ REPORT_IT = "call ctx.loaded(step) once the job has loaded (ctx.loaded(None) on 
 
 @dataclasses.dataclass(frozen=True)
 class Inferred:
-    """The step a resume started from (0: from scratch), and the evidence; step None: no evidence."""
+    """The step a resume started from (0: from scratch, or from a save of step 0), and the evidence; step
+    None: no evidence."""
 
     step: Optional[int]
     evidence: str
+    #: Step 0 is a save the run resumed from, not scratch: the uninterrupted run saved step 0 (before it
+    #: trained: OLMo-core does) and this run's first save came later, so it did not start over and save 0 again.
+    from_save: bool = False
+
+    @property
+    def fresh(self) -> bool:
+        """It started from scratch."""
+        return self.step == 0 and not self.from_save
 
 
 def infer_start(run: Run, save_steps: Sequence[int]) -> Inferred:
@@ -52,7 +61,8 @@ def infer_start(run: Run, save_steps: Sequence[int]) -> Inferred:
                     if rec["event"] == Kind.SAVED and rec.get("source") != "count"})
     if saves:
         start = max((s for s in save_steps if s < saves[0]), default=0)
-        return Inferred(start, f"its first save was step {saves[0]}")
+        return Inferred(start, f"its first save was step {saves[0]}",
+                        from_save=0 in save_steps and start == 0 < saves[0])
     if save_steps and health(run) is None and run.states(Kind.FINAL) is not None:
         return Inferred(save_steps[-1], f"it finished without saving, so after the last save (step {save_steps[-1]})")
     return Inferred(None, "it neither trained nor saved a step the records show")
@@ -67,7 +77,7 @@ def judge_unreported_load(case: str, resumed: Run, step: int, save_steps: Sequen
     if inferred.step == step:
         return CaseResult(case, "load step", Verdict.PASS,
                           f"{silent}: it resumed from step {step} (to compare the state after load, {REPORT_IT})")
-    if inferred.step == 0:
+    if inferred.fresh:
         return CaseResult(case, "load step", Verdict.FAIL, f"the job never resumed: {silent}, though the directory "
                                                            f"held the checkpoint of step {step}", repro=repro)
     if inferred.step is not None:
@@ -287,7 +297,8 @@ def judge_resume_point(case: str, resumed: Run, step: int, repro: Optional[str],
     again = [s for s in steps if s <= step]
     if again:
         start = max((s for s in golden_steps if s < again[0]), default=0)
-        where = f"an older checkpoint than the newest, step {start}'s" if start else "scratch"
+        resumed = start or (0 in golden_steps and again[0] > 0)  # a save of step 0 it did not make again
+        where = f"an older checkpoint than the newest, step {start}'s" if resumed else "scratch"
         return CaseResult(case, "load step", Verdict.FAIL,
                           f"the script resumed from {where}: it saved step {again[0]} again, though the checkpoint "
                           f"directory held save {step}", repro=repro)

@@ -369,6 +369,23 @@ def test_judge_unreported_load(r, step, verdict, words):
     expect(judge_unreported_load("case", r, step, (2, 4, 6), "REPRO"), "load step", verdict, words)
 
 
+def test_a_save_of_step_0_before_training_is_a_save_a_resume_starts_from_not_scratch():
+    """OLMo-core saves step 0 before it trains: a resume that loads it and
+    next saves step 2 resumed from save 0 (the save before a torn save 2: S_prev),
+    where one that saved step 0 again started over."""
+    steps = (0, 2, 4)
+    from_save_0 = both(lambda b: b.saved(2).saved(4).final())
+    outcome = classify_resume(from_save_0, {s: {r: state(s, r) for r in range(2)} for s in steps}, 2, 0)
+    assert (outcome.kind, outcome.step) == (O.S_PREV, 0), str(outcome)
+    expect(judge_unreported_load("case", from_save_0, 2, steps, "REPRO"), "load step", V.FAIL,
+           "it resumed from step 0, expected 2")
+    over = both(lambda b: b.saved(0).saved(2).final())
+    assert classify_resume(over, {s: {r: state(s, r) for r in range(2)} for s in steps}, 2, 0).kind is O.FRESH
+    expect(judge_unreported_load("case", over, 2, steps, "REPRO"), "load step", V.FAIL, "never resumed")
+    # without a save of step 0, a first save of step 2 is a fresh start, as before
+    assert classify_resume(from_save_0, saved(), K, PREV).kind is O.FRESH
+
+
 def test_an_unreported_load_of_a_failed_run_adds_nothing_to_its_failure():
     assert judge_unreported_load("case", both(lambda b: b.failed()), 4, (2, 4, 6), "REPRO") is None
 
