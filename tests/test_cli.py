@@ -395,3 +395,35 @@ def test_a_misspelt_job_scenario_option_or_choice_gets_a_did_you_mean(tmp_path, 
     assert done.returncode == 2, done.stdout + done.stderr
     assert said in done.stderr, done.stderr
     assert ("did you mean" in done.stderr) is ("did you mean" in said)
+
+
+def test_a_signal_ends_explore_within_seconds_not_after_the_cases_in_flight(tmp_path, pace):
+    """SIGTERM (as SIGINT, `cli`) ends the command within seconds: the case
+    in flight is cut (`launch.cancel`) and none queued starts. Leaving its
+    pool of cases as `with` does used to wait for the cases in flight, with
+    every run they had left (an explore of OLMo-core went on for 30 s after
+    SIGINT, then SIGTERM): here a case whose fault is a 60 s delay."""
+    import signal
+    import time
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    cases = ["delay@r0:save4#0~60", "crash@r0:save4#1", "crash@r1:save4#1"]
+    p = subprocess.Popen([sys.executable, "-m", "ckpt_harness.cli", "explore", "--job", "torch_save", "--steps", "4",
+                          *(a for case in cases for a in ("--case", case)), "--parallel", "1", "--workdir", "work"],
+                         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not list((tmp_path / "work" / "cases").glob("delay*/fault")):  # the delayed case's run started
+            assert p.poll() is None and time.monotonic() < deadline, p.communicate()
+            time.sleep(0.2)
+        sent = time.monotonic()
+        p.send_signal(signal.SIGTERM)
+        _, stderr = p.communicate(timeout=120)
+    finally:
+        p.kill()
+    took, budget = time.monotonic() - sent, pace(5.0)
+    assert p.returncode == 128 + signal.SIGTERM, stderr
+    assert took < budget, f"stopped {took:.1f} s after SIGTERM (budget {budget:.1f} s)"
+    ran = [d.name for d in (tmp_path / "work" / "cases").iterdir()]
+    assert len(ran) == 1 and ran[0].startswith("delay_r0_save4"), ran  # nothing queued after it started

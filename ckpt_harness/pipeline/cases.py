@@ -242,8 +242,20 @@ def run_cases(baseline: Baseline, cases: Sequence[Case],
                 progress(done, len(cases), result)
         return result
 
-    with concurrent.futures.ThreadPoolExecutor(baseline.plan.parallel) as pool:
+    pool = concurrent.futures.ThreadPoolExecutor(baseline.plan.parallel)
+    try:
         return list(pool.map(one, cases))
+    except KeyboardInterrupt:
+        # Ctrl-C or SIGTERM (`cli`): no case starts after it, and the groups of those running are ended now.
+        # Leaving the pool as `with` does would wait for every case queued, each started in turn (an explore
+        # of OLMo-core went on starting cases for 30 s after SIGINT, then SIGTERM).
+        from ckpt_harness.launch import cancel
+
+        pool.shutdown(wait=False, cancel_futures=True)
+        cancel()
+        raise
+    finally:
+        pool.shutdown(wait=False)
 
 
 def _run_case(baseline: Baseline, case: Case, case_dir: Path, clock: CaseClock, marks: list[Note]) -> CaseResult:
