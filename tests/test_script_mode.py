@@ -204,6 +204,18 @@ def test_staging_renamed_on_every_node_fails_across_nodes_through_the_cli(tmp_pa
     assert {k: c["verdict"] for k, c in found.items()} == {("golden", "live"): "fail"}
 
 
+def test_a_save_made_before_training_lasts_until_the_rename_after_its_entry_point(tmp_path):
+    """OLMo-core saves step 0 before it trains: DCP writes into a staging
+    directory, then the script renames it into place. A run stopped after
+    save 0 stops where the script trains, the rename done (it stopped right
+    after the entry point returned, before the rename: the resume found no
+    checkpoint and started over, a false "resumed from scratch" FAIL)."""
+    out = cli("run", "--script", script("--staging", "--no-marker", "--save-first"),
+              "--nproc-per-node", "2", "--case", "resume@0", "--keep", "none", cwd=tmp_path)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert re.search(r"resume@0 +load step +PASS +its first save after the resume was step 2", out.stdout), out.stdout
+
+
 def test_a_peer_left_waiting_in_a_save_routine_is_a_hang_of_the_checkpointing(tmp_path):
     """Rank 0 leaves its save routine without the barrier after the rename
     and trains on: its next `backward` all-reduces DDP's gradient bucket

@@ -128,9 +128,6 @@ class Saves:
         self.full_states: list[Callable[[], Mapping[str, Any]]] = []
         #: Called as the script registers one.
         self.declared = declared
-        #: Whether the main thread made an optimizer step yet: then a save
-        #: lasts until training goes on (`training`), not until its entry point returned.
-        self.trained = False
         #: A save whose entry points returned, while the script's own save
         #: routine goes on around them (renames it into place, waits in a
         #: barrier, writes `latest`, deletes old checkpoints, gathers the final model).
@@ -206,11 +203,9 @@ class Saves:
         if self.pending is not None:  # another piece of the same save (each file of a step is a torch.save)
             self.pending.handed += save.handed
             self.pending.background = self.pending.background or save.background
-        elif self.trained:
+        else:  # the routine goes on until the script trains, saves another step, or returns
             self.pending = save
             self._watch_forward()
-        else:  # no optimizer step seen: nothing says when the routine ends, so it ends here
-            self._end(save)
 
     def _end(self, save: Save) -> None:
         """Save `save` returned (its routine is over): record it, and its landing
@@ -360,7 +355,6 @@ class Saves:
         its entry points with it."""
         if threading.current_thread() is not threading.main_thread() or self.current is not None:
             return
-        self.trained = True
         self.staged.clear()
         self.flush()
         self._note("trains", every=True)

@@ -18,17 +18,17 @@ say from where; its first save after the resume says it (see
 run that starts on a checkpoint, at its first module forward (LOADED_FULL):
 what it loaded, before anything trained on it.
 
-A save is more than its entry points: once the script trains (an
-optimizer step seen), a save lasts from its first entry point until the
-script trains again (its next optimizer step or module forward), saves
-another step, or returns. The script's own routine around the entry
+A save is more than its entry points: a save lasts from its first entry
+point until the script trains (its next optimizer step or module
+forward), saves another step, or returns. The script's own routine around the entry
 points (writing more files of the step, a barrier, the rename into place,
 `latest`, rotation of old checkpoints, the final gather) is part of the
 save: its operations are fault points of the save, a failure or hang there
 is the checkpointing's (`phase.checkpointing`), and the save has returned
 (SAVED) only once the routine is over, so no case expects S_k of a rank
-still renaming. A script that saves before it ever trained gets the entry
-points alone, since nothing would say where its routine ends.
+still renaming. That holds for a save made before the script ever trained
+too: OLMo-core saves step 0 first, and renames it into place after DCP's
+entry point returned.
 
 A run told to stop after save k stops each rank that made save k where it
 trains again, at the start of its next save (of another step) or where it

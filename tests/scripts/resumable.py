@@ -58,6 +58,7 @@ size), and --any-world-size takes a checkpoint of another world size (the
 same seed) as its own: together, a script that resumes at another
 --nproc-per-node. Without --any-world-size it refuses one, as above.
 
+--save-first saves step 0 too, before it trains, on a fresh start (OLMo-core does).
 --no-marker leaves ``ckpt_harness.saving`` out, as a script that was never
 told of the harness: its save is then the `torch.save` rank 0 makes, and
 the routine around it (the barriers, the rename) is known as the function
@@ -93,6 +94,7 @@ parser.add_argument("--bug", action="append", default=[], choices=(
     "forget-optimizer", "from-scratch", "rename-per-node", "skip-barrier", "rotate-by-name", "overwrite-in-place",
     "skip-final-barrier", "forget-optimizer-when-warm", "seed-when-warm", "fail-when-warm"))
 parser.add_argument("--no-marker", action="store_true")
+parser.add_argument("--save-first", action="store_true")
 parser.add_argument("--full-state", action="store_true")
 parser.add_argument("--any-world-size", action="store_true")
 parser.add_argument("--init-from", "--init_from", choices=("auto", "scratch", "resume"), default="auto")
@@ -189,6 +191,8 @@ if checkpoint is not None:
     start = checkpoint["step"]
     if args.rng_files:
         torch.set_rng_state(torch.load(found / f"rng_{rank}.pt"))
+if args.save_first and checkpoint is None:
+    save(0)
 for step in range(start + 1, args.steps + 1):
     data = torch.Generator().manual_seed(1000 * step + rank)
     optimizer.zero_grad()
