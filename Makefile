@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo matrix test lint docs bench clean browser deepspeed-older
+.PHONY: demo matrix test test-trainers lint docs bench clean browser deepspeed-older
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -61,7 +61,18 @@ test: lint docs $(BROWSER)
 	@# here, the package's and the tests' modules are not compiled again in each (a box
 	@# with PYTHONDONTWRITEBYTECODE set never caches them otherwise).
 	@$(PY) -m compileall -q ckpt_harness tests ci
-	HF_HUB_OFFLINE=1 $(PY) -m pytest -n 3 --dist loadgroup --no-loadscope-reorder -p no:cacheprovider --durations=25 $(PYTEST_ARGS)
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -n 3 --dist loadgroup --no-loadscope-reorder -p no:cacheprovider --durations=25 \
+		-m "not trainers" $(PYTEST_ARGS)
+	@$(PY) ci/no_orphans.py
+
+# The tests that run a real trainer's own loop under torchrun (marked `trainers`: Lightning, the HF Trainer,
+# accelerate, DeepSpeed and torchtitan scripts, each run a fresh interpreter importing the framework): a quarter
+# of the suite's CPU for 2% of its tests, so `make test` (CI's) leaves them here. Run them before a release
+# and after touching the framework entry points (inject/saves.py, the bootstrap). Measured in docs/speed.md.
+test-trainers: $(STAMP)
+	@$(PY) -m compileall -q ckpt_harness tests ci
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -n 3 --dist loadgroup --no-loadscope-reorder -p no:cacheprovider --durations=10 \
+		-m trainers $(PYTEST_ARGS)
 	@$(PY) ci/no_orphans.py
 
 # The manual: docs/ as a site in site/ (mkdocs.yml). --strict fails on any warning, and mkdocs.yml's

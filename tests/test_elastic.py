@@ -246,7 +246,9 @@ def test_no_agent_or_worker_outlives_its_harness(tmp_path, how):
     harness = subprocess.Popen([sys.executable, "-c", HARNESS, script("sleep_forever"), str(tmp_path)],
                                env={**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp)})
     try:
-        while not all((tmp_path / f"started{r}").exists() for r in range(2)):
+        # `write_text` creates the file before it writes the pid: a loaded box shows the file empty in between
+        while not all((tmp_path / f"started{r}").exists() and (tmp_path / f"started{r}").read_text()
+                      for r in range(2)):
             assert time.monotonic() < start + STARTUP_TIMEOUT, "workers never started"
             assert harness.poll() is None, "harness died early"
             time.sleep(0.05)

@@ -213,7 +213,9 @@ def test_no_rank_outlives_its_harness(tmp_path, how):
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     try:
-        while not all((tmp_path / f"started{r}").exists() for r in range(2)):
+        # `write_text` creates the file before it writes the pid: a loaded box shows the file empty in between
+        while not all((tmp_path / f"started{r}").exists() and (tmp_path / f"started{r}").read_text()
+                      for r in range(2)):
             assert time.monotonic() < start + STARTUP_TIMEOUT, "ranks never started"
             assert harness.poll() is None, "harness died early"
             time.sleep(0.05)

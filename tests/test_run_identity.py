@@ -17,6 +17,9 @@ from tests.clirun import cli
 
 SCRIPT = Path(__file__).resolve().parent / "scripts" / "lightning_train.py"
 
+#: Real trainers under torchrun, minutes of the 2-core box: `make test-trainers` (pyproject.toml).
+pytestmark = pytest.mark.trainers
+
 
 def run(tmp_path, *flags: str, options: tuple[str, ...] = ()):
     pytest.importorskip("pytorch_lightning")

@@ -29,6 +29,9 @@ from ckpt_harness.verdict import Verdict
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 
+#: Real trainers under torchrun, minutes of the 2-core box: `make test-trainers` (pyproject.toml).
+pytestmark = pytest.mark.trainers
+
 
 def accelerate_after_save_2(ckpt: Path) -> None:
     shutil.rmtree(ckpt / "step_4")

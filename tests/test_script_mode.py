@@ -299,6 +299,7 @@ def test_the_cli_refuses_a_mixed_or_missing_mode_with_what_to_give(tmp_path, arg
     assert out.returncode == 2 and says in out.stderr, out.stderr
 
 
+@pytest.mark.trainers
 def test_a_tiny_hf_trainer_script_is_verified_through_its_save_checkpoint(tmp_path):
     """`Trainer._save_checkpoint` is the save, wrapped when the script imports
     transformers: its step is the Trainer's, its state what it wrote, the

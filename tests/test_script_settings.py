@@ -97,6 +97,7 @@ HF_TRAIN = RESUMABLE.parent / "hf_train.py"
 HF_TOLD = ("keep_last=--save_total_limit {}", "steps=--max_steps {}", "save_every=--save_steps {}")
 
 
+@pytest.mark.trainers
 def test_the_trainers_save_total_limit_keeps_the_newest_and_a_rotation_by_name_is_flagged(tmp_path):
     """transformers' own rotation (`save_total_limit`, told as the Trainer
     spells it) over 13 saves keeps the newest 3; its twin orders checkpoints

@@ -135,6 +135,7 @@ def test_a_script_given_the_buckets_url_puts_its_pointer_last_and_passes_and_its
     assert "→ refused: FileNotFoundError" in broken.stdout  # `latest` named a state the crash kept out
 
 
+@pytest.mark.trainers
 def test_lightnings_checkpoint_to_the_buckets_url_is_one_object_put_whole(tmp_path):
     """Lightning writes a `ModelCheckpoint` under an URL through fsspec: on a bucket each save is one object,
     uploaded whole as its stream closes, so no crash can leave half of it (its local `_atomic_save` is a
