@@ -210,10 +210,16 @@ def test_a_save_made_before_training_lasts_until_the_rename_after_its_entry_poin
     save 0 stops where the script trains, the rename done (it stopped right
     after the entry point returned, before the rename: the resume found no
     checkpoint and started over, a false "resumed from scratch" FAIL)."""
-    out = cli("run", "--script", script("--staging", "--no-marker", "--save-first"),
-              "--nproc-per-node", "2", "--case", "resume@0", "--keep", "none", cwd=tmp_path)
+    out = cli("run", "--script", script("--staging", "--no-marker", "--save-first", "--dcp-state"),
+              "--nproc-per-node", "2", "--case", "resume@0", "--workdir", str(tmp_path / "work"), cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert re.search(r"resume@0 +load step +PASS +its first save after the resume was step 2", out.stdout), out.stdout
+    # DCP's `get_optimizer_state_dict` steps an optimizer with no state yet (a zero learning rate) to make it:
+    # no training, so neither the end of save 0 nor an optimizer step counted
+    for rank in range(2):  # rank 0's saves 0, 2, 4 and the final model, every rank's end
+        records = read_records(tmp_path / "work" / "golden" / "run", rank)
+        trained = [r["trained"] for r in records if r["event"] in (Kind.SAVED, Kind.FINISHED)]
+        assert trained == ([0, 2, 4, 4, 4] if rank == 0 else [4]), (rank, trained)
 
 
 def test_a_peer_left_waiting_in_a_save_routine_is_a_hang_of_the_checkpointing(tmp_path):

@@ -706,13 +706,35 @@ def _torch(module: Any) -> None:
     if not _steps_hooked:  # an optimizer step is training: a save before it has ended (`Saves.training`)
         import torch.optim.optimizer as optimizer
 
-        optimizer.register_optimizer_step_pre_hook(lambda _optimizer, _args, _kwargs: _require().optimizer_step())
+        optimizer.register_optimizer_step_pre_hook(_optimizer_step)
         _require().watch_first_forward()
         _steps_hooked = True
         WRITERS.arm()  # a run that holds a save's writers until training went on watches its steps from now
 
 
 _steps_hooked = False
+
+
+def _optimizer_step(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
+    if not _creates_state(sys._getframe(1)):
+        _require().optimizer_step()
+
+
+def _creates_state(frame: Any) -> bool:
+    """Is this optimizer step the one DCP makes to create an optimizer's state
+    (`_init_optim_state`: zero gradients, a zero learning rate), called by
+    `get_state_dict` before a load or a save? Not training: OLMo-core's save
+    of step 0 makes it, which once ended that save before its rename and
+    counted a step no one trained."""
+    for _ in range(8):  # the hook, torch's step wrappers, then its caller
+        if frame is None:
+            return False
+        code = frame.f_code
+        if code.co_name == "_init_optim_state" and code.co_filename.endswith(
+                os.path.join("checkpoint", "state_dict.py")):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _safetensors(module: Any) -> None:

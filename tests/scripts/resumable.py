@@ -58,7 +58,9 @@ size), and --any-world-size takes a checkpoint of another world size (the
 same seed) as its own: together, a script that resumes at another
 --nproc-per-node. Without --any-world-size it refuses one, as above.
 
---save-first saves step 0 too, before it trains, on a fresh start (OLMo-core does).
+--save-first saves step 0 too, before it trains, on a fresh start (OLMo-core does). --dcp-state
+takes the optimizer's state through DCP's `get_optimizer_state_dict`, which, on an optimizer that has none
+yet, makes one optimizer step with a zero learning rate to create it (OLMo-core's save of step 0 does).
 --no-marker leaves ``ckpt_harness.saving`` out, as a script that was never
 told of the harness: its save is then the `torch.save` rank 0 makes, and
 the routine around it (the barriers, the rename) is known as the function
@@ -95,6 +97,7 @@ parser.add_argument("--bug", action="append", default=[], choices=(
     "skip-final-barrier", "forget-optimizer-when-warm", "seed-when-warm", "fail-when-warm"))
 parser.add_argument("--no-marker", action="store_true")
 parser.add_argument("--save-first", action="store_true")
+parser.add_argument("--dcp-state", action="store_true")
 parser.add_argument("--full-state", action="store_true")
 parser.add_argument("--any-world-size", action="store_true")
 parser.add_argument("--init-from", "--init_from", choices=("auto", "scratch", "resume"), default="auto")
@@ -159,6 +162,10 @@ def save(step):
         if rank == 0:
             staging.mkdir(exist_ok=True)
             torch.save(state, staging / "state.pt")
+        if args.dcp_state:  # inside the save, after its first file, as OLMo-core's save of step 0
+            from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+            get_optimizer_state_dict(model, optimizer)  # made if there is none: one step with a zero lr
         dist.barrier()
         if args.rng_files:
             torch.save(torch.get_rng_state(), staging / f"rng_{rank}.pt")
