@@ -247,8 +247,8 @@ def run_cases(baseline: Baseline, cases: Sequence[Case],
         return list(pool.map(one, cases))
     except KeyboardInterrupt:
         # Ctrl-C or SIGTERM (`cli`): no case starts after it, and the groups of those running are ended now.
-        # Leaving the pool as `with` does would wait for every case queued, each started in turn (an explore
-        # of OLMo-core went on starting cases for 30 s after SIGINT, then SIGTERM).
+        # Leaving the pool as `with` does would wait for the cases in flight, with every run they had left
+        # (an explore of OLMo-core went on starting runs for 30 s after SIGINT, then SIGTERM).
         from ckpt_harness.launch import cancel
 
         pool.shutdown(wait=False, cancel_futures=True)
