@@ -13,6 +13,7 @@ def boundaries(tmp_path):
     return Saves(str(tmp_path), began.append, ended.append), began, ended
 
 
+
 def test_nested_saves_are_one_save_whose_state_is_what_each_was_handed(tmp_path):
     saves, began, ended = boundaries(tmp_path)
     with saves.boundary(7, "framework"):  # a Trainer._save_checkpoint, say
@@ -21,6 +22,7 @@ def test_nested_saves_are_one_save_whose_state_is_what_each_was_handed(tmp_path)
             pass
         with saves.boundary(None, "path", "model.safetensors", {"w": torch.ones(2)}):
             pass
+    saves.flush()  # the script returns: a save lasts until it trains, saves another step or returns
     assert began == [7] and [(s.step, s.source) for s in ended] == [(7, "framework")]
     assert sorted(ended[0].state()) == ["model.safetensors", "optimizer.pt"]
 
@@ -30,6 +32,7 @@ def test_a_save_handed_the_whole_state_ignores_its_writers_inner_saves(tmp_path)
     with saves.boundary(2, "path", "state_dict", {"w": torch.zeros(1)}):  # dcp.save
         with saves.boundary(None, "path", "BytesIO", torch.zeros(1)):
             pass
+    saves.flush()
     assert list(ended[0].state()) == ["state_dict"]
 
 
@@ -42,6 +45,7 @@ def test_the_step_is_the_first_number_of_the_path_else_one_past_the_last(tmp_pat
         pass
     with saves.boundary(None, "path"):
         pass
+    saves.flush()
     assert [(s.step, s.source) for s in ended] == [(4, "path"), (5, "count")]
 
 
@@ -96,6 +100,7 @@ def test_a_path_inside_the_checkpoint_directory_is_named_relative_to_it_and_no_o
                 "paths": [str(tmp_path / "ckpt" / "a" / "b")], "beside": str(tmp_path / "ckpt-old" / "x"),
                 "outside": str(tmp_path / "x"), "relative": "step_2.ckpt", "word": "ckpt"}):
             pass
+    saves.flush()
     named = ended[0].state(saves.where)["BytesIO"]
     assert named == {"best": "{ckpt_dir}/step_2.ckpt", "dir": "{ckpt_dir}", "paths": ["{ckpt_dir}/a/b"],
                      "beside": str(tmp_path / "ckpt-old" / "x"), "outside": str(tmp_path / "x"),
@@ -128,6 +133,7 @@ def test_accelerates_save_state_is_named_by_its_directory_or_under_automatic_nam
         acc.save_state(tmp_path / "step_9")
     finally:
         AcceleratorState._reset_state(True)
+    recorder.flush()
     assert (tmp_path / "checkpoints" / "checkpoint_6").is_dir()
     assert [(s.step, s.source) for s in ended] == [(6, "path"), (9, "path")]
 
