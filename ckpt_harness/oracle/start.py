@@ -60,12 +60,19 @@ def infer_start(run: Run, save_steps: Sequence[int]) -> Inferred:
     saves = sorted({rec["step"] for r in run.ranks for rec in r.records
                     if rec["event"] == Kind.SAVED and rec.get("source") != "count"})
     if saves:
-        start = max((s for s in save_steps if s < saves[0]), default=0)
-        return Inferred(start, f"its first save was step {saves[0]}",
-                        from_save=0 in save_steps and start == 0 < saves[0])
+        return start_before(saves[0], save_steps)
     if save_steps and health(run) is None and run.states(Kind.FINAL) is not None:
         return Inferred(save_steps[-1], f"it finished without saving, so after the last save (step {save_steps[-1]})")
     return Inferred(None, "it neither trained nor saved a step the records show")
+
+
+def start_before(first_save: int, save_steps: Sequence[int]) -> Inferred:
+    """Where a run whose first save was `first_save` resumed: from the save
+    before it (`save_steps`: the uninterrupted run's), else from scratch. A
+    save is made once per step, so the run never held that step's checkpoint."""
+    start = max((s for s in save_steps if s < first_save), default=0)
+    return Inferred(start, f"its first save was step {first_save}",
+                    from_save=0 in save_steps and start == 0 < first_save)
 
 
 def judge_unreported_load(case: str, resumed: Run, step: int, save_steps: Sequence[int],
@@ -296,9 +303,8 @@ def judge_resume_point(case: str, resumed: Run, step: int, repro: Optional[str],
     steps = save_steps(resumed)
     again = [s for s in steps if s <= step]
     if again:
-        start = max((s for s in golden_steps if s < again[0]), default=0)
-        resumed = start or (0 in golden_steps and again[0] > 0)  # a save of step 0 it did not make again
-        where = f"an older checkpoint than the newest, step {start}'s" if resumed else "scratch"
+        start = start_before(again[0], golden_steps)
+        where = "scratch" if start.fresh else f"an older checkpoint than the newest, step {start.step}'s"
         return CaseResult(case, "load step", Verdict.FAIL,
                           f"the script resumed from {where}: it saved step {again[0]} again, though the checkpoint "
                           f"directory held save {step}", repro=repro)
