@@ -13,9 +13,10 @@ found through the records' parent pids. A fork server outlives the tests
 that used it; its own time (torch's import, once per worker) lands on the
 test that was running when it exited, and is shown on its own line.
 
-Prints the tests by CPU seconds, then per module, then the total against
-the machine's CPU over the same run (/proc/stat): what accounting missed
-(processes still running at the end, the kernel's own work) is the gap.
+Prints the tests by CPU seconds (every test's in by_test.json beside the
+records), then per module, then the total against the machine's CPU over
+the same run (/proc/stat): what accounting missed (processes still running
+at the end, the kernel's own work) is the gap.
 """
 
 from __future__ import annotations
@@ -107,11 +108,13 @@ def main(argv: list[str]) -> int:
     finally:
         libc.acct(None)
     machine, wall = _machine_cpu() - before, time.monotonic() - start
-    report(read_acct(acct), [json.loads(line) for line in log.read_text().splitlines()], machine, wall)
+    by_test = report(read_acct(acct), [json.loads(line) for line in log.read_text().splitlines()], machine, wall)
+    (work / "by_test.json").write_text(json.dumps(by_test.most_common(), indent=0))
+    print(f"every test's CPU seconds: {work / 'by_test.json'}")
     return code
 
 
-def report(records: list[dict], log: list[dict], machine: float, wall: float) -> None:
+def report(records: list[dict], log: list[dict], machine: float, wall: float) -> collections.Counter:
     parent = {r["pid"]: r["ppid"] for r in records}
     workers = {e["worker"] for e in log}
     spans = collections.defaultdict(list)  # worker -> [(start, end, test)]
@@ -173,6 +176,7 @@ def report(records: list[dict], log: list[dict], machine: float, wall: float) ->
     print("\nby command name: " + ", ".join(f"{c} {v:.0f}" for c, v in by_comm.most_common(8)))
     print(f"\naccounted {total:.0f} CPU s ({guessed:.0f} of reparented processes charged by pid), "
           f"machine {machine:.0f} CPU s, wall {wall:.0f} s, {len(records)} processes")
+    return by_test
 
 
 if __name__ == "__main__":
