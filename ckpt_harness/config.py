@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import shlex
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.jobs import axes as axes_mod
@@ -163,6 +164,24 @@ def _layout_rule(value: Any) -> Optional[str]:
     return None if value in known else f"must be a layout a conversion reads: one of {', '.join(known)}"
 
 
+def _pins_rule(value: Any) -> Optional[str]:
+    from ckpt_harness.launch import envs  # torch-free: packaging only
+
+    if not isinstance(value, str):
+        return "must be a string of requirements, as after `pip install`"
+    try:
+        envs.Pins(tuple(pins(value))) if value.strip() else None
+    except ValueError as exc:
+        return f"has {exc}"
+    return None
+
+
+def pins(value: str) -> list[str]:
+    """The requirements a `pins` or `upgrade_from` setting names, as after
+    `pip install` (split as a shell splits words, run by none)."""
+    return shlex.split(value)
+
+
 def _after_rule(value: Any) -> Optional[str]:
     return None if value is None or isinstance(value, bool) else "must be true, false or unset"
 
@@ -234,6 +253,19 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in (
             "overwrite=--overwrite_output_dir'); a scenario's unset or false value adds nothing, a flag without {} "
             f"is added when true; NAME one of {', '.join(SCRIPT_ARGS)}; without one, a scenario that sets it is n/a",
             rule=_script_args_rule),
+    Setting("pins", str, "", "script mode: the releases the script runs under, as after `pip install` (e.g. "
+            "'lightning==2.5.2 torchdata>=0.8,<0.9'): torchrun and its workers run in an environment holding them, "
+            "over this interpreter's packages (torch and the rest as they are), made once and kept in --envs-dir; "
+            "empty: this interpreter's own", rule=_pins_rule),
+    Setting("upgrade_from", str, "", "script mode: the releases a checkpoint is written under before a run under "
+            "--pins resumes it, as after `pip install` (e.g. 'lightning==2.4.0'): the upgrade@K cases (scenario "
+            "upgrade-safe) stop after save K under these and resume under --pins", rule=_pins_rule),
+    Setting("find_links", str, "", "script mode: where --pins and --upgrade-from find packages besides the package "
+            "index (pip's --find-links: wheel directories or pages of links, space-separated); PIP_NO_INDEX=1 "
+            "keeps pip off the index"),
+    Setting("envs_dir", str, "", "script mode: where the environments of --pins and --upgrade-from are made and "
+            "kept, one per set of releases (empty: $XDG_CACHE_HOME/ckpt-harness/envs, else "
+            "~/.cache/ckpt-harness/envs)", replayed=False),
     Setting("nproc_per_node", int, 1, "script mode: workers per node (torchrun --nproc-per-node)",
             low=1, high=MAX_WORLD_SIZE),
     Setting("nnodes", int, 1, "script mode: torchrun agents on this machine, each a node sharing its file "
@@ -357,6 +389,10 @@ class ScriptConfig:
     timeout: float = setting("timeout", 180.0)
     cold_start: bool = setting("cold_start")
     storage: str = setting("storage")
+    pins: str = setting("pins")
+    upgrade_from: str = setting("upgrade_from")
+    find_links: str = setting("find_links")
+    envs_dir: str = setting("envs_dir")
 
     def __post_init__(self) -> None:
         for name, s in settings_of(type(self)).items():

@@ -159,6 +159,9 @@ USUAL_FIX = {
     "skew-safe": "order what ranks do to shared files with a collective (rank 0 deletes, then a barrier), never "
                  "by timing",
     "safe-loading": "load with torch.load(weights_only=True) or safetensors",
+    "upgrade-safe": "keep a loader for every format a released version wrote (a format version in the checkpoint, "
+                    "read first), and refuse on every rank, naming it, a format it cannot read; never fill in "
+                    "what it did not find",
     "snapshot-consistent": "copy the state before the save returns and hand the writer the copy, never the live "
                            "tensors (DCP's default stager, Lightning's clone of every tensor), or wait for the "
                            "writer before training changes them",

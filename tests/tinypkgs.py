@@ -10,8 +10,9 @@ and is byte-identical on every run (fixed zip timestamps), so pip's view of it n
 newest ``step_<N>.pt`` in a directory). The releases:
 
 * 1.0.0, 1.1.0, 1.2.0: good. Format 1, written atomically (a temporary file, fsync, ``os.replace``).
-* 2.0.0: a new format and no loader for the old one, a partial load without an error (see `_V2`).
+* 2.0.0: a new format and only half a loader for the old one, a partial load without an error (see `_V2`).
 * 2.1.0: back to format 1, and `latest` picks the wrong step past step 9 (see `_V21`).
+* 3.0.0: format 3, and a checkpoint of any other format refused, naming it (see `_V3`).
 
 Every release declares ``Requires-Dist: torch``: with ``--no-index`` pip can satisfy that only from the torch
 it sees through the layered environment's base, so an install that succeeds shows the layering works.
@@ -100,8 +101,9 @@ def load(path) -> dict:
     import torch
 
     ckpt = torch.load(path, weights_only=False)
-    state = dict(ckpt.get("extra", {}))
-    model = ckpt.get("model")
+    old = ckpt.get("state", {})  # 1.x kept everything here: its model and step are carried over, nothing else
+    state = dict(ckpt.get("extra", {"step": old["step"]} if "step" in old else {}))
+    model = ckpt.get("model", old.get("model"))
     if model is not None:
         state["model"] = model
     return state
@@ -126,13 +128,14 @@ def latest(ckpt_dir) -> Optional[str]:
 _V1 = '"""tinyckpt @VERSION@: checkpoints in format 1, resumed from the highest step (a good release)."""\n' \
     + _IMPORTS + _FORMAT_1 + _LATEST_BY_STEP
 
-#: 2.0.0 changed the format and dropped the old loader: on a format-1 file (``{"format": 1, "state": ...}``)
-#: `load` finds neither "model" nor "extra" and returns ``{}`` without a word, a partial load. A script that
-#: indexes ``state["model"]`` fails with a KeyError; one that uses ``state.get`` silently trains from scratch.
+#: 2.0.0 changed the format and half-migrated the old one: on a format-1 file (``{"format": 1, "state": ...}``)
+#: `load` carries over the model and the step, which its migration covered, and nothing else: the optimizer
+#: is dropped without a word, a partial load. A script that restores the optimizer only if one was saved (as
+#: tiny_upgrade.py does, as scripts that load weights-only checkpoints too do) trains on with a fresh one.
 _V2 = '''"""tinyckpt @VERSION@: checkpoints in format 2, the model apart from the rest.
 
-The loader reads format 2 only and does not check the format: a format-1 file (1.x's) loads as {}, a partial
-load without an error.
+The loader reads format 2, and of a format-1 file (1.x's) only the model and the step: the rest of it (the
+optimizer) is left out without an error, a partial load.
 """
 ''' + _IMPORTS + _FORMAT_2 + _LATEST_BY_STEP
 
@@ -146,9 +149,20 @@ from an older save, which replays steps already done. Invisible until a run has 
 """
 ''' + _IMPORTS + _FORMAT_1 + _LATEST_BY_NAME
 
+#: 3.0.0 is the right way to break a format: format 3 is format 1 with a check, and the loader refuses any
+#: other format, naming it, on every rank that loads.
+_V3 = '''"""tinyckpt @VERSION@: format 3; a checkpoint of another format is refused, naming it."""
+''' + _IMPORTS + _FORMAT_1.replace('{"format": 1, "state": state}', '{"format": 3, "state": state}').replace(
+    '    return torch.load(path, weights_only=False)["state"]',
+    '    ckpt = torch.load(path, weights_only=False)\n'
+    '    if ckpt.get("format") != 3:\n'
+    '        raise ValueError(f"{path}: tinyckpt format {ckpt.get(\'format\')} is not supported by tinyckpt "\n'
+    '                         f"{__version__} (format 3): load it with tinyckpt<3 and save it again")\n'
+    '    return ckpt["state"]') + _LATEST_BY_STEP
+
 #: Version -> the source of tinyckpt/__init__.py in that release.
 RELEASES: dict[str, str] = {
-    "1.0.0": _V1, "1.1.0": _V1, "1.2.0": _V1, "2.0.0": _V2, "2.1.0": _V21,
+    "1.0.0": _V1, "1.1.0": _V1, "1.2.0": _V1, "2.0.0": _V2, "2.1.0": _V21, "3.0.0": _V3,
 }
 
 #: Good releases: a checkpoint one writes, another resumes bitwise.

@@ -46,6 +46,7 @@ import queue
 import runpy
 import select
 import signal
+import site
 import socket
 import subprocess
 import sys
@@ -193,12 +194,26 @@ class Agent:
         self.code = self.server.release(self.pid)
 
 
+def _path_for(python: str) -> list[str]:
+    """The ``PYTHONPATH`` a server running `python` is given: this process's
+    ``sys.path``, so that it imports what the harness imports, but for
+    another interpreter (an environment of pinned releases, `launch.envs`)
+    without this one's site directories: they would come before that
+    environment's own packages and shadow its pins, and it reaches them
+    itself, after its own (its ``.pth``)."""
+    if python == sys.executable:
+        return [p for p in sys.path if p]
+    sites = {os.path.realpath(p) for p in (*site.getsitepackages(), site.getusersitepackages())}
+    return [p for p in sys.path if p and os.path.realpath(p) not in sites]
+
+
 class _Server:
     """An agent server of the harness, started on first use: one per
+    interpreter (`python`: this one, or an environment's) and
     ``OMP_NUM_THREADS`` its agents' workers run under (`threads`), the value
     it imports torch with, so that they start warm (`warm_workers.worker_threads`)."""
 
-    def __init__(self, threads: Optional[str]) -> None:
+    def __init__(self, threads: Optional[str], python: str = sys.executable) -> None:
         self.lock = threading.Lock()
         ours, theirs = socket.socketpair()
         # The server's log, read back only into the error of a server that failed: unlinked at
@@ -208,11 +223,10 @@ class _Server:
         self.log_fd = fd
         self.proc = subprocess.Popen(
             # -u: the flags a worker forked from an agent has are the server's (`warm_workers`).
-            [sys.executable, "-u", "-m", "ckpt_harness.launch.agent", str(theirs.fileno()), str(os.getpid())],
+            [python, "-u", "-m", "ckpt_harness.launch.agent", str(theirs.fileno()), str(os.getpid())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
             start_new_session=True,
-            env=warm_workers.server_env({**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)},
-                                        threads),
+            env=warm_workers.server_env({**os.environ, "PYTHONPATH": os.pathsep.join(_path_for(python))}, threads),
         )
         theirs.close()
         self.sock = ours
@@ -283,46 +297,49 @@ class _Server:
 
 
 class _Holder:
-    """This process's servers, by the thread count they serve, each started
-    from one long-lived thread: the parent-death signal follows the *thread*
-    that started a child, so a server started from a short-lived one would
-    die with it."""
+    """This process's servers, by the interpreter and thread count they
+    serve, each started from one long-lived thread: the parent-death signal
+    follows the *thread* that started a child, so a server started from a
+    short-lived one would die with it."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.servers: dict[Optional[str], _Server] = {}
+        self.servers: dict[tuple[str, Optional[str]], _Server] = {}
         self.owner = os.getpid()
-        self.requests: "queue.Queue[tuple[Optional[str], queue.Queue]]" = queue.Queue()
+        self.requests: "queue.Queue[tuple[tuple[str, Optional[str]], queue.Queue]]" = queue.Queue()
         self.thread: Optional[threading.Thread] = None
 
-    def get(self, threads: Optional[str], exact: bool = True) -> _Server:
-        """The server for workers of `threads`, started if need be; with
-        `exact` false (workers started cold: any server's agents start them
-        alike) any running one first."""
+    def get(self, threads: Optional[str], exact: bool = True, python: str = sys.executable) -> _Server:
+        """The server running `python` for workers of `threads`, started if
+        need be; with `exact` false (workers started cold: any server of that
+        interpreter starts them alike) any running one of it first."""
+        key = (python, threads)
         with self.lock:
             if self.owner != os.getpid():  # a forked harness: the servers are the parent's
                 self.servers, self.thread, self.owner, self.requests = {}, None, os.getpid(), queue.Queue()
-            live = {t: s for t, s in self.servers.items() if s.proc.poll() is None}
-            if threads not in live and not exact and live:
-                return next(iter(live.values()))
-            if threads not in live:
+            live = {k: s for k, s in self.servers.items() if s.proc.poll() is None}
+            if key not in live and not exact:
+                for (theirs, _), server in live.items():
+                    if theirs == python:
+                        return server
+            if key not in live:
                 if self.thread is None:
                     self.thread = threading.Thread(target=self._start_forever, name="ckpt-harness-agents",
                                                    daemon=True)
                     self.thread.start()
                 reply: queue.Queue = queue.Queue()
-                self.requests.put((threads, reply))
+                self.requests.put((key, reply))
                 server = reply.get()
                 if isinstance(server, BaseException):
                     raise server
-                self.servers[threads] = server
-            return self.servers[threads]
+                self.servers[key] = server
+            return self.servers[key]
 
     def _start_forever(self) -> None:
         while True:
-            threads, reply = self.requests.get()
+            (python, threads), reply = self.requests.get()
             try:
-                reply.put(_Server(threads))
+                reply.put(_Server(threads, python))
             except BaseException as exc:
                 reply.put(exc)
 
@@ -338,19 +355,20 @@ _holder = _Holder()
 
 
 def start_agent(argv: list[str], env: Mapping[str, str], log: Path, nproc_per_node: int,
-                warm_workers: bool = False, preload: tuple[str, ...] = ()) -> Agent:
-    """Start ``torchrun ARGV`` (as a warm fork) with `env`, in this process's
-    working directory, its output to `log`; its `nproc_per_node` workers
-    forked from a template of it if `warm_workers` (`launch.warm_workers`),
-    which has imported `preload` too, else fresh."""
-    server = _holder.get(worker_threads(env, nproc_per_node), exact=warm_workers)
+                warm_workers: bool = False, preload: tuple[str, ...] = (), python: str = sys.executable) -> Agent:
+    """Start ``torchrun ARGV`` (as a warm fork of a server running `python`)
+    with `env`, in this process's working directory, its output to `log`;
+    its `nproc_per_node` workers forked from a template of it if
+    `warm_workers` (`launch.warm_workers`), which has imported `preload`
+    too, else fresh (torchrun starts them with its own interpreter: `python`)."""
+    server = _holder.get(worker_threads(env, nproc_per_node), exact=warm_workers, python=python)
     return server.start(argv, env, log, warm_workers, preload)
 
 
-def prestart(nproc_per_node: int) -> None:
-    """Start the server for runs of `nproc_per_node` workers now, so its
-    torch import overlaps the caller's start-up."""
-    _holder.get(worker_threads(os.environ, nproc_per_node))
+def prestart(nproc_per_node: int, python: str = sys.executable) -> None:
+    """Start the server (running `python`) for runs of `nproc_per_node`
+    workers now, so its torch import overlaps the caller's start-up."""
+    _holder.get(worker_threads(os.environ, nproc_per_node), python=python)
 
 
 def shutdown() -> None:

@@ -171,6 +171,9 @@ class ScriptSpec:
     #: Modules the template imports besides the entry's, for what every worker imports to reach its
     #: storage (`storage.Mount.preload`); a warm start only.
     preload: tuple[str, ...] = ()
+    #: The interpreter torchrun and its workers run: this one, or an environment's of pinned releases
+    #: (`launch.envs`), which sees the harness's packages after its own.
+    python: str = sys.executable
 
     def __post_init__(self) -> None:
         if not self.command:
@@ -328,7 +331,7 @@ class _ElasticRun:
         """Not one worker reached the bootstrap: torchrun itself did not get going."""
         when = f"within the {self.spec.deadline:g} s deadline" if timed_out else "before the agents ended"
         logs = "\n".join(f"--- {p}:\n{_tail(p)}" for p in self.agent_logs)
-        return (f"torchrun started no worker {when}: check that torch is installed for {sys.executable} "
+        return (f"torchrun started no worker {when}: check that torch is installed for {self.spec.python} "
                 f"and that the agents' logs below show no error (a deadline shorter than interpreters "
                 f"take to import torch here also does it)\n{logs}")
 
@@ -353,7 +356,7 @@ class _ElasticRun:
             self.agents.append(start_agent(spec.agent_args(port, self.tag, node), env, agent_log(self.run_dir, node),
                                            spec.nproc_per_node, warm_workers=spec.warm_workers,
                                            preload=(*((spec.entry.partition(":")[0],) if spec.entry else ()),
-                                                    *spec.preload)))
+                                                    *spec.preload), python=spec.python))
 
     def _watch(self, until: float) -> bool:
         """Follow the run until the agents ended or every worker exited for

@@ -30,6 +30,27 @@ from ckpt_harness.verdict import PRECEDENCE, CaseResult, StateDiff, Verdict, fol
 States = Mapping[int, Record]
 
 
+def judge_refused(case: str, run: Run, repro: Optional[str]) -> Optional[CaseResult]:
+    """A PASS where `run`, resumed under newer releases from a checkpoint
+    older ones wrote (an upgrade@K case), refused it: some rank raised an
+    exception of its own, every other rank ended badly too (by that
+    exception, or ended by the launcher for it), and no rank saved anything.
+    That is what upgrade-safe accepts besides a bitwise resume; None for any
+    other run, judged as every resume is. A rank that died by a signal of
+    its own crashed rather than refused; a run that trained on to a save
+    did not refuse."""
+    own = [r for r in run.ranks if r.status is RankStatus.FAILED and r.error is not None
+           and not r.outcome.ended_by_launcher]
+    if not own or not all(r.status.ended_badly for r in run.ranks) or any(
+            r.status is RankStatus.CRASHED and not r.outcome.ended_by_launcher for r in run.ranks) or any(
+            rec["event"] == Kind.SAVED for r in run.ranks for rec in r.records):
+        return None
+    ranks = ", ".join(str(r.rank) for r in own)
+    return CaseResult(case, "refused", Verdict.PASS,
+                      f"{run.name}: refused the checkpoint the older releases wrote, before saving anything "
+                      f"(rank {ranks}: {own[0].error})", details=own[0].error.traceback, repro=repro)
+
+
 def judge_live(case: str, run: Run, repro: Optional[str]) -> CaseResult:
     problem = health(run)
     if problem is None:

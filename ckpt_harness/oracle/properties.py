@@ -30,6 +30,8 @@ PROPERTIES = {
     "single-writer": "no two ranks write, rename or delete the same path in one save",
     "save-neutral": "saving changes nothing of training: a run ends bitwise where the same run saving at other "
                     "steps ends",
+    "upgrade-safe": "a checkpoint an older release wrote is resumed by the newer one as the older saved it, "
+                    "bitwise, or refused on every rank",
 }
 
 #: What every run is also judged on, whatever a scenario aims at: a hang or an

@@ -45,12 +45,15 @@ from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict
 #: what it wrote, and so on to the end (each link a graceful stop). "moved@4": stop after save 4, copy the
 #: checkpoint directory elsewhere (`relocate`), remove it, resume from the copy. "between@3": stop between saves,
 #: where optimizer step 4 would start (3 made; `between_case`), and resume: K counts optimizer steps, not saves.
+#: "upgrade@4": stop after save 4 under the releases the target upgrades from, resume under its own: what the
+#: new release loads is held, bitwise, to what the old one saved, and the rest to the run under the new one.
 KINDS = {"resume": (None, Stop.GRACEFUL), "hard": ("background_saves", Stop.HARD),
          "slow": ("background_saves", Stop.SLOW_WRITER), "restart": ("launcher_restart", Stop.CRASH),
-         "chain": (None, Stop.GRACEFUL), "moved": (None, Stop.GRACEFUL), "between": ("stops_between", Stop.GRACEFUL)}
+         "chain": (None, Stop.GRACEFUL), "moved": (None, Stop.GRACEFUL), "between": ("stops_between", Stop.GRACEFUL),
+         "upgrade": ("upgrade", Stop.GRACEFUL)}
 #: The `stop` of `verify` (and of the resume check) -> the kind of its cases.
 BY_STOP = {"graceful": "resume", "hard": "hard", "slow-writer": "slow", "chain": "chain", "relocated": "moved",
-           "between": "between"}
+           "between": "between", "upgrade": "upgrade"}
 #: Kinds whose save must have training after it: the last save has none to overlap.
 TRAINED_PAST = ("slow",)
 #: Kinds that start at the first save only: one chain runs through every save after it.
@@ -289,20 +292,26 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
     if kind == "between":
         return between_case(target, root, case, golden, step, clock)
     ckpt = root / "ckpt"
-    stopped, failed = _stop_after(target, root, case, step, stop, line, clock)
+    stopped, failed = _stop_after(target, root, case, step, stop, line, clock, before_upgrade=kind == "upgrade")
     if failed:
         return [failed]
     if stop is Stop.SLOW_WRITER:  # nothing trained while the save was in flight: nothing to judge its writer by
         idle = oracle.judge_overlap(case, stopped, step)
         if idle:
             return [idle]
-    nondeterminism[step] = found = oracle.judge_deterministic(case, golden, stopped, step)
+    if kind == "upgrade":  # written by another release: its save may differ from the golden run's by design
+        found = None
+    else:
+        nondeterminism[step] = found = oracle.judge_deterministic(case, golden, stopped, step)
     results = [found] if found else []
     if kind == "moved":
         ckpt = relocate(ckpt, root / "moved" / "ckpt")
     resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False), ckpt, root / "resume"),
                         resume=True)
     clock.judging()
+    refused = oracle.judge_refused(case, resumed, line) if kind == "upgrade" else None
+    if refused:
+        return results + [refused]
     if stop is Stop.HARD:
         return results + [oracle.undecided_if(found, oracle.judge_hard_stop(case, golden, stopped, resumed, step,
                                                                             line, target.caps.live_state))]
@@ -310,11 +319,13 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
 
 
 def _stop_after(target: Target, root: Path, case: str, step: int, stop: Stop, line: str,
-                clock: CaseClock) -> tuple[Run, Optional[CaseResult]]:
-    """The run of a case stopped after save `step` (in root/ckpt), and why it
+                clock: CaseClock, before_upgrade: bool = False) -> tuple[Run, Optional[CaseResult]]:
+    """The run of a case stopped after save `step` (in root/ckpt; under the
+    releases the target upgrades from if `before_upgrade`), and why it
     cannot be judged further: it failed, or did not stop there."""
     stopped = clock.run(lambda: target.run(
-        RunRequest("stopped run", stop_after_save=step, stop=stop, trace_files=False), root / "ckpt", root / "stop"),
+        RunRequest("stopped run", stop_after_save=step, stop=stop, trace_files=False, before_upgrade=before_upgrade),
+        root / "ckpt", root / "stop"),
         broken=step)
     live = oracle.judge_golden(case, stopped, line, target.noun)
     return stopped, live if live.verdict is not Verdict.PASS else _not_stopped(target, case, stopped, step)

@@ -81,6 +81,9 @@ class RunRequest:
     #: Once a rank reported that an armed fault blocked it for good, how long
     #: its peers get; None: only the deadline cuts the run.
     blocked_grace: Optional[float] = None
+    #: Run under the releases the target upgrades from (capability "upgrade"),
+    #: not its own: the run that writes the checkpoint an upgrade@K case resumes.
+    before_upgrade: bool = False
 
 
 class Capability(str, enum.Enum):
@@ -111,6 +114,8 @@ class Capability(str, enum.Enum):
     POWER_LOSS = "power_loss"
     #: A run can be stopped between saves, after an optimizer step that wrote nothing (`RunRequest.stop_between`).
     STOPS_BETWEEN = "stops_between"
+    #: It runs under named releases and has older ones to write a checkpoint under (`RunRequest.before_upgrade`).
+    UPGRADE = "upgrade"
 
 
 def capability(name: str) -> Capability:

@@ -74,6 +74,8 @@ class JobTarget(BaseTarget):
         if not cls.reshardable():
             lacks["full_state"] = "the job defines no full_state(ctx), so it claims no world-size change"
         lacks["stops_between"] = STOPS_AT_SAVES
+        lacks["upgrade"] = ("a Job's ranks are forked from the harness's own interpreter, with its releases: run the "
+                            "training as a script (--script) with --upgrade-from and --pins")
         if cls.checkpoint_layout is None:
             lacks["conversions"] = ("the job names no checkpoint_layout, so no conversion claims to read its "
                                     "checkpoints (set Job.checkpoint_layout; `ckpt-harness list` shows them)")

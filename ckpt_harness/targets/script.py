@@ -16,12 +16,14 @@ each with the reason an n/a cell gives.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib.util
 import os
 import shlex
 import shutil
+import sys
 from pathlib import Path
-from typing import Any, ClassVar, Iterable, Mapping, Optional
+from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Optional
 
 from ckpt_harness import storage
 from ckpt_harness.config import ScriptConfig, ScriptExploreConfig, script_args, settings_of
@@ -31,6 +33,9 @@ from ckpt_harness.records import Kind
 from ckpt_harness.launch import RankStatus
 from ckpt_harness.records.runs import Run, save_steps, savers
 from ckpt_harness.targets.base import BaseTarget, Capabilities, NotApplicable, RunRequest, Stop, TargetKind
+
+if TYPE_CHECKING:
+    from ckpt_harness.launch import envs
 
 PLACEHOLDER = "{ckpt_dir}"
 #: Where the run's checkpoints go as its storage mounts the directory: a URL on a bucket.
@@ -77,6 +82,9 @@ SYNCHRONOUS = ("the script's saves returned once written (none left a writer at 
                "returns, a pool task or a thread it handed the write to): a save has landed when it returns, so no "
                "writer of it is in flight for a stop not to wait for (its hard stop is the graceful one, which "
                "resume-every-save judges), for training to overlap, or to freeze")
+#: Why a script given no `--upgrade-from` lacks "upgrade".
+NO_UPGRADE = ("no releases to upgrade from: give --upgrade-from with the releases a checkpoint is written under "
+              "(e.g. 'lightning==2.4.0') and --pins with those that resume it (e.g. 'lightning==2.5.2')")
 #: Why a script given no `--checkpoint-layout` lacks "conversions".
 NO_LAYOUT = ("the script was given no checkpoint layout for a conversion to read: give --checkpoint-layout "
              "(torch_save, dcp, deepspeed, hf_trainer; `ckpt-harness list` shows the conversions)")
@@ -280,6 +288,8 @@ class ScriptTarget(BaseTarget):
             lacks["launcher_restart"] = "torchrun restarts the group only with --max-restarts 1 or more"
         if self.config.checkpoint_layout is None:
             lacks["conversions"] = NO_LAYOUT
+        if not self.config.upgrade_from.strip():
+            lacks["upgrade"] = NO_UPGRADE
         if self.known and not self.background:
             lacks["background_saves"] = SYNCHRONOUS
         if self.known and not self.full:
@@ -324,12 +334,23 @@ class ScriptTarget(BaseTarget):
         elif not Path(words[0]).is_file():
             raise UsageError(f"no script at {words[0]!r} (--script {self.config.script!r}): give the path of a "
                              "Python file, -m MODULE, or a console script on PATH, then its arguments")
+        for before in (True, False):  # made now, before any deadline: a release that does not install is said first
+            self.python(before)
+
+    def python(self, before_upgrade: bool = False) -> str:
+        """The interpreter torchrun and its workers run: this one, or that of
+        an environment holding the releases of `pins` (`upgrade_from` for a
+        run `before_upgrade`) over this one's packages (`launch.envs`)."""
+        text = self.config.upgrade_from if before_upgrade else self.config.pins
+        if not text.strip():
+            return sys.executable
+        return str(environment(text, self.config.find_links, self.config.envs_dir).python)
 
     def warm(self, parallel: int) -> None:
         from ckpt_harness.launch.agent import prestart
 
         # the agents' torch, imported once while the harness starts up (and forked into workers)
-        prestart(self.config.nproc_per_node)
+        prestart(self.config.nproc_per_node, self.python())
 
     def run(self, request: RunRequest, ckpt_dir: Path, run_dir: Path) -> Run:
         """One torchrun run on `ckpt_dir`. A run stopped after save k stops the
@@ -369,7 +390,7 @@ class ScriptTarget(BaseTarget):
             env={**mount.env, PLAN_ENV: plan.to_env(), CKPT_DIR_ENV: str(ckpt), CKPT_URL_ENV: mount.url},
             failure_grace=request.failure_grace, stop_ranks=None if crash else stop_ranks,
             entry="ckpt_harness.rankside.script:arm", warm_workers=not self.config.cold_start,
-            preload=mount.preload,
+            preload=mount.preload, python=self.python(request.before_upgrade),
         )
         run = Run.collect(request.name, run_dir, run_elastic(spec))
         if not (request.faults or request.stop_after_save is not None or request.stop_between is not None
@@ -468,6 +489,20 @@ class ScriptTarget(BaseTarget):
             return self
         return dataclasses.replace(self, config=config, given=given_now)
 
+
+
+@functools.lru_cache(maxsize=None)
+def environment(pins: str, find_links: str, envs_dir: str) -> "envs.Env":
+    """The environment of the releases `pins` names (`launch.envs.made`),
+    once per process: each run asks, and a made one is only looked up."""
+    from ckpt_harness import jit
+    from ckpt_harness.config import pins as requirements
+    from ckpt_harness.launch import envs
+
+    root = Path(envs_dir or os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                                         "ckpt-harness", "envs"))
+    return envs.made(envs.Pins(tuple(requirements(pins)), find_links=tuple(requirements(find_links))), root,
+                     say=jit.say)
 
 
 def _resumes(ckpt_dir: Path) -> bool:

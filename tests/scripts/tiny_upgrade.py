@@ -7,14 +7,14 @@ writes it for torchrun.
 Rank 0 saves model, optimizer (Adam) and step every K steps with
 ``tinyckpt.save(f"{ckpt_dir}/step_{N}.pt", ...)``, a barrier after; started again on a directory that holds a
 checkpoint, every rank resumes from ``tinyckpt.latest(ckpt_dir)``. The data of step s is a function of s and
-the rank, so a resume replays it. Rank 0 writes the final model to model.pt (to compare runs bitwise) and says
-which tinyckpt it ran with and where it resumed from:
+the rank, so a resume replays it. Rank 0 says which tinyckpt it ran with and where it resumed from:
 
     tinyckpt 1.1.0: resumed from DIR/step_4.pt at step 4
     tinyckpt 1.1.0: trained steps 5-6
 
-The state is indexed as a user does (``state["model"]``), so a release that loads another's checkpoint only
-in part fails here with a KeyError rather than training on from nothing.
+The model and step are indexed as a user does (``state["model"]``), and the optimizer restored if the
+checkpoint has one (as a script that also resumes from weights-only checkpoints does): a release that loads
+another's checkpoint without its optimizer trains on with a fresh one, without a word.
 """
 
 import argparse
@@ -65,7 +65,4 @@ for step in range(start + 1, args.steps + 1):
                           {"model": model.module.state_dict(), "optimizer": optimizer.state_dict(), "step": step})
         dist.barrier()
 report(f"trained steps {start + 1}-{args.steps}")
-if rank == 0:
-    torch.save(model.module.state_dict(), args.ckpt_dir / "model.pt")
-dist.barrier()
 dist.destroy_process_group()

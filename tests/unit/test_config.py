@@ -60,6 +60,10 @@ BAD = {
     "data": (["workers"], "disk"),
     "compile": ("yes", ...),
     "storage": (None, "gcs"),
+    "pins": (["lightning==2.5.2"], "; touch pwned"),
+    "upgrade_from": (2, "lightning=2.4.0"),
+    "find_links": (["wheels"], ...),
+    "envs_dir": (None, ...),
 }
 CASES = [P(name, value, id=f"{name}-{label}") for name, pair in BAD.items()
          for label, value in zip(("type", "range"), pair) if value is not ...]

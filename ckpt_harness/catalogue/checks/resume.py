@@ -13,7 +13,9 @@ of it is in flight while training goes on. With `stop = "between"` each
 run stops between two saves instead, where the step of the next save
 would start (`between@K`, K optimizer steps made), and the resume must
 start from the newest save complete then: a script's (a Job's run stops
-only at its saves). `stop = "graceful"` stops right after each save alone:
+only at its saves). With `stop = "upgrade"` each run stops after its save
+under the releases the target upgrades from and resumes under its own
+(`upgrade@K`). `stop = "graceful"` stops right after each save alone:
 the stop between saves `run` adds is this scenario's."""
 
 from __future__ import annotations
@@ -35,8 +37,9 @@ class Resume:
                 "and each resumed run is stopped after the save it makes next and resumed from what it wrote), or "
                 "relocated (graceful, and the checkpoint directory is copied elsewhere with its modification "
                 "times against the order of its names, the original removed, before the resume), or between (between "
-                "two saves, where the step of the next save would start, K optimizer steps made)",
-                choices=("graceful", "hard", "slow-writer", "chain", "relocated", "between")),
+                "two saves, where the step of the next save would start, K optimizer steps made), or upgrade "
+                "(graceful, under the releases the target upgrades from, resumed under its own)",
+                choices=("graceful", "hard", "slow-writer", "chain", "relocated", "between", "upgrade")),
     )
     #: Its results are checks of a few cases.
     unit = "checks"
@@ -59,6 +62,8 @@ class Resume:
             if stop == Stop.SLOW_WRITER.value and len(known.save_steps() or ()) < 2:
                 raise NotApplicable(f"the {known.noun} saves once, at the end: nothing trains after that save, so "
                                     "none is in flight while training goes on; give it steps past a save")
+        if stop == "upgrade" and not target.caps.has("upgrade"):
+            raise NotApplicable(target.caps.lacks["upgrade"])
         if stop == "between":
             if not target.caps.has("stops_between"):
                 raise NotApplicable(target.caps.lacks["stops_between"])
