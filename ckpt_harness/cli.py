@@ -32,6 +32,7 @@ from ckpt_harness.jobs import axes
 from ckpt_harness.errors import HarnessError, Interrupted, UsageError, did_you_mean, signal_of
 from ckpt_harness.jobs import describe, registry
 from ckpt_harness.launch.group import LaunchError
+from ckpt_harness.launch.envs import EnvError
 from ckpt_harness.pipeline.workdir import check_writable
 from ckpt_harness.oracle.causes import Severity
 from ckpt_harness.verdict import Verdict
@@ -39,8 +40,8 @@ from ckpt_harness.verdict import Verdict
 EXIT_OK, EXIT_FINDINGS, EXIT_USAGE, EXIT_ERROR, EXIT_UNDECIDED = 0, 1, 2, 3, 4
 #: As a shell reports a command stopped by SIGINT (SIGTERM: 143, 128 + the signal).
 EXIT_INTERRUPTED = 130
-#: Errors that mean "the command could not do what was asked" (exit 2).
-_USER_ERRORS = (UsageError, LaunchError)
+#: Errors that mean "the command could not do what was asked" (exit 2): releases that do not install too.
+_USER_ERRORS = (UsageError, LaunchError, EnvError)
 
 
 def exit_code(verdict: Verdict) -> int:

@@ -1,4 +1,4 @@
-"""Environments for a set of package pins (`ckpt_harness.launch.envs`), for real: venvs, pip and torchrun, offline.
+"""Environments for a set of package pins (`ckpt_harness.launch.envs`), for real: venvs and pip, offline.
 
 The pins are releases of tinyckpt, a tiny checkpoint package whose wheels `tests.tinypkgs` writes by hand into
 a directory pip reads with ``--find-links DIR --no-index``: nothing is downloaded, and pip's cache and config
@@ -7,7 +7,8 @@ directory here holds: an install succeeds only because pip, run under the env's 
 torch through the layering.
 
 One wheel directory and one root of environments are shared by the module (each build is a pip run, seconds);
-tests that need a root to themselves (failures, interruptions, races) get their own.
+tests that need a root to themselves (failures, interruptions, races) get their own. A script run under
+torchrun in such an environment, saving with one release and resuming with another, is tests/test_upgrades.py's.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import pytest
 from ckpt_harness.launch.envs import META, EnvError, Pins, made
 from tests import tinypkgs
 
-SCRIPT = Path(__file__).resolve().parent / "scripts" / "tiny_upgrade.py"
 REPO = Path(__file__).resolve().parents[1]
 
 #: A process that makes one environment and says so: argv = root, wheel dir, pin.
@@ -127,7 +127,7 @@ def test_an_env_imports_its_pin_over_the_base_and_is_made_once(first):
     assert env.path.name == env.pins.key and env.python == env.path / "bin" / "python", env
     assert len(said) == 2 and "tinyckpt==1.0.0" in said[0] and re.search(r"made in [\d.]+ s", said[1]), said
     # tinyckpt imports torch when it saves or loads; finding torch's spec is what an import of it would take
-    # (its import proper, 2 s of CPU, is the DDP test's)
+    # (its import proper, 2 s of CPU, is test_upgrades.py's, under torchrun)
     code = "import json, importlib.util, tinyckpt, ckpt_harness; print(json.dumps([tinyckpt.__file__, " \
            "importlib.util.find_spec('torch').origin, ckpt_harness.__file__, tinyckpt.__version__]))"
     ran = subprocess.run([str(env.python), "-c", code], capture_output=True, text=True, timeout=300, check=True)
@@ -196,8 +196,7 @@ def test_pins_are_normalized_so_one_set_is_one_env(wheels):
 def contested(wheels, tmp_path_factory) -> dict:
     """The life of one key, tinyckpt==1.1.0, in a root of its own: a build stopped by SIGINT (Ctrl-C), one by
     SIGTERM, one killed by SIGKILL (its directory and its pip left behind), then two processes asking for it at
-    once. What each step left, for the tests below; the environment it ends with is the DDP test's 1.1.0 one
-    (one build serves three tests: each is a pip run)."""
+    once. What each step left, for the tests below (one build serves them: each is a pip run)."""
     root = tmp_path_factory.mktemp("contested")
     seen: dict = {"root": root}
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -240,30 +239,6 @@ def test_two_processes_make_one_env_once_over_a_killed_build(contested, wheels):
     assert len(paths) == 1, outputs
     assert contested["leftovers"] == [pins(wheels, "tinyckpt==1.1.0").key], outputs
     assert gone(str(contested["stale"])) == []
-
-
-def torchrun(env, ckpt_dir: Path, steps: int) -> str:
-    ran = subprocess.run([str(env.python), "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                          str(SCRIPT), str(ckpt_dir), "--steps", str(steps), "--save-every", "2"],
-                         capture_output=True, text=True, timeout=600, cwd=ckpt_dir.parent)
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-    return ran.stdout
-
-
-def test_a_ddp_run_saved_with_one_release_resumes_with_another(first, contested, wheels, tmp_path):
-    """torchrun under the env's interpreter, 2 ranks: steps 1-4 with tinyckpt 1.0.0 (saves at 2 and 4), then
-    steps 5-6 with 1.1.0, which loads step_4.pt."""
-    env_1, _, _ = first
-    said: list[str] = []
-    env_11 = made(pins(wheels, "tinyckpt==1.1.0"), contested["root"], said.append)
-    assert not said, "the race made it"
-    ckpt_dir = tmp_path / "ckpt"
-    assert "tinyckpt 1.0.0: trained steps 1-4" in torchrun(env_1, ckpt_dir, 4)
-    assert sorted(p.name for p in ckpt_dir.glob("step_*.pt")) == ["step_2.pt", "step_4.pt"]
-    resumed = torchrun(env_11, ckpt_dir, 6)
-    assert f"tinyckpt 1.1.0: resumed from {ckpt_dir}/step_4.pt at step 4" in resumed, resumed
-    assert "tinyckpt 1.1.0: trained steps 5-6" in resumed, resumed
-    assert (ckpt_dir / "step_6.pt").exists()
 
 
 def release(version: str):

@@ -4,9 +4,9 @@ The releases are tinyckpt's (tests/tinypkgs.py), wheels written by hand and inst
 (``--find-links DIR`` with ``PIP_NO_INDEX=1``) into environments the harness makes and caches
 (`launch.envs`); the script, tests/scripts/tiny_upgrade.py, is plain DDP saving through tinyckpt. Case
 upgrade@2 stops after save 2 under ``--upgrade-from`` and resumes under ``--pins``: a good release after
-a good one passes; 2.0.0, which loads a 1.x checkpoint without its optimizer and says nothing, fails,
-naming the optimizer's keys; 3.0.0, which refuses a 1.x checkpoint on every rank, naming its format,
-passes. Through the CLI, as a user runs it.
+a good one passes (through the plugin's marker and fixture); 2.0.0, which loads a 1.x checkpoint without
+its optimizer and says nothing, fails, naming the optimizer's keys (through the CLI and the plugin); 3.0.0,
+which refuses a 1.x checkpoint on every rank, naming its format, passes (through the CLI).
 """
 
 from __future__ import annotations
@@ -42,12 +42,6 @@ def upgrade(offline, cwd: Path, old: str, new: str):
                cwd=cwd)
 
 
-def test_a_checkpoint_of_a_good_release_resumes_bitwise_under_the_next(offline, tmp_path):
-    done = upgrade(offline, tmp_path, "1.0.0", "1.1.0")
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert "upgrade@2" in done.stdout and "PASS" in done.stdout, done.stdout
-
-
 def test_a_release_that_loads_the_old_format_in_part_fails_naming_what_it_dropped(offline, tmp_path):
     done = upgrade(offline, tmp_path, "1.0.0", "2.0.0")
     assert done.returncode == 1, done.stdout + done.stderr
@@ -62,3 +56,33 @@ def test_a_release_that_refuses_the_old_format_on_every_rank_passes_saying_so(of
     refused = [line for line in done.stdout.splitlines() if "upgrade@2" in line and "refused" in line]
     assert refused and "PASS" in refused[0], done.stdout
     assert "rank 0, 1: ValueError" in refused[0], refused[0]
+
+
+def test_through_the_plugin_the_marker_names_the_releases_and_the_fixture_judges_both_ways(offline, pytester):
+    """The pytest face: the releases are marker keys, as every setting is; the fixture's upgrade@2 passes
+    1.0.0 -> 1.1.0 and fails 1.0.0 -> 2.0.0 naming the optimizer's keys."""
+    links, envs = offline[1], offline[3]
+    common = (f'script="{SCRIPT} {{ckpt_dir}} --steps 4 --save-every 2", nproc_per_node=2, '
+              f'upgrade_from="tinyckpt==1.0.0", find_links="{links}", envs_dir="{envs}"')
+    pytester.makepyfile(test_user=f"""
+        import pytest
+
+        @pytest.mark.ckpt({common}, pins="tinyckpt==1.1.0")
+        def test_the_next_good_release(ckpt):
+            ckpt.verify_script(cases=["upgrade@2"]).assert_ok()
+
+        @pytest.mark.ckpt({common}, pins="tinyckpt==2.0.0")
+        def test_the_format_break(ckpt):
+            ckpt.verify_script(cases=["upgrade@2"]).assert_ok()
+        """)
+    result = pytester.runpytest_inprocess("-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*test_the_next_good_release*PASSED*", "*test_the_format_break*FAILED*",
+                                 "*upgrade@2*saves after resume*FAIL*", "*extra.optimizer.state.0.exp_avg*"])
+
+
+def test_a_release_that_does_not_exist_is_bad_input_with_pips_own_words(offline, tmp_path):
+    done = cli("run", "--script", f"{SCRIPT} {{ckpt_dir}}", "--pins", "tinyckpt==9.9", *offline, cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "No matching distribution found for tinyckpt==9.9" in done.stderr, done.stderr
+    assert not done.stdout.strip() or "verify" not in done.stdout, done.stdout  # nothing ran
