@@ -206,6 +206,22 @@ def _parser() -> argparse.ArgumentParser:
     _baseline_options(run, write=True, cases=True)
     run.set_defaults(command=_run)
 
+    bisect = sub.add_parser("bisect", help="find the first release of a package whose verdict on a script changed, "
+                                           "by cause: each probe a run under that release (--pins)")
+    _target_options(bisect, "run")
+    bisect.add_argument("--package", required=True, help="the package whose releases are bisected, e.g. lightning")
+    bisect.add_argument("--good", required=True, metavar="VERSION", help="a release whose verdict is the reference")
+    bisect.add_argument("--bad", required=True, metavar="VERSION",
+                        help="a later release whose verdict changed (it is run first, to see that it did)")
+    bisect.add_argument("--releases", type=_split, metavar="V,V,...",
+                        help="the releases in order, from --good to --bad (default: those pip finds, oldest first)")
+    bisect.add_argument("--case", action="append", help="only this case in each probe (e.g. resume@2, upgrade@2 "
+                                                        "with --upgrade-from); repeatable")
+    bisect.add_argument("--workdir", type=Path, help="keep every probe's runs here, a directory per release")
+    _keep_option(bisect)
+    bisect.add_argument("--quiet", action="store_true", help="no progress lines")
+    bisect.set_defaults(command=_bisect)
+
     explore = sub.add_parser("explore", help="break one save at every point with every fault kind; judge each resume "
                                              "(of a job, or with --script of a script under torchrun)")
     _target_options(explore, "explore")
@@ -924,6 +940,34 @@ def _run(args: argparse.Namespace) -> int:
                                 flake=plan.flake)
 
     return _report(args, produce, progress, gate_cases=True)
+
+
+def _bisect(args: argparse.Namespace) -> int:
+    from ckpt_harness import targets
+    from ckpt_harness.config import settings_of
+    from ckpt_harness.pipeline import bisect
+    from ckpt_harness.pipeline.verify import run_verification
+
+    kind, config = _chosen(args, "run", "run")
+    if "pins" not in settings_of(kind.configs["run"]):
+        raise UsageError(f"bisect runs the target under each release (--pins), and {kind.flag} runs with the "
+                         "harness's own releases: give the training as a script (--script)")
+    target = targets.of(config())
+    releases = bisect.in_range(args.package, args.good, args.bad, args.releases, target.values.get("find_links", ""))
+    progress = _progress(args)
+
+    def verify(probed, root: Path):
+        probed.warm(1)
+        return run_verification(probed, root, args.case, progress=progress)
+
+    try:
+        with _workdir(args) as workdir:
+            found = bisect.bisect(target, args.package, releases, workdir, verify, say=progress.line)
+    finally:
+        progress.close()
+    print(found.explain())
+    code = EXIT_ERROR if found.stopped else EXIT_FINDINGS if found.culprit else EXIT_OK
+    return _kept(args, workdir, code)
 
 
 def _report(args: argparse.Namespace, produce, progress=None, as_report=lambda report: report,

@@ -6,7 +6,9 @@ The releases are tinyckpt's (tests/tinypkgs.py), wheels written by hand and inst
 upgrade@2 stops after save 2 under ``--upgrade-from`` and resumes under ``--pins``: a good release after
 a good one passes (through the plugin's marker and fixture); 2.0.0, which loads a 1.x checkpoint without
 its optimizer and says nothing, fails, naming the optimizer's keys (through the CLI and the plugin); 3.0.0,
-which refuses a 1.x checkpoint on every rank, naming its format, passes (through the CLI).
+which refuses a 1.x checkpoint on every rank, naming its format, passes (through the CLI). `bisect` finds
+2.1.0, whose `latest` sorts step_8.pt after step_10.pt, among five releases in two probes between the ends,
+and says when a range holds no change.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ SCRIPT = ROOT / "tests" / "scripts" / "tiny_upgrade.py"
 @pytest.fixture(scope="module")
 def offline(tmp_path_factory):
     """The wheels, a cache of environments, and pip kept off the index and inside the test's directories."""
-    wheels = tinypkgs.build(tmp_path_factory.mktemp("wheels"), ["1.0.0", "1.1.0", "2.0.0", "3.0.0"])
+    wheels = tinypkgs.build(tmp_path_factory.mktemp("wheels"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("PIP_NO_INDEX", "1")
         mp.setenv("PIP_CACHE_DIR", str(tmp_path_factory.mktemp("pip-cache")))
@@ -86,3 +88,28 @@ def test_a_release_that_does_not_exist_is_bad_input_with_pips_own_words(offline,
     assert done.returncode == 2, done.stdout + done.stderr
     assert "No matching distribution found for tinyckpt==9.9" in done.stderr, done.stderr
     assert not done.stdout.strip() or "verify" not in done.stdout, done.stdout  # nothing ran
+
+
+def bisect(offline, cwd: Path, good: str, bad: str):
+    return cli("bisect", "--script", f"{SCRIPT} {{ckpt_dir}} --steps 12 --save-every 2", "--package", "tinyckpt",
+               "--good", good, "--bad", bad, *offline, "--case", "resume@10", cwd=cwd)
+
+
+def test_bisect_finds_the_release_that_resumes_the_wrong_step_in_two_probes(offline, tmp_path):
+    """Five releases from pip's own listing (``pip index versions`` over the wheel directory), 2.1.0 the
+    first to resume step 8 where step 10 was saved: the ends are run, then 1.2.0 and 2.0.0."""
+    done = bisect(offline, tmp_path, "1.0.0", "2.1.0")
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = done.stdout
+    assert "5 releases from 1.0.0 (good) to 2.1.0 (bad)" in out, out
+    assert "first changed release: tinyckpt 2.1.0 (2 probes between the ends, 4 releases run" in out, out
+    probed = [line.split()[0] for line in out.splitlines() if line.startswith("  ") and line.split()[0][:1].isdigit()]
+    assert probed == ["1.0.0", "2.1.0", "1.2.0", "2.0.0"], out
+    assert "new: resume@10:" in out and "repro: " in out and "--pins tinyckpt==2.1.0" in out, out
+
+
+def test_bisect_over_a_range_with_no_change_says_so(offline, tmp_path):
+    done = bisect(offline, tmp_path, "1.0.0", "2.0.0")  # 2.0.0 reads its own format: every resume holds
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no change: every release from 1.0.0 to 2.0.0" in done.stdout, done.stdout
+    assert "0 probes between the ends, 2 releases run" in done.stdout, done.stdout
