@@ -47,7 +47,7 @@ def test_list_names_jobs_fault_kinds_and_properties(tmp_path):
     assert {"crash", "torn", "power-loss", "enospc"} <= set(sections["fault kinds"])
     assert sections["properties"] == ["atomic", "durable", "preserving", "live", "detecting", "faithful", "skew-safe",
                                       "overwrite-safe", "rotation-safe", "reshardable", "safe-loading", "convertible",
-                                      "snapshot-consistent", "single-writer", "save-neutral"]
+                                      "snapshot-consistent", "single-writer", "save-neutral", "upgrade-safe"]
     assert {"crash-every-phase", "overwrite-larger-world", "final-save-blocked", "slow-background-save",
             "final-save-writer-frozen"} <= set(
         sections["scenarios (ckpt-harness scenario NAME, ckpt-harness matrix)"])
