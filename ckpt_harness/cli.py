@@ -184,7 +184,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ckpt_harness.config import SETTINGS, ExploreConfig, ScriptConfig, VerifyPlan, add_arguments
+    from ckpt_harness.config import SETTINGS, ExploreConfig, ScriptConfig, VerifyPlan, add_arguments, option_type
 
     parser = _Parser(
         prog="ckpt-harness",
@@ -255,6 +255,9 @@ def _parser() -> argparse.ArgumentParser:
                         help=SETTINGS["script"].help + "; repeatable, a row each, all at one --nproc-per-node and "
                              f"--nnodes (instead of --job; --timeout is then {ScriptConfig.timeout:g} s unless given)")
     add_arguments(matrix, ScriptConfig, only=(*MATRIX_SCRIPT_SETTINGS, "max_restarts"))  # the last one refused
+    matrix.add_argument(SETTINGS["pins"].option, dest="pins", action="append", type=option_type(SETTINGS["pins"]),
+                        metavar="PINS", help=SETTINGS["pins"].help + "; repeatable: a row per script and set of "
+                                                                     "releases, named by both (releases as an axis)")
     _axis_options_refused(matrix)
     _other_kinds_rows(matrix)
     _scenario_options(matrix)
@@ -434,7 +437,7 @@ JOB_ROW_SETTINGS = ("world_size", "timeout", "launcher", "cold_start")
 #: layout for every row (--max-restarts is refused: a matrix row, like
 #: `explore --script`, runs each resume itself).
 MATRIX_SCRIPT_SETTINGS = ("script_args", "nproc_per_node", "nnodes", "checkpoint_layout", "keeps_best",
-                          "resume_args")
+                          "resume_args", "upgrade_from", "find_links", "envs_dir")
 #: The kinds of target whose matrix rows have options of their own above (--job, --script); another
 #: installed kind's rows come by its option, with the settings given that its config takes.
 BUILT_IN_ROWS = ("job", "script")
@@ -638,7 +641,7 @@ def _matrix_mode(args: argparse.Namespace) -> None:
     run = {**{kind.flag: getattr(args, kind.option, None) for kind in targets.kinds()},
            "--scenarios": args.scenarios, "--file": args.file,
            "--shard": args.shard, "--costs": args.costs,
-           **{SETTINGS[name].option: True for name in (*BENCH_SETTINGS, *MATRIX_SCRIPT_SETTINGS, "max_restarts")
+           **{SETTINGS[name].option: True for name in (*BENCH_SETTINGS, *MATRIX_SCRIPT_SETTINGS, "max_restarts", "pins")
               if hasattr(args, name)}}
     given = [option for option, value in run.items() if value]
     if args.merge:
@@ -672,8 +675,10 @@ def _matrix_rows(args: argparse.Namespace) -> list[dict]:
         targets.chosen({**given, "job": "(every job the scenarios apply to)"}, "run")  # what a job row refuses
         return []
     kind = targets.chosen(given, "run")
-    takes = [name for name in settings_of(kind.configs["run"]) if name in given and name != kind.option]
-    return [{kind.option: value, **{name: given[name] for name in takes}} for value in given[kind.option]]
+    takes = [name for name in settings_of(kind.configs["run"]) if name in given and name not in (kind.option, "pins")]
+    releases = given.get("pins") or [None]  # repeatable: releases as an axis, a row each
+    return [{kind.option: value, **{name: given[name] for name in takes}, **({"pins": pins} if pins else {})}
+            for value in given[kind.option] for pins in releases]
 
 
 def _other_kinds_rows(p: argparse.ArgumentParser) -> None:

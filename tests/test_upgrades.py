@@ -5,7 +5,8 @@ The releases are tinyckpt's (tests/tinypkgs.py), wheels written by hand and inst
 (`launch.envs`); the script, tests/scripts/tiny_upgrade.py, is plain DDP saving through tinyckpt. Case
 upgrade@2 stops after save 2 under ``--upgrade-from`` and resumes under ``--pins``: a good release after
 a good one passes (through the plugin's marker and fixture); 2.0.0, which loads a 1.x checkpoint without
-its optimizer and says nothing, fails, naming the optimizer's keys (through the CLI and the plugin); 3.0.0,
+its optimizer and says nothing, fails, naming the optimizer's keys (through the plugin, and in a matrix
+whose rows are the releases); 3.0.0,
 which refuses a 1.x checkpoint on every rank, naming its format, passes (through the CLI). `bisect` finds
 2.1.0, whose `latest` sorts step_8.pt after step_10.pt, among five releases in two probes between the ends,
 and says when a range holds no change.
@@ -13,6 +14,7 @@ and says when a range holds no change.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -44,12 +46,18 @@ def upgrade(offline, cwd: Path, old: str, new: str):
                cwd=cwd)
 
 
-def test_a_release_that_loads_the_old_format_in_part_fails_naming_what_it_dropped(offline, tmp_path):
-    done = upgrade(offline, tmp_path, "1.0.0", "2.0.0")
-    assert done.returncode == 1, done.stdout + done.stderr
-    failed = [line for line in done.stdout.splitlines() if "upgrade@2" in line and "FAIL" in line]
-    assert failed, done.stdout
-    assert "optimizer" in done.stdout, done.stdout
+def test_releases_are_rows_of_one_matrix_and_the_format_break_fails_naming_what_it_dropped(offline, tmp_path):
+    """`matrix --pins` given twice: a row per set of releases, named by them, under scenario upgrade-safe
+    (upgrade@2, upgrade@4 from 1.0.0); 1.1.0 passes, 2.0.0's cell fails naming the optimizer's keys."""
+    done = cli("matrix", "--script", f"{SCRIPT} {{ckpt_dir}} --steps 4 --save-every 2", "--upgrade-from",
+               "tinyckpt==1.0.0", "--pins", "tinyckpt==1.1.0", "--pins", "tinyckpt==2.0.0", *offline,
+               "--scenarios", "upgrade-safe", "--out", str(tmp_path / "m"), "--quiet", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr  # findings are results: every cell judged
+    good, bad = (f"tiny_upgrade.py --steps 4 --save-every 2 (tinyckpt=={v})" for v in ("1.1.0", "2.0.0"))
+    assert f"| {good} | ✅ pass |" in done.stdout and f"| {bad} | ❌ fail |" in done.stdout, done.stdout
+    matrix = json.loads((tmp_path / "m" / "matrix.json").read_text())
+    assert sorted(matrix["rows"]) == [good, bad], matrix["rows"]
+    assert "extra.optimizer.state.0.exp_avg" in (tmp_path / "m" / "matrix.md").read_text()
 
 
 def test_a_release_that_refuses_the_old_format_on_every_rank_passes_saying_so(offline, tmp_path):

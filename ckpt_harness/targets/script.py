@@ -268,7 +268,10 @@ class ScriptTarget(BaseTarget):
 
     @property
     def row(self) -> str:
-        return row_name(self.config.script)
+        """Its matrix row: the command, and the releases it runs under where it names some (a row per
+        set of releases: `matrix --pins` given more than once)."""
+        pins = " ".join(self.config.pins.split())
+        return row_name(self.config.script) + (f" ({pins})" if pins else "")
 
     @property
     def world_size(self) -> int:
