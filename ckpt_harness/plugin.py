@@ -297,6 +297,18 @@ class CkptFixture:
 
         return self._call(explore_script, "explore", self._script(script), settings, ScriptExploreConfig)
 
+    def bisect_script(self, package: str, good: str, bad: str, script: Optional[str] = None, *,
+                      releases: Optional[list] = None, cases: Optional[list] = None, **settings: Any):
+        """`ckpt-harness bisect --script` with this test's defaults: the first
+        release of `package` from `good` to `bad` whose verdict on the script
+        changed, by cause. Returns the `Bisection` (`culprit` None: none did)."""
+        from ckpt_harness.config import ScriptConfig
+        from ckpt_harness.pipeline.bisect import bisect_script
+
+        self._runs += 1
+        return bisect_script(self._script(script), package, good, bad, releases=releases, cases=cases,
+                             workdir=self.tmp_path / f"ckpt-{self._runs}", **self._settings(ScriptConfig, settings))
+
     def script_config(self, script: Optional[str] = None, **settings: Any):
         """The `ScriptConfig` that ``verify_script(script, **settings)``
         runs: the call's settings over the marker's and the options', script

@@ -121,3 +121,25 @@ def test_bisect_over_a_range_with_no_change_says_so(offline, tmp_path):
     assert done.returncode == 0, done.stdout + done.stderr
     assert "no change: every release from 1.0.0 to 2.0.0" in done.stdout, done.stdout
     assert "0 probes between the ends, 2 releases run" in done.stdout, done.stdout
+
+
+def test_through_the_plugin_bisect_blames_the_release_whose_resume_changed(offline, pytester):
+    """The fixture's bisect over two releases given in order (no index read): 2.1.0 changed against 1.2.0,
+    and 1.2.0 did not against 1.0.0."""
+    links, envs = offline[1], offline[3]
+    pytester.makepyfile(test_user=f"""
+        import pytest
+
+        @pytest.mark.ckpt(script="{SCRIPT} {{ckpt_dir}} --steps 12 --save-every 2", find_links="{links}",
+                          envs_dir="{envs}")
+        def test_which_release_broke_the_resume(ckpt):
+            found = ckpt.bisect_script("tinyckpt", "1.2.0", "2.1.0", releases=["1.2.0", "2.1.0"],
+                                       cases=["resume@10"])
+            assert found.culprit == "2.1.0", found.explain()
+            assert [case for case, _ in found.new(found.probes[-1])] == ["resume@10"], found.explain()
+            same = ckpt.bisect_script("tinyckpt", "1.0.0", "1.2.0", releases=["1.0.0", "1.2.0"],
+                                      cases=["resume@10"])
+            assert same.culprit is None and same.stopped is None and "no change" in same.explain(), same.explain()
+        """)
+    result = pytester.runpytest_inprocess("-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1)

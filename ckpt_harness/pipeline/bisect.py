@@ -151,6 +151,22 @@ def bisect(target: Target, package: str, releases: Sequence[str], root: Path, ve
     return done(releases[hi])
 
 
+def bisect_script(script: str, package: str, good: str, bad: str, *, releases: Optional[Sequence[str]] = None,
+                  cases: Optional[Sequence[str]] = None, workdir: Optional[Path] = None, **settings) -> Bisection:
+    """`ckpt-harness bisect --script` from Python (and the plugin's fixture):
+    `settings` are those of `ScriptConfig`, `cases` limit each probe's
+    verification, `releases` default to those pip finds."""
+    from ckpt_harness import targets
+    from ckpt_harness.config import ScriptConfig
+    from ckpt_harness.pipeline.verify import run_verification
+    from ckpt_harness.pipeline.workdir import prepare_workdir
+
+    target = targets.of(ScriptConfig(script=script, **settings))
+    found = in_range(package, good, bad, releases, target.values.get("find_links", ""))
+    return bisect(target, package, found, prepare_workdir(workdir), lambda probed, root: run_verification(
+        probed, root, cases))
+
+
 def pinned(target: Target, package: str, release: str) -> Target:
     """`target` with `package` pinned at `release` over its other pins."""
     name = canonicalize_name(package)
