@@ -959,17 +959,18 @@ def _bisect(args: argparse.Namespace) -> int:
                          "harness's own releases: give the training as a script (--script)")
     target = targets.of(config())
     releases = bisect.in_range(args.package, args.good, args.bad, args.releases, target.values.get("find_links", ""))
-    progress = _progress(args)
 
     def verify(probed, root: Path):
         probed.warm(1)
-        return run_verification(probed, root, args.case, progress=progress)
+        progress = _progress(args)  # each probe's own count of its cases
+        try:
+            return run_verification(probed, root, args.case, progress=progress)
+        finally:
+            progress.close()
 
-    try:
-        with _workdir(args) as workdir:
-            found = bisect.bisect(target, args.package, releases, workdir, verify, say=progress.line)
-    finally:
-        progress.close()
+    with _workdir(args) as workdir:
+        found = bisect.bisect(target, args.package, releases, workdir, verify,
+                              say=lambda line: None if args.quiet else print(line, file=sys.stderr, flush=True))
     print(found.explain())
     code = EXIT_ERROR if found.stopped else EXIT_FINDINGS if found.culprit else EXIT_OK
     return _kept(args, workdir, code)

@@ -30,6 +30,17 @@ from ckpt_harness.verdict import PRECEDENCE, CaseResult, StateDiff, Verdict, fol
 States = Mapping[int, Record]
 
 
+def informational(result: CaseResult, why: str) -> CaseResult:
+    """`result` as information: a judgment no property promises (`why`) is
+    no failure of the checkpointing under test, so a FAIL (or an undecided
+    one) is a PASS whose summary says what it would have been; its details,
+    differences and repro stay, for whoever wants to know."""
+    if result.verdict.ok:
+        return result
+    return dataclasses.replace(result, verdict=Verdict.PASS, also=(),
+                               summary=f"for information, {why}: {result.verdict.value.upper()} {result.summary}")
+
+
 def judge_refused(case: str, run: Run, repro: Optional[str]) -> Optional[CaseResult]:
     """A PASS where `run`, resumed under newer releases from a checkpoint
     older ones wrote (an upgrade@K case), refused it: some rank raised an

@@ -20,7 +20,9 @@ KINDS: tuple[tuple[str, frozenset[str]], ...] = (
     ("optimizer", frozenset({"optim", "optimizer", "optimizer_state", "exp_avg", "exp_avg_sq", "momentum_buffer",
                              "param_groups", "optimizer_states", "fp32_flat_groups"})),
     ("counters", frozenset({"step", "steps", "global_step", "scheduler", "lr_scheduler", "last_epoch",
-                            "_step_count", "lr", "_last_lr", "base_lrs", "epoch_idx"})),
+                            "_step_count", "lr", "_last_lr", "base_lrs", "epoch_idx",
+                            # Lightning's loops count what they completed (loops.fit_loop.epoch_progress.total...)
+                            "epoch_progress", "batch_progress", "scheduler_progress", "_batches_that_stepped"})),
 )
 _PARTS = re.compile(r"[./:\[\]]+")
 

@@ -7,9 +7,11 @@ probed is a verification of the same target with that release pinned
 `launch.envs` makes once and keeps, so a second bisection over the same
 range makes none. A probe is judged against the good release's own
 verification, by cause (`oracle.causes`, as a baseline judges a CI run):
-it changed if it has a failing judgment whose (case, cause) the good
-release did not have, a new failure or the same failing case for another
-cause. A failure the good release already had is no change.
+it changed if its failing judgments' (case, cause) are not the good
+release's: a new failure, the same failing case for another cause, or a
+failure of the good release that it no longer has (a fix: "which release
+fixed it" is the same search, and a range whose bad end passes where the
+good end failed has changed).
 
 Both ends are run first: the good one gives the reference, and the bad one
 must have changed, else the range holds no change and the bisection says
@@ -79,15 +81,25 @@ class Bisection:
         """What `probe` fails for that the good release did not."""
         return sorted(probe.causes - self.reference.causes)
 
+    def fixed(self, probe: Probe) -> list[tuple[str, str]]:
+        """What the good release fails for that `probe` does not."""
+        return sorted(self.reference.causes - probe.causes)
+
+    def _said(self, probe: Probe) -> str:
+        new, fixed = self.new(probe), self.fixed(probe)
+        if not new and not fixed:
+            return f"same as {self.releases[0]}"
+        return "changed: " + "; ".join([*(f"new {case}: {cause}" for case, cause in new),
+                                        *(f"fixed {case}: {cause}" for case, cause in fixed)])
+
     def explain(self) -> str:
         head = (f"ckpt-harness bisect: {self.package}, {len(self.releases)} releases from {self.releases[0]} (good) "
                 f"to {self.releases[-1]} (bad)")
         lines = [head]
         for i, probe in enumerate(self.probes):
-            role = "good: the reference" if i == 0 else (
-                "undecided: a judgment could not be made" if probe.undecided else
-                "changed: " + "; ".join(f"{case}: {cause}" for case, cause in self.new(probe)) if self.new(probe)
-                else f"same as {self.releases[0]}")
+            role = ("good: the reference" + ("" if not probe.causes else ", failing for " + "; ".join(
+                f"{case}: {cause}" for case, cause in sorted(probe.causes)))) if i == 0 else (
+                "undecided: a judgment could not be made" if probe.undecided else self._said(probe))
             lines.append(f"  {probe.release:<12} {probe.verdict.value.upper():<8} {role}  ({probe.seconds:.1f} s)")
         between = len(self.probes) - 2
         runs = f"{between} probe{'s' * (between != 1)} between the ends, {len(self.probes)} releases run"
@@ -95,14 +107,18 @@ class Bisection:
         if self.stopped:
             lines.append(f"stopped: {self.stopped} ({runs}, {seconds:.0f} s)")
         elif self.culprit is None:
-            lines.append(f"no change: every release from {self.releases[0]} to {self.releases[-1]} fails for the "
-                         f"causes {self.releases[0]} fails for, or passes ({runs}, {seconds:.0f} s)")
+            causes = "passes, as it does" if not self.reference.causes else "fails for the causes it fails for"
+            lines.append(f"no change: {self.releases[-1]} {causes} at {self.releases[0]}; the releases between were "
+                         f"not run ({runs}, {seconds:.0f} s)")
         else:
             blamed = next(p for p in self.probes if p.release == self.culprit)
             lines.append(f"first changed release: {self.package} {self.culprit} ({runs}, {seconds:.0f} s)")
             lines += [f"  new: {case}: {cause}" for case, cause in self.new(blamed)]
-            if blamed.repro:
-                lines.append(f"repro: {blamed.repro}")
+            lines += [f"  fixed: {case}: {cause}" for case, cause in self.fixed(blamed)]
+            repro = blamed.repro or self.reference.repro
+            if repro:
+                lines.append(f"repro: {repro}" + ("" if blamed.repro else f" (fails at {self.releases[0]}, "
+                                                                           f"passes at {self.culprit})"))
         return "\n".join(lines)
 
 
@@ -133,7 +149,7 @@ def bisect(target: Target, package: str, releases: Sequence[str], root: Path, ve
         return done(None, f"the good release {good.release} could not be judged, so nothing can be compared with it")
 
     def changed(p: Probe) -> bool:
-        return bool(p.causes - good.causes)
+        return p.causes != good.causes
 
     bad = probe(releases[-1])
     if bad.undecided:

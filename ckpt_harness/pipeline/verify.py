@@ -47,10 +47,13 @@ from ckpt_harness.verdict import PRECEDENCE, CaseResult, Verdict
 #: where optimizer step 4 would start (3 made; `between_case`), and resume: K counts optimizer steps, not saves.
 #: "upgrade@4": stop after save 4 under the releases the target upgrades from, resume under its own: what the
 #: new release loads is held, bitwise, to what the old one saved, and the rest to the run under the new one.
+#: "downgrade@4": the other way, stop under its own releases and resume under the older ones, judged alike and
+#: reported as information (`oracle.informational`): few frameworks promise that an older release reads a newer
+#: one's checkpoint.
 KINDS = {"resume": (None, Stop.GRACEFUL), "hard": ("background_saves", Stop.HARD),
          "slow": ("background_saves", Stop.SLOW_WRITER), "restart": ("launcher_restart", Stop.CRASH),
          "chain": (None, Stop.GRACEFUL), "moved": (None, Stop.GRACEFUL), "between": ("stops_between", Stop.GRACEFUL),
-         "upgrade": ("upgrade", Stop.GRACEFUL)}
+         "upgrade": ("upgrade", Stop.GRACEFUL), "downgrade": ("upgrade", Stop.GRACEFUL)}
 #: The `stop` of `verify` (and of the resume check) -> the kind of its cases.
 BY_STOP = {"graceful": "resume", "hard": "hard", "slow-writer": "slow", "chain": "chain", "relocated": "moved",
            "between": "between", "upgrade": "upgrade"}
@@ -306,16 +309,21 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
     results = [found] if found else []
     if kind == "moved":
         ckpt = relocate(ckpt, root / "moved" / "ckpt")
-    resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False), ckpt, root / "resume"),
+    resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False,
+                                                      before_upgrade=kind == "downgrade"), ckpt, root / "resume"),
                         resume=True)
     clock.judging()
-    refused = oracle.judge_refused(case, resumed, line) if kind == "upgrade" else None
+    refused = oracle.judge_refused(case, resumed, line) if kind in ("upgrade", "downgrade") else None
     if refused:
         return results + [refused]
     if stop is Stop.HARD:
         return results + [oracle.undecided_if(found, oracle.judge_hard_stop(case, golden, stopped, resumed, step,
                                                                             line, target.caps.live_state))]
-    return results + judge_resumed(target, case, golden, stopped, resumed, step, line, found)
+    judged = results + judge_resumed(target, case, golden, stopped, resumed, step, line, found)
+    if kind == "downgrade":
+        return [oracle.informational(r, "an older release resuming a newer one's checkpoint, which few frameworks "
+                                        "promise") for r in judged]
+    return judged
 
 
 def _stop_after(target: Target, root: Path, case: str, step: int, stop: Stop, line: str,

@@ -23,6 +23,11 @@ from ckpt_harness.verdict import Verdict as V
     ("last save.BufferedWriter.optimizer.state.0.exp_avg", "optimizer"),
     ("last save.step_4.pt.model.weight", "model"), ("last save.BufferedWriter.step", "counters"),
     ("trainer_state.json.global_step", "counters"), ("rng_state_0.pth.python", "rng"),
+    # Lightning's loop progress (pytorch-lightning 2.4.0 resumed an end-of-epoch checkpoint one epoch short)
+    ("BytesIO.loops.fit_loop.epoch_progress.total.completed", "counters"),
+    ("BytesIO.loops.fit_loop.epoch_loop.batch_progress.current.ready", "counters"),
+    ("BytesIO.loops.fit_loop.epoch_loop.state_dict._batches_that_stepped", "counters"),
+    ("BytesIO.state_dict.layer.weight", "model"),
 ])
 def test_a_key_is_read_as_the_part_of_the_training_state_it_is(key, kind):
     assert kind_of_key(key) == kind
