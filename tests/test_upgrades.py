@@ -144,3 +144,14 @@ def test_through_the_plugin_bisect_blames_the_release_whose_resume_changed(offli
         """)
     result = pytester.runpytest_inprocess("-v", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+def test_a_downgrade_is_judged_alike_and_reported_as_information(offline, tmp_path):
+    """downgrade@2: stopped under --pins (2.0.0, format 2), resumed under --upgrade-from (1.0.0, which reads
+    format 1 only): its KeyError on every rank is a refusal; nothing of it fails the run."""
+    done = cli("run", "--script", f"{SCRIPT} {{ckpt_dir}} --steps 4 --save-every 2", "--nproc-per-node", "2",
+               "--upgrade-from", "tinyckpt==1.0.0", "--pins", "tinyckpt==2.0.0", *offline, "--case", "downgrade@2",
+               cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    refused = [line for line in done.stdout.splitlines() if "downgrade@2" in line and "refused" in line]
+    assert refused and "PASS" in refused[0] and "KeyError" in refused[0], done.stdout

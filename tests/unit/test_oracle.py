@@ -817,3 +817,16 @@ def test_a_peer_waiting_for_the_rank_that_refused_an_unsafe_file_is_ended_by_an_
     stopped = judge_fault("case", "unsafe-pickle", reference(), None, alone, save_returned=True, detail="x",
                           repro="REPRO", ends_group=ends_group)
     expect(stopped, "safe-loading", V.UNKNOWN, "were stopped before they finished loading")
+
+
+@pytest.mark.parametrize("verdict", [V.FAIL, V.UNKNOWN, V.ERROR])
+def test_a_judgment_no_property_promises_is_information_never_a_failure(verdict):
+    from ckpt_harness.oracle import informational
+
+    judged = CaseResult("downgrade@2", "final state", verdict, "differs: model values", details="diff",
+                        repro="ckpt-harness run --case downgrade@2")
+    said = informational(judged, "a downgrade")
+    assert said.verdict is V.PASS and said.details == "diff" and said.repro == judged.repro
+    assert said.summary == f"for information, a downgrade: {verdict.value.upper()} differs: model values"
+    passed = CaseResult("downgrade@2", "final state", V.PASS, "bitwise")
+    assert informational(passed, "a downgrade") is passed
