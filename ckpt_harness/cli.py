@@ -256,8 +256,9 @@ def _parser() -> argparse.ArgumentParser:
                              f"--nnodes (instead of --job; --timeout is then {ScriptConfig.timeout:g} s unless given)")
     add_arguments(matrix, ScriptConfig, only=(*MATRIX_SCRIPT_SETTINGS, "max_restarts"))  # the last one refused
     matrix.add_argument(SETTINGS["pins"].option, dest="pins", action="append", type=option_type(SETTINGS["pins"]),
-                        metavar="PINS", help=SETTINGS["pins"].help + "; repeatable: a row per script and set of "
-                                                                     "releases, named by both (releases as an axis)")
+                        default=argparse.SUPPRESS, metavar="PINS",
+                        help=SETTINGS["pins"].help + "; repeatable: a row per script and set of releases, named by "
+                                                     "both (releases as an axis)")
     _axis_options_refused(matrix)
     _other_kinds_rows(matrix)
     _scenario_options(matrix)
