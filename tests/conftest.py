@@ -82,26 +82,26 @@ def pace(tmp_path_factory) -> Pace:
 #: tests that fill the workers evenly, not a module of torchrun runs one
 #: worker runs alone while the others idle (a module missing here goes last).
 #: `python ci/module_times.py junit.xml` prints the table from a run's JUnit XML.
-#: 2026-12-07: a clean clone of a09acee, `make test` alone on the box (-n 3, 1439 passed and 5 failed, since fixed, in
-#: 43:41; the trainers left to `make test-trainers`), and the trainers' two modules from a run of cc78e2a.
+#: 2026-12-07 (afternoon): a clean clone of 2b33941, `make test` alone on the box (-n 3, 1477 passed and 15 failed,
+#: since fixed, in 47:03), and the trainers' two modules (`make test-trainers`) from a run of cc78e2a.
 MEASURED = {
-    "test_background_writers": 674, "test_explore": 593, "test_file_saves": 489, "test_warm_workers": 418,
-    "test_plugin": 382, "test_extension": 376, "test_script_mode": 367, "test_storage": 340,
-    "test_script_explore": 271, "test_conversions": 250, "test_consequence": 214, "test_elastic": 213,
-    "test_reduction": 194, "test_verify": 185, "test_preemption": 174, "test_cli": 171, "test_matrix_shards": 171,
-    "test_inline_save": 161, "test_baseline_causes": 144, "test_scenarios": 127, "test_script_settings": 121,
-    "test_findings": 119, "test_warm_starts": 110, "test_html_report": 96, "test_async_saves": 95,
-    "test_launch": 95, "test_script_matrix": 92, "test_async_process": 80, "test_timelines": 79, "test_axes": 72,
-    "test_setup_errors": 72, "test_deepspeed_job": 59, "test_flake": 57, "test_early_end": 57,
-    "test_case_budget": 51, "test_action": 44, "test_stops_anywhere": 39, "test_relocation": 37,
-    "test_resume_chain": 34, "test_examples": 32, "test_severity": 31, "test_ci_output": 31,
-    "test_checkpointers": 30, "test_jit": 30, "test_hf_trainer_job": 26, "test_capability_mix": 24,
-    "test_frozen_ranks": 22, "test_save_neutral": 19, "test_matrix_rows": 18, "test_deepspeed_reshard": 17,
-    "test_s3server": 16, "test_timings": 14, "test_suite_deadline": 12, "test_buffering_bugs": 11,
-    "test_layers": 11, "test_script_ops": 11, "test_opener": 11, "test_safe_loading": 10, "test_script_launch": 10,
-    "test_warmups": 9, "test_docs_site": 7, "test_write_conflicts": 6, "test_dcp_durability": 5,
+    "test_background_writers": 629, "test_upgrades": 619, "test_explore": 528, "test_warm_workers": 430,
+    "test_file_saves": 399, "test_extension": 394, "test_plugin": 390, "test_storage": 325,
+    "test_script_mode": 312, "test_script_explore": 284, "test_cli": 240, "test_consequence": 235,
+    "test_elastic": 191, "test_reduction": 190, "test_warm_starts": 189, "test_inline_save": 182,
+    "test_preemption": 164, "test_scenarios": 162, "test_findings": 161, "test_matrix_shards": 157,
+    "test_conversions": 151, "test_verify": 150, "test_async_process": 135, "test_script_settings": 124,
+    "test_launch": 120, "test_html_report": 114, "test_baseline_causes": 110, "test_axes": 110,
+    "test_async_saves": 92, "test_timelines": 90, "test_script_matrix": 89, "test_setup_errors": 61,
+    "test_early_end": 57, "test_stops_anywhere": 57, "test_flake": 53, "test_relocation": 44, "test_action": 43,
+    "test_deepspeed_job": 41, "test_case_budget": 39, "test_resume_chain": 37, "test_ci_output": 37,
+    "test_examples": 34, "test_checkpointers": 33, "test_jit": 32, "test_envs": 28, "test_capability_mix": 27,
+    "test_save_neutral": 24, "test_severity": 23, "test_frozen_ranks": 20, "test_matrix_rows": 20,
+    "test_s3server": 19, "test_deepspeed_reshard": 18, "test_hf_trainer_job": 16, "test_opener": 15,
+    "test_script_ops": 14, "test_timings": 12, "test_suite_deadline": 12, "test_script_launch": 10,
+    "test_docs_site": 10, "test_buffering_bugs": 9, "test_layers": 8, "test_safe_loading": 7,
+    "test_write_conflicts": 7, "test_warmups": 6, "test_dcp_durability": 5,
     "test_script_frameworks": 909, "test_run_identity": 137,
-    "test_upgrades": 500, "test_envs": 40,  # estimated (issue 67): about 250 and 17 s alone
 }
 
 
