@@ -72,7 +72,7 @@ def test_through_the_plugin_the_marker_names_the_releases_and_the_fixture_judges
     """The pytest face: the releases are marker keys, as every setting is; the fixture's upgrade@2 passes
     1.0.0 -> 1.1.0 and fails 1.0.0 -> 2.0.0 naming the optimizer's keys."""
     links, envs = offline[1], offline[3]
-    common = (f'script="{SCRIPT} {{ckpt_dir}} --steps 4 --save-every 2", nproc_per_node=2, '
+    common = (f'script="{SCRIPT} {{ckpt_dir}} --steps 4 --save-every 2", nproc_per_node=1, '
               f'upgrade_from="tinyckpt==1.0.0", find_links="{links}", envs_dir="{envs}"')
     pytester.makepyfile(test_user=f"""
         import pytest
@@ -149,7 +149,7 @@ def test_through_the_plugin_bisect_blames_the_release_whose_resume_changed(offli
 def test_a_downgrade_is_judged_alike_and_reported_as_information(offline, tmp_path):
     """downgrade@2: stopped under --pins (2.0.0, format 2), resumed under --upgrade-from (1.0.0, which reads
     format 1 only): its KeyError on every rank is a refusal; nothing of it fails the run."""
-    done = cli("run", "--script", f"{SCRIPT} {{ckpt_dir}} --steps 4 --save-every 2", "--nproc-per-node", "2",
+    done = cli("run", "--script", f"{SCRIPT} {{ckpt_dir}} --steps 4 --save-every 2",
                "--upgrade-from", "tinyckpt==1.0.0", "--pins", "tinyckpt==2.0.0", *offline, "--case", "downgrade@2",
                cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
