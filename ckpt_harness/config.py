@@ -170,7 +170,8 @@ def _pins_rule(value: Any) -> Optional[str]:
     if not isinstance(value, str):
         return "must be a string of requirements, as after `pip install`"
     try:
-        envs.Pins(tuple(pins(value))) if value.strip() else None
+        if value.strip():
+            envs.Pins(tuple(pins(value)))
     except ValueError as exc:
         return f"has {exc}"
     return None

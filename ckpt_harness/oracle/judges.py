@@ -42,8 +42,8 @@ def informational(result: CaseResult, why: str) -> CaseResult:
 
 
 def judge_refused(case: str, run: Run, repro: Optional[str]) -> Optional[CaseResult]:
-    """A PASS where `run`, resumed under newer releases from a checkpoint
-    older ones wrote (an upgrade@K case), refused it: some rank raised an
+    """A PASS where `run`, resumed under other releases than those that
+    wrote its checkpoint (an upgrade@K or downgrade@K case), refused it: some rank raised an
     exception of its own, every other rank ended badly too (by that
     exception, or ended by the launcher for it), and no rank saved anything.
     That is what upgrade-safe accepts besides a bitwise resume; None for any
@@ -58,7 +58,7 @@ def judge_refused(case: str, run: Run, repro: Optional[str]) -> Optional[CaseRes
         return None
     ranks = ", ".join(str(r.rank) for r in own)
     return CaseResult(case, "refused", Verdict.PASS,
-                      f"{run.name}: refused the checkpoint the older releases wrote, before saving anything "
+                      f"{run.name}: refused the checkpoint the other releases wrote, before saving anything "
                       f"(rank {ranks}: {own[0].error})", details=own[0].error.traceback, repro=repro)
 
 

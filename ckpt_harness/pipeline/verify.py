@@ -54,6 +54,9 @@ KINDS = {"resume": (None, Stop.GRACEFUL), "hard": ("background_saves", Stop.HARD
          "slow": ("background_saves", Stop.SLOW_WRITER), "restart": ("launcher_restart", Stop.CRASH),
          "chain": (None, Stop.GRACEFUL), "moved": (None, Stop.GRACEFUL), "between": ("stops_between", Stop.GRACEFUL),
          "upgrade": ("upgrade", Stop.GRACEFUL), "downgrade": ("upgrade", Stop.GRACEFUL)}
+#: Kinds whose runs cross releases -> whether its stopped run, and its resumed run, go under the releases the
+#: target upgrades from (`RunRequest.before_upgrade`); every other run is under the target's own.
+ACROSS = {"upgrade": (True, False), "downgrade": (False, True)}
 #: The `stop` of `verify` (and of the resume check) -> the kind of its cases.
 BY_STOP = {"graceful": "resume", "hard": "hard", "slow-writer": "slow", "chain": "chain", "relocated": "moved",
            "between": "between", "upgrade": "upgrade"}
@@ -295,32 +298,32 @@ def _resume_case(target: Target, root: Path, case: str, golden: Run,
     if kind == "between":
         return between_case(target, root, case, golden, step, clock)
     ckpt = root / "ckpt"
-    stopped, failed = _stop_after(target, root, case, step, stop, line, clock, before_upgrade=kind == "upgrade")
+    older_stop, older_resume = ACROSS.get(kind, (False, False))
+    stopped, failed = _stop_after(target, root, case, step, stop, line, clock, before_upgrade=older_stop)
     if failed:
         return [failed]
     if stop is Stop.SLOW_WRITER:  # nothing trained while the save was in flight: nothing to judge its writer by
         idle = oracle.judge_overlap(case, stopped, step)
         if idle:
             return [idle]
-    if kind == "upgrade":  # written by another release: its save may differ from the golden run's by design
+    if older_stop:  # written by another release than the golden run: its save may differ from it by design
         found = None
     else:
         nondeterminism[step] = found = oracle.judge_deterministic(case, golden, stopped, step)
     results = [found] if found else []
     if kind == "moved":
         ckpt = relocate(ckpt, root / "moved" / "ckpt")
-    resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False,
-                                                      before_upgrade=kind == "downgrade"), ckpt, root / "resume"),
-                        resume=True)
+    resumed = clock.run(lambda: target.run(RunRequest("resumed run", trace_files=False, before_upgrade=older_resume),
+                                           ckpt, root / "resume"), resume=True)
     clock.judging()
-    refused = oracle.judge_refused(case, resumed, line) if kind in ("upgrade", "downgrade") else None
+    refused = oracle.judge_refused(case, resumed, line) if kind in ACROSS else None
     if refused:
         return results + [refused]
     if stop is Stop.HARD:
         return results + [oracle.undecided_if(found, oracle.judge_hard_stop(case, golden, stopped, resumed, step,
                                                                             line, target.caps.live_state))]
     judged = results + judge_resumed(target, case, golden, stopped, resumed, step, line, found)
-    if kind == "downgrade":
+    if older_resume:
         return [oracle.informational(r, "an older release resuming a newer one's checkpoint, which few frameworks "
                                         "promise") for r in judged]
     return judged
