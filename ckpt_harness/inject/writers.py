@@ -231,7 +231,10 @@ class Writers:
         while why is None and not self._gate.wait(POLL):
             if time.monotonic() > deadline:
                 self.release("limit")
-            elif self._waited_for(ticket):
+            elif self._waited_for(ticket) and not self._gate.is_set():
+                # The gate read after the threads: a thread descheduled between its wait for the gate
+                # and its look at them sees the process wait for it only after training went on, and
+                # the stop that came after it (a loaded machine: seen as "waited" for a job that trained).
                 why = "waited"
         with self._lock:
             self._queued.discard(ticket)

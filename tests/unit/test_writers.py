@@ -96,6 +96,32 @@ def test_a_process_that_waits_on_nothing_of_its_writers_keeps_them_held():
     assert ran == ["write"] and table.released_by == "stop"
 
 
+def test_a_writer_that_looks_late_at_a_process_that_trained_and_then_waits_for_it_says_training(monkeypatch):
+    """A loaded machine: the held writer's wait for the gate times out, and
+    its thread is descheduled before it looks at the process. Meanwhile the
+    process trains (the gate opens), stops and waits for the save. What the
+    writer then sees, the process waiting for it, came after training went
+    on: it was let go by training (seen in the suite as "waited")."""
+    table, ran, landed, trained = Writers(), [], Future(), threading.Event()
+    table.hold(SAVE)
+    ticket = table.handed(SAVE)
+    look = table._waited_for
+
+    def late(ticket: int) -> bool:  # the writer's thread, descheduled between its two looks
+        trained.wait(timeout=5)
+        threading.Event().wait(0.2)  # the process is in its wait for the save by now
+        return look(ticket)
+
+    monkeypatch.setattr(table, "_waited_for", late)
+    thread = writer(table, ticket, "write", ran, after=landed)
+    threading.Event().wait(0.2)  # the writer's first wait for the gate timed out: it is in `late`
+    table.release("training")
+    trained.set()
+    assert landed.result(timeout=10) == "write"  # the process waits for its save
+    thread.join(timeout=5)
+    assert table.released_by == "training"
+
+
 @pytest.mark.parametrize("enabled", [True, False])
 def test_the_frames_are_read_with_the_collector_off_and_its_state_given_back(enabled, monkeypatch):
     """python/cpython#106883: a collection started inside `sys._current_frames()` deadlocks the process
