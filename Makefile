@@ -7,7 +7,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_STAMP := $(VENV)/.installed-demo
 
-.PHONY: demo matrix test test-trainers lint docs bench clean browser deepspeed-older
+.PHONY: demo matrix test test-slow test-trainers lint docs bench clean browser deepspeed-older
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -62,7 +62,17 @@ test: lint docs $(BROWSER)
 	@# with PYTHONDONTWRITEBYTECODE set never caches them otherwise).
 	@$(PY) -m compileall -q ckpt_harness tests ci
 	HF_HUB_OFFLINE=1 $(PY) -m pytest -n 3 --dist loadgroup --no-loadscope-reorder -p no:cacheprovider --durations=25 \
-		-m "not trainers" $(PYTEST_ARGS)
+		-m "not trainers and not slow" $(PYTEST_ARGS)
+	@$(PY) ci/no_orphans.py
+
+# The suite's second faces (marked `slow`): each proves again, through the plugin, a matrix, a second
+# signal or job, a check `make test` proves both ways through one face (pyproject.toml's markers say
+# which). Kept out of CI's run for its 25-minute budget; run them with test-trainers before a release
+# and after touching the plugin, the matrix or the bisect. Measured in docs/speed.md.
+test-slow: $(STAMP)
+	@$(PY) -m compileall -q ckpt_harness tests ci
+	HF_HUB_OFFLINE=1 $(PY) -m pytest -n 3 --dist loadgroup --no-loadscope-reorder -p no:cacheprovider --durations=10 \
+		-m slow $(PYTEST_ARGS)
 	@$(PY) ci/no_orphans.py
 
 # The tests that run a real trainer's own loop under torchrun (marked `trainers`: Lightning, the HF Trainer,

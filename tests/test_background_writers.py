@@ -30,6 +30,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from ckpt_harness.pipeline.explore import explore_script
 from ckpt_harness.records import Kind, read_records
 from ckpt_harness.verdict import Verdict
@@ -56,6 +58,7 @@ def scenario_of(name: str, tmp_path: Path, *flags: str, steps: int = 4, cold: bo
                *(("--cold-start",) if cold else ()), "--workdir", str(where / "work"), cwd=where)
 
 
+@pytest.mark.slow
 def test_delays_on_every_operation_of_a_pool_writer_without_a_future_change_nothing(tmp_path):
     out = cli("explore", "--script", script(), "--nproc-per-node", "2", "--save", "4", "--faults", "delay",
               "--corruptions", "", "--no-after", "--json", "report.json", "--workdir", "work", cwd=tmp_path)

@@ -29,7 +29,7 @@ def written(path: Path, job_pattern: str) -> str:
 
 
 @pytest.mark.parametrize("command", [
-    ("matrix", "--scenarios", "resume-every-save", "--out", "m"),
+    pytest.param(("matrix", "--scenarios", "resume-every-save", "--out", "m"), marks=pytest.mark.slow),
     ("run",),
 ])
 def test_a_known_failure_for_another_cause_is_new_and_for_the_same_cause_expected(tmp_path, command):
@@ -50,6 +50,7 @@ def test_a_known_failure_for_another_cause_is_new_and_for_the_same_cause_expecte
     assert re.search(r"no new failure, [1-9]\d* expected, 0 fixed", same.stdout), same.stdout
 
 
+@pytest.mark.slow
 def test_a_script_matrix_row_failing_for_another_cause_is_new(tmp_path):
     """The same for a script matrix: a baseline expecting a script's resume to
     fail for `live` (what a script that never looks for its checkpoint is

@@ -64,6 +64,7 @@ def test_list_shows_the_check_and_job_only_when_the_package_is_installed(tmp_pat
     assert "rerun" not in found["checks"] and "example_job" not in found["jobs"]
 
 
+@pytest.mark.slow
 def test_matrix_runs_the_extension_check_on_the_extension_job(tmp_path, target):
     path = [target, ROOT]
     out = cli("matrix", "--job", "example_job", "--job", UNSEEDED, "--file", str(EXTENSION / "scenarios"),
@@ -149,6 +150,7 @@ def test_a_target_kind_from_a_package_is_verified_and_explored_through_the_cli(t
     assert "| callable | durable |" in (tmp_path / "m" / "matrix.md").read_text()
 
 
+@pytest.mark.slow
 def test_a_target_kind_from_a_package_runs_through_the_plugin(pytester, target):
     """The ``ckpt`` fixture takes a target of any kind, ready made; the
     plugin is loaded by its entry point, as users meet it."""

@@ -88,6 +88,7 @@ def test_its_atomic_twin_passes(tmp_path):
     assert any("step_4.pt.tmp" in r.summary for r in cases), [r.summary for r in cases]
 
 
+@pytest.mark.slow
 def test_through_the_plugin_a_file_object_save_is_judged_both_ways(pytester):
     """The pytest face: the fixture verifies the correct script and flags the
     twin that forgets its momentum, naming it (one resume case each: the

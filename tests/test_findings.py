@@ -8,6 +8,8 @@ same way, has none."""
 import json
 from pathlib import Path
 
+import pytest
+
 from ckpt_harness.present import ci
 from tests.clirun import cli
 from tests.test_html_report import browser  # noqa: F401 - the fixture: one Chromium for the module
@@ -67,6 +69,7 @@ def test_its_correct_twin_explored_alike_has_no_finding(tmp_path):
     assert data["findings"] == [] and data["cases"] and "===" not in done.stdout
 
 
+@pytest.mark.slow
 def test_ckpt_html_shows_the_reports_of_tests_that_use_only_the_fixture(pytester, browser, monkeypatch):  # noqa: F811
     """`--ckpt-html` with no catalogue item: the page lists each report the
     `ckpt` fixture made, under xdist too (the workers hand theirs to the

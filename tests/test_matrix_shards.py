@@ -102,7 +102,8 @@ def _harness_processes(pid: int) -> list[str]:
     return left
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, pytest.param(signal.SIGTERM, marks=pytest.mark.slow)],
+                         ids=["SIGINT", "SIGTERM"])
 def test_a_signal_stops_the_matrix_within_seconds_writing_what_finished_and_resume_completes_it(
         whole, tmp_path, pace, sig):
     tmp = tmp_path / "tmp"  # the harness's temporary work directory goes here

@@ -316,6 +316,7 @@ def test_a_known_failure_for_another_cause_fails_the_item(pytester, importable):
     same.stdout.fnmatch_lines(["no new failure, 1 expected, 0 fixed, 0 stale"])
 
 
+@pytest.mark.slow
 def test_the_baseline_summary_is_made_of_every_xdist_workers_results(pytester, importable):
     """Under pytest-xdist the items run in workers and the summary is the
     controller's: the workers hand it what they judged, so the baseline's
@@ -425,6 +426,7 @@ def test_catalogue_shards_split_the_items_keeping_each_target_whole(pytester, im
     alone.stderr.fnmatch_lines(["*--ckpt-costs balances the parts of --ckpt-shard K/N*"])
 
 
+@pytest.mark.slow
 def test_loadgroup_keeps_a_targets_items_on_one_worker_and_its_golden_run_made_once(pytester, importable):
     """Under pytest-xdist, `--dist loadgroup`: the three items of torch_save
     at ws2 run on one worker, and its bench (its golden runs) is made once in

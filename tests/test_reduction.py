@@ -34,7 +34,8 @@ def judged_cells(result):
     return result.cells[:-1] if racing else result.cells
 
 
-@pytest.mark.parametrize("job", sorted(SAMPLE))
+@pytest.mark.parametrize("job", [pytest.param(job, marks=[pytest.mark.slow] if job != "torch_save" else [])
+                                 for job in sorted(SAMPLE)])  # one row proves it in `make test`
 def test_the_reduction_changes_no_case_of_the_catalogue(tmp_path, job):
     scenarios = [s for s in builtin_catalogue() if s.applies_to(job) and (FULL or s.name in SAMPLE[job])]
     cases = {}

@@ -68,6 +68,7 @@ def test_a_release_that_refuses_the_old_format_on_every_rank_passes_saying_so(of
     assert "rank 0, 1: ValueError" in refused[0], refused[0]
 
 
+@pytest.mark.slow
 def test_through_the_plugin_the_marker_names_the_releases_and_the_fixture_judges_both_ways(offline, pytester):
     """The pytest face: the releases are marker keys, as every setting is; the fixture's upgrade@2 passes
     1.0.0 -> 1.1.0 and fails 1.0.0 -> 2.0.0 naming the optimizer's keys."""
@@ -103,6 +104,7 @@ def bisect(offline, cwd: Path, good: str, bad: str):
                "--good", good, "--bad", bad, *offline, "--case", "resume@10", cwd=cwd)
 
 
+@pytest.mark.slow
 def test_bisect_finds_the_release_that_resumes_the_wrong_step_in_two_probes(offline, tmp_path):
     """Five releases from pip's own listing (``pip index versions`` over the wheel directory), 2.1.0 the
     first to resume step 8 where step 10 was saved: the ends are run, then 1.2.0 and 2.0.0."""
@@ -124,6 +126,7 @@ def test_bisect_over_a_range_with_no_change_says_so(offline, tmp_path):
     assert "0 probes between the ends, 2 releases run" in done.stdout, done.stdout
 
 
+@pytest.mark.slow
 def test_through_the_plugin_bisect_blames_the_release_whose_resume_changed(offline, pytester):
     """The fixture's bisect over two releases given in order (no index read): 2.1.0 changed against 1.2.0,
     and 1.2.0 did not against 1.0.0."""
@@ -146,6 +149,7 @@ def test_through_the_plugin_bisect_blames_the_release_whose_resume_changed(offli
     result.assert_outcomes(passed=1)
 
 
+@pytest.mark.slow
 def test_a_downgrade_is_judged_alike_and_reported_as_information(offline, tmp_path):
     """downgrade@2: stopped under --pins (2.0.0, format 2), resumed under --upgrade-from (1.0.0, which reads
     format 1 only): its KeyError on every rank is a refusal; nothing of it fails the run."""

@@ -205,6 +205,7 @@ def test_cold_start_reaches_a_scripts_workers_through_the_cli(tmp_path):
     assert not list((tmp_path / "work").glob("**/*.warm-started")), "a cold start left a warm marker"
 
 
+@pytest.mark.slow
 def test_a_scenario_runs_again_cold_only_its_cases_that_did_not_pass_warm(tmp_path):
     """overwrite-larger-world on a script that moves its files into the directory it overwrites: with the
     flag off it refuses the earlier run's checkpoint (a pass), with it on it leaves that run's files in
