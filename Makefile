@@ -134,7 +134,10 @@ deepspeed-older: $(DS_OLDER)/.installed
 # catalogue (hours at that cost). uv reads no pip.conf: where torch's CPU build comes from a local index or
 # find-links (this machine kind's /etc/pip.conf), give uv the same (UV_FIND_LINKS, UV_INDEX) or pass
 # TRAINER_UV= to use pip. Measured 2026-12-07 (no uv here, pip): 332 s from nothing, the matrix 21 min.
-TRAINERS ?= olmo_core
+# A recipe's requirements-nodeps.txt, if any, is installed last with --no-deps --ignore-requires-python:
+# for a wheel whose metadata is wrong for this Python (megatron-core 0.19.2's cp311 wheel asks for 3.12),
+# its real dependencies listed in requirements.txt.
+TRAINERS ?= olmo_core megatron_core
 TRAINER_SCENARIOS ?=
 TRAINER_UV ?= $(shell command -v uv)
 TRAINER_PIP = $(if $(TRAINER_UV),$(TRAINER_UV) pip install --python $(1)/bin/python $(2),$(1)/bin/pip install \
@@ -145,6 +148,8 @@ TRAINER_PIP = $(if $(TRAINER_UV),$(TRAINER_UV) pip install --python $(1)/bin/pyt
 	$(if $(TRAINER_UV),$(TRAINER_UV) venv --python $(PYTHON) .venv-$*,$(PYTHON) -m venv .venv-$*) && \
 	$(call TRAINER_PIP,.venv-$*,torch==2.13.0) && \
 	$(call TRAINER_PIP,.venv-$*,-c recipes/constraints.txt -r recipes/$*/requirements.txt) && \
+	{ test ! -f recipes/$*/requirements-nodeps.txt || \
+	  $(call TRAINER_PIP,.venv-$*,--no-deps --ignore-requires-python -r recipes/$*/requirements-nodeps.txt); } && \
 	$(call TRAINER_PIP,.venv-$*,-c recipes/constraints.txt -e .) && \
 	echo $$(( $$(date +%s) - start )) > .venv-$*/.install-seconds && \
 	echo ".venv-$*: installed in $$(cat .venv-$*/.install-seconds) s"

@@ -5,8 +5,9 @@ Cheap, always: every recipe's Python parses, its README's launch lines
 files that exist, its trainer is pinned, its CPU adaptations are in one
 module.
 
-End to end, OLMo-core only (the cheapest real trainer), in the venv `make
-trainers` builds (.venv-olmo_core; skipped without it, saying so), both
+End to end, OLMo-core (the cheapest real trainer) and Megatron-Core, each
+in the venv `make trainers` builds (.venv-<recipe>; skipped without it,
+saying so), both
 through that venv's `ckpt-harness`, one targeted case each (3 torchrun runs,
 35-60 s each on the 2-core box):
 
@@ -41,7 +42,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = sorted(p for p in (ROOT / "recipes").iterdir() if (p / "README.md").exists())
-OLMO_VENV = ROOT / ".venv-olmo_core"
 
 
 def launch_paths(readme: str) -> list[str]:
@@ -70,7 +70,8 @@ def test_recipe_files(recipe: Path):
     config = json.loads((recipe / "harness.json").read_text())
     assert "{ckpt_dir}" in config["script"]
     assert (ROOT / shlex.split(config["script"])[0]).is_file()
-    pins = [line for line in (recipe / "requirements.txt").read_text().splitlines() if line and line[0] != "#"]
+    pins = [line for name in ("requirements.txt", "requirements-nodeps.txt") if (recipe / name).exists()
+            for line in (recipe / name).read_text().splitlines() if line and line[0] != "#"]
     assert pins and all("==" in p for p in pins), f"{recipe.name}: the trainer unpinned: {pins}"
     assert "torch==2.13.0" in (ROOT / "recipes" / "constraints.txt").read_text()
     # CPU adaptations live in one module, cpu.py, and the script imports it
@@ -85,15 +86,22 @@ def test_launch_paths_reads_both_forms():
 
 
 def olmo_harness(tmp_path: Path, command: str, script_flags: str, *options: str) -> tuple[dict, str, float]:
-    if not (OLMO_VENV / "bin" / "ckpt-harness").exists():
-        pytest.skip(f"no {OLMO_VENV.name} (OLMo-core's venv, ai2-olmo-core 3.0.0): run make trainers first")
-    script = f"recipes/olmo_core/train.py {{ckpt_dir}} --steps 4 {script_flags}".strip()
+    return recipe_harness("olmo_core", tmp_path, command, script_flags, *options)
+
+
+def recipe_harness(recipe: str, tmp_path: Path, command: str, script_flags: str,
+                   *options: str) -> tuple[dict, str, float]:
+    """`ckpt-harness COMMAND` of the recipe's venv on its train.py (4 steps), cold: its report, output, seconds."""
+    venv = ROOT / f".venv-{recipe}"
+    if not (venv / "bin" / "ckpt-harness").exists():
+        pytest.skip(f"no {venv.name} (the {recipe} recipe's venv): run make trainers TRAINERS={recipe} first")
+    script = f"recipes/{recipe}/train.py {{ckpt_dir}} --steps 4 {script_flags}".strip()
     report = tmp_path / "report.json"
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
     env.pop("PYTHONPATH", None)
     start = time.monotonic()
     done = subprocess.run(
-        [str(OLMO_VENV / "bin" / "ckpt-harness"), *command.split(), "--script", script, "--nproc-per-node", "2",
+        [str(venv / "bin" / "ckpt-harness"), *command.split(), "--script", script, "--nproc-per-node", "2",
          *options, "--cold-start", "--keep", "none", "--json", str(report)],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     took = time.monotonic() - start
@@ -150,3 +158,23 @@ def test_olmo_core_save_overwrite_on_resumes_the_step_before_a_torn_one(tmp_path
     print(f"took {took:.0f} s")
     assert report["verdict"] == "pass", out[-4000:]
     assert any(c["case"] == CASE for c in report["cases"]), out[-4000:]
+
+
+@pytest.mark.trainers
+@pytest.mark.parametrize("flags, verdict", [("", "pass"), ("--no-load-rng", "fail")], ids=["resumes", "no-load-rng"])
+def test_megatron_core_resume_is_judged_by_what_its_dist_checkpointing_saved(tmp_path, flags, verdict):
+    """Megatron-Core's writer puts each tensor into a DCP stream, not a file
+    `torch.save` names: the harness once saw only `.metadata` of its saves,
+    and passed a resume run with Megatron-LM's `--no-load-rng` (the dropout
+    masks after it differ). Its `dist_checkpointing.save` is a save boundary
+    now, handed the sharded state dict's data."""
+    report, out, took = recipe_harness("megatron_core", tmp_path, "run", flags, "--case", "resume@2")
+    print(f"took {took:.0f} s")
+    assert report["verdict"] == verdict, out[-4000:]
+    checks = {c["check"]: c for c in report["cases"] if c["case"] == "resume@2"}
+    if verdict == "fail":
+        assert checks["saves after resume"]["verdict"] == "fail", out[-4000:]
+        assert re.search(r"keys: rng\b", out), out[-4000:]  # the RNG, beside the weights it changed
+    else:  # compared key by key: the model's shards, the optimizer's, the RNG, the iteration
+        compared = re.search(r"final state +PASS +bitwise equal on every rank \((\d+) keys each\)", out)
+        assert compared and int(compared.group(1)) > 20, out[-4000:]

@@ -6,7 +6,8 @@ saves go through and a save is one call of them:
 
 * `torch.save` to a path under the checkpoint directory (or to a file
   fsspec opened under the bucket's URL it is mounted at, ``{ckpt_url}``);
-* `torch.distributed.checkpoint.save` / `async_save`;
+* `torch.distributed.checkpoint.save` / `async_save`, and Megatron-Core's
+  `dist_checkpointing.save` (its writer writes no file a `torch.save` names);
 * `safetensors.torch.save_file` to a path under the checkpoint directory;
 * `transformers.Trainer._save_checkpoint`, `accelerate.Accelerator.save_state`,
   DeepSpeed's engine `save_checkpoint`, Lightning's `Trainer.save_checkpoint`
@@ -853,6 +854,45 @@ def _lightning_async(module: Any) -> None:
     _wrap(module.AsyncCheckpointIO, "save_checkpoint", make)
 
 
+def _megatron(module: Any) -> None:
+    """Megatron-Core's `dist_checkpointing.save(sharded_state_dict, checkpoint_dir)`.
+    Its writer (`FileSystemWriterAsync`, used by a synchronous save too)
+    writes each tensor with `torch.save` into a stream of DCP's transforms,
+    not a file, and every other object as bytes: no save the `torch.save`
+    hook sees, but for the `.metadata` pickled last. What the save was
+    handed is the sharded state dict, whose values a save writes are each
+    `ShardedTensor`'s and `ShardedObject`'s `data` (`megatron_state`)."""
+    def make(original: Callable) -> Callable:
+        def save(*args: Any, **kwargs: Any) -> Any:
+            saves = _require()
+            state = args[0] if args else kwargs.get("sharded_state_dict")
+            where = args[1] if len(args) > 1 else kwargs.get("checkpoint_dir")
+            with saves.boundary(saves.step_in(where), "path", "sharded_state_dict", megatron_state(state)):
+                return original(*args, **kwargs)
+        return save
+
+    for owner in (module, sys.modules.get("megatron.core.dist_checkpointing.serialization")):
+        if owner is not None:
+            _wrap(owner, "save", make)
+
+
+#: Megatron-Core's sharded values: what a save of one writes is their `data` (a tensor's local shard, an object).
+MEGATRON_SHARDED = ("ShardedTensor", "ShardedObject", "ShardedTensorFactory")
+
+
+def megatron_state(obj: Any) -> Any:
+    """A Megatron-Core sharded state dict as the values its save writes:
+    each sharded value's `data` in its place, the rest as it is (by type
+    name: Megatron-Core is not imported here)."""
+    if isinstance(obj, dict):
+        return {key: megatron_state(value) for key, value in obj.items()}
+    if isinstance(obj, list):
+        return [megatron_state(value) for value in obj]
+    if isinstance(obj, tuple):
+        return tuple(megatron_state(value) for value in obj)
+    return obj.data if type(obj).__name__ in MEGATRON_SHARDED else obj
+
+
 #: Module -> what wraps its save entry points once it has run.
 _HOOKS: dict[str, Callable[[Any], None]] = {
     "torch": _torch,
@@ -861,6 +901,7 @@ _HOOKS: dict[str, Callable[[Any], None]] = {
     "numpy": _numpy,
     "safetensors.torch": _safetensors,
     "torch.distributed.checkpoint": _dcp,
+    "megatron.core.dist_checkpointing": _megatron,
     "transformers.trainer": _hf_trainer,
     "accelerate.accelerator": _accelerate,
     "deepspeed.runtime.engine": _deepspeed,
