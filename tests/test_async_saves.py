@@ -9,6 +9,7 @@ world size 2, 4 steps, a couple of runs each.
 """
 
 import dataclasses
+import re
 
 import pytest
 
@@ -112,7 +113,10 @@ def test_old_checkpoints_purged_before_the_new_one_landed_are_flagged(tmp_path, 
     assert result.verdict == verdict, result.explain()
     if verdict == "fail":
         assert "/ atomic: FAIL — crash at rank 0 " in result.details and "in bg_save " in result.details
-        assert "`latest` points to a missing checkpoint" in result.details, result.details
+        # `latest` names step 2, which rank 0's main thread was deleting as its writer was killed: gone
+        # whole, or cut part way on a loaded machine (the directory left, its .metadata gone first)
+        assert "`latest` points to a missing checkpoint" in result.details or re.search(
+            r"refused: FileNotFoundError: .*step_000002/\.metadata'", result.details), result.details
 
 
 @pytest.mark.parametrize("job, verdict, words", [
