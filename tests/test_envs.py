@@ -36,6 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 MAKE = """
 import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a test runner's worker may have SIGINT ignored
+signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # or blocked: a user's never is
 from ckpt_harness.launch.envs import Pins, made
 pins = Pins([sys.argv[3]], find_links=[sys.argv[2]], no_index=True)
 env = made(pins, sys.argv[1], lambda line: print(line, flush=True))
@@ -203,7 +204,14 @@ def contested(wheels, tmp_path_factory) -> dict:
         proc = start_making(root, wheels, "tinyckpt==1.1.0")
         building = wait_for_pip(root, proc)
         os.kill(proc.pid, sig)
-        output = proc.communicate(timeout=120)[0]
+        try:
+            output = proc.communicate(timeout=120)[0]
+        except subprocess.TimeoutExpired:  # what kept it from ending: its state and signals, for the report
+            status = [line for line in Path(f"/proc/{proc.pid}/status").read_text().splitlines()
+                      if line.startswith(("State", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt"))]
+            proc.kill()
+            raise AssertionError(f"{sig.name} did not end the build in 120 s: {status}; it said "
+                                 f"{proc.communicate()[0]!r}") from None
         seen[sig.name] = {"returncode": proc.returncode, "output": output, "leftovers": leftovers(root),
                           "pip": gone(str(building))}
     killed = start_making(root, wheels, "tinyckpt==1.1.0")
