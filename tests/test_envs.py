@@ -37,7 +37,6 @@ REPO = Path(__file__).resolve().parents[1]
 MAKE = """
 import signal, sys
 signal.signal(signal.SIGINT, signal.default_int_handler)  # a test runner's worker may have SIGINT ignored
-signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})  # or blocked: a user's never is
 from ckpt_harness.launch.envs import Pins, made
 pins = Pins([sys.argv[3]], find_links=[sys.argv[2]], no_index=True)
 env = made(pins, sys.argv[1], lambda line: print(line, flush=True))
