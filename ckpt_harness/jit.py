@@ -176,14 +176,14 @@ def _run_builder(op: JitOp, until: float, timeout: float) -> None:
     with tempfile.TemporaryFile() as log:
         # Its own session, so that a timeout or Ctrl-C here kills the compilers
         # it started too; and it dies with us if we are SIGKILLed.
-        proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=log, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True,
-                                preexec_fn=functools.partial(_proc.die_with_parent, os.getpid()))
+        proc = _proc.Child([sys.executable, "-c", code], env=env, stdout=log, stderr=subprocess.STDOUT,
+                           stdin=subprocess.DEVNULL, start_new_session=True,
+                           preexec_fn=functools.partial(_proc.die_with_parent, os.getpid()))
         try:
             proc.wait(timeout=max(1.0, until - time.monotonic()))
         except BaseException:  # the timeout, or Ctrl-C: the compiler goes too, and its lock with it
             _proc.kill_group(proc.pid)
-            proc.wait()
+            proc.reap()
             op.torch_lock.unlink(missing_ok=True)
             if isinstance(sys.exc_info()[1], subprocess.TimeoutExpired):
                 raise BuildFailed(f"building {op.what} took longer than {timeout:.0f}s; "

@@ -64,15 +64,15 @@ def run_conversion(name: str, source: Path, workdir: Path, deadline: float, *, r
     argv = [sys.executable, "-m", "ckpt_harness.conversions", name, str(source), str(out), str(result),
             str(deadline), "source" if read_source else "-"]
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen(argv, env=child_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=workdir, start_new_session=True,
-                                preexec_fn=functools.partial(_proc.die_with_parent, os.getpid()))
+        proc = _proc.Child(argv, env=child_env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                           cwd=workdir, start_new_session=True,
+                           preexec_fn=functools.partial(_proc.die_with_parent, os.getpid()))
         timed_out = False
         try:
             proc.wait(timeout=deadline)
         except BaseException as exc:  # the deadline, or Ctrl-C: the conversion and what it started go
             _proc.kill_group(proc.pid)
-            proc.wait()
+            proc.reap()
             if not isinstance(exc, subprocess.TimeoutExpired):
                 raise
             timed_out = True

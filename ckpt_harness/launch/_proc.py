@@ -6,6 +6,7 @@ import ctypes
 import errno
 import os
 import signal
+import subprocess
 import sys
 
 _PR_SET_PDEATHSIG = 1
@@ -43,6 +44,28 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
     except OSError as exc:
         if exc.errno not in (errno.ESRCH, errno.EPERM):
             raise
+
+
+class Child(subprocess.Popen):
+    """A `Popen` that can be reaped after a kill whatever state an interrupted wait left it in.
+
+    A Ctrl-C that lands inside `Popen.wait(timeout)` between its non-blocking
+    acquire of the Popen's waitpid lock and the `try` that releases it leaves
+    that lock held (CPython 3.11), and every later `wait()` sleeps on it for
+    good: seen as a Ctrl-C'd build asleep on a futex, its pip killed and never
+    reaped, in a clean clone's test run. Every cleanup that kills a child and
+    then waits for it is the same race, so each reaps with `os.waitpid`.
+    """
+
+    def reap(self) -> None:
+        """Wait for this child, just killed, and record how it ended."""
+        if self.returncode is not None:
+            return
+        try:
+            _, status = os.waitpid(self.pid, 0)
+        except ChildProcessError:  # reaped already, by an interrupted wait
+            return
+        self.returncode = os.waitstatus_to_exitcode(status)
 
 
 def describe_status(status: int) -> tuple[int | None, int | None]:

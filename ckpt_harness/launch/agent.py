@@ -221,7 +221,7 @@ class _Server:
         fd, path = tempfile.mkstemp(prefix="ckpt-harness-agents-", suffix=".log")
         os.unlink(path)
         self.log_fd = fd
-        self.proc = subprocess.Popen(
+        self.proc = _proc.Child(
             # -u: the flags a worker forked from an agent has are the server's (`warm_workers`).
             [python, "-u", "-m", "ckpt_harness.launch.agent", str(theirs.fileno()), str(os.getpid())],
             pass_fds=[theirs.fileno()], stdin=subprocess.DEVNULL, stdout=fd, stderr=fd,
@@ -288,7 +288,7 @@ class _Server:
                 self.proc.wait(timeout=wait)
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
-                self.proc.wait()
+                self.proc.reap()
         self.sock.close()
         try:
             os.close(self.log_fd)

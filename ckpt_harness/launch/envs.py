@@ -371,27 +371,15 @@ def _run(command: list[str], out: Path, err: Path, pidfile: Path, timeout: float
     """Run `command` in a process group of its own, its output in `out` and `err`; whatever ends the wait
     (its deadline, Ctrl-C, SIGTERM) ends the whole group, pip's re-run under the env's interpreter included."""
     with open(out, "wb") as stdout, open(err, "wb") as stderr:
-        proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                start_new_session=True, env=environ)
+        proc = _proc.Child(command, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
+                           start_new_session=True, env=environ)
     try:
         pidfile.write_text(str(proc.pid))
         return proc.wait(timeout=timeout)
     finally:
         if proc.returncode is None:  # not reaped yet, so its pid is still its group's
             _proc.kill_group(proc.pid)
-            _reap(proc)
-
-
-def _reap(proc: subprocess.Popen) -> None:
-    """Wait for `proc`, just killed, with `os.waitpid` rather than `Popen.wait`. A Ctrl-C that lands inside
-    `Popen.wait(timeout)` between its non-blocking acquire of the Popen's waitpid lock and the `try` that
-    releases it leaves that lock held (CPython 3.11), and a second `wait()` then sleeps on it for good: seen
-    as a Ctrl-C'd build asleep on a futex, its pip killed and never reaped, in a clean clone's test run."""
-    try:
-        _, status = os.waitpid(proc.pid, 0)
-    except ChildProcessError:  # reaped already
-        return
-    proc.returncode = os.waitstatus_to_exitcode(status)
+            proc.reap()
 
 
 def _rebase(building: Path, final: Path) -> None:

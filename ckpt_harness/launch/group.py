@@ -231,7 +231,7 @@ class _ZygoteClient:
     """A warm fork server of this harness process: the first one started
     (`start`), or a fork of it (`fork`) to run another group at once."""
 
-    def __init__(self, sock: socket.socket, proc: Union[subprocess.Popen, "_Forked"], log_path: str,
+    def __init__(self, sock: socket.socket, proc: Union[_proc.Child, "_Forked"], log_path: str,
                  owns_log: bool) -> None:
         self.owner = os.getpid()
         self.lock = threading.Lock()
@@ -246,7 +246,7 @@ class _ZygoteClient:
         """A fresh interpreter that imports torch (seconds of CPU)."""
         ours, theirs = socket.socketpair()
         fd, log_path = tempfile.mkstemp(prefix="ckpt-harness-zygote-", suffix=".log")
-        proc = subprocess.Popen(
+        proc = _proc.Child(
             [sys.executable, "-m", "ckpt_harness.launch.zygote", str(theirs.fileno()), str(os.getpid())],
             pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL,
@@ -319,7 +319,7 @@ class _ZygoteClient:
                 self.proc.wait(timeout=wait)
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
-                self.proc.wait()
+                self.proc.reap()
         self.sock.close()
         if self.owns_log:
             try:
@@ -358,6 +358,12 @@ class _Forked:
                 signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def reap(self) -> None:
+        """Wait for it to die, just killed (its parent, the first server, reaps it)."""
+        if self.pidfd is not None:
+            select.select([self.pidfd], [], [])
+        self._forget()
 
     def _forget(self) -> None:
         if self.pidfd is not None:

@@ -104,7 +104,7 @@ class S3Server:
         self.root = Path(root)
         self.start_timeout = start_timeout
         self.ports: dict[str, int] = {}
-        self.process: Optional[subprocess.Popen] = None
+        self.process: Optional[_proc.Child] = None
         self.endpoint: Optional[S3Endpoint] = None
 
     @property
@@ -127,9 +127,9 @@ class S3Server:
                "TMPDIR": str(self.root)}
         parent = os.getpid()
         with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                            env=env, cwd=self.root, start_new_session=True,
-                                            preexec_fn=lambda: _proc.die_with_parent(parent))
+            self.process = _proc.Child(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                       env=env, cwd=self.root, start_new_session=True,
+                                       preexec_fn=lambda: _proc.die_with_parent(parent))
         try:
             _wait_ready(endpoint, self.process, self.start_timeout, self.log)
         except BaseException:
@@ -143,7 +143,7 @@ class S3Server:
         process, self.process = self.process, None
         if process is not None:
             _proc.kill_group(process.pid, signal.SIGKILL)
-            process.wait()
+            process.reap()
         for port in self.ports.values():
             for sock in glob.glob(f"/tmp/seaweedfs-*-{port}.sock"):
                 with contextlib.suppress(OSError):
