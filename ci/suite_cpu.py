@@ -41,6 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 #: majflt, swaps (comp_t each), comm[16].
 ACCT_V3 = struct.Struct("<BBHIIIIIIf8H16s")
 AHZ = 100
+#: A process of this many CPU seconds or more is a fresh interpreter that imported torch (2-4 s on the
+#: 2-core box); a rank forked from a warm server takes 0.05-0.2 s.
+HEAVY = 2.0
 
 
 def _comp(value: int) -> int:
@@ -121,6 +124,7 @@ def report(records: list[dict], log: list[dict], machine: float, wall: float) ->
     starts = {}
     by_test = collections.Counter()  # the test's own work in its worker, then its processes'
     in_tests = collections.Counter()  # worker -> its CPU inside tests
+    heavy = collections.Counter()  # test -> its processes of HEAVY CPU s or more (fresh interpreters importing torch)
     for e in log:
         if "start" in e:
             starts[e["worker"], e["test"]] = e
@@ -159,17 +163,20 @@ def report(records: list[dict], log: list[dict], machine: float, wall: float) ->
             continue
         s = spans[w]
         i = bisect.bisect_right(s, (r["end"], float("inf"), "")) - 1
-        by_test[s[i][2] if i >= 0 else "(before the worker's first test)"] += r["cpu"]
+        test = s[i][2] if i >= 0 else "(before the worker's first test)"
+        by_test[test] += r["cpu"]
+        heavy[test] += r["cpu"] >= HEAVY
     total = sum(r["cpu"] for r in records)
     print(f"\n{'cpu s':>8}  test (its own work in the xdist worker, and the processes that exited while it ran)")
     for name, cpu in by_test.most_common(40):
-        print(f"{cpu:8.1f}  {name}")
-    by_module = collections.Counter()
+        print(f"{cpu:8.1f}  {name}  ({heavy[name]} heavy)")
+    by_module, heavy_in = collections.Counter(), collections.Counter()
     for name, cpu in by_test.items():
         by_module[name.split("::")[0]] += cpu
+        heavy_in[name.split("::")[0]] += heavy[name]
     print(f"\n{'cpu s':>8}  module")
     for name, cpu in by_module.most_common():
-        print(f"{cpu:8.1f}  {name}")
+        print(f"{cpu:8.1f}  {name}  ({heavy_in[name]} heavy)")
     by_comm = collections.Counter()
     for r in records:
         by_comm[r["comm"]] += r["cpu"]
