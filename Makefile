@@ -136,7 +136,7 @@ deepspeed-older: $(DS_OLDER)/.installed
 # A recipe's requirements-nodeps.txt, if any, is installed last with --no-deps --ignore-requires-python:
 # for a wheel whose metadata is wrong for this Python (megatron-core 0.19.2's cp311 wheel asks for 3.12),
 # its real dependencies listed in requirements.txt.
-TRAINERS ?= olmo_core megatron_core
+TRAINERS ?= olmo_core megatron_core torchtitan
 TRAINER_SCENARIOS ?=
 TRAINER_UV ?= $(shell command -v uv)
 TRAINER_PIP = $(if $(TRAINER_UV),$(TRAINER_UV) pip install --python $(1)/bin/python $(2),$(1)/bin/pip install \
