@@ -717,8 +717,24 @@ _steps_hooked = False
 
 
 def _optimizer_step(_optimizer: Any, _args: Any, _kwargs: Any) -> None:
-    if not _creates_state(sys._getframe(1)):
+    caller = sys._getframe(1)  # torch's step wrapper, which runs the hooks
+    if not _creates_state(caller) and not _inside_another_step(caller):
         _require().optimizer_step()
+
+
+def _inside_another_step(wrapper: Any) -> bool:
+    """Is this step one that an outer optimizer's step makes? torchtitan's
+    `OptimizersContainer` is itself an `Optimizer` whose step steps each
+    model part's: one training step, which once counted as two (and a stop
+    between saves landed inside it, after the outer step had begun). Every
+    optimizer's step runs through the same wrapper code, so an outer step in
+    progress on this thread is that code further up the stack."""
+    code, frame = wrapper.f_code, wrapper.f_back
+    while frame is not None:
+        if frame.f_code is code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 def _creates_state(frame: Any) -> bool:

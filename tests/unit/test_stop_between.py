@@ -175,3 +175,59 @@ def test_the_main_threads_optimizer_steps_are_counted_and_a_stop_is_offered_outs
         saves.optimizer_step()  # DCP's get_state_dict steps the optimizer to create its state, inside a save
     saves.optimizer_step()
     assert saves.optimizer_steps == 4 and offered == [0, 1, 3]
+
+
+def _container(parts):
+    """An optimizer that is a container of optimizers, as torchtitan's
+    `OptimizersContainer`: itself a `torch.optim.Optimizer`, its step steps
+    each model part's."""
+    import torch
+
+    class Container(torch.optim.Optimizer):
+        def __init__(self):
+            self.parts = [torch.optim.AdamW(part.parameters()) for part in parts]
+            super().__init__([p for part in parts for p in part.parameters()], {})
+
+        def step(self, closure=None):
+            for optimizer in self.parts:
+                optimizer.step()
+
+    return Container()
+
+
+@pytest.fixture
+def hooked(tmp_path, monkeypatch):
+    """The harness's optimizer-step hook on every optimizer, counting into a Saves of its own."""
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    from ckpt_harness.inject import saves as module
+
+    saves = Saves(str(tmp_path), lambda step: None, lambda save: None, stepping=lambda n: None)
+    monkeypatch.setattr(module, "_active", saves)
+    handle = register_optimizer_step_pre_hook(module._optimizer_step)
+    yield saves
+    handle.remove()
+
+
+def test_an_optimizer_that_steps_the_optimizers_it_holds_is_one_step(hooked):
+    import torch
+
+    parts = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]
+    container = _container(parts)
+    for _ in range(3):
+        sum(part(torch.ones(2)).sum() for part in parts).backward()
+        container.step()
+    assert hooked.optimizer_steps == 3  # not 9: the container's and each part's
+
+
+def test_two_optimizers_stepped_one_after_the_other_are_two_steps(hooked):
+    """Not nested: the count is each optimizer's, as before (a run with two
+    optimizers makes two steps between its saves)."""
+    import torch
+
+    parts = [torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)]
+    optimizers = [torch.optim.SGD(part.parameters(), lr=0.1) for part in parts]
+    for part, optimizer in zip(parts, optimizers):
+        part(torch.ones(2)).sum().backward()
+        optimizer.step()
+    assert hooked.optimizer_steps == 2
