@@ -136,11 +136,16 @@ deepspeed-older: $(DS_OLDER)/.installed
 # A recipe's requirements-nodeps.txt, if any, is installed last with --no-deps --ignore-requires-python:
 # for a wheel whose metadata is wrong for this Python (megatron-core 0.19.2's cp311 wheel asks for 3.12),
 # its real dependencies listed in requirements.txt.
+# A recipe's uninstall.txt, if any, names packages removed after everything else is installed (`pip
+# uninstall -y -r`): a hard requirement of the trainer whose only wheel is a CUDA build that breaks imports
+# under the CPU torch (llamafactory 0.9.5's torchvision and torchaudio: recipes/llamafactory/uninstall.txt).
 TRAINERS ?= olmo_core megatron_core torchtitan
 TRAINER_SCENARIOS ?=
 TRAINER_UV ?= $(shell command -v uv)
 TRAINER_PIP = $(if $(TRAINER_UV),$(TRAINER_UV) pip install --python $(1)/bin/python $(2),$(1)/bin/pip install \
 	--quiet --disable-pip-version-check $(2))
+TRAINER_UNINSTALL = $(if $(TRAINER_UV),$(TRAINER_UV) pip uninstall --python $(1)/bin/python $(2),$(1)/bin/pip \
+	uninstall -y --quiet --disable-pip-version-check $(2))
 
 .venv-%/.installed: recipes/%/requirements.txt recipes/constraints.txt pyproject.toml
 	@start=$$(date +%s); \
@@ -150,6 +155,7 @@ TRAINER_PIP = $(if $(TRAINER_UV),$(TRAINER_UV) pip install --python $(1)/bin/pyt
 	{ test ! -f recipes/$*/requirements-nodeps.txt || \
 	  $(call TRAINER_PIP,.venv-$*,--no-deps --ignore-requires-python -r recipes/$*/requirements-nodeps.txt); } && \
 	$(call TRAINER_PIP,.venv-$*,-c recipes/constraints.txt -e .) && \
+	{ test ! -f recipes/$*/uninstall.txt || $(call TRAINER_UNINSTALL,.venv-$*,-r recipes/$*/uninstall.txt); } && \
 	echo $$(( $$(date +%s) - start )) > .venv-$*/.install-seconds && \
 	echo ".venv-$*: installed in $$(cat .venv-$*/.install-seconds) s"
 	touch $@

@@ -13,6 +13,10 @@ Makefile), the matrix's wall time, the harness's own matrix.md (its table
 and a finding per failing cell with its repro), and the recipe's
 MATRIX_NOTES.md (what each failing cell means), if it has one. Standard
 library only: it runs under any python3.
+
+A recipe whose harness.json says `"needs": "cuda"` is skipped, with one line
+naming it and its `needs_why`, where its venv's torch sees no CUDA device
+(see `unmet_need`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,36 @@ RECIPES = ROOT / "recipes"
 
 def load(recipe: str) -> dict:
     return json.loads((RECIPES / recipe / "harness.json").read_text())
+
+
+def cuda_present(recipe: str) -> bool:
+    """Whether the recipe's venv's torch sees a CUDA device (`torch.cuda.is_available()`): the question
+    its training script asks, answered by the torch it runs on (this file imports no torch)."""
+    py = ROOT / f".venv-{recipe}" / "bin" / "python"
+    code = "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"
+    return subprocess.run([str(py), "-c", code], capture_output=True).returncode == 0
+
+
+def unmet_need(recipe: str, config: dict) -> str | None:
+    """Why the recipe's matrix cannot run on this machine, or None where it can.
+
+    `"needs": "cuda"` in harness.json is for a trainer that trains and saves
+    on CPU but whose own checkpoint loading cannot run there (LLaMA-Factory
+    0.9.5: the HF Trainer loads `optimizer.pt` with `map_location=` the
+    MULTI_CPU device `cpu:N`, which torch refuses). The project stubs no
+    checkpoint code, so on CPU every resume would die in the trainer and the
+    matrix would judge an environment limit, not the trainer's
+    checkpointing: it is skipped, saying so, and runs where CUDA is present.
+    `needs_why` in harness.json says why, in a line."""
+    needs = config.get("needs")
+    if needs is None:
+        return None
+    if needs != "cuda":
+        raise ValueError(f"recipes/{recipe}/harness.json: needs {needs!r}: only 'cuda' is known")
+    if cuda_present(recipe):
+        return None
+    return (f"needs CUDA (torch.cuda.is_available() is False in .venv-{recipe}): "
+            + config.get("needs_why", "its harness.json says so"))
 
 
 def matrix_command(recipe: str, config: dict, out: Path, scenarios: str | None) -> list[str]:
@@ -93,7 +127,14 @@ def main(argv: list[str] | None = None) -> int:
     worst = 0
     for recipe in opts.recipes:
         out = (opts.out / recipe).resolve()
-        cmd = matrix_command(recipe, load(recipe), out, opts.scenarios)
+        config = load(recipe)
+        unmet = unmet_need(recipe, config)
+        if unmet:
+            print(f"{recipe}: matrix skipped, {unmet}", flush=True)
+            sections.append(f"## {recipe}\n\nNot run by `make trainers` here: {unmet}. "
+                            f"See recipes/{recipe}/README.md.\n")
+            continue
+        cmd = matrix_command(recipe, config, out, opts.scenarios)
         if opts.doc_only:
             ran = json.loads((out / "run.json").read_text())
             seconds, rc = ran["seconds"], ran["exit_status"]

@@ -3,7 +3,10 @@
 Cheap, always: every recipe's Python parses, its README's launch lines
 (`torchrun ... PATH.py`, `--script 'PATH ...'`) and its harness.json name
 files that exist, its trainer is pinned, its CPU adaptations are in one
-module.
+module. And `make trainers` (recipes/harness.py) skips, with its reason, the
+matrix of a recipe whose harness.json says `"needs": "cuda"` on a machine
+without CUDA (LLaMA-Factory's: its own resume cannot run on CPU), and runs it
+where CUDA is present: shown both ways without running a trainer.
 
 End to end, OLMo-core (the cheapest real trainer) and Megatron-Core, each
 in the venv `make trainers` builds (.venv-<recipe>; skipped without it,
@@ -200,3 +203,45 @@ def test_torchtitan_resumes_bitwise_through_its_checkpoint_manager(tmp_path):
     assert checks == dict.fromkeys(("live", "load step", "saves after resume", "final state"), "pass"), out[-4000:]
     compared = re.search(r"final state +PASS +bitwise equal on every rank \((\d+) keys each\)", out)
     assert compared and int(compared.group(1)) > 100, out[-4000:]
+
+
+def load_recipes_harness():
+    """recipes/harness.py (`make trainers`' second half), imported from its file: recipes/ is no package."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("recipes_harness", ROOT / "recipes" / "harness.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("cuda", [False, True], ids=["no-cuda", "cuda"])
+def test_make_trainers_skips_a_recipe_that_needs_cuda_only_without_it(tmp_path, monkeypatch, capsys, cuda):
+    """A recipe whose harness.json says `"needs": "cuda"` (LLaMA-Factory: its own resume cannot run on CPU)
+    is skipped with one line naming it and why where its venv's torch sees no CUDA device, and its matrix
+    runs where one is; a recipe without the field runs either way. No trainer runs: the matrix command
+    is recorded, not called, and whether CUDA is present is given."""
+    harness = load_recipes_harness()
+    recipes = tmp_path / "recipes"
+    for name, extra in (("gpu_only", {"needs": "cuda", "needs_why": "its resume dies on CPU"}), ("anywhere", {})):
+        (recipes / name).mkdir(parents=True)
+        (recipes / name / "harness.json").write_text(json.dumps({"script": f"{name}/train.py {{ckpt_dir}}", **extra}))
+    ran = []
+    monkeypatch.setattr(harness, "RECIPES", recipes)
+    monkeypatch.setattr(harness, "cuda_present", lambda recipe: cuda)
+    monkeypatch.setattr(harness, "versions", lambda recipe: "3.11, torch 2.13.0")
+    monkeypatch.setattr(harness.subprocess, "call", lambda cmd, **kw: ran.append(cmd) or 0)
+    doc = tmp_path / "matrix-trainers.md"
+    assert harness.main(["gpu_only", "anywhere", "--out", str(tmp_path / "out"), "--doc", str(doc)]) == 0
+    out = capsys.readouterr().out
+    scripts = [cmd[cmd.index("--script") + 1] for cmd in ran]
+    skipped = ("gpu_only: matrix skipped, needs CUDA (torch.cuda.is_available() is False in .venv-gpu_only): "
+               "its resume dies on CPU")
+    if cuda:
+        assert scripts == ["gpu_only/train.py {ckpt_dir}", "anywhere/train.py {ckpt_dir}"], out
+        assert "skipped" not in out
+    else:
+        assert scripts == ["anywhere/train.py {ckpt_dir}"], out
+        assert skipped in out.splitlines(), out
+        assert "Not run by `make trainers` here: needs CUDA" in doc.read_text()
+    assert harness.unmet_need("anywhere", {"script": "x"}) is None
