@@ -139,7 +139,7 @@ deepspeed-older: $(DS_OLDER)/.installed
 # A recipe's uninstall.txt, if any, names packages removed after everything else is installed (`pip
 # uninstall -y -r`): a hard requirement of the trainer whose only wheel is a CUDA build that breaks imports
 # under the CPU torch (llamafactory 0.9.5's torchvision and torchaudio: recipes/llamafactory/uninstall.txt).
-TRAINERS ?= olmo_core megatron_core torchtitan
+TRAINERS ?= olmo_core megatron_core torchtitan llamafactory
 TRAINER_SCENARIOS ?=
 TRAINER_UV ?= $(shell command -v uv)
 TRAINER_PIP = $(if $(TRAINER_UV),$(TRAINER_UV) pip install --python $(1)/bin/python $(2),$(1)/bin/pip install \
