@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Protocol, runtime_checkable
 
 from ckpt_harness.errors import ScenarioError
-from ckpt_harness.extensions import load, with_entry_points
+from ckpt_harness.extensions import registered, with_entry_points
 
 __all__ = ["BUILTIN_CONVERSIONS", "Conversion", "NoReader", "for_layout", "get", "layouts", "registry", "save_dir"]
 
@@ -122,15 +122,9 @@ def get(name: str) -> Conversion:
     if target is None:
         raise ScenarioError(f"unknown conversion {name!r}; choose from {', '.join(registry())}, or give "
                             "module:attribute")
-    try:
-        found = load(target)
-    except (ImportError, AttributeError) as exc:
-        raise ScenarioError(f"conversion {name!r} ({target}) cannot be loaded: {exc}") from exc
-    if not isinstance(found, Conversion):
-        raise ScenarioError(f"conversion {name!r} ({target}) lacks reads, gives, writes, drops, why_dropped, "
-                            "requires, applies(), convert(), read() or read_source(): "
-                            "see ckpt_harness.conversions.Conversion")
-    return found
+    return registered("conversion", name, target, Conversion, ScenarioError,
+                      "lacks reads, gives, writes, drops, why_dropped, requires, applies(), convert(), read() or "
+                      "read_source(): see ckpt_harness.conversions.Conversion")
 
 
 def layouts() -> list[str]:

@@ -16,7 +16,7 @@ from typing import Any, Mapping, Union
 
 from ckpt_harness.config import ExplorePlan, RunConfig, ScriptConfig, settings_of
 from ckpt_harness.errors import UsageError
-from ckpt_harness.extensions import load, with_entry_points
+from ckpt_harness.extensions import registered, with_entry_points
 from ckpt_harness.targets.base import (
     FAILURE_GRACE,
     PROPAGATION,
@@ -46,16 +46,9 @@ BUILTIN_KINDS = {"job": "ckpt_harness.targets.job:KIND", "script": "ckpt_harness
 @functools.lru_cache(maxsize=None)
 def kinds() -> tuple[TargetKind, ...]:
     """Every kind of target: the built-in ones, then installed packages'."""
-    found = []
-    for name, where in with_entry_points(ENTRY_POINT_GROUP, BUILTIN_KINDS).items():
-        try:
-            kind = load(where)
-        except (ImportError, AttributeError) as exc:
-            raise UsageError(f"target kind {name!r} ({where}) cannot be loaded: {exc}") from exc
-        if not isinstance(kind, TargetKind):
-            raise UsageError(f"target kind {name!r} ({where}) is not a ckpt_harness.targets.TargetKind")
-        found.append(kind)
-    return tuple(found)
+    return tuple(registered("target kind", name, where, TargetKind, UsageError,
+                            "is not a ckpt_harness.targets.TargetKind")
+                 for name, where in with_entry_points(ENTRY_POINT_GROUP, BUILTIN_KINDS).items())
 
 
 def chosen(given: Mapping[str, Any], command: str) -> TargetKind:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Sequence, ru
 
 from ckpt_harness.config import SETTINGS, Setting
 from ckpt_harness.errors import ScenarioError, UsageError
-from ckpt_harness.extensions import load, with_entry_points
+from ckpt_harness.extensions import registered, with_entry_points
 from ckpt_harness.targets import NotApplicable
 from ckpt_harness.targets.base import capability
 
@@ -85,13 +85,8 @@ def get(name: str) -> Check:
     target = registry().get(name)
     if target is None:
         raise ScenarioError(f"unknown check {name!r}; choose from {', '.join(registry())}")
-    try:
-        check = load(target)
-    except (ImportError, AttributeError) as exc:
-        raise ScenarioError(f"check {name!r} ({target}) cannot be loaded: {exc}") from exc
-    if not isinstance(check, Check):
-        raise ScenarioError(f"check {name!r} ({target}) has no params, validate() and run(): "
-                            "see ckpt_harness.catalogue.checks.Check")
+    check = registered("check", name, target, Check, ScenarioError,
+                       "has no params, validate() and run(): see ckpt_harness.catalogue.checks.Check")
     for needed in getattr(check, "requires", ()):
         try:
             capability(needed)
