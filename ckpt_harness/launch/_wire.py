@@ -9,6 +9,7 @@ from __future__ import annotations
 import pickle
 import socket
 import struct
+import subprocess
 from typing import Any
 
 _HEADER = struct.Struct("!I")
@@ -34,3 +35,18 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
         chunks.append(chunk)
         remaining -= len(chunk)
     return b"".join(chunks)
+
+
+def shut_down(sock: socket.socket, proc: Any, wait: float) -> None:
+    """End a server of ours at the other end of `sock`: ask it to shut down,
+    and kill and reap it (`proc.reap`, `_proc.Child`'s or a forked server's)
+    where it cannot be asked or does not exit within `wait` seconds. The
+    fork server and the agent server end the same way."""
+    if proc.poll() is not None:
+        return
+    try:
+        send(sock, {"op": "shutdown"})
+        proc.wait(timeout=wait)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+        proc.reap()

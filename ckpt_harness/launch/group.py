@@ -313,13 +313,7 @@ class _ZygoteClient:
             return "(no log)"
 
     def close(self, wait: float = 5.0) -> None:
-        if self.proc.poll() is None:
-            try:
-                _wire.send(self.sock, {"op": "shutdown"})
-                self.proc.wait(timeout=wait)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.reap()
+        _wire.shut_down(self.sock, self.proc, wait)
         self.sock.close()
         if self.owns_log:
             try:

@@ -52,3 +52,27 @@ def test_a_plain_popen_would_hang_where_child_does_not():
         proc._waitpid_lock.release()  # the wait goes on and reaps it: no thread is left behind
         waited.join(timeout=30)
     assert not waited.is_alive() and proc.returncode == 0
+
+
+def _server(code: str):
+    """A child at the other end of a socket pair, running `code` with the socket as `s`."""
+    import socket
+
+    ours, theirs = socket.socketpair()
+    proc = _proc.Child([sys.executable, "-c", f"import socket, sys, time; s = socket.socket(fileno={theirs.fileno()}); "
+                        + code], pass_fds=[theirs.fileno()], start_new_session=True)
+    theirs.close()
+    return ours, proc
+
+
+def test_a_server_asked_to_shut_down_exits_and_one_that_does_not_is_killed_and_reaped():
+    """`_wire.shut_down`, how the fork server and the agent server end: asked, it exits; deaf, it is
+    killed after the wait, and reaped."""
+    from ckpt_harness.launch import _wire
+
+    sock, obeys = _server("s.recv(1 << 16); sys.exit(0)")
+    _wire.shut_down(sock, obeys, wait=30)
+    assert obeys.returncode == 0
+    sock, deaf = _server("time.sleep(60)")
+    _wire.shut_down(sock, deaf, wait=0.5)
+    assert deaf.returncode == -signal.SIGKILL and not Path(f"/proc/{deaf.pid}").exists()
