@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Iterator, NoReturn, Optional, Sequence
 
-from ckpt_harness.jobs import axes
+from ckpt_harness.job import axes
 from ckpt_harness.errors import HarnessError, Interrupted, UsageError, did_you_mean, signal_of
 from ckpt_harness.jobs import describe, registry
 from ckpt_harness.launch.group import LaunchError

@@ -19,7 +19,7 @@ import dataclasses
 import shlex
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from ckpt_harness.jobs import axes as axes_mod
+from ckpt_harness.job import axes as axes_mod
 from ckpt_harness.errors import ConfigError, did_you_mean
 from ckpt_harness.inject.corrupt import CORRUPTIONS, DEFAULT_CORRUPTIONS, UNSAFE_PICKLE
 from ckpt_harness.inject.faults import BLOCKING, BY_NAME, FAULT_KINDS, KINDS, OPS
@@ -350,7 +350,7 @@ class RunConfig:
 
     @property
     def axes(self) -> axes_mod.Axes:
-        """What the job trains with beyond its model (`ckpt_harness.jobs.axes`), as its ranks receive it."""
+        """What the job trains with beyond its model (`ckpt_harness.job.axes`), as its ranks receive it."""
         return axes_mod.Axes.of(self.values)
 
     @classmethod

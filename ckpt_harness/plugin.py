@@ -893,7 +893,7 @@ def _add_catalogue(session: pytest.Session, config: pytest.Config, items: list) 
         return
     from ckpt_harness.errors import ConfigError, JobError, ScenarioError, Unavailable
     from ckpt_harness.jobref import resolve
-    from ckpt_harness.jobs.axes import split_row
+    from ckpt_harness.job.axes import split_row
     from ckpt_harness.catalogue.scenario import builtin_catalogue, builtin_dir, select
 
     patterns = [p.strip() for p in (config.getoption("--ckpt-scenarios") or "").split(",") if p.strip()]

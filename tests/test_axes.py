@@ -1,6 +1,6 @@
 """The axes a built-in job trains along (issue 45, item 5): precision,
 optimizer, data and torch.compile, each a setting declared once
-(`ckpt_harness.jobs.axes`, `config.SETTINGS`) and a matrix row's bracket
+(`ckpt_harness.job.axes`, `config.SETTINGS`) and a matrix row's bracket
 (``torch_save[fp16,sgd]``).
 
 Both ways, through the CLI: a planted job that leaves its loss scaler out
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ckpt_harness.jobs import axes
+from ckpt_harness.job import axes
 from ckpt_harness.catalogue.scenario import parse
 from ckpt_harness.config import SETTINGS, RunConfig, cli_args, settings_of
 from ckpt_harness.errors import ConfigError, ScenarioError

@@ -447,7 +447,7 @@ def load_file(path: Union[str, Path]) -> list[Scenario]:
 
 def parse(name: str, table: Any, source: str = "<scenario>") -> Scenario:
     """Validate one scenario table against its check's parameters."""
-    from ckpt_harness.jobs import axes
+    from ckpt_harness.job import axes
     from ckpt_harness.catalogue import checks
     from ckpt_harness.config import SETTINGS, check_run_settings
     from ckpt_harness.oracle import PROPERTIES

@@ -25,7 +25,7 @@ from ckpt_harness.job import Job, RankContext
 from ckpt_harness.jobs._data import IN_DIM, OUT_DIM, Data, build_data
 from ckpt_harness.jobs._store import ObjectPath, Root, is_local, root
 
-#: The axes every job built on `TinyJob` trains with (`ckpt_harness.jobs.axes`).
+#: The axes every job built on `TinyJob` trains with (`ckpt_harness.job.axes`).
 TINY_AXES = {
     "precision": ("fp32", "bf16", "fp16"),
     "optimizer": ("adamw", "sgd", "adagrad"),

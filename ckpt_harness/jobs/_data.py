@@ -1,4 +1,4 @@
-"""Where the built-in jobs' batches come from: the `data` axis (`ckpt_harness.jobs.axes`).
+"""Where the built-in jobs' batches come from: the `data` axis (`ckpt_harness.job.axes`).
 
 Three sources of one dataset (64 samples, a fixed shard per rank), each with
 the state a resume must restore and nothing else:

@@ -44,7 +44,7 @@ from ckpt_harness.jobs._common import (
     unanimous,
 )
 from ckpt_harness.jobs._store import Root, is_local, root
-from ckpt_harness.jobs.axes import STORAGES
+from ckpt_harness.job.axes import STORAGES
 
 
 class DcpJob(TinyJob):

@@ -83,7 +83,7 @@ from typing import Any, ClassVar, Iterable, Mapping, Optional
 import torch
 from torch import nn
 
-from ckpt_harness.jobs.axes import Axes
+from ckpt_harness.job.axes import Axes
 from ckpt_harness.jit import JitOp
 from ckpt_harness.job import RankContext
 from ckpt_harness.jobs._common import (

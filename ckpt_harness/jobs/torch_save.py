@@ -33,7 +33,7 @@ from ckpt_harness.jobs._common import (
     unanimous,
 )
 from ckpt_harness.jobs._store import root
-from ckpt_harness.jobs.axes import STORAGES
+from ckpt_harness.job.axes import STORAGES
 
 
 class TorchSaveJob(TinyJob):

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Optional
 
 from ckpt_harness import phase
-from ckpt_harness.jobs.axes import Axes
+from ckpt_harness.job.axes import Axes
 from ckpt_harness import state as state_mod
 from ckpt_harness.inject import probes
 from ckpt_harness.inject.faults import Fault

@@ -70,7 +70,7 @@ class LocalStorage:
         yield Mount(str(ckpt_dir))
 
 
-#: Each value of the `storage` axis (`jobs.axes.STORAGES`) and where its `Storage` is.
+#: Each value of the `storage` axis (`job.axes.STORAGES`) and where its `Storage` is.
 KINDS: Mapping[str, str] = {"local": "ckpt_harness.storage:LocalStorage",
                             "s3": "ckpt_harness.storage.bucket:BucketStorage"}
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
 from ckpt_harness import jit, storage
-from ckpt_harness.jobs.axes import missing, refused, row_name
+from ckpt_harness.job.axes import missing, refused, row_name
 from ckpt_harness.config import ExploreConfig, RunConfig, cli_args, settings_of, shown
 from ckpt_harness.errors import BackendUnavailable, ConfigError, FrameworkMissing, UsageError
 from ckpt_harness.jobref import load
@@ -184,7 +184,7 @@ def _config(value: Any, cls: type, settings: Mapping[str, Any]) -> RunConfig:
     (``dcp[bf16]``: its axes as settings, which settings given by name override). An axis whose
     default the job does not train with (`Job.axes`) is at the first value the job lists."""
     from ckpt_harness.jobref import resolve
-    from ckpt_harness.jobs.axes import VALUES, split_row
+    from ckpt_harness.job.axes import VALUES, split_row
 
     name, axes = split_row(value) if isinstance(value, str) else (value, {})
     ref, job = resolve(name)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterable, Mapping, Optional
 from ckpt_harness import storage
 from ckpt_harness.config import ScriptConfig, ScriptExploreConfig, script_args, settings_of
 from ckpt_harness.errors import FrameworkMissing, UsageError
-from ckpt_harness.jobs.axes import Axes, missing
+from ckpt_harness.job.axes import Axes, missing
 from ckpt_harness.records import Kind
 from ckpt_harness.launch import RankStatus
 from ckpt_harness.records.runs import Run, save_steps, savers

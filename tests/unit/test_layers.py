@@ -78,7 +78,7 @@ LAYERS: dict[str, int] = {
     "ckpt_harness.verdict": 0,
     "ckpt_harness.extensions": 0,
     "ckpt_harness.jit": 0,
-    "ckpt_harness.job": 0,
+    "ckpt_harness.job.*": 0,  # the contract every job receives, and its axes
     "ckpt_harness.jobref": 0,
     "ckpt_harness.jobs.*": 0,
     "ckpt_harness.launch._proc": 0,

@@ -13,7 +13,7 @@ import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Optional, Sequence
 
-from ckpt_harness.jobs.axes import Axes
+from ckpt_harness.job.axes import Axes
 
 if TYPE_CHECKING:
     from ckpt_harness.jit import JitOp
@@ -41,7 +41,7 @@ class RankContext:
     overwrite: bool = False
     backend: str = "gloo"
     #: What to train with beyond the model: precision, optimizer, data, compile
-    #: (`ckpt_harness.jobs.axes`); only values the job lists in `Job.axes` reach it.
+    #: (`ckpt_harness.job.axes`); only values the job lists in `Job.axes` reach it.
     axes: Axes = dataclasses.field(default_factory=Axes)
     #: Where the checkpoints go, as a URL fsspec (and DCP's `checkpoint_id`)
     #: takes: ``s3://ckpt/...`` on a bucket (`axes.storage`), with the server's
@@ -150,7 +150,7 @@ class Job:
     #: the newest, as the Trainer's `load_best_model_at_end` does: retention
     #: then accepts the newest N-1 and one older checkpoint.
     keeps_best: ClassVar[bool] = False
-    #: The values of each axis (`ckpt_harness.jobs.axes`: precision, optimizer,
+    #: The values of each axis (`ckpt_harness.job.axes`: precision, optimizer,
     #: data, compile) the job trains with, read from `ctx.axes`; an axis not
     #: listed is at its default only. A run asking for another value is
     #: refused before it starts, naming these.
