@@ -21,7 +21,7 @@ from ckpt_harness.inject import durability
 from ckpt_harness.inject.faults import Fault
 from ckpt_harness.inject.trace import fields
 from ckpt_harness.jobref import resolve
-from ckpt_harness.launch.group import Cut
+from ckpt_harness.launch.outcome import Cut
 from ckpt_harness.oracle import health
 from ckpt_harness.records import data_reader
 from ckpt_harness.pipeline.resumes import Resumes

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from ckpt_harness.launch import GroupSpec, run_group
-from ckpt_harness.launch.group import Cut
+from ckpt_harness.launch.outcome import Cut
 
 #: Longer than anything a test here waits when the run ends early.
 GRACE = 20.0

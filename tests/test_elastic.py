@@ -22,7 +22,8 @@ import pytest
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.inject.collectives import Recording
 from ckpt_harness.launch.elastic import STACK_GRACE, ScriptOutcome, ScriptSpec, run_elastic
-from ckpt_harness.launch.group import STARTUP_TIMEOUT, Cut, LaunchError
+from ckpt_harness.launch.group import STARTUP_TIMEOUT, LaunchError
+from ckpt_harness.launch.outcome import Cut
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "scripts"

@@ -12,7 +12,8 @@ import pytest
 
 from ckpt_harness.inject.collectives import Recording, first_disagreement
 from ckpt_harness.launch import GroupSpec, LaunchError, prestart, run_group
-from ckpt_harness.launch.group import STACK_GRACE, STARTUP_TIMEOUT, Cut
+from ckpt_harness.launch.group import STACK_GRACE, STARTUP_TIMEOUT
+from ckpt_harness.launch.outcome import Cut
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from ckpt_harness.launch.elastic import ScriptSpec, run_elastic
-from ckpt_harness.launch.group import RankStatus
+from ckpt_harness.launch.outcome import RankStatus
 from ckpt_harness.launch.warm_workers import record_reads
 from ckpt_harness.pipeline.explore import explore_script
 from ckpt_harness.pipeline.verify import verify_script

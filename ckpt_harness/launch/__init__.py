@@ -3,17 +3,14 @@
 from ckpt_harness.launch.group import (
     MAX_WORLD_SIZE,
     Cancelled,
-    Cut,
-    GroupOutcome,
     GroupSpec,
     LaunchError,
-    RankOutcome,
-    RankStatus,
     cancel,
     check_layout,
     prestart,
     run_group,
 )
+from ckpt_harness.launch.outcome import Cut, GroupOutcome, RankOutcome, RankStatus
 from ckpt_harness.launch.rank import RankInfo
 
 __all__ = [

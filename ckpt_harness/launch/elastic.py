@@ -79,14 +79,11 @@ from ckpt_harness.launch import _proc, beacon, flight, group, looks
 from ckpt_harness.launch.agent import Agent, start_agent
 from ckpt_harness.launch.group import (
     Cancelled,
-    Cut,
-    GroupOutcome,
     LaunchError,
-    RankOutcome,
-    RankStatus,
     cancelled,
     check_layout,
 )
+from ckpt_harness.launch.outcome import Cut, GroupOutcome, RankOutcome, RankStatus
 from ckpt_harness.launch.layout import (
     agent_log,
     data_path,

@@ -13,7 +13,8 @@ from ckpt_harness import phase
 from ckpt_harness.inject.collectives import first_disagreement
 from ckpt_harness.inject.trace import Event, EventKind, pending_collective
 from ckpt_harness.launch import RankStatus, beacon
-from ckpt_harness.launch.group import STACK_GRACE, Cut
+from ckpt_harness.launch.group import STACK_GRACE
+from ckpt_harness.launch.outcome import Cut
 from ckpt_harness.records.runs import RankRun, Run
 
 
