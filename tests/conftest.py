@@ -82,27 +82,26 @@ def pace(tmp_path_factory) -> Pace:
 #: tests that fill the workers evenly, not a module of torchrun runs one
 #: worker runs alone while the others idle (a module missing here goes last).
 #: `python ci/module_times.py junit.xml` prints the table from a run's JUnit XML.
-#: 2026-12-07 (evening): a clean clone of ccaae50, `make test` without the `slow` tests (-n 3, 1475 passed and 1
-#: failed, since fixed, in 49:46, with the Megatron-Core recipe's runs beside it: a load of 7-10), and the
-#: trainers' two modules (`make test-trainers`) from a run of cc78e2a.
+#: 2026-12-07 (night): a clean clone of 78482ca, `make test` without the `slow` tests (-n 3, 1493 passed in
+#: 35:20, the suite alone on the box); the modules it does not run (`make test-trainers`'s) from a run of
+#: cc78e2a.
 MEASURED = {
-    "test_background_writers": 642, "test_storage": 551, "test_explore": 551, "test_script_mode": 523,
-    "test_warm_workers": 516, "test_script_explore": 375, "test_scenarios": 318, "test_file_saves": 311,
-    "test_plugin": 301, "test_consequence": 300, "test_extension": 297, "test_elastic": 291, "test_verify": 254,
-    "test_conversions": 247, "test_cli": 233, "test_preemption": 229, "test_warm_starts": 218,
-    "test_inline_save": 208, "test_matrix_shards": 204, "test_launch": 200, "test_reduction": 173,
-    "test_async_process": 169, "test_script_settings": 133, "test_upgrades": 129, "test_axes": 109,
-    "test_findings": 100, "test_html_report": 98, "test_async_saves": 97, "test_stops_anywhere": 95,
-    "test_script_matrix": 80, "test_setup_errors": 75, "test_early_end": 65, "test_timelines": 61,
-    "test_flake": 51, "test_action": 42, "test_case_budget": 41, "test_deepspeed_job": 38, "test_ci_output": 38,
-    "test_resume_chain": 36, "test_checkpointers": 35, "test_relocation": 32, "test_jit": 31, "test_envs": 25,
-    "test_baseline_causes": 24, "test_severity": 23, "test_matrix_rows": 23, "test_hf_trainer_job": 22,
-    "test_frozen_ranks": 22, "test_save_neutral": 18, "test_examples": 17, "test_s3server": 16,
-    "test_script_ops": 15, "test_script_launch": 14, "test_buffering_bugs": 14, "test_capability_mix": 14,
-    "test_timings": 13, "test_deepspeed_reshard": 12, "test_opener": 12, "test_layers": 12,
-    "test_suite_deadline": 12, "test_docs_site": 8, "test_warmups": 7, "test_safe_loading": 7, "test_faults": 6,
-    "test_dcp_durability": 6, "test_write_conflicts": 6,
-    "test_script_frameworks": 909, "test_run_identity": 137,
+    "test_script_frameworks": 909, "test_background_writers": 460, "test_explore": 422, "test_script_explore": 303,
+    "test_storage": 300, "test_warm_workers": 297, "test_script_mode": 270, "test_plugin": 225, "test_upgrades": 216,
+    "test_file_saves": 209, "test_cli": 190, "test_elastic": 186, "test_consequence": 164, "test_scenarios": 161,
+    "test_extension": 160, "test_warm_starts": 151, "test_preemption": 149, "test_inline_save": 148,
+    "test_setup_errors": 141, "test_run_identity": 137, "test_verify": 136, "test_reduction": 135,
+    "test_conversions": 131, "test_script_settings": 120, "test_html_report": 114, "test_axes": 104,
+    "test_async_saves": 101, "test_matrix_shards": 95, "test_launch": 82, "test_script_matrix": 74,
+    "test_async_process": 62, "test_flake": 61, "test_early_end": 57, "test_stops_anywhere": 52, "test_timelines": 48,
+    "test_deepspeed_job": 45, "test_findings": 44, "test_action": 42, "test_case_budget": 39, "test_ci_output": 39,
+    "test_checkpointers": 38, "test_resume_chain": 35, "test_examples": 33, "test_jit": 32, "test_relocation": 32,
+    "test_severity": 26, "test_hf_trainer_job": 22, "test_envs": 22, "test_save_neutral": 21, "test_frozen_ranks": 21,
+    "test_capability_mix": 18, "test_matrix_rows": 18, "test_script_ops": 18, "test_s3server": 16,
+    "test_buffering_bugs": 14, "test_timings": 14, "test_gpu_check": 11, "test_baseline_causes": 11,
+    "test_deepspeed_reshard": 10, "test_suite_deadline": 9, "test_safe_loading": 9, "test_script_launch": 9,
+    "test_opener": 9, "test_warmups": 8, "test_write_conflicts": 8, "test_layers": 8, "test_dcp_durability": 7,
+    "test_faults": 7, "test_docs_site": 6,
 }
 
 
