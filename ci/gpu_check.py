@@ -32,6 +32,7 @@ could not run is not a pass.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import platform
 import re
@@ -73,17 +74,12 @@ def cuda_devices() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def installed(package: str, python: Path) -> bool:
-    code = f"import importlib.util, sys; sys.exit(0 if importlib.util.find_spec({package!r}) else 1)"
-    return subprocess.run([str(python), "-c", code], capture_output=True).returncode == 0
-
-
 def plan(world_size: int, python: Path) -> tuple[list[Run], list[str]]:
     """The runs, and a line for each one left out (its framework or venv missing)."""
     harness = [str(python), "-m", "ckpt_harness.cli"]
     runs, left = [], []
     for job, package in JOBS.items():
-        if not installed(package, python):
+        if importlib.util.find_spec(package) is None:  # the jobs run under this interpreter
             left.append(f"job {job}: {package} is not installed in {python}")
             continue
         runs.append(Run(f"job {job}", [*harness, "run", "--job", job, "--backend", "nccl", "--world-size",
