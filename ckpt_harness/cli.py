@@ -184,7 +184,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ckpt_harness.config import SETTINGS, ExploreConfig, ScriptConfig, VerifyPlan, add_arguments, option_type
+    from ckpt_harness import targets
+    from ckpt_harness.config import SETTINGS, ExplorePlan, VerifyPlan, add_arguments, option_type, settings_of
 
     parser = _Parser(
         prog="ckpt-harness",
@@ -244,6 +245,8 @@ def _parser() -> argparse.ArgumentParser:
                             "file operations), for ui.perfetto.dev")
     trace.set_defaults(command=_trace)
 
+    script = targets.named("script").configs["run"]
+    script_timeout = settings_of(script)["timeout"].default
     matrix = sub.add_parser("matrix", help="run the scenario catalogue against jobs; write the compatibility "
                                            "matrix as Markdown and JSON")
     matrix.add_argument("--job", action="append",
@@ -253,8 +256,8 @@ def _parser() -> argparse.ArgumentParser:
                              "--storage and the other axis options are refused with the rows to give")
     matrix.add_argument("--script", action="append", dest="script",
                         help=SETTINGS["script"].help + "; repeatable, a row each, all at one --nproc-per-node and "
-                             f"--nnodes (instead of --job; --timeout is then {ScriptConfig.timeout:g} s unless given)")
-    add_arguments(matrix, ScriptConfig, only=(*MATRIX_SCRIPT_SETTINGS, "max_restarts"))  # the last one refused
+                             f"--nnodes (instead of --job; --timeout is then {script_timeout:g} s unless given)")
+    add_arguments(matrix, script, only=(*MATRIX_SCRIPT_SETTINGS, "max_restarts"))  # the last one refused
     matrix.add_argument(SETTINGS["pins"].option, dest="pins", action="append", type=option_type(SETTINGS["pins"]),
                         default=argparse.SUPPRESS, metavar="PINS",
                         help=SETTINGS["pins"].help + "; repeatable: a row per script and set of releases, named by "
@@ -302,7 +305,7 @@ def _parser() -> argparse.ArgumentParser:
     _target_options(scenario, "run", only=BENCH_TARGET_SETTINGS)
     scenario.add_argument("--file", action="append", type=Path,
                           help="scenario file or directory to use instead of the built-in catalogue; repeatable")
-    add_arguments(scenario, ExploreConfig, only=("parallel", "max_cases", "timelines"))
+    add_arguments(scenario, ExplorePlan, only=("parallel", "max_cases", "timelines"))
     scenario.add_argument("--case", action="append", help="only this case (as named in repro lines); repeatable")
     scenario.add_argument("--shard", metavar="K/N",
                           help="run only part K (from 1) of N of the scenario's cases (a faults scenario's), the "
@@ -420,7 +423,7 @@ def _chosen(args: argparse.Namespace, command: str, config: str):
     from ckpt_harness.config import values_from
 
     kind = targets.chosen(vars(args), command)
-    return kind, lambda: targets.made(kind, config, {**values_from(args, kind.configs[config]),
+    return kind, lambda: targets.config_of(kind, config, {**values_from(args, kind.configs[config]),
                                                      kind.option: getattr(args, kind.option)})
 
 
@@ -499,11 +502,13 @@ def _json_option(p: argparse.ArgumentParser) -> None:
 
 
 def _scenario_options(p: argparse.ArgumentParser) -> None:
-    from ckpt_harness.config import ExploreConfig, add_arguments
+    from ckpt_harness import targets
+    from ckpt_harness.config import ExplorePlan, add_arguments
 
     p.add_argument("--file", action="append", type=Path,
                    help="scenario file or directory to use instead of the built-in catalogue; repeatable")
-    add_arguments(p, ExploreConfig, only=BENCH_SETTINGS)
+    add_arguments(p, targets.named("job").configs["run"], only=JOB_ROW_SETTINGS)
+    add_arguments(p, ExplorePlan, only=("parallel",))
 
 
 def _parallel(args: argparse.Namespace) -> int:
@@ -583,9 +588,10 @@ def _axis_options_refused(p: argparse.ArgumentParser) -> None:
     row would refuse the rows that do not train with it, every registered
     job included. Unknown to argparse, they were refused as unrecognized,
     which told nothing of the row form."""
-    from ckpt_harness.config import RunConfig, add_arguments
+    from ckpt_harness import targets
+    from ckpt_harness.config import add_arguments
 
-    add_arguments(p, RunConfig, only=axes.NAMES)
+    add_arguments(p, targets.named("job").configs["run"], only=axes.NAMES)
     for action in p._actions:
         if action.dest in axes.NAMES:
             action.help = argparse.SUPPRESS
@@ -669,9 +675,6 @@ def _matrix_rows(args: argparse.Namespace) -> list[dict]:
     from ckpt_harness.config import settings_of
 
     given = {name: value for name, value in vars(args).items() if value is not None}
-    if "max_restarts" in given:
-        raise UsageError("--max-restarts: a matrix row runs each resume itself, and torchrun restarting a faulted "
-                         "group would run its fault again; torchrun's restart path is `run --script --max-restarts`'s")
     if not any(given.get(kind.option) for kind in targets.kinds()):
         targets.chosen({**given, "job": "(every job the scenarios apply to)"}, "run")  # what a job row refuses
         return []

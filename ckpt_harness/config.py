@@ -413,13 +413,6 @@ class ScriptConfig:
         return {name: getattr(self, name) for name in settings_of(type(self))}
 
 
-def script_mode_settings() -> tuple[str, ...]:
-    """The settings only script mode has: what --script adds to a command
-    (and --ckpt-script to pytest); the others it shares with job mode."""
-    jobs = settings_of(RunConfig)
-    return tuple(name for name in settings_of(ScriptConfig) if name not in jobs)
-
-
 @dataclasses.dataclass(frozen=True)
 class VerifyPlan:
     """How `run` runs its cases, whatever the target: which keep a timeline,
@@ -495,11 +488,7 @@ class ScriptExploreConfig(ExplorePlan, ScriptConfig):
     is known only once its golden run made them (`ScriptTarget.knowing`).
     """
 
-    def __post_init__(self) -> None:
-        ScriptConfig.__post_init__(self)
-        if self.max_restarts:
-            raise ConfigError("explore --script runs each case's resume itself, and torchrun restarting a faulted "
-                              "group would run its fault again: leave out --max-restarts (run --script takes it)")
+    __post_init__ = ScriptConfig.__post_init__
 
 
 def broken_save(steps: Sequence[int], save: Union[str, int]) -> int:

@@ -8,17 +8,23 @@
   the test; a keyword no setting has errors that test alone, naming the
   closest one;
 - ``ckpt.verify_script(script, ...)`` / ``ckpt.explore_script(script, ...)``: script
-  mode (an unmodified script under torchrun); ``--ckpt-script 'train.py {ckpt_dir}'``
-  with ``--ckpt-nproc-per-node``, ``--ckpt-nnodes``, ``--ckpt-max-restarts`` sets
-  their defaults and adds the item ``ckpt-script::verify`` (with ``--ckpt-scenarios``
-  also the catalogue against the script, ``ckpt-script::NAME``, as ``matrix --script``);
+  mode (an unmodified script under torchrun), thin forms of ``verify``/``explore``;
+- an option per kind of target, derived from the kinds as the CLI's are
+  (`ckpt_harness.targets.kinds`, an installed package's too): ``--ckpt-job
+  module:Class`` adds the built-in scenario catalogue against that job, one
+  item per scenario and world size (``--ckpt-world-sizes``), with node ids
+  such as ``ckpt-job::crash-every-phase[torch_save-ws2]`` that pytest takes
+  back as arguments to rerun just those; ``--ckpt-script 'train.py
+  {ckpt_dir}'`` (with ``--ckpt-nproc-per-node``, ``--ckpt-nnodes``, ...: the
+  settings a kind adds, which also set the fixture's defaults) adds the item
+  ``ckpt-script::verify``; ``--ckpt-scenarios`` narrows a job's catalogue,
+  and adds those scenarios against a script (``ckpt-script::NAME``), as
+  ``matrix --script`` runs them; the items are made from the same target
+  specs a matrix's rows are (`targets.TargetSpec`);
 - options ``--ckpt-timeout`` (unset, each run's config's own: a script's is
-  longer than a job's, as on the command line), ``--ckpt-world-sizes`` (parametrizes tests that
-  use ``ckpt`` and whose marker names no world size), ``--ckpt-job
-  module:Class`` (adds the built-in scenario catalogue against that job, one
-  item per scenario and world size, with node ids such as
-  ``ckpt-job::crash-every-phase[torch_save-ws2]`` that pytest takes back as
-  arguments to rerun just those; ``--ckpt-scenarios`` narrows it);
+  longer than a job's, as on the command line), ``--ckpt-world-sizes``
+  (parametrizes tests that use ``ckpt`` and whose marker names no world
+  size);
 - scenario files: any ``*.toml`` in a directory named ``scenarios`` is
   collected, one item per scenario, job and world size;
 - over machines and workers: every item of one target (a job at one world
@@ -42,8 +48,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+import shlex
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import Any, Optional, Union
 
 import pytest
 
@@ -51,69 +58,98 @@ _WS_PARAM = "_ckpt_world_size"
 
 
 def _marker_keys() -> dict:
-    """The marker's keywords: every setting of a job's and a script's calls,
-    each with its job-mode declaration where both have it (a script's own
-    defaults, such as its longer timeout, are `_script_defaults`)."""
-    from ckpt_harness.config import ExploreConfig, ScriptExploreConfig, settings_of
+    """The marker's keywords: every setting any kind of target's calls take
+    (a job's first: its declarations win where kinds share a setting; a
+    script's own defaults, such as its longer timeout, are `_kind_defaults`)."""
+    from ckpt_harness import targets
+    from ckpt_harness.config import settings_of
 
-    keys = dict(settings_of(ExploreConfig))
-    for name, s in settings_of(ScriptExploreConfig).items():
-        keys.setdefault(name, s)
+    keys: dict = {}
+    for kind in targets.kinds():
+        for name, s in settings_of(kind.configs["explore"]).items():
+            keys.setdefault(name, s)
     return keys
 
 
-def _script_defaults() -> dict:
-    """The settings script mode declares with another default than a job's
-    (``timeout``: `ScriptConfig`'s), as the marker's help line says them."""
-    from ckpt_harness.config import ExploreConfig, ScriptExploreConfig, settings_of
+def _kind_defaults() -> dict:
+    """kind name -> the settings it declares with another default than the
+    first kind's (a script's ``timeout``: `ScriptConfig`'s), as the
+    marker's help line and --ckpt-timeout's say them."""
+    from ckpt_harness import targets
+    from ckpt_harness.config import settings_of
 
-    jobs = settings_of(ExploreConfig)
-    return {name: s.default for name, s in settings_of(ScriptExploreConfig).items()
-            if name in jobs and s.default != jobs[name].default}
+    kinds = targets.kinds()
+    first = settings_of(kinds[0].configs["explore"])
+    found = {kind.name: {name: s.default for name, s in settings_of(kind.configs["explore"]).items()
+                         if name in first and s.default != first[name].default} for kind in kinds[1:]}
+    return {name: differ for name, differ in found.items() if differ}
 
 
-def _script_option(name: str) -> str:
-    """Script mode's settings as options: ``--ckpt-script``, ``--ckpt-nproc-per-node``..."""
+def _kind_settings() -> dict:
+    """The settings the kinds of target add as options (``--ckpt-nproc-per-node``...), by name: those of
+    each kind's run config that the first kind's (a job's: the marker sets them) does not take, each
+    once, beside the option that picks each kind (``--ckpt-job``, ``--ckpt-script``), as the CLI's
+    options are derived from the same kinds."""
+    from ckpt_harness import targets
+    from ckpt_harness.config import settings_of
+
+    kinds = targets.kinds()
+    first = settings_of(kinds[0].configs["run"])
+    options = {kind.option for kind in kinds}
+    found: dict = {}
+    for kind in kinds[1:]:
+        for name, s in settings_of(kind.configs["run"]).items():
+            if name not in first and name not in options:
+                found.setdefault(name, s)
+    return found
+
+
+def _option(name: str) -> str:
+    """A setting or a kind's option under pytest: ``--ckpt-script``, ``--ckpt-nproc-per-node``..."""
     return "--ckpt-" + name.replace("_", "-")
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    from ckpt_harness.config import SETTINGS, option_type, script_mode_settings
+def _collects(kind: Any) -> str:
+    """What the option picking `kind` adds to the session, for its help."""
+    prefix = f"ckpt-{kind.name}"
+    if kind.whole_catalogue:
+        return (f"adds the scenario catalogue against it, an item per scenario and world size "
+                f"({prefix}::NAME[ROW-wsN]; --ckpt-scenarios narrows it)")
+    return f"adds the item {prefix}::verify, and with --ckpt-scenarios those scenarios against it ({prefix}::NAME)"
 
-    from ckpt_harness.config import ScriptConfig, settings_of
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from ckpt_harness import targets
+    from ckpt_harness.config import SETTINGS, option_type
 
     timeout = SETTINGS["timeout"]
     group = parser.getgroup("ckpt_harness", "checkpoint verification (ckpt_harness)")
     # No default of its own: unset, each run takes its config's (a job's, a script's), declared once there.
-    group.addoption(
-        "--ckpt-timeout", type=float, default=None, metavar="SECONDS",
-        help=timeout.describe().rstrip(")") + f"; with --ckpt-script and ckpt.verify_script: "
-                                              f"{settings_of(ScriptConfig)['timeout'].default})",
-    )
+    own = "".join(f"; with --ckpt-{kind}: {differ['timeout']:g}" for kind, differ in _kind_defaults().items()
+                  if "timeout" in differ)
+    group.addoption("--ckpt-timeout", type=float, default=None, metavar="SECONDS",
+                    help=timeout.describe().rstrip(")") + own + ")")
     launcher = SETTINGS["launcher"]
     group.addoption("--ckpt-launcher", default=None, choices=launcher.choices,
                     help=launcher.describe() + " (marker: launcher=; script mode is judged elastic)")
     group.addoption(
         "--ckpt-world-sizes", default="2", metavar="N[,N...]",
-        help="world sizes to run tests using the ckpt fixture at, e.g. 1,2,4 (default 2)",
+        help="world sizes to run tests using the ckpt fixture at, and the rows of a kind of target that takes a "
+             "world size (--ckpt-job), e.g. 1,2,4 (default 2)",
     )
-    group.addoption(
-        "--ckpt-job", default=None, metavar="module:Class",
-        help="run the scenario catalogue against this Job (or a built-in job name) at every --ckpt-world-sizes",
-    )
+    kinds = targets.kinds()
+    for kind in kinds:
+        group.addoption(_option(kind.option), dest=f"ckpt_{kind.option}", default=None,
+                        metavar=kind.option.upper(), help=f"{kind.help}: {_collects(kind)}")
     group.addoption(
         "--ckpt-scenarios", default=None, metavar="NAME[,NAME...]",
-        help="with --ckpt-job: only these catalogue scenarios (names or fnmatch patterns; see ckpt-harness list); "
-             "with --ckpt-script: these scenarios against the script, items ckpt-script::NAME",
+        help=f"with {' or '.join(_option(kind.option) for kind in kinds)}: the catalogue scenarios to run against "
+             "it (names or fnmatch patterns; see ckpt-harness list)",
     )
-    for name in script_mode_settings():
-        setting = SETTINGS[name]
-        group.addoption(_script_option(name), dest=f"ckpt_{name}", default=None, type=option_type(setting),
-                        metavar={"script": "'TRAIN.PY ARGS'", "script_args": "NAME=ARGS,...",
-                                 "checkpoint_layout": "LAYOUT", "resume_args": "'ARGS'"}.get(
-                                     name, "true|false" if setting.kind is bool else "N"),
-                        help=setting.describe() + ("; adds the item ckpt-script::verify, which verifies the script"
-                                                   if name == "script" else "") + " (marker: script mode's keys)")
+    for name, setting in _kind_settings().items():
+        group.addoption(_option(name), dest=f"ckpt_{name}", default=None, type=option_type(setting),
+                        metavar="true|false" if setting.kind is bool else name.upper(),
+                        help=setting.describe() + " (marker: the same keyword)")
     baseline = ("a previous matrix.json or an expectations .toml: scenario failures it expects are xfail, "
                 "new ones fail")
     group.addoption("--ckpt-baseline", default=None, metavar="FILE", help=f"{baseline} (ini: ckpt_baseline)")
@@ -134,9 +170,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     keys = ", ".join(f"{name}={s.default!r}" for name, s in _marker_keys().items())
-    scripts = ", ".join(f"{name}={value!r}" for name, value in _script_defaults().items())
-    config.addinivalue_line("markers", f"ckpt({keys}): defaults for the ckpt fixture"
-                                       + (f" (a script's own: {scripts})" if scripts else ""))
+    own = "".join(f" (a {kind}'s own: {', '.join(f'{name}={value!r}' for name, value in differ.items())})"
+                  for kind, differ in _kind_defaults().items())
+    config.addinivalue_line("markers", f"ckpt({keys}): defaults for the ckpt fixture{own}")
     _check_options(config)
     _load_baseline(config)
 
@@ -156,11 +192,11 @@ def _check_options(config: pytest.Config) -> None:
     if config.getoption("--ckpt-costs") and not config.getoption("--ckpt-shard"):
         raise pytest.UsageError("--ckpt-costs balances the parts of --ckpt-shard K/N: give --ckpt-shard too, "
                                 "or leave out --ckpt-costs")
-    if config.getoption("--ckpt-scenarios") and not config.getoption("--ckpt-job") \
-            and not config.getoption("ckpt_script"):
-        raise pytest.UsageError("--ckpt-scenarios narrows the catalogue that --ckpt-job runs: "
-                                "add --ckpt-job NAME (a built-in job or module:Class), or --ckpt-script "
-                                "'train.py {ckpt_dir}' to run it against a script")
+    if config.getoption("--ckpt-scenarios") and not _picked(config):
+        from ckpt_harness import targets
+
+        raise pytest.UsageError("--ckpt-scenarios names the catalogue's scenarios to run against a target: add "
+                                + " or ".join(f"{_option(kind.option)} ({kind.help})" for kind in targets.kinds()))
 
 
 def _shard(config: pytest.Config) -> Any:
@@ -285,47 +321,46 @@ class CkptFixture:
         """`ckpt_harness.verify_script` (an unmodified script under torchrun)
         with this test's defaults; `script` defaults to the marker's, then
         to ``--ckpt-script``. Returns the Report."""
-        from ckpt_harness.config import ScriptConfig
         from ckpt_harness.pipeline.verify import verify_script
 
-        return self._call(verify_script, "run", self._script(script), settings, ScriptConfig)
+        return self._call(verify_script, "run", self._script(script), settings, "script")
 
     def explore_script(self, script: Optional[str] = None, **settings: Any):
         """`explore --script` with this test's defaults; returns the Report."""
-        from ckpt_harness.config import ScriptExploreConfig
         from ckpt_harness.pipeline.explore import explore_script
 
-        return self._call(explore_script, "explore", self._script(script), settings, ScriptExploreConfig)
+        return self._call(explore_script, "explore", self._script(script), settings, "script")
 
     def bisect_script(self, package: str, good: str, bad: str, script: Optional[str] = None, *,
                       releases: Optional[list] = None, cases: Optional[list] = None, **settings: Any):
         """`ckpt-harness bisect --script` with this test's defaults: the first
         release of `package` from `good` to `bad` whose verdict on the script
         changed, by cause. Returns the `Bisection` (`culprit` None: none did)."""
-        from ckpt_harness.config import ScriptConfig
+        from ckpt_harness import targets
         from ckpt_harness.pipeline.bisect import bisect_script
 
+        script = self._script(script)
         self._runs += 1
-        return bisect_script(self._script(script), package, good, bad, releases=releases, cases=cases,
-                             workdir=self.tmp_path / f"ckpt-{self._runs}", **self._settings(ScriptConfig, settings))
+        return bisect_script(script, package, good, bad, releases=releases, cases=cases,
+                             workdir=self.tmp_path / f"ckpt-{self._runs}",
+                             **self._settings(targets.takes(script, "run", "script"), settings))
 
     def script_config(self, script: Optional[str] = None, **settings: Any):
         """The `ScriptConfig` that ``verify_script(script, **settings)``
         runs: the call's settings over the marker's and the options', script
         mode's own defaults for the rest (its timeout is `ScriptConfig`'s, as
         `run --script`'s is, unless --ckpt-timeout or the marker gives one)."""
-        from ckpt_harness.config import ScriptConfig
+        from ckpt_harness import targets
 
-        return ScriptConfig(script=self._script(script), **self._settings(ScriptConfig, settings))
+        script = self._script(script)
+        given = {"script": script, **self._settings(targets.takes(script, "run", "script"), settings)}
+        return targets.config_of(targets.named("script"), "run", given)
 
     def _settings(self, takes: Any, settings: dict) -> dict:
-        """The marker's and options' settings that a call taking `takes` (a
-        config class, or the names `targets.takes` gives) takes, then the
-        call's own (all of them: a setting the call does not take is an error)."""
-        from ckpt_harness.config import settings_of
-
-        names = settings_of(takes) if isinstance(takes, type) else takes
-        return {**{k: v for k, v in self.defaults.items() if k in names and k != "script"}, **settings}
+        """The marker's and options' settings that a call taking `takes` (the
+        names `targets.takes` gives) takes, then the call's own (all of them:
+        a setting the call does not take is an error)."""
+        return {**{k: v for k, v in self.defaults.items() if k in takes}, **settings}
 
     def _script(self, script: Optional[str]) -> str:
         script = script or self.defaults.get("script")
@@ -334,18 +369,18 @@ class CkptFixture:
                                     "or give --ckpt-script 'train.py {ckpt_dir} ...'")
         return script
 
-    def _call(self, fn: Any, command: str, job: Any, settings: dict, config: Optional[type] = None):
-        """Marker defaults that `job` takes for `command` (those of `config`,
-        if given), then the call's own settings (all of them: a setting the
-        call does not take is an error)."""
+    def _call(self, fn: Any, command: str, spec: Any, settings: dict, kind: str = "job"):
+        """Marker defaults that `spec` (the value of kind `kind`'s option, or
+        a target) takes for `command`, then the call's own settings (all of
+        them: a setting the call does not take is an error)."""
         from ckpt_harness import targets
         from ckpt_harness.errors import Unavailable
 
-        kwargs = self._settings(config if config is not None else targets.takes(job, command), settings)
+        kwargs = self._settings(targets.takes(spec, command, kind), settings)
         self._runs += 1
         kwargs.setdefault("workdir", self.tmp_path / f"ckpt-{self._runs}")
         try:
-            report = fn(job, **kwargs)
+            report = fn(spec, **kwargs)
         except Unavailable as exc:
             pytest.skip(str(exc))
         if self.item is None:
@@ -359,47 +394,143 @@ class CkptFixture:
 def ckpt(request: pytest.FixtureRequest, tmp_path: Path, _ckpt_world_size: Optional[int]) -> CkptFixture:
     from ckpt_harness.config import SETTINGS
 
-    defaults = {**_script_options(request.config), **_timeout(request.config),
-                **_launcher(request.config), **_marker_kwargs(request.node)}
+    defaults = {**_given(request.config), **_marker_kwargs(request.node)}
     defaults["world_size"] = _ckpt_world_size or defaults.get("world_size") or SETTINGS["world_size"].default
     return CkptFixture(defaults, tmp_path, request.node)
 
 
-def _script_options(config: pytest.Config) -> dict:
-    """The script-mode settings given as options (``--ckpt-script`` ...)."""
-    from ckpt_harness.config import script_mode_settings
+def _given(config: pytest.Config) -> dict:
+    """The settings the kinds' options gave (``--ckpt-script``, ``--ckpt-nproc-per-node``...) by name, with
+    --ckpt-timeout's and --ckpt-launcher's: the fixture's defaults, and the rows of the picked kind's items."""
+    from ckpt_harness import targets
 
-    return {name: value for name in script_mode_settings() if (value := config.getoption(f"ckpt_{name}")) is not None}
-
-
-# -- --ckpt-script: the script's verification as a test item ------------------------------
-#: The node id of the item --ckpt-script adds.
-SCRIPT_ITEM = "ckpt-script"
+    names = [*(kind.option for kind in targets.kinds()), *_kind_settings()]
+    return {**{name: value for name in names if (value := config.getoption(f"ckpt_{name}")) is not None},
+            **_timeout(config), **_launcher(config)}
 
 
-class ScriptCollector(pytest.Collector):
-    """The --ckpt-script script; named by itself, as `Catalogue` is. Its
-    items are made with the catalogue's, and counted as collected there
-    (`_collected`)."""
+# -- the target the options pick, as test items: its verification, the catalogue against it ---------
+def _picked(config: pytest.Config) -> list:
+    """The kinds of target the options pick (``--ckpt-job``, ``--ckpt-script``...): each adds its own items."""
+    from ckpt_harness import targets
+
+    return [kind for kind in targets.kinds() if config.getoption(f"ckpt_{kind.option}") is not None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One target the catalogue's items run against: as data (`TargetSpec`, the matrix's), its row's name
+    and world size (its items' ids and xdist group), and the target made at collection, or why this
+    machine cannot make it (a framework not installed: its items skip, saying so)."""
+
+    spec: Any
+    name: str
+    world_size: int
+    #: Its items' ids name the row and world size (``NAME[dcp-ws2]``): a kind that takes a world size has a row
+    #: per --ckpt-world-sizes; a script's launch line sizes it, and its items are ``NAME``.
+    sized: bool
+    target: Any = None
+    unavailable: Optional[str] = None
+
+    @property
+    def group(self) -> str:
+        """The xdist group of its items: one worker per target, whose golden runs they share."""
+        return f"ckpt-{self.name}-ws{self.world_size}"
+
+    def item_name(self, name: str) -> str:
+        return f"{name}[{self.name}-ws{self.world_size}]" if self.sized else name
+
+    def make(self) -> Any:
+        """The target, made where the item runs if collection did not (a built-in job a scenario file names)."""
+        from ckpt_harness import targets
+
+        if self.unavailable:
+            pytest.skip(self.unavailable)
+        return self.target if self.target is not None else targets.rebuild(self.spec)
+
+
+def _rows(config: pytest.Config, kind: Any) -> list:
+    """The rows of `kind` the options make, each made and checked now (bad settings are a usage error
+    naming the option), as a matrix makes its rows (`catalogue.matrix.matrix_rows`): a row per
+    --ckpt-world-sizes for a kind that takes a world size (a job), else one."""
+    from ckpt_harness import targets
+    from ckpt_harness.config import settings_of
+    from ckpt_harness.errors import Unavailable, UsageError
+
+    takes = settings_of(kind.configs["run"])
+    given = {name: value for name, value in _given(config).items() if name in takes or name == kind.option}
+    sized = "world_size" in takes
+    rows = []
+    for settings in ([{**given, "world_size": n} for n in _world_sizes(config)] if sized else [given]):
+        spec = targets.TargetSpec(kind.name, settings)
+        try:
+            target = targets.make(settings, "run")
+            target.preflight()
+        except Unavailable as exc:
+            rows.append(Row(spec, str(given[kind.option]), settings.get("world_size", 0), sized, unavailable=str(exc)))
+            continue
+        except UsageError as exc:
+            raise pytest.UsageError(f"{_option(kind.option)} {given[kind.option]}: {exc}") from None
+        rows.append(Row(spec, target.row, target.world_size, sized, target))
+    return rows
+
+
+def _breakable(kind: Any, rows: list) -> list:
+    """`rows`, to be broken on purpose by the catalogue's scenarios (`Target.breakable`): a setting that
+    cannot be (torchrun's restarts) is a usage error now."""
+    from ckpt_harness.errors import UsageError
+
+    try:
+        return [dataclasses.replace(row, target=row.target.breakable()) if row.target is not None else row
+                for row in rows]
+    except UsageError as exc:
+        raise pytest.UsageError(f"{_option(kind.option)}: {exc}") from None
+
+
+def _default_rows(config: pytest.Config, scenario: Any) -> list:
+    """Without a kind's option: the built-in jobs `scenario` applies to, at every --ckpt-world-sizes, made
+    where their items run (importing every framework at collection would slow every session)."""
+    from ckpt_harness import targets
+    from ckpt_harness.catalogue.scenario import default_jobs
+
+    return [Row(targets.TargetSpec("job", {"job": job, "world_size": n, **_timeout(config), **_launcher(config)}),
+                job, n, sized=True) for job in default_jobs([scenario]) for n in _world_sizes(config)]
+
+
+_ROWS = pytest.StashKey[dict]()
+
+
+def _target_rows(config: pytest.Config, kind: Any) -> list:
+    """The rows of a picked kind, made once a session (scenario files and the catalogue share them)."""
+    made = config.stash.setdefault(_ROWS, {})
+    if kind.name not in made:
+        made[kind.name] = _rows(config, kind)
+    return made[kind.name]
+
+
+class Catalogue(pytest.Collector):
+    """The items the picked target adds, ``ckpt-KIND::...``. It has no file, so it names itself: without
+    an id of its own its items' ids would start with "::" (and their JUnit class name with a dot)."""
 
     def collect(self) -> list:
-        return []
+        return []  # its items are made where the run's other items are known, and counted there (`_collected`)
 
 
-class ScriptItem(pytest.Item):
-    """``ckpt-harness run --script`` as a test: fails with the verdict table
-    unless every case passes. Its timeout is script mode's own
-    (`ScriptConfig`'s) unless ``--ckpt-timeout`` was given."""
+class VerifyItem(pytest.Item):
+    """``ckpt-harness run`` against the picked target as a test (``ckpt-script::verify``): fails with the
+    verdict table unless every case passes. Its timeout is its kind's own (a script's is longer) unless
+    ``--ckpt-timeout`` was given."""
+
+    def __init__(self, *, row: Row, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.row = row
 
     def runtest(self) -> None:
         from ckpt_harness.errors import Unavailable
-        from ckpt_harness.pipeline.verify import verify_script
+        from ckpt_harness.pipeline.verify import verify
 
-        settings = {**_script_options(self.config), **_timeout(self.config)}
-        script = settings.pop("script")
         try:
-            report = verify_script(script, workdir=self.config._tmp_path_factory.mktemp("ckpt-script"),  # type: ignore[attr-defined]
-                                   **settings)
+            report = verify(self.row.make(), workdir=self.config._tmp_path_factory.mktemp("ckpt-verify"))  # type: ignore[attr-defined]
         except Unavailable as exc:
             pytest.skip(str(exc))
         self.user_properties.append(("ckpt_verdict", report.verdict.value))
@@ -413,53 +544,9 @@ class ScriptItem(pytest.Item):
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[str, Optional[int], str]:
-        return (self.config.getoption("ckpt_script"), None,
-                f"verify {self.config.getoption('ckpt_script')} under torchrun")
+        return self.row.name, None, f"verify {self.row.name} ({self.row.spec.kind})"
 
 
-
-
-def _script_config(config: pytest.Config) -> Any:
-    """The --ckpt-script script's `ScriptConfig` for catalogue items (a matrix
-    row's); bad settings are usage errors, at collection."""
-    from ckpt_harness.config import ScriptConfig
-    from ckpt_harness.errors import ConfigError
-
-    settings = {**_script_options(config), **_timeout(config)}
-    if settings.get("max_restarts"):
-        raise pytest.UsageError("--ckpt-max-restarts applies to ckpt-script::verify only: the catalogue items "
-                                "(--ckpt-scenarios) run each resume themselves, as `matrix --script` does")
-    settings.pop("max_restarts", None)
-    try:
-        return ScriptConfig(**settings)
-    except ConfigError as exc:
-        raise pytest.UsageError(f"--ckpt-script: {exc}") from None
-
-
-def _script_items(parent: pytest.Collector, config: pytest.Config) -> list:
-    """--ckpt-script with --ckpt-scenarios: a catalogue item per scenario
-    against the script (``ckpt-script::crash-every-phase``), run as a
-    `matrix --script` row runs it; n/a skips with the reason."""
-    from ckpt_harness.errors import ScenarioError
-    from ckpt_harness.catalogue.scenario import builtin_catalogue, select
-    from ckpt_harness.targets.script import row_name
-
-    patterns = [p.strip() for p in (config.getoption("--ckpt-scenarios") or "").split(",") if p.strip()]
-    if not patterns:
-        return []
-    script = _script_config(config)
-    try:
-        scenarios = select(builtin_catalogue(), patterns)
-    except ScenarioError as exc:
-        raise pytest.UsageError(f"--ckpt-scenarios: {exc}") from None
-    from ckpt_harness import targets
-
-    return [ScenarioItem.from_parent(parent, name=s.name, scenario=s, job=row_name(script.script),
-                                     world_size=script.world_size, target=lambda: targets.of(script))
-            for s in scenarios]
-
-
-# -- the scenario catalogue as test items ---------------------------------------------
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[pytest.Collector]:
     """Any `*.toml` in a directory named `scenarios` is a scenario file."""
     if file_path.suffix == ".toml" and file_path.parent.name == "scenarios":
@@ -468,8 +555,8 @@ def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> Optional[p
 
 
 class ScenarioFile(pytest.File):
-    """One item per scenario, target job and world size: the --ckpt-job job,
-    or else the built-in jobs the scenario names."""
+    """One item per scenario and row: the picked target's (``--ckpt-job``, ``--ckpt-script``...), or else
+    the built-in jobs the scenario names, at every --ckpt-world-sizes."""
 
     def collect(self):
         from ckpt_harness.errors import ScenarioError
@@ -479,47 +566,25 @@ class ScenarioFile(pytest.File):
             scenarios = load_file(self.path)
         except ScenarioError as exc:
             raise self.CollectError(str(exc)) from None
+        picked = [row for kind in _picked(self.config) for row in _breakable(kind, _target_rows(self.config, kind))]
         for scenario in scenarios:
-            yield from _items(self, scenario, self.config)
+            for row in picked or _default_rows(self.config, scenario):
+                yield ScenarioItem.from_parent(self, name=row.item_name(scenario.name), scenario=scenario, row=row)
 
 
-def _items(parent: pytest.Collector, scenario: Any, config: pytest.Config):
-    from ckpt_harness.catalogue.scenario import default_jobs
-
-    job = config.getoption("--ckpt-job")
-    jobs = [job] if job else default_jobs([scenario])
-    for name in jobs:
-        for n in _world_sizes(config):
-            yield ScenarioItem.from_parent(parent, name=f"{scenario.name}[{name}-ws{n}]", scenario=scenario,
-                                           job=name, world_size=n, target=_job_target(config, name, n))
-
-
-#: The first part of the node ids of the --ckpt-job catalogue: their JUnit class name.
-CATALOGUE = "ckpt-job"
 _WANTED = pytest.StashKey[list]()
 
 
-class Catalogue(pytest.Collector):
-    """The built-in catalogue against the --ckpt-job job. It has no file, so
-    it names itself: without an id of its own its items' ids would start with
-    "::" (and their JUnit class name with a dot)."""
-
-    def collect(self) -> list:
-        return []  # its items are made where the run's other items are known, and counted there (`_collected`)
-
-
 class ScenarioItem(pytest.Item):
-    """A catalogue scenario against one target (a job at one world size, the
-    --ckpt-script script); n/a skips."""
+    """A catalogue scenario against one row (a job at one world size, the --ckpt-script script); n/a skips."""
 
-    def __init__(self, *, scenario: Any, job: str, world_size: int, target: Callable[[], Any], **kwargs: Any):
+    def __init__(self, *, scenario: Any, row: Row, **kwargs: Any):
         super().__init__(**kwargs)
         self.scenario = scenario
-        #: Its row: the job's name, the script's command without directories.
-        self.job = job
-        self.world_size = world_size
-        #: Makes its target when it runs (not at collection: a framework that is not installed skips the item).
-        self.target = target
+        self.row = row
+        #: Its row's name: the job's, the script's command without directories.
+        self.job = row.name
+        self.world_size = row.world_size
         # one worker per target under `--dist loadgroup`: the bench, and so the golden runs, are per process
         self.add_marker(pytest.mark.xdist_group(self.group))
         _expect(self)
@@ -527,11 +592,11 @@ class ScenarioItem(pytest.Item):
     @property
     def group(self) -> str:
         """The target it runs against: the items of one share a bench."""
-        return f"ckpt-{self.job}-ws{self.world_size}"
+        return self.row.group
 
     def bench(self) -> Any:
         """The session's bench of its target, shared by every item of it (their golden runs too)."""
-        return _bench(self.config, self.job, self.world_size, self.target)
+        return _bench(self.config, self.row)
 
     def runtest(self) -> None:
         from ckpt_harness.errors import Unavailable
@@ -783,24 +848,15 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
 _BENCHES = pytest.StashKey[dict]()
 
 
-def _bench(config: pytest.Config, job: str, world_size: int, target: Callable[[], Any]):
+def _bench(config: pytest.Config, row: Row):
     """Benches live for the session, so scenarios of one target share golden runs."""
     from ckpt_harness.catalogue.bench import Bench
 
     benches = config.stash.setdefault(_BENCHES, {})
-    if (job, world_size) not in benches:
-        root = config._tmp_path_factory.mktemp(f"ckpt-ws{world_size}")  # type: ignore[attr-defined]
-        benches[job, world_size] = Bench(target(), root, name=job)
-    return benches[job, world_size]
-
-
-def _job_target(config: pytest.Config, job: str, world_size: int) -> Callable[[], Any]:
-    def make() -> Any:
-        from ckpt_harness import targets
-
-        return targets.job(job, world_size=world_size, **_timeout(config), **_launcher(config))
-
-    return make
+    if row.group not in benches:
+        root = config._tmp_path_factory.mktemp(f"ckpt-ws{row.world_size}")  # type: ignore[attr-defined]
+        benches[row.group] = Bench(row.make(), root, name=row.name)
+    return benches[row.group]
 
 
 def _timeout(config: pytest.Config) -> dict:
@@ -832,11 +888,13 @@ def _names_scenario_files(config: pytest.Config) -> bool:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection(session: pytest.Session) -> None:
-    """Take catalogue node ids (`ckpt-job::NAME[JOB-wsN]`) out of the arguments
-    before pytest looks for them as files; the catalogue's items are then
-    narrowed to them."""
+    """Take the picked target's node ids (``ckpt-job::NAME[JOB-wsN]``, ``ckpt-script::verify``) out of the
+    arguments before pytest looks for them as files; its items are then narrowed to them."""
+    from ckpt_harness import targets
+
     args = session.config.args
-    wanted = [a for a in args if a == CATALOGUE or a.startswith(f"{CATALOGUE}::")]
+    prefixes = tuple(f"ckpt-{kind.name}" for kind in targets.kinds())
+    wanted = [a for a in args if a.split("::")[0] in prefixes]
     if wanted:
         session.config.stash[_WANTED] = wanted
         args[:] = [a for a in args if a not in wanted]
@@ -878,48 +936,47 @@ def group_in_node_id(item: pytest.Item, group: str) -> None:
 
 
 def _add_catalogue(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    """--ckpt-job: the built-in catalogue against that job (only the items
-    named, if node ids of it were given), unless the run collected scenario
-    files of its own (then only with --ckpt-scenarios)."""
-    if config.getoption("ckpt_script"):
-        scripts = ScriptCollector.from_parent(session, name=SCRIPT_ITEM, nodeid=SCRIPT_ITEM)
-        items.extend(_collected(scripts, [ScriptItem.from_parent(scripts, name="verify"),
-                                          *_script_items(scripts, config)]))
-    job = config.getoption("--ckpt-job")
-    wanted = config.stash.get(_WANTED, [])
-    if wanted and not job:
-        raise pytest.UsageError(f"{wanted[0]}: catalogue node ids need --ckpt-job JOB, the job they run against")
-    if not job:
-        return
-    from ckpt_harness.errors import ConfigError, JobError, ScenarioError, Unavailable
-    from ckpt_harness.jobref import resolve
-    from ckpt_harness.job.axes import split_row
+    """The items of each target the options pick (only those named, if node ids of them were given): its
+    verification (unless its kind runs its whole catalogue, `TargetKind.whole_catalogue`), then the
+    catalogue's scenarios against each of its rows (--ckpt-scenarios, or all for such a kind), unless the
+    run collected scenario files of its own (then only with --ckpt-scenarios)."""
+    from ckpt_harness.errors import ScenarioError
     from ckpt_harness.catalogue.scenario import builtin_catalogue, builtin_dir, select
 
+    kinds = _picked(config)
+    wanted = config.stash.get(_WANTED, [])
+    stray = [arg for arg in wanted if arg.split("::")[0] not in {f"ckpt-{kind.name}" for kind in kinds}]
+    if stray:
+        named = stray[0].split("::")[0].removeprefix("ckpt-")
+        raise pytest.UsageError(f"{stray[0]}: its items need {_option(named)} VALUE, the target they run against")
     patterns = [p.strip() for p in (config.getoption("--ckpt-scenarios") or "").split(",") if p.strip()]
-    try:  # before the job is imported: a misspelt scenario is said at once
-        scenarios = select(builtin_catalogue(), patterns)
+    try:  # before a target is made: a misspelt scenario is said at once
+        selected = select(builtin_catalogue(), patterns) if kinds else []
     except ScenarioError as exc:
         raise pytest.UsageError(f"--ckpt-scenarios: {exc}") from None
-    try:
-        resolve(split_row(job)[0])
-    except Unavailable:
-        pass  # a framework not installed here: its items skip, saying what to install
-    except (JobError, ConfigError) as exc:
-        raise pytest.UsageError(f"--ckpt-job {job}: {exc}") from None
-    builtin = builtin_dir().resolve()
-    files = {Path(i.scenario.source).resolve().parent for i in items  # collected as files: not --ckpt-script's
-             if isinstance(i, ScenarioItem) and not isinstance(i.parent, ScriptCollector)}
-    if not wanted and (builtin in files or (_names_scenario_files(config) and not patterns)):
-        return  # the catalogue was collected as files, or the command line named the scenario files to run
-    catalogue = Catalogue.from_parent(session, name=CATALOGUE, nodeid=CATALOGUE)
-    made = [item for scenario in scenarios for item in _items(catalogue, scenario, config)]
-    for arg in wanted:
-        if not any(_names(arg, item) for item in made):
-            raise pytest.UsageError(f"{arg}: no such item of the catalogue against {job}; "
-                                    f"list them with: pytest --ckpt-job {job} --collect-only -q")
-    items.extend(_collected(catalogue, [item for item in made
-                                        if not wanted or any(_names(arg, item) for arg in wanted)]))
+    files = {Path(i.scenario.source).resolve().parent for i in items if isinstance(i, ScenarioItem)}
+    if not wanted and (builtin_dir().resolve() in files or (_names_scenario_files(config) and not patterns)):
+        selected = []  # the catalogue was collected as files, or the command line named the scenario files to run
+    for kind in kinds:
+        prefix = f"ckpt-{kind.name}"
+        mine = [arg for arg in wanted if arg.split("::")[0] == prefix]
+        if wanted and not mine:
+            continue  # node ids named other targets' items
+        scenarios = selected if patterns or kind.whole_catalogue else []
+        rows = _target_rows(config, kind)
+        catalogue = Catalogue.from_parent(session, name=prefix, nodeid=prefix)
+        made = [VerifyItem.from_parent(catalogue, name=row.item_name("verify"), row=row)
+                for row in rows if not kind.whole_catalogue]
+        rows = _breakable(kind, rows) if scenarios else rows
+        made += [ScenarioItem.from_parent(catalogue, name=row.item_name(scenario.name), scenario=scenario, row=row)
+                 for scenario in scenarios for row in rows]
+        for arg in mine:
+            if not any(_names(arg, item) for item in made):
+                value = shlex.quote(str(config.getoption(f"ckpt_{kind.option}")))
+                raise pytest.UsageError(f"{arg}: no such item of the catalogue against {value}; list them with: "
+                                        f"pytest {_option(kind.option)} {value} --collect-only -q")
+        items.extend(_collected(catalogue, [item for item in made
+                                            if not mine or any(_names(arg, item) for arg in mine)]))
 
 
 def _collected(collector: pytest.Collector, items: list) -> list:
@@ -960,6 +1017,7 @@ def _keep_shard(config: pytest.Config, items: list, shard: Any) -> None:
         items[:] = [i for i in items if not (isinstance(i, ScenarioItem) and task[i] not in kept)]
 
 
-def _names(arg: str, item: "ScenarioItem") -> bool:
-    """Whether node id `arg` selects `item`: its own id, its scenario at any job and world size, or all."""
-    return arg in (item.nodeid, f"{CATALOGUE}::{item.scenario.name}", CATALOGUE)
+def _names(arg: str, item: pytest.Item) -> bool:
+    """Whether node id `arg` selects `item`: its own id, its name at any row (``ckpt-job::NAME``), or all."""
+    prefix = item.parent.nodeid  # type: ignore[union-attr]
+    return arg in (item.nodeid, f"{prefix}::{item.name.split('[')[0]}", prefix)

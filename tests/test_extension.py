@@ -207,3 +207,33 @@ def test_a_console_script_reading_a_yaml_config_is_verified_like_a_plain_script(
     assert copies == {"golden/run": str(runs / "golden" / "ckpt"), "resume@2/stop": str(runs / "resume@2" / "ckpt"),
                       "resume@2/resume": str(runs / "resume@2" / "ckpt")}, copies
     assert config.read_text().startswith("output_dir: {ckpt_dir}")
+
+
+def test_a_target_kind_from_a_package_is_a_pytest_option(pytester, target):
+    """`--ckpt-callable` comes from the extension's `TargetKind` as the CLI's `--callable` does (the
+    plugin loaded by its entry point, in a fresh interpreter): its verification is the item
+    ``ckpt-callable::verify``, `--ckpt-scenarios` adds the catalogue against it, and the function that
+    forgets the optimizer fails it. Without the package, pytest knows no such option."""
+    pytester.makepyfile("def test_nothing(): pass")
+    common = ("--ckpt-nproc-per-node", "1", "-p", "no:cacheprovider")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("PYTHONPATH", os.pathsep.join(map(str, [target, ROOT])))
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        listed = pytester.runpytest_subprocess("--ckpt-callable", FORGETS, "--ckpt-scenarios",
+                                               "power-loss-after-save", "--collect-only", "-q", *common)
+        assert listed.ret == 0, listed.stdout.str() + listed.stderr.str()
+        ids = [line for line in listed.stdout.lines if line.startswith("ckpt-")]
+        assert ids == ["ckpt-callable::verify", "ckpt-callable::power-loss-after-save"], listed.stdout.str()
+
+        verdicts = {}
+        for function in (TRAIN, FORGETS):
+            ran = pytester.runpytest_subprocess("ckpt-callable::verify", "--ckpt-callable", function, "-rf", *common)
+            verdicts[function] = ran.parseoutcomes()
+            assert "test_nothing" not in ran.stdout.str()  # the node id narrowed the run to the item
+        assert verdicts == {TRAIN: {"passed": 1}, FORGETS: {"failed": 1}}, verdicts
+        ran.stdout.fnmatch_lines(["*saves after resume*FAIL*"])
+
+        mp.setenv("PYTHONPATH", str(ROOT))
+        without = pytester.runpytest_subprocess("--ckpt-callable", TRAIN, *common)
+    assert without.ret == pytest.ExitCode.USAGE_ERROR
+    assert "unrecognized arguments: --ckpt-callable" in without.stderr.str()

@@ -141,9 +141,10 @@ def test_script_timeout_is_script_modes_own_declaration_in_cli_fixture_and_catal
         items, _ = pytester.inline_genitems("-p", "no:cacheprovider", *option, "--ckpt-script",
                                             f"{RESUMABLE} {{ckpt_dir}}", "--ckpt-scenarios=resume-every-save",
                                             "--ckpt-job=torch_save")
-        targets = {item.nodeid: item.target() for item in items if hasattr(item, "target")}
+        targets = {item.nodeid: item.row.make() for item in items if hasattr(item, "row")}
         assert {nodeid: t.timeout for nodeid, t in targets.items()} == {
-            "ckpt-script::resume-every-save": script, "ckpt-job::resume-every-save[torch_save-ws2]": job}, given
+            "ckpt-script::verify": script, "ckpt-script::resume-every-save": script,
+            "ckpt-job::resume-every-save[torch_save-ws2]": job}, given
 
 
 @pytest.mark.parametrize("args, rows", [

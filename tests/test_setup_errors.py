@@ -176,7 +176,8 @@ def test_ctrl_c_of_explore_is_one_line_and_leaves_no_workdir(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["--ckpt-timeout", "-1"], "--ckpt-timeout: timeout must be a positive number of seconds, got -1.0"),
     (["--ckpt-scenarios", "crash-*"],
-     "--ckpt-scenarios narrows the catalogue that --ckpt-job runs: add --ckpt-job NAME"),
+     "--ckpt-scenarios names the catalogue's scenarios to run against a target: add --ckpt-job (a registered "
+     "job*) or --ckpt-script (a training script*"),
 ])
 def test_bad_plugin_options_are_one_usage_error(pytester, args, message):
     pytester.makepyfile("def test_nothing(): pass")

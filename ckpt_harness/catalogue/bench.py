@@ -47,7 +47,7 @@ class Bench:
                  progress: Optional[Callable[[int, int, CaseResult], None]] = None, reduce: bool = True,
                  name: Optional[str] = None, timelines: str = SETTINGS["timelines"].default,
                  shard: Optional[Shard] = None, max_cases: Optional[int] = None):
-        self.target = target
+        self.target = target.breakable()
         #: The row its results are filed under (a matrix tells apart rows their targets do not).
         self.name = name or target.row
         self.parallel = SETTINGS["parallel"].check(parallel)

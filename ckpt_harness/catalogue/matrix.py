@@ -548,7 +548,7 @@ def matrix_rows(given: Sequence[Mapping[str, Any]]) -> tuple[list[targets.Target
     for settings in given:
         kind = targets.chosen(settings, "run")
         try:
-            target = targets.make(settings, "run")
+            target = targets.make(settings, "run").breakable()
             target.preflight()
         except Unavailable as exc:
             skipped[str(settings[kind.option])] = str(exc)
@@ -595,10 +595,6 @@ def run_matrix(
     started = time.monotonic()
     if not rows and not skipped:
         raise UsageError("a matrix needs at least one row: give --job or --script")
-    restarting = [target.row for target in rows if target.caps.has("launcher_restart")]
-    if restarting:
-        raise UsageError(f"{restarting[0]}: a matrix row runs each resume itself, and torchrun restarting a faulted "
-                         "group would run its fault again: leave out --max-restarts")
     for target in rows:
         target.warm(parallel)  # before any run: no deadline pays for what the runs share
     names: list[str] = []

@@ -173,11 +173,10 @@ def bisect_script(script: str, package: str, good: str, bad: str, *, releases: O
     `settings` are those of `ScriptConfig`, `cases` limit each probe's
     verification, `releases` default to those pip finds."""
     from ckpt_harness import targets
-    from ckpt_harness.config import ScriptConfig
     from ckpt_harness.pipeline.verify import run_verification
     from ckpt_harness.pipeline.workdir import prepare_workdir
 
-    target = targets.of(ScriptConfig(script=script, **settings))
+    target = targets.script(script, **settings)
     found = in_range(package, good, bad, releases, target.values.get("find_links", ""))
     return bisect(target, package, found, prepare_workdir(workdir), lambda probed, root: run_verification(
         probed, root, cases))

@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
 from ckpt_harness import oracle, phase, targets
-from ckpt_harness.config import ExplorePlan, ScriptExploreConfig, settings_of
-from ckpt_harness.errors import UsageError
+from ckpt_harness.config import ExplorePlan
 from ckpt_harness.pipeline import baseline as baselines
 from ckpt_harness.pipeline import budget, confirm
 from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
@@ -58,17 +57,13 @@ def explore_script(script: str, *, workdir: Optional[Union[str, Path]] = None,
     (`nproc_per_node`, `nnodes`, `faults`, `ops`, `corruptions`, ...).
     `cases` replays only the named cases (the names the report prints).
     """
-    known = settings_of(ScriptExploreConfig)
-    unknown = sorted(set(settings) - set(known))
-    if unknown:
-        raise UsageError(f"unknown setting {', '.join(unknown)}: explore --script takes "
-                         f"{', '.join(n for n in known if n != 'script')}")
-    target, plan = targets.split(ScriptExploreConfig(script=script, **settings))
+    target, plan = targets.resolve(script, "explore", settings, kind="script")
     return run_exploration(target, plan, prepare_workdir(workdir), cases, progress)
 
 
 def run_exploration(target: Target, plan: ExplorePlan, root: Path, only: Optional[Sequence[str]] = None,
                     progress: Optional[ProgressFn] = None) -> Report:
+    target = target.breakable()
     started = time.monotonic()
 
     def report(results: list[CaseResult], warnings: tuple[str, ...] = (), note: str = "") -> Report:

@@ -24,7 +24,6 @@ from typing import Any, Callable, Optional, Sequence, Union
 
 from ckpt_harness import oracle, targets
 from ckpt_harness.oracle import diffs, inert
-from ckpt_harness.config import ScriptConfig, settings_of
 from ckpt_harness.errors import UsageError
 from ckpt_harness.launch.layout import crash_marker
 from ckpt_harness.pipeline import confirm
@@ -95,11 +94,8 @@ def verify_script(script: str, *, workdir: Optional[Union[str, Path]] = None,
     (`nproc_per_node`, `nnodes`, `max_restarts`, `timeout`). `cases` limits
     the resume cases to names like "resume@4".
     """
-    unknown = sorted(set(settings) - set(settings_of(ScriptConfig)))
-    if unknown:
-        raise UsageError(f"unknown setting {', '.join(unknown)}: script mode takes "
-                         f"{', '.join(n for n in settings_of(ScriptConfig) if n != 'script')}")
-    return run_verification(targets.of(ScriptConfig(script=script, **settings)), prepare_workdir(workdir), cases)
+    target, _ = targets.resolve(script, "run", settings, kind="script")
+    return run_verification(target, prepare_workdir(workdir), cases)
 
 
 def case_names(target: Target, steps: Sequence[int], stop: str = "graceful", gaps: Sequence[tuple[int, int]] = (),

@@ -15,7 +15,7 @@ import functools
 from typing import Any, Mapping, Union
 
 from ckpt_harness.config import ExplorePlan, RunConfig, ScriptConfig, settings_of
-from ckpt_harness.errors import UsageError
+from ckpt_harness.errors import ConfigError, UsageError
 from ckpt_harness.extensions import registered, with_entry_points
 from ckpt_harness.targets.base import (
     FAILURE_GRACE,
@@ -34,8 +34,8 @@ from ckpt_harness.targets.script import ScriptTarget
 
 __all__ = [
     "FAILURE_GRACE", "PROPAGATION", "BaseTarget", "Capabilities", "Capability", "JobTarget", "NotApplicable",
-    "RunRequest", "ScriptTarget", "Stop", "Target", "TargetKind", "TargetSpec", "chosen", "job", "kinds", "make",
-    "of", "picked_by", "rebuild", "resolve", "script", "spec", "split", "takes",
+    "RunRequest", "ScriptTarget", "Stop", "Target", "TargetKind", "TargetSpec", "chosen", "config_of", "job", "kinds",
+    "make", "named", "of", "picked_by", "rebuild", "resolve", "script", "spec", "split", "takes",
 ]
 
 ENTRY_POINT_GROUP = "ckpt_harness.targets"
@@ -76,18 +76,25 @@ def chosen(given: Mapping[str, Any], command: str) -> TargetKind:
     return kind
 
 
+def named(name: str) -> TargetKind:
+    """The kind of target called `name` ("job", "script", an installed kind's)."""
+    for kind in kinds():
+        if kind.name == name:
+            return kind
+    raise UsageError(f"no kind of target is named {name!r}: installed: {', '.join(k.name for k in kinds())}")
+
+
 def job(job: Union[str, type], **settings: Any) -> JobTarget:
     """A Job (a subclass, a registered name or "module:Class", or a matrix
     row of one: ``dcp[bf16]``, its axes as settings) with run settings
     (`RunConfig`'s); unknown settings are refused."""
-    kind = _job_kind()
-    return kind.target(kind.make(job, RunConfig, settings))
+    return resolve(job, "run", settings)[0]  # type: ignore[return-value]
 
 
 def script(script: str, **settings: Any) -> ScriptTarget:
     """A script's command as after ``python``, with ``{ckpt_dir}``, and
-    settings (`ScriptConfig`'s)."""
-    return ScriptTarget(ScriptConfig(script=script, **settings))
+    settings (`ScriptConfig`'s); unknown settings are refused."""
+    return resolve(script, "run", settings, kind="script")[0]  # type: ignore[return-value]
 
 
 def of(config: Union[RunConfig, ScriptConfig, Target]) -> Target:
@@ -107,7 +114,7 @@ def split(config: Any) -> tuple[Target, ExplorePlan]:
     return of(config), ExplorePlan.of(config)
 
 
-def made(kind: TargetKind, command: str, given: Mapping[str, Any]) -> Any:
+def config_of(kind: TargetKind, command: str, given: Mapping[str, Any]) -> Any:
     """The config of `command` that the settings `given` make for `kind` (those of the command's config)."""
     cls = kind.configs[command]
     takes = settings_of(cls)
@@ -115,34 +122,36 @@ def made(kind: TargetKind, command: str, given: Mapping[str, Any]) -> Any:
                                                if name in takes and name != kind.option})
 
 
-def takes(spec: Any, command: str) -> dict[str, Any]:
+def takes(spec: Any, command: str, kind: str = "job") -> dict[str, Any]:
     """The settings the Python API takes with `spec` for `command` ("run",
-    "explore"): a job's config's; a target's own are its own already, so
-    only how a save is broken (`ExplorePlan`) for "explore"."""
+    "explore"): those of the config of kind `kind` (`spec` its option's
+    value: a job, a script's command); a target's own are its own already,
+    so only how a save is broken (`ExplorePlan`) for "explore"."""
     if isinstance(spec, Target):
         return settings_of(ExplorePlan) if command == "explore" else {}
-    return settings_of(_job_kind().configs[command])
+    return {name: s for name, s in settings_of(named(kind).configs[command]).items() if name != named(kind).option}
 
 
-def resolve(spec: Any, command: str, settings: Mapping[str, Any]) -> tuple[Target, ExplorePlan]:
-    """What the Python API (`verify`, `explore`, the ``ckpt`` fixture) is
-    given: a job (a Job subclass, a registered name, "module:Class") with
-    its settings, or a target of any kind, ready made; and the plan
-    (`ExplorePlan`) for "explore". Unknown settings are refused."""
+def resolve(spec: Any, command: str, settings: Mapping[str, Any], kind: str = "job") -> tuple[Target, ExplorePlan]:
+    """What the Python API (`verify`, `explore`, their ``_script`` forms, the
+    ``ckpt`` fixture) is given: the value of kind `kind`'s option (a job: a
+    Job subclass, a registered name, "module:Class"; a script's command)
+    with its settings, or a target of any kind, ready made; and the plan
+    (`ExplorePlan`) for "explore". Unknown settings are refused, naming
+    those the call takes."""
+    known = takes(spec, command, kind)
+    unknown = sorted(set(settings) - set(known))
     if isinstance(spec, Target):
-        known = takes(spec, command)
-        unknown = sorted(set(settings) - set(known))
         if unknown:
             raise UsageError(f"unknown setting {', '.join(unknown)}: a target carries its own settings; {command} "
                              f"takes {', '.join(known) or 'none'} with it")
         return spec, ExplorePlan(**settings)
-    kind = _job_kind()  # the job's config refuses a setting it does not take
-    config = kind.make(spec, kind.configs[command], settings)
-    return kind.target(config), ExplorePlan.of(config) if command == "explore" else ExplorePlan()
-
-
-def _job_kind() -> TargetKind:
-    return next(kind for kind in kinds() if kind.name == "job")
+    picked = named(kind)
+    cls = picked.configs[command]
+    if unknown:
+        raise ConfigError(f"unknown setting {', '.join(unknown)}: {cls.__name__} takes {', '.join(known)}")
+    config = picked.make(spec, cls, settings)
+    return picked.target(config), ExplorePlan.of(config) if command == "explore" else ExplorePlan()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -167,11 +176,7 @@ class TargetSpec:
 
 def kind_of(target: Target) -> TargetKind:
     """The kind `target` is of: the one whose name is its noun."""
-    for kind in kinds():
-        if kind.name == target.noun:
-            return kind
-    raise UsageError(f"no kind of target is named {target.noun!r} (the noun of {type(target).__name__}): a "
-                     f"target's noun is its kind's name; installed: {', '.join(k.name for k in kinds())}")
+    return named(target.noun)
 
 
 def spec(target: Target) -> TargetSpec:
@@ -187,9 +192,9 @@ def picked_by(spec: TargetSpec) -> Any:
 
 def make(given: Mapping[str, Any], command: str = "run") -> Target:
     """The target the settings `given` make, as the CLI makes one from
-    options: its kind picked by `chosen`, its config by the kind (`made`)."""
+    options: its kind picked by `chosen`, its config by the kind (`config_of`)."""
     kind = chosen(given, command)
-    return kind.target(made(kind, command, given))
+    return kind.target(config_of(kind, command, given))
 
 
 def rebuild(spec: TargetSpec, command: str = "run") -> Target:

@@ -197,6 +197,11 @@ class Target(Protocol):
     def preflight(self) -> None:
         """Refuse what cannot run here (UsageError, Unavailable), before any run."""
 
+    def breakable(self) -> "Target":
+        """Itself, as the pipelines that break its saves on purpose run it
+        (`explore`, a bench: a matrix row, a catalogue item), each resume run
+        by the harness; UsageError for a setting that cannot be so run."""
+
     def warm(self, parallel: int) -> None:
         """Start what its runs share before the first one (the fork server), so
         that no run's deadline pays for it."""
@@ -258,6 +263,10 @@ class TargetKind:
     make: Callable[[Any, type, Mapping[str, Any]], Any]
     #: A config of `configs` -> its target.
     target: Callable[[Any], "Target"]
+    #: What ``pytest --ckpt-OPTION VALUE`` collects without --ckpt-scenarios: its whole scenario catalogue
+    #: (True: a job, whose runs start warm), or its verification alone, the item ``ckpt-NAME::verify``
+    #: (a script, whose every run is a cold torchrun: --ckpt-scenarios adds the scenarios it names).
+    whole_catalogue: bool = False
 
     @property
     def flag(self) -> str:
@@ -310,6 +319,10 @@ class BaseTarget:
 
     def preflight(self) -> None:
         """Nothing to refuse before a run."""
+
+    def breakable(self) -> "Target":
+        """Nothing it is set to do stands in the way of breaking its saves."""
+        return self  # type: ignore[return-value]
 
     def warm(self, parallel: int) -> None:
         """Nothing shared between its runs to start."""

@@ -195,4 +195,5 @@ def _config(value: Any, cls: type, settings: Mapping[str, Any]) -> RunConfig:
 KIND = TargetKind("job", "job", f"a registered job ({', '.join(registry())}) or module:Class",
                   {"run": RunConfig, "explore": ExploreConfig},
                   _config, lambda config: JobTarget(RunConfig(**{f.name: getattr(config, f.name)
-                                                                  for f in dataclasses.fields(RunConfig)})))
+                                                                  for f in dataclasses.fields(RunConfig)})),
+                  whole_catalogue=True)

@@ -340,6 +340,16 @@ class ScriptTarget(BaseTarget):
         for before in (True, False):  # made now, before any deadline: a release that does not install is said first
             self.python(before)
 
+    def breakable(self) -> "ScriptTarget":
+        """Not with torchrun restarting a failed group: the restarted group would run a case's fault again, and
+        the pipelines that break a save run each resume themselves."""
+        if self.config.max_restarts:
+            raise UsageError("--max-restarts: explore, a matrix row and a catalogue item run each resume "
+                             "themselves, and torchrun restarting a faulted group would run its fault again: leave "
+                             "out --max-restarts (--ckpt-max-restarts under pytest); torchrun's restart path is "
+                             "`run --script --max-restarts`'s (the ckpt-script::verify item's)")
+        return self
+
     def python(self, before_upgrade: bool = False) -> str:
         """The interpreter torchrun and its workers run: this one, or that of
         an environment holding the releases of `pins` (`upgrade_from` for a

@@ -1,19 +1,7 @@
-"""A kind of target of this package's own: ``module:function``, called by every torchrun worker.
-
-One module is what a new kind of target costs: its settings (a config
-class per command), the target, and a `TargetKind` registered under the
-entry-point group ``ckpt_harness.targets``. The harness's pipelines,
-checks, benches and surfaces run it unchanged: ``ckpt-harness run
---callable pkg.mod:train``, ``explore --callable``, ``scenario``,
-``ckpt.verify(CallableTarget.of(...))``, and as a matrix row (``matrix
---callable``... through its `TargetKind`). It is the script target with
-another face: each worker runs this very file, which imports the function
-and calls it with the checkpoint directory; only its name, its settings and
-how a report replays it are its own (what `targets.BaseTarget` does not
-default).
-"""
-
-from __future__ import annotations
+"""A kind of target of this package's own, ``module:function`` called by every torchrun worker: one
+module, no line elsewhere, and it is a CLI option (``run --callable pkg.mod:train``), a matrix row, a
+pytest option (``--ckpt-callable``: ``ckpt-callable::verify``) and a target the fixture takes. It is
+the script target with another face: each worker runs this file, which calls the function."""
 
 import dataclasses
 import importlib
@@ -25,8 +13,7 @@ from ckpt_harness.config import ExplorePlan, ScriptConfig, Setting, setting, set
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.targets import ScriptTarget, TargetKind
 
-CALLABLE = Setting("callable", str, None, "a module:function that trains, called in every torchrun worker with the "
-                   "checkpoint directory", optional=True)
+CALLABLE = Setting("callable", str, None, "a module:function that trains, given its checkpoint dir", optional=True)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,9 +31,6 @@ class CallableConfig:
 
 @dataclasses.dataclass(frozen=True)
 class CallableExploreConfig(ExplorePlan, CallableConfig):
-    """A callable whose save `save` is broken at every point: its settings, then the plan's."""
-
-    hang_timeout: float = setting("hang_timeout", 60.0)
     __post_init__ = CallableConfig.__post_init__
 
 
@@ -57,26 +41,19 @@ class CallableTarget(ScriptTarget):
     callable: str = ""
     noun: ClassVar[str] = "callable"
     COMMANDS: ClassVar[Mapping[str, type]] = {"run": CallableConfig, "explore": CallableExploreConfig}
+    name = row = property(lambda self: self.callable)
+    values = property(lambda self: {"callable": self.callable, "nproc_per_node": self.config.nproc_per_node,
+                                    "timeout": self.config.timeout})
 
     @classmethod
-    def of(cls, config: CallableConfig) -> "CallableTarget":
-        config = CallableConfig(**{name: getattr(config, name) for name in settings_of(CallableConfig)})
+    def of(cls, config: Any) -> "CallableTarget":
         script = ScriptConfig(script=f"{Path(__file__).resolve()} {config.callable} {{ckpt_dir}}",
                               nproc_per_node=config.nproc_per_node, timeout=config.timeout)
         return cls(script, callable=config.callable)
 
-    name = property(lambda self: self.callable)
-    row = name
-
-    @property
-    def values(self) -> dict[str, Any]:
-        return {"callable": self.callable, "nproc_per_node": self.config.nproc_per_node,
-                "timeout": self.config.timeout}
-
 
 KIND = TargetKind("callable", "callable", CALLABLE.help, CallableTarget.COMMANDS,
                   lambda value, cls, settings: cls(**{**settings, "callable": value}), CallableTarget.of)
-
 
 if __name__ == "__main__":  # a torchrun worker: call the function with the checkpoint directory
     module, _, function = sys.argv[1].partition(":")

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import ast
 import bisect
+import fnmatch
 import functools
 import re
 from pathlib import Path
@@ -132,6 +133,9 @@ RANKSIDE_FORBIDDEN = (
 KIND_CHOOSER = "ckpt_harness.targets"
 KIND_CLASSES = frozenset({"ScriptConfig", "RunConfig", "ExploreConfig", "ScriptExploreConfig", "JobTarget",
                           "ScriptTarget"})
+#: Where a kind's classes may be named: its own module (targets/), the settings they are made of (config),
+#: and the public API's table (the package's __init__). Elsewhere a kind is met through `targets`.
+KIND_CLASS_HOMES = ("ckpt_harness.targets", "ckpt_harness.targets.*", "ckpt_harness.config", "ckpt_harness")
 #: `x.job is None`, `bench.job_class is not None`, `self.script is None`: the mode asked by a missing field.
 KIND_ATTRS = frozenset({"job", "job_class", "script"})
 #: `hasattr(args, "world_size")`: the mode asked by an option only one kind takes (the review's blind spot).
@@ -476,6 +480,40 @@ def test_job_or_script_is_decided_only_by_the_target_chooser():
     assert not new, ("Job-vs-script branches outside ckpt_harness/targets/__init__.py:\n" + "\n".join(lines) +
                      "\nAsk the target instead (its caps, save_steps, cli_args ...); the one isinstance "
                      "belongs in targets.resolve. Do not add to ALLOWED_KIND_BRANCHES.")
+
+
+def kind_class_names(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, name) of each kind class `tree` names in code: imported, called, read (not in prose)."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            found += [(node.lineno, a.name) for a in node.names if a.name in KIND_CLASSES]
+        elif isinstance(node, ast.Name) and node.id in KIND_CLASSES:
+            found.append((node.lineno, node.id))
+        elif isinstance(node, ast.Attribute) and node.attr in KIND_CLASSES:
+            found.append((node.lineno, node.attr))
+    return found
+
+
+def test_a_kinds_classes_are_named_only_in_their_homes():
+    """The pytest face, the CLI and the pipelines meet a kind through `targets` (its options, configs and
+    targets: `targets.kinds`, `named`, `resolve`), so a kind installed by a package is met as the built-in
+    ones are; naming `ScriptConfig` there is a door for one kind."""
+    homes = [m for m in modules() if any(fnmatch.fnmatchcase(m, pattern) for pattern in KIND_CLASS_HOMES)]
+    named = [f"  {relpath(m)}:{line}: {name}" for m in sorted(modules()) if m not in homes
+             for line, name in kind_class_names(tree(m))]
+    assert not named, "kind classes named outside targets/, config.py and the public API:\n" + "\n".join(named)
+
+
+@pytest.mark.parametrize("code, named", [
+    ("from ckpt_harness.config import ScriptConfig", True),
+    ("targets.of(config.RunConfig(job))", True),
+    ("x = JobTarget", True),
+    ('"""the `ScriptConfig` that verify_script runs"""', False),
+    ("targets.named('script').configs['run']", False),
+])
+def test_a_named_kind_class_is_seen_in_each_of_its_shapes(code, named):
+    assert bool(kind_class_names(ast.parse(code))) is named
 
 
 @pytest.mark.parametrize("code, branch", [

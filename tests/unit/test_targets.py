@@ -29,11 +29,11 @@ def test_one_chooser_refuses_a_missing_mixed_or_stray_choice_saying_what_to_give
 def test_each_kind_is_picked_by_its_option_and_makes_its_own_target():
     job, script = (targets.chosen(given, "explore") for given in ({"job": "torch_save"}, {"script": SCRIPT}))
     assert (job.name, script.name) == ("job", "script")
-    made = targets.made(job, "explore", {"job": "torch_save", "steps": 6, "save": "last", "nproc_per_node": 2})
+    made = targets.config_of(job, "explore", {"job": "torch_save", "steps": 6, "save": "last", "nproc_per_node": 2})
     assert isinstance(made, ExploreConfig) and made.steps == 6  # a setting of another kind is not this one's
     target, plan = targets.split(made)
     assert isinstance(target, JobTarget) and plan.save == "last" and target.save_steps() == [2, 4, 6]
-    target, plan = targets.split(targets.made(script, "explore", {"script": SCRIPT, "nproc_per_node": 2}))
+    target, plan = targets.split(targets.config_of(script, "explore", {"script": SCRIPT, "nproc_per_node": 2}))
     assert isinstance(target, ScriptTarget) and target.world_size == 2 and target.save_steps() is None
     # A worker says when a fault blocked it, as a Job rank does: its peers get the same grace from then.
     assert plan.hang_timeout == ScriptExploreConfig.__dataclass_fields__["hang_timeout"].default == 3.0
