@@ -216,7 +216,8 @@ def main() -> None:
 
     print("\n5. catalogue scenarios on dcp ws=2: one shared bench vs. a bench per scenario")
     from ckpt_harness.catalogue.bench import Bench
-    from ckpt_harness.catalogue.scenario import builtin_catalogue, select
+    from ckpt_harness.catalogue.scenario import select
+    from ckpt_harness.catalogue.scenario_files import builtin_catalogue
 
     chosen = select(builtin_catalogue(), ["missing-shard", "corrupt-shard", "torn-write", "power-loss-*"])
     timings = {}
@@ -277,7 +278,7 @@ def servers(counts: tuple[int, ...] = (2, 4), repeat: int = 3) -> None:
 
 def reduced_catalogue(tmp: Path) -> None:
     from ckpt_harness.catalogue.matrix import run_matrix
-    from ckpt_harness.catalogue.scenario import builtin_catalogue
+    from ckpt_harness.catalogue.scenario_files import builtin_catalogue
 
     print("\n7. the whole catalogue at ws=2: with the reduction vs. every case run in full")
     for job in ("torch_save", "dcp"):
@@ -299,7 +300,7 @@ def reduced_catalogue(tmp: Path) -> None:
 
 def scenarios_at_once(tmp: Path) -> None:
     from ckpt_harness.catalogue.matrix import SCENARIOS_AT_ONCE, run_matrix
-    from ckpt_harness.catalogue.scenario import builtin_catalogue
+    from ckpt_harness.catalogue.scenario_files import builtin_catalogue
 
     print(f"\n8. the whole catalogue at ws=2, parallel 2: one scenario at a time vs. {SCENARIOS_AT_ONCE} at once")
     for job in ("torch_save", "dcp"):
@@ -333,7 +334,7 @@ def shared_resumes(tmp: Path) -> None:
 
 def early_end(tmp: Path, catalogue: bool = True) -> None:
     from ckpt_harness.catalogue.matrix import run_matrix
-    from ckpt_harness.catalogue.scenario import builtin_catalogue
+    from ckpt_harness.catalogue.scenario_files import builtin_catalogue
     from ckpt_harness.launch import group
     from ckpt_harness.pipeline.explore import explore
 
@@ -376,7 +377,7 @@ def _early_end_scripts(tmp: Path) -> None:
     delay and within the scenarios' 5 s grace: 2 s made that case a race of
     the two, whatever the launcher did) and without one (its peers wait)."""
     from ckpt_harness.catalogue.matrix import run_matrix
-    from ckpt_harness.catalogue.scenario import builtin_catalogue
+    from ckpt_harness.catalogue.scenario_files import builtin_catalogue
     from ckpt_harness.launch import group
 
     resumable = Path(__file__).resolve().parent.parent / "tests" / "scripts" / "resumable.py"
@@ -408,7 +409,8 @@ def breakdown(tmp: Path, jobs: list[str], patterns: list[str], parallel: int, ou
     """Section 10: each job's catalogue (or `patterns` of it) as the matrix runs it, one scenario at a time,
     then per scenario the mean per case of each part of `verdict.Breakdown`, and per job."""
     from ckpt_harness.catalogue.matrix import run_matrix
-    from ckpt_harness.catalogue.scenario import builtin_catalogue, select
+    from ckpt_harness.catalogue.scenario import select
+    from ckpt_harness.catalogue.scenario_files import builtin_catalogue
     from ckpt_harness.progress import Progress
     from ckpt_harness.verdict import Breakdown
 

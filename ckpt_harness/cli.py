@@ -518,7 +518,7 @@ def _parallel(args: argparse.Namespace) -> int:
 
 
 def _catalogue(args: argparse.Namespace):
-    from ckpt_harness.catalogue.scenario import catalogue
+    from ckpt_harness.catalogue.scenario_files import catalogue
 
     return catalogue(args.file)
 
@@ -1083,7 +1083,7 @@ def _list(args: argparse.Namespace) -> int:
     from ckpt_harness.catalogue.checks import registry as checks
     from ckpt_harness.inject.faults import KINDS
     from ckpt_harness.oracle import PROPERTIES
-    from ckpt_harness.catalogue.scenario import builtin_catalogue
+    from ckpt_harness.catalogue.scenario_files import builtin_catalogue
 
     jobs = registry()
     width = max(map(len, [*jobs, *KINDS]))

@@ -560,7 +560,7 @@ class ScenarioFile(pytest.File):
 
     def collect(self):
         from ckpt_harness.errors import ScenarioError
-        from ckpt_harness.catalogue.scenario import load_file
+        from ckpt_harness.catalogue.scenario_files import load_file
 
         try:
             scenarios = load_file(self.path)
@@ -753,7 +753,8 @@ def _write_html(config: pytest.Config, path: Path, results: list, reports: list)
     """The page of the ckpt items' results (a row per target, and world size
     when several ran) and of the reports the tests' `ckpt` fixture made."""
     from ckpt_harness.catalogue.matrix import Matrix
-    from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult
+    from ckpt_harness.catalogue.scenario import ScenarioResult
+    from ckpt_harness.catalogue.scenario_files import from_json
     from ckpt_harness.present import html
     from ckpt_harness.report import versions
 
@@ -770,7 +771,7 @@ def _write_html(config: pytest.Config, path: Path, results: list, reports: list)
         result = ScenarioResult.from_json(data)
         row = result.job if len(sizes) == 1 else f"{result.job} ws{ws}"
         rows.append(row)
-        scenarios.setdefault(scenario["name"], Scenario.from_json(scenario))
+        scenarios.setdefault(scenario["name"], from_json(scenario))
         done.append(dataclasses.replace(result, job=row))
     matrix = Matrix(world_size=min(sizes), jobs=list(dict.fromkeys(rows)), results=done,
                     scenarios=list(scenarios.values()), versions=versions(),
@@ -834,7 +835,7 @@ def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> Non
     results = config.stash.get(_GATED, [])
     if baseline is None or not results:
         return
-    from ckpt_harness.catalogue.scenario import builtin_catalogue
+    from ckpt_harness.catalogue.scenario_files import builtin_catalogue
 
     catalogue = {s.name for s in builtin_catalogue()} | {r.scenario for r in results}
     gating = baseline.gate(results, catalogue=catalogue)
@@ -941,7 +942,8 @@ def _add_catalogue(session: pytest.Session, config: pytest.Config, items: list) 
     catalogue's scenarios against each of its rows (--ckpt-scenarios, or all for such a kind), unless the
     run collected scenario files of its own (then only with --ckpt-scenarios)."""
     from ckpt_harness.errors import ScenarioError
-    from ckpt_harness.catalogue.scenario import builtin_catalogue, builtin_dir, select
+    from ckpt_harness.catalogue.scenario import builtin_dir, select
+    from ckpt_harness.catalogue.scenario_files import builtin_catalogue
 
     kinds = _picked(config)
     wanted = config.stash.get(_WANTED, [])

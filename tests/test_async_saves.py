@@ -19,7 +19,8 @@ from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.pipeline.cases import Case, run_case
 from ckpt_harness.pipeline.explore import baseline
 from ckpt_harness.inject.faults import Fault
-from ckpt_harness.catalogue.scenario import builtin_catalogue, select
+from ckpt_harness.catalogue.scenario import select
+from ckpt_harness.catalogue.scenario_files import builtin_catalogue
 from ckpt_harness.verdict import Verdict
 from ckpt_harness.pipeline.verify import verify
 

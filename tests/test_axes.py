@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from ckpt_harness.job import axes
-from ckpt_harness.catalogue.scenario import parse
+from ckpt_harness.catalogue.scenario_files import parse
 from ckpt_harness.config import SETTINGS, RunConfig, cli_args, settings_of
 from ckpt_harness.errors import ConfigError, ScenarioError
 from ckpt_harness.jobref import resolve

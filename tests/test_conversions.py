@@ -21,7 +21,7 @@ import pytest
 
 from ckpt_harness import targets
 from ckpt_harness.catalogue.bench import Bench
-from ckpt_harness.catalogue.scenario import parse
+from ckpt_harness.catalogue.scenario_files import parse
 from ckpt_harness.errors import ConfigError, ScenarioError
 from ckpt_harness.verdict import Verdict
 

@@ -11,7 +11,7 @@ import pytest
 
 from ckpt_harness import targets
 from ckpt_harness.catalogue.bench import Bench
-from ckpt_harness.catalogue.scenario import parse
+from ckpt_harness.catalogue.scenario_files import parse
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed (extra 'deepspeed')"

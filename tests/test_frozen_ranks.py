@@ -18,7 +18,7 @@ from ckpt_harness.launch.group import STACK_GRACE
 from ckpt_harness.oracle import health
 from ckpt_harness.targets import PROPAGATION, RunRequest
 from ckpt_harness.verdict import Verdict
-from ckpt_harness.catalogue.scenario import parse
+from ckpt_harness.catalogue.scenario_files import parse
 from tests.test_launch import alive
 
 REF = "tests.planted.checkpointers:ReferenceCheckpointer"

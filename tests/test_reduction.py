@@ -16,7 +16,7 @@ import pytest
 
 from ckpt_harness import targets
 from ckpt_harness.catalogue.bench import Bench
-from ckpt_harness.catalogue.scenario import builtin_catalogue
+from ckpt_harness.catalogue.scenario_files import builtin_catalogue
 
 FULL = os.environ.get("CKPT_HARNESS_FULL_CATALOGUE") == "1"
 SAMPLE = {

@@ -21,7 +21,8 @@ from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.inject.corrupt import CORRUPTIONS, UNSAFE_PICKLE
 from ckpt_harness.inject.payload import ran
 from ckpt_harness.oracle import judge_fault
-from ckpt_harness.catalogue.scenario import builtin_catalogue, select
+from ckpt_harness.catalogue.scenario import select
+from ckpt_harness.catalogue.scenario_files import builtin_catalogue
 from ckpt_harness.verdict import Verdict
 from tests.unit.synthetic import K, both, rank, reference, resumed, run
 

@@ -15,7 +15,8 @@ from ckpt_harness.errors import ScenarioError
 from ckpt_harness.catalogue.matrix import cell
 from ckpt_harness.oracle import PROPERTIES
 from ckpt_harness.progress import Progress
-from ckpt_harness.catalogue.scenario import ScenarioResult, builtin_catalogue, load_file, parse, select
+from ckpt_harness.catalogue.scenario import ScenarioResult, select
+from ckpt_harness.catalogue.scenario_files import builtin_catalogue, load_file, parse
 from ckpt_harness.verdict import CaseResult, Verdict
 
 NOT_APPLICABLE = Verdict.NA

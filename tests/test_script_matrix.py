@@ -31,7 +31,8 @@ from ckpt_harness.config import ScriptConfig
 from ckpt_harness import targets
 from ckpt_harness.catalogue.matrix import Matrix, run_matrix
 from ckpt_harness.records import Kind, read_records
-from ckpt_harness.catalogue.scenario import builtin_catalogue, parse, select
+from ckpt_harness.catalogue.scenario import select
+from ckpt_harness.catalogue.scenario_files import builtin_catalogue, parse
 from ckpt_harness.verdict import Verdict
 
 ROOT = Path(__file__).resolve().parent.parent

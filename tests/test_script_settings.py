@@ -26,7 +26,8 @@ import pytest
 
 from ckpt_harness import targets
 from ckpt_harness.catalogue.matrix import Matrix, run_matrix
-from ckpt_harness.catalogue.scenario import builtin_catalogue, select
+from ckpt_harness.catalogue.scenario import select
+from ckpt_harness.catalogue.scenario_files import builtin_catalogue
 from ckpt_harness.config import ScriptConfig
 from ckpt_harness.targets.script import row_name
 from ckpt_harness.verdict import Verdict

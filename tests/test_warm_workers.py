@@ -212,7 +212,8 @@ def test_a_scenario_runs_again_cold_only_its_cases_that_did_not_pass_warm(tmp_pa
     place (a failure). Only the failure is run again cold."""
     from ckpt_harness import targets
     from ckpt_harness.catalogue.bench import Bench
-    from ckpt_harness.catalogue.scenario import builtin_catalogue, select
+    from ckpt_harness.catalogue.scenario import select
+    from ckpt_harness.catalogue.scenario_files import builtin_catalogue
     from ckpt_harness.config import ScriptConfig
 
     (scenario,) = select(builtin_catalogue(), ["overwrite-larger-world"])

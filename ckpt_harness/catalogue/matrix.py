@@ -32,6 +32,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from ckpt_harness import targets
 from ckpt_harness.catalogue.bench import Bench
 from ckpt_harness.catalogue.expectations import CellGate, Gating
+from ckpt_harness.catalogue import scenario_files
 from ckpt_harness.catalogue.scenario import Scenario, ScenarioResult
 from ckpt_harness.catalogue.shards import Shard, Task, assign
 from ckpt_harness.config import SETTINGS
@@ -337,7 +338,7 @@ class Matrix:
             return cls(
                 world_size=int(data["world_size"]), jobs=list(data["jobs"]),
                 results=[ScenarioResult.from_json(r) for r in data["scenarios"]],
-                scenarios=[Scenario.from_json(s) for s in data["catalogue"]],
+                scenarios=[scenario_files.from_json(s) for s in data["catalogue"]],
                 elapsed=float(data["elapsed_seconds"]), versions=dict(data["versions"]),
                 skipped=dict(data.get("skipped", {})), date=str(data["date"]), settings=settings,
                 rows=_rows(data),

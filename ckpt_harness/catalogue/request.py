@@ -17,7 +17,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ckpt_harness.catalogue import matrix as matrices
 from ckpt_harness.catalogue.expectations import Expectations, load as load_baseline
-from ckpt_harness.catalogue.scenario import Scenario, builtin_catalogue, catalogue as catalogue_of, default_jobs, select
+from ckpt_harness.catalogue.scenario import Scenario, default_jobs, select
+from ckpt_harness.catalogue.scenario_files import builtin_catalogue, catalogue as catalogue_of
 from ckpt_harness.catalogue.shards import Shard
 from ckpt_harness.config import SETTINGS
 from ckpt_harness.errors import UsageError

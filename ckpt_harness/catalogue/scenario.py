@@ -19,26 +19,21 @@ from __future__ import annotations
 
 import dataclasses
 import fnmatch
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Optional, Sequence, Union
 
 from ckpt_harness.catalogue.names import named
 from ckpt_harness.catalogue.shards import CasePart
-from ckpt_harness.errors import ConfigError, ScenarioError, UsageError, did_you_mean
+from ckpt_harness.errors import ScenarioError, UsageError, did_you_mean
 from ckpt_harness.oracle.causes import severity_of
 from ckpt_harness.oracle.properties import SIDE_PROPERTIES
 from ckpt_harness.verdict import CaseResult, Site, StateDiff, Verdict, fold
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 if TYPE_CHECKING:
     from ckpt_harness.report import Report
 
-_RESERVED = ("property", "check", "description", "jobs")
+#: The keys of a scenario's table that are not its check's parameters.
+RESERVED = ("property", "check", "description", "jobs")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,13 +70,6 @@ class Scenario:
         """As a matrix.json records it, so that the matrix can be resumed without its files."""
         return {"name": self.name, "property": self.property, "check": self.check, "description": self.description,
                 "jobs": list(self.jobs), "params": dict(self.params), "source": self.source}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Scenario":
-        """Back from `to_json`, validated as a scenario file's table is (`parse`)."""
-        table = {"property": data.get("property"), "check": data.get("check"),
-                 "description": data.get("description"), "jobs": data.get("jobs", ["*"]), **data.get("params", {})}
-        return parse(str(data.get("name")), table, str(data.get("source") or "<matrix.json>"))
 
 
 def default_jobs(scenarios: Sequence[Scenario]) -> list[str]:
@@ -390,38 +378,6 @@ def builtin_dir() -> Path:
     return Path(__file__).resolve().parent.parent / "_scenarios"
 
 
-def builtin_catalogue() -> list[Scenario]:
-    return load_dir(builtin_dir())
-
-
-def catalogue(files: Sequence[Union[str, Path]] = ()) -> list[Scenario]:
-    """The scenarios of `files` (`--file`), or the built-in catalogue when none is given."""
-    return load_paths(files) if files else builtin_catalogue()
-
-
-def load_dir(path: Path) -> list[Scenario]:
-    scenarios = [s for file in sorted(Path(path).glob("*.toml")) for s in load_file(file)]
-    seen: dict[str, str] = {}
-    for s in scenarios:
-        if s.name in seen:
-            raise ScenarioError(f"{s.source}: scenario {s.name!r} is also defined in {seen[s.name]}; rename one")
-        seen[s.name] = s.source
-    return scenarios
-
-
-def load_paths(paths: Sequence[Union[str, Path]]) -> list[Scenario]:
-    """Scenarios of files and directories (every *.toml in one)."""
-    out: list[Scenario] = []
-    for path in map(Path, paths):
-        if path.is_dir():
-            out += load_dir(path)
-        elif path.is_file():
-            out += load_file(path)
-        else:
-            raise ScenarioError(f"{path}: no such scenario file or directory")
-    return out
-
-
 def select(scenarios: Sequence[Scenario], patterns: Sequence[str]) -> list[Scenario]:
     """Scenarios whose name matches one of `patterns` (fnmatch); all if none given."""
     if not patterns:
@@ -434,55 +390,3 @@ def select(scenarios: Sequence[Scenario], patterns: Sequence[str]) -> list[Scena
             f"{', '.join(names)}"
         )
     return [s for s in scenarios if any(fnmatch.fnmatchcase(s.name, p) for p in patterns)]
-
-
-def load_file(path: Union[str, Path]) -> list[Scenario]:
-    path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ScenarioError(f"{path}: not valid TOML: {exc}") from None
-    return [parse(name, table, str(path)) for name, table in data.items()]
-
-
-def parse(name: str, table: Any, source: str = "<scenario>") -> Scenario:
-    """Validate one scenario table against its check's parameters."""
-    from ckpt_harness.job import axes
-    from ckpt_harness.catalogue import checks
-    from ckpt_harness.config import SETTINGS, check_run_settings
-    from ckpt_harness.oracle import PROPERTIES
-
-    where = f"{source}: [{name}]"
-    if not isinstance(table, dict):
-        raise ScenarioError(f"{source}: {name!r} must be a table ([{name}]) holding one scenario")
-    for key in ("property", "check", "description"):
-        if not isinstance(table.get(key), str) or not table[key]:
-            raise ScenarioError(f"{where}: set {key} = \"...\"")
-    if table["property"] not in PROPERTIES:
-        raise ScenarioError(f"{where}: unknown property {table['property']!r}; choose from {', '.join(PROPERTIES)}")
-    known = checks.registry()
-    if table["check"] not in known:
-        raise ScenarioError(f"{where}: unknown check {table['check']!r}; choose from {', '.join(known)}")
-    jobs = table.get("jobs", ["*"])
-    if not isinstance(jobs, list) or not jobs or not all(isinstance(j, str) for j in jobs):
-        raise ScenarioError(f"{where}: jobs must be a non-empty list of job names or patterns, e.g. [\"*\"]")
-    check = checks.get(table["check"])
-    # any scenario may set the axes a target trains along (a job's `Job.axes`, a script's `script_args`)
-    declared = {s.name: s for s in check.params}
-    declared.update({name: SETTINGS[name] for name in axes.NAMES if name not in declared})
-    params = {s.name: s.default for s in check.params}
-    try:
-        for key, value in table.items():
-            if key in _RESERVED:
-                continue
-            if key not in declared:
-                raise ScenarioError(f"{where}: check {table['check']!r} has no parameter {key!r}; "
-                                    f"it takes {', '.join(declared) or 'none'}")
-            params[key] = declared[key].check(value)
-        check_run_settings(params)
-    except ConfigError as exc:
-        raise ScenarioError(f"{where}: {exc}") from None
-    problem = check.validate(params)
-    if problem:
-        raise ScenarioError(f"{where}: {problem}")
-    return Scenario(name, table["property"], table["check"], table["description"], params, tuple(jobs), source)

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from ckpt_harness import config, targets
-from ckpt_harness.catalogue import scenario
+from ckpt_harness.catalogue import scenario_files as scenario
 from ckpt_harness.config import SETTINGS, ExploreConfig, RunConfig
 from ckpt_harness.errors import ConfigError, ScenarioError
 from ckpt_harness.jobref import JobRef

@@ -14,7 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ckpt_harness.catalogue.matrix import Matrix, load, merge, read_costs
-from ckpt_harness.catalogue.scenario import ScenarioResult, builtin_catalogue, merge_parts, select, summarize
+from ckpt_harness.catalogue.scenario import ScenarioResult, merge_parts, select, summarize
+from ckpt_harness.catalogue.scenario_files import builtin_catalogue
 from ckpt_harness.catalogue.shards import CasePart, Shard, Task, assign, task_costs
 from ckpt_harness.errors import UsageError
 from ckpt_harness.targets import TargetSpec

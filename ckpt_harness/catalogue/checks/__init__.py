@@ -20,7 +20,7 @@ Other packages add checks under the entry-point group `ckpt_harness.checks`:
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Mapping, Optional, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Protocol, Sequence, runtime_checkable
 
 from ckpt_harness.config import SETTINGS, Setting
 from ckpt_harness.errors import ScenarioError, UsageError
@@ -29,11 +29,16 @@ from ckpt_harness.targets import NotApplicable
 from ckpt_harness.targets.base import capability
 
 if TYPE_CHECKING:
-    from ckpt_harness.catalogue.bench import Bench
+    from pathlib import Path
+
     from ckpt_harness.catalogue.scenario import Scenario
+    from ckpt_harness.config import ExplorePlan
+    from ckpt_harness.pipeline.baseline import Baseline
+    from ckpt_harness.records.runs import Run
+    from ckpt_harness.targets import Target
     from ckpt_harness.verdict import CaseResult
 
-__all__ = ["BUILTIN_CHECKS", "Check", "NotApplicable", "get", "registry", "run_settings"]
+__all__ = ["BUILTIN_CHECKS", "Bench", "Check", "NotApplicable", "get", "registry", "run_settings"]
 
 ENTRY_POINT_GROUP = "ckpt_harness.checks"
 
@@ -49,6 +54,53 @@ BUILTIN_CHECKS = {
     "conflicts": "ckpt_harness.catalogue.checks.conflicts:CHECK",
     "neutral": "ckpt_harness.catalogue.checks.neutral:CHECK",
 }
+
+
+class Bench(Protocol):
+    """What a check asks of the bench it runs on (`catalogue.bench.Bench` is
+    the one): the target under a scenario's settings, the runs and baselines
+    the bench's scenarios share, where its runs go and how a case is
+    replayed. A protocol, so the checks know the bench by what they ask of
+    it, as DCP's planner knows a storage writer, and the bench imports them
+    without a way back."""
+
+    #: The processes per run it gives a case's runs, and the directory they go under.
+    parallel: int
+    root: "Path"
+    #: Which cases keep a timeline of their runs (the setting of that name).
+    timelines: str
+    #: What each finished case is told to (`progress(done, total, result)`), if anything.
+    progress: Any
+
+    @property
+    def world_size(self) -> int: ...
+
+    def target_for(self, params: Mapping[str, Any], **changes: Any) -> "Target":
+        """The bench's target with a scenario's run settings (`NotApplicable` for one it cannot honour)."""
+
+    def plan(self, params: Mapping[str, Any], **changes: Any) -> "ExplorePlan":
+        """How a scenario breaks a save, with the bench's parallelism and reductions."""
+
+    def golden(self, target: "Target") -> "Run":
+        """The golden run of `target`, shared; `BaselineFailed` if it failed."""
+
+    def known(self, target: "Target", requires: Sequence[str] = ()) -> "Target":
+        """`target` as its golden run showed it; `NotApplicable` if it lacks one of `requires`."""
+
+    def baseline(self, target: "Target", plan: "ExplorePlan", *, committed: bool = False) -> "Baseline":
+        """The baseline of `plan` on `target`, shared by every scenario breaking the same save."""
+
+    def split(self, scenario: "Scenario", cases: Sequence[Any]) -> list[Any]:
+        """The part of `cases` this bench runs (its shard's)."""
+
+    def within_budget(self, scenario: "Scenario", base: "Baseline", cases: Sequence[Any]) -> list[Any]:
+        """The cases this bench runs within its case budget."""
+
+    def memo(self, key: Any, make: Callable[[], Any]) -> Any:
+        """`make()` once per key on this bench; callers of one key wait for the first."""
+
+    def repro(self, scenario: "Scenario", case: Optional[str] = None) -> str:
+        """The command that runs `scenario` (its `case`) on this bench again."""
 
 
 @runtime_checkable
