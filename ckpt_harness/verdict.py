@@ -161,12 +161,10 @@ class StateDiff:
 
 
 @dataclasses.dataclass(frozen=True)
-class Site:
-    """Where a case's one fault struck: one operation of one rank, with the
-    user's line that made it. What groups failing cases into the findings
-    they share (`oracle.findings`)."""
+class Operation:
+    """One operation of one rank in a run: where a fault can be armed
+    (`pipeline.baseline.Point`), and where a case's fault struck (`Site`)."""
 
-    fault: str
     rank: int
     phase: str
     #: The operation's number among the rank's operations in `phase`.
@@ -176,8 +174,21 @@ class Site:
     target: str
     caller: str = ""
 
+
+@dataclasses.dataclass(frozen=True)
+class Site(Operation):
+    """Where a case's one fault struck: one operation of one rank, with the
+    user's line that made it. What groups failing cases into the findings
+    they share (`oracle.findings`)."""
+
+    fault: str = dataclasses.field(kw_only=True)
+
+    @classmethod
+    def at(cls, where: Operation, fault: str) -> "Site":
+        return cls(**{f.name: getattr(where, f.name) for f in dataclasses.fields(Operation)}, fault=fault)
+
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return {"fault": self.fault, **{f.name: getattr(self, f.name) for f in dataclasses.fields(Operation)}}
 
 
 #: Columns of an exploration's table (a case's `cells`), then property and verdict.

@@ -24,7 +24,7 @@ from ckpt_harness.jobref import resolve
 from ckpt_harness.launch.outcome import Cut
 from ckpt_harness.oracle import health
 from ckpt_harness.records import data_reader
-from ckpt_harness.pipeline.resumes import Resumes
+from ckpt_harness.pipeline.memo import Memo
 from ckpt_harness.targets import RunRequest
 from ckpt_harness.verdict import Verdict
 from ckpt_harness.pipeline.verify import verify
@@ -42,7 +42,7 @@ def process_job(tmp_path_factory):
 def borrowed(base, job):
     """`base` as the baseline of `job`, a planted variant whose fault-free run is `base`'s job's."""
     target = dataclasses.replace(base.target, config=dataclasses.replace(base.target.config, job=resolve(job)[0]))
-    return dataclasses.replace(base, target=target, resumes=Resumes())
+    return dataclasses.replace(base, target=target, resumes=Memo())
 
 
 def at(base, kind, rank, op, target):

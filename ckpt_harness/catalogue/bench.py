@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
-import threading
 import time
 import traceback
 from pathlib import Path
@@ -29,6 +28,7 @@ from ckpt_harness.pipeline import baseline as baselines
 from ckpt_harness.pipeline import budget as budgets
 from ckpt_harness.pipeline import confirm
 from ckpt_harness.pipeline.baseline import Baseline, BaselineFailed
+from ckpt_harness.pipeline.memo import Memo
 from ckpt_harness.records.runs import Run
 from ckpt_harness.targets import NotApplicable, Target
 from ckpt_harness.verdict import CaseResult, Verdict
@@ -67,10 +67,9 @@ class Bench:
         self._planned: dict[str, tuple[str, ...]] = {}
         #: What the case budget left out of each scenario, and how to run it (`within_budget`).
         self._left_out: dict[str, str] = {}
-        self._memo: dict[Any, _Once] = {}
+        self._memo = Memo()
         self._numbers = itertools.count()
         self._targets = itertools.count()
-        self._lock = threading.Lock()
 
     @property
     def job(self) -> str:
@@ -161,11 +160,9 @@ class Bench:
         return chosen
 
     def memo(self, key: Any, make: Callable[[], Any]) -> Any:
-        """`make()` once per key on this bench (runs several scenarios share);
-        callers of the same key wait for the first, other keys go on."""
-        with self._lock:
-            once = self._memo.setdefault(key, _Once())
-        return once.get(make)
+        """`make()` once per key on this bench (runs several scenarios share):
+        the pipelines' one memo (`pipeline.memo`)."""
+        return self._memo.once(key, make)[0]
 
     def cold(self, names: Optional[Sequence[str]]) -> "Bench":
         """This bench with cold starts, to judge again the cases a warm start
@@ -260,21 +257,6 @@ def refuse_budget_and_shard(max_cases: Optional[int], shard: Optional[Shard]) ->
     if max_cases is not None and shard is not None:
         raise UsageError("--shard and --max-cases: a shard runs its part of every case, a budget a chosen few of "
                          "them; give one of the two")
-
-
-class _Once:
-    """A value made by the first caller; later callers wait for it."""
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.made = False
-        self.value: Any = None
-
-    def get(self, make: Callable[[], Any]) -> Any:
-        with self.lock:
-            if not self.made:
-                self.value, self.made = make(), True
-            return self.value
 
 
 def _with_elapsed(result: ScenarioResult, elapsed: float) -> ScenarioResult:

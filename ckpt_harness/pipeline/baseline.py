@@ -21,25 +21,18 @@ from ckpt_harness.inject import corrupt, durability
 from ckpt_harness.inject.faults import OPS, Fault, address
 from ckpt_harness.inject.trace import OUTSIDE, Event, EventKind, Unseen, fields, landing, landings, unseen_writes
 from ckpt_harness.pipeline import confirm
-from ckpt_harness.pipeline.resumes import Resumes
+from ckpt_harness.pipeline.memo import Memo
 from ckpt_harness.records.timeline import attach
 from ckpt_harness.records import Kind, data_reader
 from ckpt_harness.records.runs import Run, save_steps_by_rank
 from ckpt_harness.targets import RunRequest, Target
-from ckpt_harness.verdict import CaseResult, Verdict
+from ckpt_harness.verdict import CaseResult, Operation, Verdict
 
 
 @dataclasses.dataclass(frozen=True)
-class Point:
+class Point(Operation):
     """One operation of one rank in the broken save: where a fault can be armed."""
 
-    rank: int
-    phase: str
-    index: int
-    op: str
-    #: The file (relative to the checkpoint dir) or the collective's name.
-    target: str
-    caller: str = ""
     #: Its name whatever the order around it (`faults.address`), and which of its namesakes in the phase it is.
     at: str = ""
     nth: int = 1
@@ -223,15 +216,15 @@ class Baseline:
     #: it does, byte for byte); states are derived from the trace only if it does.
     replay_gap: str = ""
     #: The resume of each post-fault directory state, shared by its cases.
-    resumes: Resumes = dataclasses.field(default_factory=Resumes, compare=False, repr=False)
+    resumes: Memo = dataclasses.field(default_factory=Memo, compare=False, repr=False)
     #: What the run a delay case delays ends as without the delay, per where it
     #: stops (`cases.undelayed`), made once for all its cases.
-    undelayed: Resumes = dataclasses.field(default_factory=Resumes, compare=False, repr=False)
+    undelayed: Memo = dataclasses.field(default_factory=Memo, compare=False, repr=False)
     #: Why its golden run is a cold one the target was not asked for ("": it is
     #: the run asked for): the warm golden run failed and a cold one passed (`prepare`).
     cold_because: str = ""
     #: This baseline with cold starts (`cold`), made once for all the cases that ask.
-    _cold: Resumes = dataclasses.field(default_factory=Resumes, compare=False, repr=False)
+    _cold: Memo = dataclasses.field(default_factory=Memo, compare=False, repr=False)
     #: How that one is made where its golden run is shared with other checks
     #: (a bench's: `Bench.baseline`); None: `prepare`d under `root`/cold.
     made_cold: Optional[Callable[[], "Baseline"]] = dataclasses.field(default=None, compare=False, repr=False)
@@ -266,13 +259,13 @@ class Baseline:
         the process a rank spawns to save, which writes what the rank recorded; it is made again all the
         same: one more run per exploration that has a doubted case, for one rule.) Raises `BaselineFailed`
         if that golden run fails."""
-        made = self._cold.resume("cold", "", self._made_cold)[0]
+        made = self._cold.once("cold", self._made_cold)[0]
         return made if made.plan == self.plan else made.with_plan(self.plan)  # shared by `with_plan`'s copies
 
     def _made_cold(self) -> "Baseline":
         target = self.target.replace(cold_start=True)
         if self.target.values.get("cold_start") or not self.golden.warm_started:
-            return dataclasses.replace(self, target=target, resumes=Resumes(), undelayed=Resumes(),
+            return dataclasses.replace(self, target=target, resumes=Memo(), undelayed=Memo(),
                                        _cold=self._cold)
         base = self.made_cold() if self.made_cold is not None else \
             prepare(target, self.plan, self.root / "cold", committed_run=self.committed is not None)

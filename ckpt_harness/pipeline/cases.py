@@ -71,7 +71,7 @@ class Case:
         if len(self.faults) != 1 or len(self.points) != 1:
             return None
         p = self.points[0]
-        return Site(self.faults[0].kind, p.rank, p.phase, p.index, p.op, p.target, p.caller)
+        return Site.at(p, self.faults[0].kind)
 
     @property
     def delays_only(self) -> bool:
@@ -449,7 +449,7 @@ def _resume(baseline: Baseline, case: Case, ckpt: Path, run_dir: Path, clock: Ca
 
     if not baseline.plan.share_resumes:
         return resume(), None
-    return baseline.resumes.resume(DirState.of(ckpt), case.name, resume)
+    return baseline.resumes.once(DirState.of(ckpt), resume, case.name)
 
 
 def _undelayed(baseline: Baseline, case: Case) -> Optional[oracle.Outcome]:
@@ -472,7 +472,7 @@ def _undelayed(baseline: Baseline, case: Case) -> Optional[oracle.Outcome]:
         ref, values = baseline.reference, baseline.target.values
         return oracle.classify_resume(resumed, ref.saved, ref.k, ref.prev, ends_group=ends_group(values))
 
-    found, _ = baseline.undelayed.resume(stop, case.name, make)
+    found, _ = baseline.undelayed.once(stop, make, case.name)
     return found
 
 

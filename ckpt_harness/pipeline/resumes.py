@@ -1,4 +1,4 @@
-"""Resumes shared by the cases that leave the same checkpoint directory.
+"""Resumes shared by the cases that leave the same checkpoint directory: what they are keyed by.
 
 A resume is a function of the directory it starts from: the job is
 deterministic, its run directory fresh, and nothing else of the faulted run
@@ -15,7 +15,8 @@ byte resumes separately. Timestamps are left out: ranks that write at the
 same time order their files' mtimes differently in every run, so keying on
 them would share almost nothing, and the saves of one harness run are
 milliseconds apart, so a job that picks its checkpoint by mtime is already
-racing here. Such a job should run with `share_resumes` off.
+racing here. Such a job should run with `share_resumes` off. The resumes
+are made once per key by the pipelines' one memo (`pipeline.memo`).
 """
 
 from __future__ import annotations
@@ -24,12 +25,7 @@ import dataclasses
 import hashlib
 import os
 import stat
-import threading
-from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable, Hashable, Optional, TypeVar
-
-T = TypeVar("T")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,34 +58,3 @@ class DirState:
                 else:
                     digest.update(f"{'d' if stat.S_ISDIR(info.st_mode) else '?'} {rel}\0".encode())
         return cls(digest.hexdigest(), entries)
-
-
-class Resumes:
-    """The resume of each distinct state, run once; thread-safe, shared by
-    every case and scenario of one baseline. (Keyed by any value: the
-    undelayed runs of delay cases are made once per stop the same way.)"""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._runs: dict[Hashable, tuple[str, Future]] = {}
-
-    def resume(self, state: Hashable, case: str, run: Callable[[], T]) -> tuple[T, Optional[str]]:
-        """The resume of `state`, and the case whose run it is when that is
-        not `case` (it ran, or runs, the resume; this call waits for it)."""
-        with self._lock:
-            found = self._runs.get(state)
-            if found is None:
-                future: Future = Future()
-                self._runs[state] = (case, future)
-        if found is not None:
-            first, future = found
-            return future.result(), first
-        try:
-            future.set_result(run())
-        except BaseException as exc:
-            future.set_exception(exc)
-            raise
-        return future.result(), None
-
-    def __len__(self) -> int:
-        return len(self._runs)

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from ckpt_harness.pipeline.resumes import DirState, Resumes
+from ckpt_harness.pipeline.memo import Memo
+from ckpt_harness.pipeline.resumes import DirState
 
 
 def tree(root, files, mtimes=None):
@@ -49,7 +50,7 @@ def test_names_and_empty_directories_count(tmp_path, change):
 
 
 def test_a_state_is_resumed_once_and_the_others_name_who_ran_it():
-    resumes, ran, gate = Resumes(), [], threading.Event()
+    resumes, ran, gate = Memo(), [], threading.Event()
     state = DirState("d" * 40, 3)
 
     def run(name):
@@ -60,7 +61,7 @@ def test_a_state_is_resumed_once_and_the_others_name_who_ran_it():
         return resume
 
     results = {}
-    threads = [threading.Thread(target=lambda n=n: results.__setitem__(n, resumes.resume(state, n, run(n))))
+    threads = [threading.Thread(target=lambda n=n: results.__setitem__(n, resumes.once(state, run(n), n)))
                for n in ("crash@r0:save4#3", "crash-after@r0:save4#2")]
     for t in threads:
         t.start()
@@ -71,5 +72,5 @@ def test_a_state_is_resumed_once_and_the_others_name_who_ran_it():
     first = ran[0]
     assert {r for r, _ in results.values()} == {f"resume by {first}"}
     assert sorted((shared for _, shared in results.values()), key=str) == sorted([None, first], key=str)
-    other = resumes.resume(DirState("e" * 40, 1), "x", run("x"))
+    other = resumes.once(DirState("e" * 40, 1), run("x"), "x")
     assert other == ("resume by x", None) and len(resumes) == 2

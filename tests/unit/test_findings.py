@@ -54,7 +54,7 @@ def explored(points: list[tuple[Point, bool]], kinds=("crash", "error"), also_li
                 f"{kind} at rank {p.rank} #{p.index} → {'refused' if broken else 'S_prev'}", repro=f"repro {name}",
                 cells=(str(p.rank), str(p.index), p.op, p.target, p.caller, kind, "refused" if broken else "S_prev"),
                 outcome="refused" if broken else "S_prev", also=live,
-                site=Site(kind, p.rank, p.phase, p.index, p.op, p.target, p.caller)))
+                site=Site.at(p, kind)))
     return Report("job", 2, results, kind="explore")
 
 
@@ -140,7 +140,7 @@ def test_damaged_files_the_load_took_are_one_finding_whatever_it_made_of_each():
         return CaseResult(f"{kind}:{path}", check, Verdict.FAIL, f"{path} damaged → {outcome}",
                           cells=("*", "", "corrupt", path, "", kind, outcome), outcome=outcome, site=site)
 
-    torn = Site("torn", 1, "save 4", 3, "write", "step_000004/rank1.pt", "job.py:31 in shard()")
+    torn = Site(1, "save 4", 3, "write", "step_000004/rank1.pt", "job.py:31 in shard()", fault="torn")
     found = group([damaged("bit-flip", "step_000004/model.pt", "partial"),
                    damaged("zero-page", "step_000004/rank1.pt", "error on some ranks", check="live"),
                    damaged("bit-flip", "step_000004/rank1.pt", "partial"),
