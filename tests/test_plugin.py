@@ -114,6 +114,8 @@ def test_ckpt_job_runs_the_builtin_catalogue_against_a_users_job(pytester, impor
     na.stdout.fnmatch_lines(["*n/a: the job defines no full_state(ctx)*"])
 
 
+# make test keeps it both ways: test_explore.py::test_an_error_on_one_rank_is_a_hang_only_where_nothing_ends_the_group
+@pytest.mark.slow
 def test_ckpt_launcher_judges_the_catalogue_as_production_launches_the_job(pytester, importable):
     """torch_save's rank that raises in its save leaves its peer in a barrier:
     no hang under torchrun's agent (the default), a live failure under a plain
@@ -169,6 +171,8 @@ def test_bad_options_are_usage_errors(pytester, importable, args, message):
     result.stderr.fnmatch_lines([message])
 
 
+# make test keeps it: test_explore.py::test_planted_bugs_are_flagged_under_their_property[DeletesPreviousFirst-...]
+@pytest.mark.slow
 def test_fixture_explores_a_job_and_fails_with_the_table(pytester, importable):
     pytester.makepyfile(
         """
@@ -349,6 +353,8 @@ def test_a_bad_baseline_is_a_usage_error(pytester, importable):
     result.stderr.fnmatch_lines(['*--ckpt-baseline: expect.toml:1: set reason = "..." (why the verdict is known*'])
 
 
+# make test keeps it: test_script_mode.py::test_staging_renamed_on_every_node_fails_across_nodes_through_the_cli
+@pytest.mark.slow
 def test_ckpt_script_verifies_an_unmodified_script_under_torchrun(pytester, importable):
     """Script mode through the plugin, in one pytest run of two torchrun runs:
     --ckpt-script adds the item ckpt-script::verify (here a script whose every
