@@ -77,7 +77,7 @@ def main() -> None:
     finally:
         chrome.quit()
     cases = sum(r.cases for r in matrix.results)
-    print(f"matrix: {len(matrix.jobs)} rows, {len(matrix.results)} scenarios, {cases} cases; "
+    print(f"matrix: {len(matrix.names)} rows, {len(matrix.results)} scenarios, {cases} cases; "
           f"{rows[0][5]} cases with a timeline")
     print("| page | made in | size | load event | open the largest case |\n|---|---|---|---|---|")
     for name, made, size, load_s, case_s, _ in rows:

@@ -529,7 +529,7 @@ def _matrix(args: argparse.Namespace) -> int:
     # options that cannot go together, before anything heavy is imported
     shard = Shard.parse(args.shard) if args.shard is not None else None
     _matrix_mode(args)
-    from ckpt_harness.catalogue.matrix import MatrixInterrupted
+    from ckpt_harness.catalogue.matrix import MatrixInterrupted, markdown
     from ckpt_harness.catalogue.request import MatrixRequest, finish
 
     request = MatrixRequest(
@@ -549,7 +549,7 @@ def _matrix(args: argparse.Namespace) -> int:
     finally:
         progress.close()
     matrix, md, js = finish(matrix, out, baseline, catalogue)
-    print(matrix.summary())
+    print(markdown.summary(matrix))
     print(f"wrote {md} and {js}")
     if args.html is not None:
         from ckpt_harness.present import html
@@ -664,13 +664,13 @@ def _matrix_mode(args: argparse.Namespace) -> None:
 
 
 def _matrix_rows(args: argparse.Namespace) -> list[dict]:
-    """The settings of each row, by name (`catalogue.matrix.matrix_rows`
+    """The settings of each row, by name (`catalogue.matrix.run.matrix_rows`
     makes them targets): each value of the one kind's option (--job,
     --script, ...: repeatable, a row each) with the settings given that its
     config takes. None given: the jobs the catalogue applies to, with the
     settings given (`MatrixRequest.job_settings`). Another kind's options are
     refused (`targets.chosen`) before anything heavy is imported; a row's own
-    settings are checked as it is made (`catalogue.matrix.matrix_rows`)."""
+    settings are checked as it is made (`catalogue.matrix.run.matrix_rows`)."""
     from ckpt_harness import targets
     from ckpt_harness.config import settings_of
 

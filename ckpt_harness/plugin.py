@@ -451,7 +451,7 @@ class Row:
 
 def _rows(config: pytest.Config, kind: Any) -> list:
     """The rows of `kind` the options make, each made and checked now (bad settings are a usage error
-    naming the option), as a matrix makes its rows (`catalogue.matrix.matrix_rows`): a row per
+    naming the option), as a matrix makes its rows (`catalogue.matrix.run.matrix_rows`): a row per
     --ckpt-world-sizes for a kind that takes a world size (a job), else one."""
     from ckpt_harness import targets
     from ckpt_harness.config import settings_of
@@ -773,7 +773,7 @@ def _write_html(config: pytest.Config, path: Path, results: list, reports: list)
         rows.append(row)
         scenarios.setdefault(scenario["name"], from_json(scenario))
         done.append(dataclasses.replace(result, job=row))
-    matrix = Matrix(world_size=min(sizes), jobs=list(dict.fromkeys(rows)), results=done,
+    matrix = Matrix(world_size=min(sizes), names=list(dict.fromkeys(rows)), results=done,
                     scenarios=list(scenarios.values()), versions=versions(),
                     elapsed=sum(r.elapsed for r in done))
     html.write(html.matrix_page(matrix, reports=named), path)

@@ -97,7 +97,8 @@ def test_a_case_lands_in_the_cell_of_the_property_it_broke():
     only, but whose resume found the previous checkpoint, is a `live` failure
     and a `preserving` pass, and each lands in its own cell (the newcomer's
     matrix showed `preserving: fail` for a job that preserved every time)."""
-    from ckpt_harness.catalogue.matrix import Matrix, Task
+    from ckpt_harness.catalogue.matrix import Matrix
+    from ckpt_harness.catalogue.shards import Task
     from ckpt_harness.catalogue.scenario import summarize
 
     (errors,) = select(builtin_catalogue(), ["error-every-phase"])

@@ -29,7 +29,7 @@ import pytest
 from ckpt_harness import cli
 from ckpt_harness.config import ScriptConfig
 from ckpt_harness import targets
-from ckpt_harness.catalogue.matrix import Matrix, run_matrix
+from ckpt_harness.catalogue.matrix import Matrix, files, run_matrix
 from ckpt_harness.records import Kind, read_records
 from ckpt_harness.catalogue.scenario import select
 from ckpt_harness.catalogue.scenario_files import builtin_catalogue, parse
@@ -70,7 +70,7 @@ def cells(m: Matrix) -> dict:
 
 def test_a_broken_script_fails_under_its_property_and_the_correct_one_passes(matrix):
     m, workdir = matrix
-    assert tuple(m.jobs) == ROWS
+    assert tuple(m.names) == ROWS
     correct, broken = ROWS
     found = cells(m)
     explain = "\n".join(f"{c.job} · {c.property}: {c.verdict.value} {c.reason}" for c in m.cells())
@@ -92,7 +92,7 @@ def test_a_broken_script_fails_under_its_property_and_the_correct_one_passes(mat
 def test_scenarios_that_set_what_a_script_was_not_told_are_not_applicable_saying_what_to_give(matrix):
     m, _ = matrix
     found = cells(m)
-    for row in m.jobs:
+    for row in m.names:
         for prop, named in UNTOLD.items():
             assert found[row, prop].verdict is Verdict.NA and named in found[row, prop].reason, found[row, prop]
         skew = found[row, "skew-safe"]  # multi-node-skew: two real nodes, but a rotating save
@@ -105,11 +105,11 @@ def test_one_golden_run_serves_a_row_and_the_commands_are_in_the_output(matrix, 
     for i in range(2):  # the verification judged against the explorations' golden run, made once
         assert (workdir / f"job{i}" / "golden" / "run").is_dir()
         assert not (workdir / f"job{i}" / "resume-every-save" / "golden").exists()
-    md, js = m.write(tmp_path)
+    md, js = files.write(m, tmp_path)
     data = json.loads(js.read_text())
-    assert {name: row["settings"]["script"] for name, row in data["rows"].items()} == {m.jobs[0]: CORRECT,
-                                                                                       m.jobs[1]: BROKEN}
-    assert data["settings"]["nproc_per_node"] == 2 and data["jobs"] == m.jobs
+    assert {name: row["settings"]["script"] for name, row in data["rows"].items()} == {m.names[0]: CORRECT,
+                                                                                       m.names[1]: BROKEN}
+    assert data["settings"]["nproc_per_node"] == 2 and data["jobs"] == m.names
     assert f"`{BROKEN}`" in md.read_text()
 
 

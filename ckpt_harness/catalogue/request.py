@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ckpt_harness.catalogue import matrix as matrices
+from ckpt_harness.catalogue.matrix import files as matrix_files
 from ckpt_harness.catalogue.expectations import Expectations, load as load_baseline
 from ckpt_harness.catalogue.scenario import Scenario, default_jobs, select
 from ckpt_harness.catalogue.scenario_files import builtin_catalogue, catalogue as catalogue_of
@@ -96,11 +97,11 @@ def finish(matrix: matrices.Matrix, out: Path, baseline: Optional[Expectations] 
     written to `out` with its timelines: the matrix as written, and its
     Markdown and JSON files."""
     if baseline is not None:
-        matrix.gating = baseline.gate(matrix.results, jobs=matrix.jobs, scenarios=[s.name for s in matrix.scenarios],
+        matrix.gating = baseline.gate(matrix.results, jobs=matrix.names, scenarios=[s.name for s in matrix.scenarios],
                                       catalogue=[s.name for s in catalogue])
     try:
-        matrix = matrix.with_timelines(out)
-        md, js = matrix.write(out)
+        matrix = matrix_files.with_timelines(matrix, out)
+        md, js = matrix_files.write(matrix, out)
     except OSError as exc:
         raise UsageError(f"cannot write the matrix to {out}: {exc.strerror or exc}") from None
     return matrix, md, js

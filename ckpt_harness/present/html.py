@@ -201,7 +201,7 @@ def matrix_page(matrix: "Matrix", base: Path = Path("."), share: bool = True,
     views = {key: _scenario_view(ids, r, "top", base) for key, r in done.items()}
     by_cell = {(c.job, c.property): c for c in matrix.cells()}
     rows = []
-    for job in matrix.jobs:
+    for job in matrix.names:
         cells = []
         for prop in matrix.properties:
             c = by_cell[job, prop]
@@ -223,7 +223,7 @@ def matrix_page(matrix: "Matrix", base: Path = Path("."), share: bool = True,
     if matrix.gating is not None:
         facts += (("baseline", f"{matrix.gating.source}: {matrix.gating.summary()}"),)
     views = _report_views(ids, reports)
-    return Page("ckpt_harness matrix", f"{len(matrix.jobs)} rows × {len(matrix.properties)} properties", "matrix",
+    return Page("ckpt_harness matrix", f"{len(matrix.names)} rows × {len(matrix.properties)} properties", "matrix",
                 matrix.verdict.value, tuple(matrix.properties), tuple(rows), scenario_views, facts=facts,
                 reports=views, parts=_parts(ids))
 

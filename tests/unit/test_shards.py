@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ckpt_harness.catalogue.matrix import Matrix, load, merge, read_costs
+from ckpt_harness.catalogue.matrix import Matrix, files, load, markdown, merge, read_costs
 from ckpt_harness.catalogue.scenario import ScenarioResult, merge_parts, select, summarize
 from ckpt_harness.catalogue.scenario_files import builtin_catalogue
 from ckpt_harness.catalogue.shards import CasePart, Shard, Task, assign, task_costs
@@ -130,9 +130,9 @@ ALL = [("a", "overwrite-complete"), ("a", "world-size-grow"), ("b", "overwrite-c
 
 def test_a_matrix_comes_back_from_its_json_with_the_same_cells():
     whole = _matrix([_result(j, s, Verdict.FAIL if j == "b" else Verdict.PASS) for j, s in ALL])
-    again = Matrix.from_json(json.loads(json.dumps(whole.to_json())))
-    assert again.to_json() == whole.to_json() and again.cells() == whole.cells()
-    assert again.markdown() == whole.markdown()
+    again = files.from_json(json.loads(json.dumps(files.to_json(whole))))
+    assert files.to_json(again) == files.to_json(whole) and again.cells() == whole.cells()
+    assert markdown.of(again) == markdown.of(whole)
 
 
 def test_a_cell_whose_scenarios_did_not_all_run_is_not_judged():
@@ -142,9 +142,9 @@ def test_a_cell_whose_scenarios_did_not_all_run_is_not_judged():
     assert cells["a", "reshardable"].verdict is None and cells["a", "reshardable"].pending == ("world-size-grow",)
     assert "the run was stopped first" in cells["a", "reshardable"].reason
     assert stopped.incomplete and not stopped.complete and len(stopped.missing) == 3
-    data = stopped.to_json()
+    data = files.to_json(stopped)
     assert data["incomplete"] and data["stopped_by"] == "SIGTERM" and len(data["missing"]) == 3
-    assert "**Incomplete**: stopped by SIGTERM" in stopped.markdown()
+    assert "**Incomplete**: stopped by SIGTERM" in markdown.of(stopped)
 
 
 def _shards(split=((0, 1), (2, 3)), count=2):
@@ -158,10 +158,10 @@ def _shards(split=((0, 1), (2, 3)), count=2):
 def test_shards_merge_into_the_whole_matrix():
     whole = _matrix([_result(*t) for t in ALL])
     merged = merge(_shards())
-    assert merged.to_json() == whole.to_json()
+    assert files.to_json(merged) == files.to_json(whole)
     shard = _shards()[0][1]
     assert "another shard runs it" in {c.reason.split(": ")[-1] for c in shard.cells()}
-    assert shard.to_json()["shard"] == {"index": 1, "count": 2, "tasks": [list(ALL[0]), list(ALL[1])]}
+    assert files.to_json(shard)["shard"] == {"index": 1, "count": 2, "tasks": [list(ALL[0]), list(ALL[1])]}
 
 
 @pytest.mark.parametrize("shards, message", [
