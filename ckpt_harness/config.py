@@ -304,6 +304,14 @@ def settings_of(cls: type) -> dict[str, Setting]:
     return {f.name: f.metadata["setting"] for f in dataclasses.fields(cls) if "setting" in f.metadata}
 
 
+def check_settings(config: Any) -> None:
+    """Every setting of the frozen dataclass `config` checked against its
+    declaration and stored as checked (lists as tuples): the first thing each
+    config does (`Setting.check` raises ConfigError saying what to give)."""
+    for name, s in settings_of(type(config)).items():
+        object.__setattr__(config, name, s.check(getattr(config, name)))
+
+
 def check_run_settings(values: Mapping[str, Any]) -> None:
     """Rules between settings, shared by configs and scenario files."""
     steps, save_every = values.get("steps"), values.get("save_every")
@@ -344,8 +352,7 @@ class RunConfig:
     storage: str = setting("storage")
 
     def __post_init__(self) -> None:
-        for name, s in settings_of(type(self)).items():
-            object.__setattr__(self, name, s.check(getattr(self, name)))
+        check_settings(self)
         check_run_settings(dataclasses.asdict(self))
 
     @property
@@ -396,8 +403,7 @@ class ScriptConfig:
     envs_dir: str = setting("envs_dir")
 
     def __post_init__(self) -> None:
-        for name, s in settings_of(type(self)).items():
-            object.__setattr__(self, name, s.check(getattr(self, name)))
+        check_settings(self)
         if not self.script or not self.script.strip():
             raise ConfigError("script mode needs a script: give --script 'train.py ARGS' "
                               "with {ckpt_dir} where its checkpoint directory goes")
@@ -422,8 +428,7 @@ class VerifyPlan:
     flake: Optional[int] = setting("flake")
 
     def __post_init__(self) -> None:
-        for name, s in settings_of(type(self)).items():
-            object.__setattr__(self, name, s.check(getattr(self, name)))
+        check_settings(self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -449,8 +454,7 @@ class ExplorePlan:
     timelines: str = setting("timelines")
 
     def __post_init__(self) -> None:
-        for name, s in settings_of(type(self)).items():
-            object.__setattr__(self, name, s.check(getattr(self, name)))
+        check_settings(self)
 
     def broken(self, steps: Sequence[int]) -> int:
         """The step of the save this plan breaks among a target's save `steps`."""

@@ -101,9 +101,9 @@ def test_a_script_that_resumes_from_scratch_is_flagged(correct_runs, tmp_path):
 
 
 # A script that forgets its optimizer state is flagged under "saves after resume", having resumed from 2:
-# in `make test` by tests/test_script_matrix.py, test_a_broken_script_fails_under_its_property_and_the_correct_one_passes
-# (--bug forget-optimizer, both ways); tests/test_warm_workers.py's [forget-optimizer-fail] (marked slow) verifies this
-# very command warm, then cold.
+# in `make test` by tests/test_script_matrix.py,
+# test_a_broken_script_fails_under_its_property_and_the_correct_one_passes (--bug forget-optimizer, both ways);
+# tests/test_warm_workers.py's [forget-optimizer-fail] (marked slow) verifies this very command warm, then cold.
 
 
 @pytest.mark.parametrize("bug", [(), ("--bug", "from-scratch")], ids=["resumes", "from-scratch"])

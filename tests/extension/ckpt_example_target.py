@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
-from ckpt_harness.config import ExplorePlan, ScriptConfig, Setting, setting, settings_of
+from ckpt_harness.config import ExplorePlan, ScriptConfig, Setting, check_settings, setting
 from ckpt_harness.errors import ConfigError
 from ckpt_harness.targets import ScriptTarget, TargetKind
 
@@ -23,8 +23,7 @@ class CallableConfig:
     timeout: float = setting("timeout", 180.0)
 
     def __post_init__(self) -> None:
-        for name, s in settings_of(type(self)).items():
-            object.__setattr__(self, name, s.check(getattr(self, name)))
+        check_settings(self)
         if not self.callable or ":" not in self.callable:
             raise ConfigError(f"callable must be module:function, got {self.callable!r}")
 
