@@ -82,26 +82,27 @@ def pace(tmp_path_factory) -> Pace:
 #: tests that fill the workers evenly, not a module of torchrun runs one
 #: worker runs alone while the others idle (a module missing here goes last).
 #: `python ci/module_times.py junit.xml` prints the table from a run's JUnit XML.
-#: 2026-12-07 (night): a clean clone of 78482ca, `make test` without the `slow` tests (-n 3, 1493 passed in
-#: 35:20, the suite alone on the box); the modules it does not run (`make test-trainers`'s) from a run of
-#: cc78e2a.
+#: 2026-12-07 (late night): a clean clone of 910b8b6, `make test` without the `slow` tests (-n 3, 1496 passed
+#: in 35:44, the suite alone on the box); the modules it does not run (`make test-trainers`'s, `slow` ones) from
+#: earlier runs.
 MEASURED = {
-    "test_script_frameworks": 909, "test_background_writers": 460, "test_explore": 422, "test_script_explore": 303,
-    "test_storage": 300, "test_warm_workers": 297, "test_script_mode": 270, "test_plugin": 225, "test_upgrades": 216,
-    "test_file_saves": 209, "test_cli": 190, "test_elastic": 186, "test_consequence": 164, "test_scenarios": 161,
-    "test_extension": 160, "test_warm_starts": 151, "test_preemption": 149, "test_inline_save": 148,
-    "test_setup_errors": 141, "test_run_identity": 137, "test_verify": 136, "test_reduction": 135,
-    "test_conversions": 131, "test_script_settings": 120, "test_html_report": 114, "test_axes": 104,
-    "test_async_saves": 101, "test_matrix_shards": 95, "test_launch": 82, "test_script_matrix": 74,
-    "test_async_process": 62, "test_flake": 61, "test_early_end": 57, "test_stops_anywhere": 52, "test_timelines": 48,
-    "test_deepspeed_job": 45, "test_findings": 44, "test_action": 42, "test_case_budget": 39, "test_ci_output": 39,
-    "test_checkpointers": 38, "test_resume_chain": 35, "test_examples": 33, "test_jit": 32, "test_relocation": 32,
-    "test_severity": 26, "test_hf_trainer_job": 22, "test_envs": 22, "test_save_neutral": 21, "test_frozen_ranks": 21,
-    "test_capability_mix": 18, "test_matrix_rows": 18, "test_script_ops": 18, "test_s3server": 16,
-    "test_buffering_bugs": 14, "test_timings": 14, "test_gpu_check": 11, "test_baseline_causes": 11,
-    "test_deepspeed_reshard": 10, "test_suite_deadline": 9, "test_safe_loading": 9, "test_script_launch": 9,
-    "test_opener": 9, "test_warmups": 8, "test_write_conflicts": 8, "test_layers": 8, "test_dcp_durability": 7,
-    "test_faults": 7, "test_docs_site": 6,
+    "test_background_writers": 512, "test_explore": 460, "test_extension": 357, "test_storage": 322,
+    "test_script_mode": 299, "test_warm_workers": 268, "test_script_explore": 239, "test_cli": 221,
+    "test_file_saves": 198, "test_upgrades": 190, "test_axes": 180, "test_elastic": 170, "test_conversions": 155,
+    "test_inline_save": 154, "test_html_report": 153, "test_consequence": 143, "test_launch": 140,
+    "test_scenarios": 140, "test_verify": 131, "test_script_settings": 122, "test_async_process": 122,
+    "test_preemption": 116, "test_matrix_shards": 107, "test_warm_starts": 104, "test_plugin": 99,
+    "test_script_matrix": 96, "test_async_saves": 88, "test_reduction": 69, "test_setup_errors": 63,
+    "test_early_end": 57, "test_timelines": 57, "test_stops_anywhere": 55, "test_action": 50,
+    "test_deepspeed_job": 50, "test_case_budget": 45, "test_ci_output": 43, "test_flake": 40, "test_findings": 38,
+    "test_relocation": 35, "test_checkpointers": 33, "test_jit": 31, "test_capability_mix": 27,
+    "test_resume_chain": 25, "test_save_neutral": 24, "test_matrix_rows": 24, "test_examples": 22, "test_envs": 22,
+    "test_frozen_ranks": 21, "test_hf_trainer_job": 21, "test_baseline_causes": 17, "test_s3server": 15,
+    "test_severity": 13, "test_timings": 12, "test_script_ops": 12, "test_deepspeed_reshard": 12,
+    "test_suite_deadline": 11, "test_gpu_check": 11, "test_opener": 11, "test_safe_loading": 10,
+    "test_buffering_bugs": 10, "test_layers": 8, "test_script_launch": 7, "test_docs_site": 7,
+    "test_write_conflicts": 7, "test_warmups": 7,
+    "test_script_frameworks": 909, "test_run_identity": 137, "test_dcp_durability": 7, "test_faults": 7,
 }
 
 
