@@ -102,7 +102,7 @@ MEASURED = {
     "test_suite_deadline": 11, "test_gpu_check": 11, "test_opener": 11, "test_safe_loading": 10,
     "test_buffering_bugs": 10, "test_layers": 8, "test_script_launch": 7, "test_docs_site": 7,
     "test_write_conflicts": 7, "test_warmups": 7,
-    "test_script_frameworks": 909, "test_run_identity": 137, "test_dcp_durability": 7, "test_faults": 7,
+    "test_script_frameworks": 909, "test_run_identity": 137,
 }
 
 
