@@ -129,7 +129,8 @@ def takes(spec: Any, command: str, kind: str = "job") -> dict[str, Any]:
     so only how a save is broken (`ExplorePlan`) for "explore"."""
     if isinstance(spec, Target):
         return settings_of(ExplorePlan) if command == "explore" else {}
-    return {name: s for name, s in settings_of(named(kind).configs[command]).items() if name != named(kind).option}
+    picked = named(kind)
+    return {name: s for name, s in settings_of(picked.configs[command]).items() if name != picked.option}
 
 
 def resolve(spec: Any, command: str, settings: Mapping[str, Any], kind: str = "job") -> tuple[Target, ExplorePlan]:
@@ -187,7 +188,7 @@ def spec(target: Target) -> TargetSpec:
 
 def picked_by(spec: TargetSpec) -> Any:
     """The value of the option that picked its kind (a job's name, a script's command)."""
-    return spec.settings[next(kind for kind in kinds() if kind.name == spec.kind).option]
+    return spec.settings[named(spec.kind).option]
 
 
 def make(given: Mapping[str, Any], command: str = "run") -> Target:
