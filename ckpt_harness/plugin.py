@@ -516,7 +516,16 @@ class Catalogue(pytest.Collector):
         return []  # its items are made where the run's other items are known, and counted there (`_collected`)
 
 
-class VerifyItem(pytest.Item):
+class _Judged(pytest.Item):
+    """An item whose failure is a verdict: shown as its explanation (the verdict table), not a traceback."""
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, ScenarioFailed):
+            return str(excinfo.value)
+        return super().repr_failure(excinfo, style)
+
+
+class VerifyItem(_Judged):
     """``ckpt-harness run`` against the picked target as a test (``ckpt-script::verify``): fails with the
     verdict table unless every case passes. Its timeout is its kind's own (a script's is longer) unless
     ``--ckpt-timeout`` was given."""
@@ -537,11 +546,6 @@ class VerifyItem(pytest.Item):
         report = _outputs(self, report)
         if not report.ok:
             raise ScenarioFailed(report.explain())
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        if isinstance(excinfo.value, ScenarioFailed):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[str, Optional[int], str]:
         return self.row.name, None, f"verify {self.row.name} ({self.row.spec.kind})"
@@ -575,7 +579,7 @@ class ScenarioFile(pytest.File):
 _WANTED = pytest.StashKey[list]()
 
 
-class ScenarioItem(pytest.Item):
+class ScenarioItem(_Judged):
     """A catalogue scenario against one row (a job at one world size, the --ckpt-script script); n/a skips."""
 
     def __init__(self, *, scenario: Any, row: Row, **kwargs: Any):
@@ -615,11 +619,6 @@ class ScenarioItem(pytest.Item):
         if result.verdict is not Verdict.PASS:
             gate = f"\n{gated.line()}" if gated is not None and gated.expectation is not None else ""
             raise (KnownFailure if gated is not None and gated.expected else ScenarioFailed)(result.explain() + gate)
-
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
-        if isinstance(excinfo.value, ScenarioFailed):
-            return str(excinfo.value)
-        return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[str, Optional[int], str]:
         return (self.scenario.source, None,
