@@ -67,6 +67,24 @@ def spawn_sleeper_and_hang(info, payload):
     time.sleep(1000)
 
 
+def shares_a_descriptor(info, payload):
+    """Share a descriptor as DCP's process executor hands its checkpoint process a save's tensors: outside
+    a spawn, multiprocessing serves it from a listener in its temporary directory (`resource_sharer`),
+    whose path is written to the run directory. Then end as `payload` says: "return", "crash" (SIGKILL)
+    or "hang"."""
+    import pickle
+    from multiprocessing import reduction, util
+
+    read, write = os.pipe()
+    pickle.dumps(reduction.DupFd(read))  # starts the listener
+    listener = next(Path(util.get_temp_dir()).glob("listener-*"))
+    Path(info.run_dir, f"mp-tempdir{info.rank}").write_text(str(listener.parent))
+    if payload == "crash":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if payload == "hang":
+        time.sleep(1000)
+
+
 def hang_forever(info, payload):
     Path(info.run_dir, f"started{info.rank}").write_text(str(os.getpid()))
     time.sleep(1000)

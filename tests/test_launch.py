@@ -4,6 +4,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -169,6 +170,18 @@ def test_grandchildren_die_with_their_rank(tmp_path, pace):
     assert outcome.timed_out
     children = [int((tmp_path / f"child{r}").read_text()) for r in range(2)]
     assert survivors(children, within=pace(1.0)) == []
+
+
+@pytest.mark.parametrize("end", ["return", "crash", "hang"])
+def test_a_ranks_multiprocessing_directory_goes_with_it(tmp_path, pace, end):
+    """A process removes multiprocessing's temporary directory (``pymp-*``, where DCP's process executor
+    shares a save's tensors through a listener) as its interpreter exits; a rank is torn down instead, so
+    the launcher removes it, however the rank ended. Before, each such rank left one in /tmp."""
+    outcome = run_group(spec(tmp_path, "shares_a_descriptor", world_size=1, deadline=pace(5.0), payload=end))
+    assert outcome.ok is (end == "return"), outcome
+    made = Path((tmp_path / "mp-tempdir0").read_text())
+    assert made.name.startswith("pymp-") and made.parent == Path(tempfile.gettempdir()), made
+    assert not made.exists(), sorted(made.iterdir())
 
 
 @pytest.mark.parametrize("world_size", [0, 9])

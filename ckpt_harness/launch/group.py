@@ -13,6 +13,7 @@ import os
 import queue
 import select
 import signal
+import shutil
 import socket
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 from ckpt_harness.errors import ConfigError, HarnessError
 from ckpt_harness.launch import _proc, _wire, beacon, flight, looks, preimport
 from ckpt_harness.launch.heartbeat import Heartbeat
-from ckpt_harness.launch.layout import beacon_path, flight_path, log_path, store_path, warm_twin
+from ckpt_harness.launch.layout import beacon_path, flight_path, log_path, mp_tempdir_path, store_path, warm_twin
 from ckpt_harness.launch.link import helpers
 from ckpt_harness.launch.outcome import Cut, GroupOutcome, RankOutcome, RankStatus
 from ckpt_harness.launch.stacks import StackRequest, await_answers
@@ -505,6 +506,19 @@ class _GroupRun:
                 break
             if message["op"] == "exit":
                 self.exited.add(message["rank"])
+        for r in self.ranks:  # what each rank's exit would have removed, had it exited (`rank.own_mp_tempdir`)
+            _remove_mp_tempdir(mp_tempdir_path(self.spec.run_dir, r.rank))
+
+
+def _remove_mp_tempdir(named_in: Path) -> None:
+    """The multiprocessing temporary directory a rank named in `named_in`, removed; only a ``pymp-*``
+    directory, and only once its processes are gone (the rank's process group was killed)."""
+    try:
+        path = Path(named_in.read_text())
+    except OSError:
+        return
+    if path.name.startswith("pymp-") and path.is_absolute():
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def _answers(pid: int, rank_pid: int) -> bool:

@@ -51,6 +51,12 @@ def warm_path(run_dir: PathLike, rank: int) -> Path:
     return Path(run_dir) / f"rank{rank}.warm-started"
 
 
+def mp_tempdir_path(run_dir: PathLike, rank: int) -> Path:
+    """Holds the path of the temporary directory multiprocessing made for `rank` (`rank.own_mp_tempdir`),
+    which the launcher removes once the group is torn down (`group`)."""
+    return Path(run_dir) / f"rank{rank}.mp-tempdir"
+
+
 def crash_marker(run_dir: PathLike) -> Path:
     """Made by the rank a `ScriptPlan.crash` run killed, just before it died."""
     return Path(run_dir) / "crashed-after-save"

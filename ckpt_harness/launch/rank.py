@@ -24,7 +24,7 @@ from datetime import timedelta
 from typing import Any, Callable, Optional
 
 from ckpt_harness.launch import _proc, beacon, flight, looks
-from ckpt_harness.launch.layout import warm_path
+from ckpt_harness.launch.layout import mp_tempdir_path, warm_path
 
 #: The signal the harness sends for an all-threads stack dump.
 STACK_SIGNAL = signal.SIGUSR1
@@ -67,6 +67,7 @@ def become_rank(spec: dict, request: dict, status_fd: int, zygote_pid: int) -> N
         looks.serve(request["run_dir"], spec["rank"])
         os.environ.clear()
         os.environ.update(spec["env"])
+        own_mp_tempdir(request["run_dir"], spec["rank"])
         flight.enable()
         # Exactly the harness's import path: the zygote's accumulates entries
         # from every earlier request (old pytester directories among them).
@@ -82,6 +83,23 @@ def become_rank(spec: dict, request: dict, status_fd: int, zygote_pid: int) -> N
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)
+
+
+def own_mp_tempdir(run_dir: str, rank: int) -> None:
+    """Make this rank's multiprocessing temporary directory now, and name it in the run directory.
+
+    Multiprocessing makes one (``pymp-*`` in the system's temporary directory, `util.get_temp_dir`) the
+    first time a process needs it: DCP's checkpoint process is handed each save's tensors through a
+    listener there. A process removes its own as its interpreter exits; a rank never exits so (it parks
+    and is torn down by SIGKILL, or a fault kills it), so every run of DCP's process executor left one
+    behind, a thousand in a matrix. So the launcher removes it after the teardown, from the path named
+    here; made at the start, as a rank may die at any point after. What this changes for the code under
+    test: the directory exists, empty, from the rank's start rather than from its first use. One the
+    fork server made is not the rank's: a fresh interpreter starts without one."""
+    from multiprocessing import process, util
+
+    process.current_process()._config.pop("tempdir", None)  # type: ignore[attr-defined]
+    mp_tempdir_path(run_dir, rank).write_text(util.get_temp_dir())
 
 
 _status_fd: int | None = None
