@@ -69,6 +69,28 @@ def _test_deadline(request):
     faulthandler.cancel_dump_traceback_later()
 
 
+@pytest.fixture(autouse=True)
+def _agent_servers_of_a_pytester_run_go_with_it(request):
+    """A torchrun agent server started inside a pytester run imported torch under that run's
+    environment (pytester's own HOME, the test's PYTHONPATH); it stays in the test process. Every later
+    script run there then differs from it, so each of its workers starts cold, saying why
+    ("worker started cold: HOME differ ..."), and a later test that proves a warm start fails
+    (`test_warm_workers.py`'s, after `test_extension.py`'s plugin run on the same xdist worker). So
+    the servers a pytester test started are stopped after it; those it found keep running."""
+    if "pytester" not in request.fixturenames:
+        yield
+        return
+    from ckpt_harness.launch import agent
+
+    found = set(map(id, agent._holder.servers.values()))
+    yield
+    with agent._holder.lock:
+        started = {key: s for key, s in agent._holder.servers.items() if id(s) not in found}
+        for key, server in started.items():
+            server.close(wait=1.0)
+            del agent._holder.servers[key]
+
+
 @pytest.fixture
 def pace(tmp_path_factory) -> Pace:
     """This machine's slowdown right now, measured just before the test times anything."""
