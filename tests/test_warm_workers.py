@@ -66,8 +66,11 @@ def facts(run_dir: Path, rank: int) -> dict:
 
 @pytest.fixture(scope="module")
 def both(tmp_path_factory) -> dict[bool, Path]:
+    """A warm run and a cold one, from one agent server (their workers' parent command names it). Warm first:
+    a cold run takes any running server of the interpreter (`agent._Holder.get`, not exact), which, where an
+    earlier test on this worker left one of another thread count, is not the one a warm run starts."""
     root = tmp_path_factory.mktemp("facts")
-    for warm in (False, True):
+    for warm in (True, False):
         run_facts(root / str(warm), warm)
     return {warm: root / str(warm) for warm in (False, True)}
 
