@@ -82,13 +82,9 @@ def _agent_servers_of_a_pytester_run_go_with_it(request):
         return
     from ckpt_harness.launch import agent
 
-    found = set(map(id, agent._holder.servers.values()))
+    found = agent.running()
     yield
-    with agent._holder.lock:
-        started = {key: s for key, s in agent._holder.servers.items() if id(s) not in found}
-        for key, server in started.items():
-            server.close(wait=1.0)
-            del agent._holder.servers[key]
+    agent.shutdown(keep=found)
 
 
 @pytest.fixture

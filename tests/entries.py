@@ -75,7 +75,7 @@ def shares_a_descriptor(info, payload):
     import pickle
     from multiprocessing import reduction, util
 
-    read, write = os.pipe()
+    read, _ = os.pipe()
     pickle.dumps(reduction.DupFd(read))  # starts the listener
     listener = next(Path(util.get_temp_dir()).glob("listener-*"))
     Path(info.run_dir, f"mp-tempdir{info.rank}").write_text(str(listener.parent))

@@ -54,7 +54,7 @@ import tempfile
 import threading
 import traceback
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Collection, Mapping, Optional
 
 from ckpt_harness.launch import _proc, _wire, preimport, warm_workers
 from ckpt_harness.launch.group import LaunchError
@@ -337,12 +337,14 @@ class _Holder:
             except BaseException as exc:
                 reply.put(exc)
 
-    def close(self) -> None:
+    def close(self, keep: Collection["_Server"] = ()) -> None:
         with self.lock:
-            if self.owner == os.getpid():
+            mine = self.owner == os.getpid()
+            if mine:
                 for server in self.servers.values():
-                    server.close(wait=1.0)
-            self.servers = {}
+                    if server not in keep:
+                        server.close(wait=1.0)
+            self.servers = {key: s for key, s in self.servers.items() if mine and s in keep}
 
 
 _holder = _Holder()
@@ -365,9 +367,15 @@ def prestart(nproc_per_node: int, python: str = sys.executable) -> None:
     _holder.get(worker_threads(os.environ, nproc_per_node), python=python)
 
 
-def shutdown() -> None:
-    """Stop the server; agents still running die with it."""
-    _holder.close()
+def running() -> frozenset:
+    """The servers running now: what `shutdown(keep=...)` is told to leave."""
+    with _holder.lock:
+        return frozenset(_holder.servers.values())
+
+
+def shutdown(keep: Collection[_Server] = ()) -> None:
+    """Stop the servers but those in `keep` (`running`); agents still running die with them."""
+    _holder.close(keep)
 
 
 atexit.register(shutdown)
